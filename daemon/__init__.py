@@ -1,0 +1,1 @@
+"""swapd supervisor daemon: config, lifecycles, GPUs, scheduling, and the `swapd` command."""

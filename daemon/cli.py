@@ -1,0 +1,100 @@
+"""The `swapd` command line. Each sub-command lives in its own module; this file only parses."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from swapd.ipc.endpoints import default_run_dir
+
+
+def _add_run_dir(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--run-dir",
+        type=Path,
+        default=None,
+        help=f"directory of swapd's private sockets (default: {default_run_dir()})",
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="swapd",
+        description="swapd runs many local inference servers behind one port and swaps them in and "
+        "out of the GPUs on demand. It reads llama-swap's YAML config format.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    run = sub.add_parser(
+        "run",
+        help="run swapd in the foreground (circusd with the daemon and proxy watchers)",
+        description="Write the circus config into the run directory and become circusd in the "
+        "foreground. Without -c, serve the embedded demo config. Ctrl-C or SIGTERM stops every "
+        "model and exits 0.",
+    )
+    run.add_argument("-c", "--config", type=Path, help="llama-swap style YAML config file")
+    run.add_argument(
+        "--listen", default="127.0.0.1:8080", help="HOST:PORT of the proxy (default 127.0.0.1:8080)"
+    )
+    run.add_argument(
+        "--proxy-processes",
+        type=int,
+        default=1,
+        help="number of proxy processes sharing the listen socket (default 1)",
+    )
+    _add_run_dir(run)
+
+    check = sub.add_parser(
+        "check-config",
+        help="validate a config file",
+        description="Load a config file the way `swapd run` does. Exit 0 if it is valid, 1 with "
+        "every error (file:line key.path: message) if not.",
+    )
+    check.add_argument("-c", "--config", type=Path, required=True, help="the YAML config file")
+    check.add_argument(
+        "--print",
+        dest="print_config",
+        action="store_true",
+        help="print the resolved config: macros expanded, defaults filled, forced settings marked",
+    )
+
+    status = sub.add_parser(
+        "status",
+        help="show every model's state, pid, port, GPUs, uptime, activity and TTL",
+        description="Ask the running daemon for the state of every model and GPU.",
+    )
+    status.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    _add_run_dir(status)
+
+    unload = sub.add_parser(
+        "unload",
+        help="stop one model, or every model",
+        description="Stop MODEL (or every model when none is named) and wait until it has stopped.",
+    )
+    unload.add_argument("model", nargs="?", help="model id or alias (default: all)")
+    _add_run_dir(unload)
+
+    reload = sub.add_parser(
+        "reload",
+        help="re-read the config file without restarting anything that did not change",
+        description="Ask the daemon to re-read its config file. Models whose definition did not "
+        "change stay loaded; an invalid file is rejected and the old config stays.",
+    )
+    _add_run_dir(reload)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.command == "check-config":
+        from swapd.daemon.check_config import main as command
+    elif args.command == "run":
+        from swapd.daemon.run import main as command
+    else:
+        from swapd.daemon.operator import main as command
+    return command(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""The daemon <-> proxy contract: typed messages, one codec, socket paths."""

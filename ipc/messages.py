@@ -1,0 +1,254 @@
+"""Every message that crosses the daemon <-> proxy (and daemon <-> CLI) boundary.
+
+Three channels, all ZeroMQ `ipc://` sockets in the run directory (see `endpoints.py`):
+
+* requests: a DEALER (proxy, CLI) sends a `Request` to the daemon's ROUTER and gets exactly one
+  `Reply` with the same `id`. Never REQ: a lost reply would wedge it.
+* casts: fire-and-forget messages on the same DEALER/ROUTER pair (`Activity`, `Drained`, `Hello`);
+  the daemon sends no reply.
+* broadcasts: the daemon's PUB sends `Event`s to every proxy's SUB. Each carries the daemon's
+  `instance` (changes on every daemon start) and a `seq` that grows by one per event; a subscriber
+  that sees a gap or a new instance asks for a `Snapshot`.
+
+All of them are tagged msgspec structs (`type` field = the class name); `codec.py` encodes them.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import msgspec
+
+ModelState = Literal["stopped", "starting", "ready", "draining", "stopping", "failed"]
+
+
+class _Msg(msgspec.Struct, frozen=True, tag=True, tag_field="type"):
+    pass
+
+
+# --------------------------------------------------------------------------------------------------
+# The routing table: what a proxy needs to route and admit requests without asking the daemon.
+
+
+class RouteFilters(msgspec.Struct, frozen=True):
+    strip_params: tuple[str, ...] = ()
+    set_params: dict[str, Any] = msgspec.field(default_factory=dict)
+
+
+class RouteModel(msgspec.Struct, frozen=True):
+    id: str
+    upstream: str  # the model's `proxy` URL, e.g. http://localhost:5800
+    concurrency_limit: int
+    ttl: int
+    aliases: tuple[str, ...] = ()
+    unlisted: bool = False
+    use_model_name: str | None = None
+    ignore_websockets: bool = False
+    name: str | None = None
+    description: str | None = None
+    metadata: dict[str, Any] = msgspec.field(default_factory=dict)
+    filters: RouteFilters = msgspec.field(default_factory=RouteFilters)
+
+
+class RoutePeer(msgspec.Struct, frozen=True):
+    id: str
+    proxy: str
+    models: tuple[str, ...]
+    api_key: str | None = None
+    filters: RouteFilters = msgspec.field(default_factory=RouteFilters)
+
+
+class RoutingTable(msgspec.Struct, frozen=True):
+    generation: int
+    models: tuple[RouteModel, ...] = ()
+    peers: tuple[RoutePeer, ...] = ()
+    api_keys: tuple[str, ...] = ()
+    ignore_paths: tuple[str, ...] = ()
+    include_aliases_in_list: bool = False
+    log_dir: str = ""
+
+
+class LingeringProcess(msgspec.Struct, frozen=True):
+    gpu: str
+    pid: int
+    used_bytes: int | None = None
+
+
+
+class ModelStatus(msgspec.Struct, frozen=True):
+    """One model's state as the daemon sees it; broadcast on every change and listed by `status`."""
+
+    model: str
+    state: ModelState
+    upstream: str = ""
+    pid: int | None = None
+    port: int | None = None
+    gpus: tuple[str, ...] = ()
+    ttl: int = 0
+    since: float = 0.0  # wall-clock time of the last state change
+    last_activity: float = 0.0  # wall-clock time of the last reported activity
+    ttl_left: float | None = None
+    reason: str = ""  # why it is failed/stopped, when it is
+    in_flight: int = 0
+    lingering: tuple[LingeringProcess, ...] = ()
+
+
+class GpuInfo(msgspec.Struct, frozen=True):
+    index: int
+    uuid: str
+    name: str
+    total_bytes: int
+    used_bytes: int
+    free_bytes: int
+
+
+# --------------------------------------------------------------------------------------------------
+# Requests (DEALER -> ROUTER); each gets one reply with the same id.
+
+
+class Ensure(_Msg, frozen=True):
+    """Make `model` (an id, never an alias) ready; the reply comes when it is, or when it failed."""
+
+    id: int
+    model: str
+    proxy_id: str = ""
+
+
+class Unload(_Msg, frozen=True):
+    """Stop one model (`model` set) or every model (`model` None); the reply comes when done."""
+
+    id: int
+    model: str | None = None
+
+
+class Status(_Msg, frozen=True):
+    id: int
+
+
+class Reload(_Msg, frozen=True):
+    """Re-read the config file. Running models whose definition did not change stay loaded."""
+
+    id: int
+
+
+class Snapshot(_Msg, frozen=True):
+    """Ask for the routing table and every model's state (a proxy that joined or missed events)."""
+
+    id: int
+
+
+Request = Ensure | Unload | Status | Reload | Snapshot
+
+
+# --------------------------------------------------------------------------------------------------
+# Replies (ROUTER -> DEALER).
+
+
+class Ready(_Msg, frozen=True):
+    """Reply to `Ensure`: the model is ready at `upstream`."""
+
+    id: int
+    model: str
+    upstream: str
+
+
+class Ok(_Msg, frozen=True):
+    id: int
+    message: str = ""
+
+
+class StatusReply(_Msg, frozen=True):
+    id: int
+    instance: str
+    pid: int
+    uptime: float
+    models: tuple[ModelStatus, ...]
+    gpus: tuple[GpuInfo, ...] = ()
+    gpu_backend: str = ""
+    # How many messages of each type the daemon has received since it started (observability, and
+    # the proxy test that shows a ready model's requests cost no IPC).
+    received: dict[str, int] = msgspec.field(default_factory=dict)
+
+
+class SnapshotReply(_Msg, frozen=True):
+    id: int
+    instance: str
+    seq: int
+    table: RoutingTable
+    models: tuple[ModelStatus, ...]
+
+
+class Error(_Msg, frozen=True):
+    """Any request that failed. `status` is the HTTP status a proxy should answer with."""
+
+    id: int
+    status: int
+    code: str
+    message: str
+    log_tail: tuple[str, ...] = ()
+
+
+Reply = Ready | Ok | StatusReply | SnapshotReply | Error
+
+
+# --------------------------------------------------------------------------------------------------
+# Casts (DEALER -> ROUTER, no reply).
+
+
+class Hello(_Msg, frozen=True):
+    """A proxy announces itself (at start and after a daemon restart); also sent as a heartbeat."""
+
+    proxy_id: str
+    pid: int
+
+
+class Activity(_Msg, frozen=True):
+    """Rate-limited: at most one per model per second from each proxy, and at once when the proxy's
+    in-flight count for the model drops to zero. `in_flight` is that proxy's current count."""
+
+    proxy_id: str
+    model: str
+    in_flight: int
+    at: float  # wall-clock time of the last request start or finish
+
+
+class Drained(_Msg, frozen=True):
+    """A proxy's ack of `Draining`: it admits no new requests to `model` and has none in flight."""
+
+    proxy_id: str
+    model: str
+    epoch: int
+
+
+Cast = Hello | Activity | Drained
+
+Inbound = Ensure | Unload | Status | Reload | Snapshot | Hello | Activity | Drained
+
+
+# --------------------------------------------------------------------------------------------------
+# Broadcasts (PUB -> SUB).
+
+
+class TableChanged(_Msg, frozen=True):
+    instance: str
+    seq: int
+    table: RoutingTable
+
+
+class StateChanged(_Msg, frozen=True):
+    instance: str
+    seq: int
+    status: ModelStatus
+
+
+class Draining(_Msg, frozen=True):
+    """Phase one of a stop: proxies stop admitting requests to `model` and ack with `Drained` once
+    their in-flight requests for it have finished. Ignored websockets do not hold the drain."""
+
+    instance: str
+    seq: int
+    model: str
+    epoch: int
+
+
+Event = TableChanged | StateChanged | Draining

@@ -1,0 +1,1 @@
+"""swapd proxy: the aiohttp front on the listen port."""

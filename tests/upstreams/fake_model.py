@@ -1,0 +1,213 @@
+"""A test upstream standing in for llama-server / vLLM: an OpenAI-compatible aiohttp server.
+
+Run as `python fake_model.py --port N [--name ID] [options]`. Every response says which instance
+served it (`served_by`, the `--name` and pid), so tests can tell models apart.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import sys
+import time
+
+from aiohttp import WSMsgType, web
+
+ARGS: argparse.Namespace
+STARTED = time.monotonic()
+
+
+def _served_by() -> dict[str, object]:
+    return {"name": ARGS.name, "pid": os.getpid(), "port": ARGS.port}
+
+
+async def health(request: web.Request) -> web.Response:
+    if time.monotonic() - STARTED < ARGS.health_delay:
+        return web.json_response({"status": "loading"}, status=503)
+    return web.json_response({"status": "ok"})
+
+
+async def _json_body(request: web.Request) -> dict[str, object]:
+    try:
+        body = await request.json()
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return {}
+    return body if isinstance(body, dict) else {}
+
+
+async def chat(request: web.Request) -> web.StreamResponse:
+    body = await _json_body(request)
+    chunks = int(body.get("x_chunks", request.query.get("chunks", 5)))  # type: ignore[arg-type]
+    delay = float(body.get("x_delay", request.query.get("delay", 0)))  # type: ignore[arg-type]
+    if body.get("stream"):
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        for i in range(chunks):
+            event = {
+                "id": "chatcmpl-fake",
+                "object": "chat.completion.chunk",
+                "created": int(time.time()),
+                "model": body.get("model"),
+                "choices": [{"index": 0, "delta": {"content": f"tok{i} "}, "finish_reason": None}],
+            }
+            await resp.write(f"data: {json.dumps(event)}\n\n".encode())
+            if delay:
+                await asyncio.sleep(delay)
+        done = {
+            "id": "chatcmpl-fake",
+            "object": "chat.completion.chunk",
+            "created": int(time.time()),
+            "model": body.get("model"),
+            "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}],
+        }
+        await resp.write(f"data: {json.dumps(done)}\n\ndata: [DONE]\n\n".encode())
+        await resp.write_eof()
+        return resp
+    if delay:
+        await asyncio.sleep(delay)
+    return web.json_response(
+        {
+            "id": "chatcmpl-fake",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": body.get("model"),
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": f"hello from {ARGS.name}"},
+                    "finish_reason": "stop",
+                }
+            ],
+            "usage": {"prompt_tokens": 1, "completion_tokens": 3, "total_tokens": 4},
+            "request_body": body,
+            "served_by": _served_by(),
+        }
+    )
+
+
+async def embeddings(request: web.Request) -> web.Response:
+    body = await _json_body(request)
+    inputs = body.get("input", "")
+    items = inputs if isinstance(inputs, list) else [inputs]
+    return web.json_response(
+        {
+            "object": "list",
+            "model": body.get("model"),
+            "data": [
+                {"object": "embedding", "index": i, "embedding": [0.1, 0.2, float(len(str(x)))]}
+                for i, x in enumerate(items)
+            ],
+            "usage": {"prompt_tokens": len(items), "total_tokens": len(items)},
+        }
+    )
+
+
+async def transcription(request: web.Request) -> web.Response:
+    form = await request.post()
+    upload = form.get("file")
+    size = len(upload.file.read()) if hasattr(upload, "file") else 0
+    return web.json_response(
+        {"text": f"{size} bytes", "model": form.get("model"), "served_by": _served_by()}
+    )
+
+
+async def env(request: web.Request) -> web.Response:
+    return web.json_response(dict(os.environ))
+
+
+async def websocket(request: web.Request) -> web.WebSocketResponse:
+    ws = web.WebSocketResponse(protocols=("chat", "superchat"))
+    await ws.prepare(request)
+    await ws.send_str(json.dumps({"hello": ARGS.name, "query": request.query_string}))
+    async for msg in ws:
+        if msg.type == WSMsgType.TEXT:
+            if msg.data == "close":
+                await ws.close(code=4001, message=b"asked to close")
+                break
+            await ws.send_str("echo:" + msg.data)
+        elif msg.type == WSMsgType.BINARY:
+            await ws.send_bytes(msg.data[::-1])
+    return ws
+
+
+async def slow(request: web.Request) -> web.StreamResponse:
+    """Streams `n` chunks `delay` seconds apart (a long generation)."""
+    n = int(request.query.get("n", 10))
+    delay = float(request.query.get("delay", 0.1))
+    resp = web.StreamResponse(headers={"Content-Type": "text/plain"})
+    await resp.prepare(request)
+    for i in range(n):
+        await resp.write(f"{i}\n".encode())
+        await asyncio.sleep(delay)
+    await resp.write_eof()
+    return resp
+
+
+async def echo(request: web.Request) -> web.Response:
+    """Anything else: say what arrived."""
+    body = await request.read()
+    return web.json_response(
+        {
+            "method": request.method,
+            "path": request.path,
+            "raw_path": request.raw_path,
+            "query": request.query_string,
+            "headers": dict(request.headers),
+            "body_bytes": len(body),
+            "body": body.decode("utf-8", "replace") if len(body) < 65536 else "",
+            "served_by": _served_by(),
+        }
+    )
+
+
+def main() -> None:
+    global ARGS
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--name", default="fake")
+    parser.add_argument("--health-delay", type=float, default=0.0, help="503 on /health this long")
+    parser.add_argument("--listen-delay", type=float, default=0.0, help="sleep before listening")
+    parser.add_argument("--exit-after", type=float, default=None, help="exit this long after start")
+    parser.add_argument("--exit-code", type=int, default=3)
+    parser.add_argument("--fail", action="store_true", help="print an error and exit at once")
+    parser.add_argument("--ignore-sigterm", action="store_true")
+    ARGS = parser.parse_args()
+
+    print(f"fake model {ARGS.name} starting on port {ARGS.port} pid {os.getpid()}", flush=True)
+    if ARGS.fail:
+        print(f"error: {ARGS.name} cannot load its weights", flush=True)
+        sys.exit(ARGS.exit_code)
+    if ARGS.ignore_sigterm:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    if ARGS.listen_delay:
+        time.sleep(ARGS.listen_delay)
+
+    app = web.Application(client_max_size=1024**3)
+    app.router.add_get("/health", health)
+    app.router.add_post("/v1/chat/completions", chat)
+    app.router.add_post("/v1/embeddings", embeddings)
+    app.router.add_post("/v1/audio/transcriptions", transcription)
+    app.router.add_get("/env", env)
+    app.router.add_get("/ws", websocket)
+    app.router.add_get("/slow", slow)
+    app.router.add_route("*", "/{tail:.*}", echo)
+
+    async def exit_later(app: web.Application) -> None:
+        async def _exit() -> None:
+            await asyncio.sleep(ARGS.exit_after)
+            print(f"{ARGS.name} exiting with {ARGS.exit_code}", flush=True)
+            os._exit(ARGS.exit_code)
+
+        if ARGS.exit_after is not None:
+            app["exit_task"] = asyncio.get_running_loop().create_task(_exit())
+
+    app.on_startup.append(exit_later)
+    web.run_app(app, host=ARGS.host, port=ARGS.port, print=None, access_log=None)
+
+
+if __name__ == "__main__":
+    main()
