@@ -1,4 +1,4 @@
-"""The resolved swapd configuration: typed, immutable, with every default filled and every macro expanded.
+"""The resolved swapd configuration: typed, immutable, defaults filled, macros expanded.
 
 `config_loader.load_config()` builds these from a llama-swap YAML file; nothing else constructs them
 except tests. Field names are Python's; `docs/configuration.md` maps them to the YAML keys.
@@ -61,7 +61,7 @@ class ModelConfig(msgspec.Struct, frozen=True):
     description: str | None = None
     metadata: dict[str, Any] = msgspec.field(default_factory=dict)
     filters: Filters = msgspec.field(default_factory=Filters)
-    # GPU indices or UUIDs as written in the file; None = every GPU (llama-swap's one-at-a-time default).
+    # GPU indices or UUIDs as written; None = every GPU (llama-swap's one-at-a-time default).
     gpus: tuple[str, ...] | None = None
     # The allocated ${PORT}, when the model's cmd uses it.
     port: int | None = None

@@ -1,4 +1,4 @@
-"""Where the sockets live. Everything is an `ipc://` file in one private run directory; never TCP."""
+"""Where the sockets live: `ipc://` files in one private run directory, never TCP."""
 
 from __future__ import annotations
 

@@ -74,7 +74,6 @@ class LingeringProcess(msgspec.Struct, frozen=True):
     used_bytes: int | None = None
 
 
-
 class ModelStatus(msgspec.Struct, frozen=True):
     """One model's state as the daemon sees it; broadcast on every change and listed by `status`."""
 
