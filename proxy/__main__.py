@@ -1,0 +1,88 @@
+"""Entry point of the proxy process: `python -m swapd.proxy --run-dir DIR (--fd N | --listen HOST:PORT)`.
+
+Under circus every proxy process gets the same already-bound listening socket as fd N (the watcher's
+`$(circus.sockets.swapd)`), so `numprocesses` proxies share one port and the kernel balances accepts.
+`--listen` binds a port of its own, for running the proxy without circus.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+import socket
+import sys
+from pathlib import Path
+
+from aiohttp import web
+
+from swapd.proxy.app import make_app
+
+
+def _parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m swapd.proxy", description=__doc__)
+    parser.add_argument("--run-dir", type=Path, required=True, help="the daemon's run directory")
+    where = parser.add_mutually_exclusive_group(required=True)
+    where.add_argument("--fd", type=int, help="an inherited, bound, listening socket")
+    where.add_argument("--listen", help="HOST:PORT to bind (standalone, without circus)")
+    parser.add_argument(
+        "--processes",
+        type=int,
+        default=int(os.environ.get("SWAPD_PROXY_PROCESSES", "1") or 1),
+        help="how many proxy processes share the port (splits concurrencyLimit); "
+        "default $SWAPD_PROXY_PROCESSES or 1",
+    )
+    parser.add_argument("--log-level", default=os.environ.get("SWAPD_PROXY_LOG_LEVEL", "INFO"))
+    return parser.parse_args(argv)
+
+
+def _split_host_port(value: str) -> tuple[str, int]:
+    host, _, port = value.rpartition(":")
+    return (host.strip("[]") or "0.0.0.0"), int(port)
+
+
+async def _serve(args: argparse.Namespace) -> None:
+    app = make_app(run_dir=args.run_dir, processes=max(1, args.processes))
+    # No access log: a log line per request is the single most expensive thing on the hot path.
+    runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=5.0)
+    await runner.setup()
+    if args.fd is not None:
+        sock = socket.socket(fileno=args.fd)
+        sock.setblocking(False)
+        site: web.BaseSite = web.SockSite(runner, sock)
+    else:
+        host, port = _split_host_port(args.listen)
+        site = web.TCPSite(runner, host, port, reuse_address=True, backlog=4096)
+    await site.start()
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await stop.wait()
+    finally:
+        await runner.cleanup()
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level.upper(),
+        format="%(asctime)s %(levelname)s swapd-proxy[%(process)d] %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    try:
+        import uvloop  # noqa: PLC0415 - optional speed-up, never required
+
+        uvloop.install()
+    except ImportError:
+        pass
+    asyncio.run(_serve(args))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
