@@ -96,6 +96,8 @@ class Config(msgspec.Struct, frozen=True):
     preload: tuple[str, ...] = ()
     # Where it was read from; "" for a config built in code.
     source: str = ""
+    # Top-level settings the loader overrode (healthCheckTimeout below 15), with the reason.
+    forced: tuple[Forced, ...] = ()
 
     def resolve(self, name: str) -> ModelConfig | None:
         """A local model by id or alias (ids win, as in llama-swap)."""

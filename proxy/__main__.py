@@ -46,7 +46,11 @@ def _split_host_port(value: str) -> tuple[str, int]:
 async def _serve(args: argparse.Namespace) -> None:
     app = make_app(run_dir=args.run_dir, processes=max(1, args.processes))
     # No access log: a log line per request is the single most expensive thing on the hot path.
-    runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=5.0)
+    # handler_cancellation: a client that disconnects cancels its handler, which closes the upstream
+    # request and takes a waiting request out of the daemon's queue.
+    runner = web.AppRunner(
+        app, access_log=None, handle_signals=False, shutdown_timeout=5.0, handler_cancellation=True
+    )
     await runner.setup()
     if args.fd is not None:
         sock = socket.socket(fileno=args.fd)
@@ -75,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
         stream=sys.stderr,
     )
     try:
-        import uvloop  # noqa: PLC0415 - optional speed-up, never required
+        import uvloop
 
         uvloop.install()
     except ImportError:

@@ -1,17 +1,134 @@
-"""The proxy's aiohttp application: app factory and route table."""
+"""The proxy's aiohttp application: the app factory, the route table and the one middleware
+(CORS preflight, API keys, `ProxyError` -> JSON error)."""
 
 from __future__ import annotations
 
+import importlib
+import logging
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
+import zmq.asyncio
 from aiohttp import web
 
+from swapd.ipc.client import DaemonClient
+from swapd.ipc.endpoints import Endpoints
+from swapd.proxy import logs, model_routes, models_list, ops, passthrough
+from swapd.proxy.admission import Admission
+from swapd.proxy.auth import check_api_key
+from swapd.proxy.context import CTX, ProxyContext
+from swapd.proxy.daemon_link import DaemonLink
+from swapd.proxy.errors import ProxyError, error_response
+from swapd.proxy.forward import make_session
+from swapd.proxy.log_hub import LogHub
+from swapd.proxy.state import ProxyState, StateSync
+from swapd.proxy.upstream_client import UpstreamPool
 
-async def _health(_request: web.Request) -> web.Response:
-    return web.Response(text="OK")
+log = logging.getLogger(__name__)
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+_OPEN_PATHS = frozenset({"/health"})
+_CORS_METHODS = "GET, POST, PUT, PATCH, DELETE, OPTIONS"
+_CORS_DEFAULT_HEADERS = "Content-Type, Authorization, Accept, X-Requested-With"
+_TOKEN_CHARS = frozenset("!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
+SYNC_KEY: web.AppKey[StateSync] = web.AppKey("swapd_proxy_sync", StateSync)
 
 
-def make_app(*, run_dir: Path, processes: int = 1) -> web.Application:
-    app = web.Application()
-    app.router.add_get("/health", _health)
+def _preflight(request: web.Request) -> web.Response:
+    asked = request.headers.get("Access-Control-Request-Headers", "")
+    names = [n.strip() for n in asked.split(",") if n.strip() and set(n.strip()) <= _TOKEN_CHARS]
+    return web.Response(
+        status=204,
+        headers={
+            "Access-Control-Allow-Origin": "*",
+            "Access-Control-Allow-Methods": _CORS_METHODS,
+            "Access-Control-Allow-Headers": ", ".join(names) or _CORS_DEFAULT_HEADERS,
+            "Access-Control-Max-Age": "86400",
+        },
+    )
+
+
+@web.middleware
+async def front(request: web.Request, handler: Handler) -> web.StreamResponse:
+    if request.method == "OPTIONS":
+        return _preflight(request)
+    try:
+        if request.path not in _OPEN_PATHS:
+            keys = request.app[CTX].state.routes.api_keys
+            if keys:
+                check_api_key(request, keys)
+        return await handler(request)
+    except ProxyError as exc:
+        return exc.response()
+    except web.HTTPException as exc:
+        if exc.status >= 400 and exc.text and not exc.content_type.endswith("json"):
+            return error_response(exc.status, exc.text.strip(), headers=None)
+        raise
+
+
+async def _comfyui(request: web.Request) -> web.StreamResponse:
+    """`/comfyui/...`: served by `swapd.proxy.comfyui` (issue 4) once that module exists."""
+    try:
+        module = importlib.import_module("swapd.proxy.comfyui")
+    except ModuleNotFoundError:
+        raise ProxyError(404, "the /comfyui/ endpoint is not available") from None
+    if "tail" not in request.match_info:
+        return await module.redirect(request)
+    return await module.handle(request)
+
+
+def make_app(*, run_dir: Path, processes: int = 1, proxy_id: str | None = None) -> web.Application:
+    # The body limit is enforced where a body is read (body.py), not here: passthrough bodies stream.
+    app = web.Application(middlewares=[front], client_max_size=1024**4)
+
+    async def startup(app: web.Application) -> None:
+        endpoints = Endpoints(run_dir)
+        context = zmq.asyncio.Context.instance()
+        state = ProxyState(processes)
+        link = DaemonLink(DaemonClient(endpoints.daemon, context=context), state, proxy_id)
+        hub = LogHub()
+        logging.getLogger().addHandler(hub)
+        app[CTX] = ProxyContext(
+            run_dir=run_dir,
+            processes=processes,
+            state=state,
+            link=link,
+            admission=Admission(state, link),
+            session=make_session(),
+            pool=UpstreamPool(),
+            logs=hub,
+        )
+        sync = StateSync(state, link, endpoints.events, context=context)
+        app[SYNC_KEY] = sync
+        sync.start()
+        log.info("proxy %s started (pid %d, %d process(es))", link.proxy_id, link.pid, processes)
+
+    async def cleanup(app: web.Application) -> None:
+        await app[SYNC_KEY].close()
+        ctx = app[CTX]
+        await ctx.session.close()
+        ctx.pool.close()
+        ctx.link.close()
+        logging.getLogger().removeHandler(ctx.logs)
+
+    app.on_startup.append(startup)
+    app.on_cleanup.append(cleanup)
+
+    router = app.router
+    router.add_get("/health", ops.handle_health)
+    for method, path in model_routes.MODEL_ROUTES:
+        router.add_route(method, path, model_routes.handle_model_request)
+    router.add_get("/v1/models", models_list.handle_models)
+    router.add_get("/models", models_list.handle_models)
+    router.add_route("*", "/upstream/{tail:.*}", passthrough.handle_upstream)
+    router.add_route("*", "/comfyui", _comfyui)
+    router.add_route("*", "/comfyui/{tail:.*}", _comfyui)
+    router.add_get("/running", ops.handle_running)
+    router.add_post("/api/models/unload", ops.handle_unload_all)
+    router.add_post("/api/models/unload/{model:.+}", ops.handle_unload_one)
+    router.add_get("/unload", ops.handle_unload_legacy)
+    router.add_get("/logs", logs.handle_logs)
+    router.add_get("/logs/stream", logs.handle_stream)
+    router.add_get("/logs/stream/{which:.+}", logs.handle_stream)
     return app

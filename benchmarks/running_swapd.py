@@ -1,0 +1,123 @@
+"""A real `swapd run` for benchmarks: config written to a temp dir, started, stopped.
+
+The benchmarks do not use tests/stack.py (a pytest helper) so they run from any checkout with only
+swapd installed; this is the same thing in a few lines: `swapd run -c CONFIG --listen
+127.0.0.1:PORT --run-dir TMP`, wait until the proxy's /health answers, SIGTERM at the end.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from types import TracebackType
+
+import psutil
+
+SWAPD = [sys.executable, "-m", "swapd.daemon.cli"]
+
+
+def free_port(consecutive: int = 1) -> int:
+    """A loopback port that is free, with the next `consecutive - 1` ports free as well."""
+    for _ in range(100):
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            base = sock.getsockname()[1]
+        if base + consecutive > 65535:
+            continue
+        try:
+            probes = []
+            for port in range(base + 1, base + consecutive):
+                probe = socket.socket()
+                probes.append(probe)
+                probe.bind(("127.0.0.1", port))
+        except OSError:
+            continue
+        finally:
+            for probe in probes:
+                probe.close()
+        return base
+    raise RuntimeError("no run of free ports found")
+
+
+def wait_http_ok(url: str, timeout: float, interval: float = 0.005) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with urllib.request.urlopen(url, timeout=1) as resp:
+                if resp.status == 200:
+                    return
+        except (urllib.error.URLError, ConnectionError, TimeoutError):
+            pass
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{url} did not answer 200 within {timeout}s")
+        time.sleep(interval)
+
+
+class RunningSwapd:
+    def __init__(self, config_text: str, *, start_timeout: float = 30) -> None:
+        self._tmp = tempfile.TemporaryDirectory(prefix="swapd-bench-")
+        root = Path(self._tmp.name)
+        self.config = root / "config.yaml"
+        self.config.write_text(config_text)
+        self.run_dir = root / "run"
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log = root / "swapd.log"
+        self.start_timeout = start_timeout
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def __enter__(self) -> RunningSwapd:
+        argv = [*SWAPD, "run", "-c", str(self.config), "--listen", f"127.0.0.1:{self.port}"]
+        argv += ["--run-dir", str(self.run_dir)]
+        with self.log.open("wb") as out:
+            self.proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
+        try:
+            wait_http_ok(f"{self.url}/health", self.start_timeout, interval=0.05)
+        except BaseException:
+            self.stop()
+            print(self.log.read_text()[-4000:], file=sys.stderr)
+            raise
+        return self
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid  # circusd: `swapd run` execs it
+
+    def stop(self) -> int | None:
+        proc = self.proc
+        if proc is None:
+            return None
+        try:
+            tree = psutil.Process(proc.pid).children(recursive=True)
+        except psutil.Error:
+            tree = []
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        # circusd stops its watchers on SIGTERM; anything left (a SIGKILLed circusd) is ours to end.
+        for child in tree:
+            with contextlib.suppress(psutil.Error):
+                child.kill()
+        return proc.returncode
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+        self._tmp.cleanup()

@@ -1,0 +1,41 @@
+"""`swapd check-config`: load a config the way `swapd run` does and say whether it is usable."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from swapd.daemon.config_loader import ConfigError, load
+from swapd.daemon.config_render import render
+
+
+def _plural(count: int, word: str) -> str:
+    return f"{count} {word}" if count == 1 else f"{count} {word}s"
+
+
+def main(args: argparse.Namespace) -> int:
+    try:
+        loaded = load(args.config)
+    except ConfigError as error:
+        for warning in error.warnings:
+            print(f"warning: {warning}", file=sys.stderr)
+        for issue in error.issues:
+            print(issue, file=sys.stderr)
+        count = len(error.issues)
+        print(f"{args.config}: {_plural(count, 'error')}, config not usable", file=sys.stderr)
+        return 1
+    for warning in loaded.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    config = loaded.config
+    summary = [_plural(len(config.models), "model")]
+    if config.groups:
+        summary.append(_plural(len(config.groups), "group"))
+    if config.peers:
+        summary.append(_plural(len(config.peers), "peer"))
+    if loaded.warnings:
+        summary.append(_plural(len(loaded.warnings), "warning"))
+    if args.print_config:
+        print(f"# {args.config}: resolved by swapd (macros expanded, defaults filled)")
+        print(render(config), end="")
+    print(f"OK: {', '.join(summary)}", file=sys.stderr if args.print_config else sys.stdout)
+    return 0

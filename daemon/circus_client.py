@@ -1,0 +1,122 @@
+"""A small asyncio client for circusd's control socket (JSON over a DEALER, replies matched by id).
+
+circus's own `AsyncCircusClient` hangs when two calls overlap and never applies its timeout, so
+the daemon uses this one: any number of concurrent calls, each with its own deadline.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import uuid
+from typing import Any
+
+import zmq
+import zmq.asyncio
+
+log = logging.getLogger(__name__)
+
+# circus's answer while another lifecycle command holds its arbiter-wide lock.
+_LOCK_BUSY = ("already running", "arbiter is restarting", "arbiter is stopping")
+
+
+class CircusError(Exception):
+    """circusd answered `status: error`."""
+
+    def __init__(self, command: str, reason: str, errno: int | None) -> None:
+        super().__init__(f"circus {command}: {reason}")
+        self.command = command
+        self.reason = reason
+        self.errno = errno
+
+    @property
+    def lock_busy(self) -> bool:
+        return any(text in self.reason for text in _LOCK_BUSY)
+
+
+class CircusUnavailable(Exception):
+    """circusd did not answer in time."""
+
+
+class CircusClient:
+    def __init__(
+        self,
+        endpoint: str,
+        *,
+        timeout: float = 10.0,
+        context: zmq.asyncio.Context | None = None,
+    ) -> None:
+        self.endpoint = endpoint
+        self.timeout = timeout
+        self._ctx = context or zmq.asyncio.Context.instance()
+        self._sock = self._ctx.socket(zmq.DEALER)
+        self._sock.setsockopt(zmq.LINGER, 0)
+        self._sock.connect(endpoint)
+        self._pending: dict[str, asyncio.Future[dict[str, Any]]] = {}
+        self._reader: asyncio.Task[None] | None = None
+
+    async def _read_loop(self) -> None:
+        while True:
+            frames = await self._sock.recv_multipart()
+            try:
+                reply = json.loads(frames[-1])
+            except ValueError:
+                log.warning("undecodable reply from circusd: %r", frames[-1][:200])
+                continue
+            future = self._pending.pop(str(reply.get("id")), None)
+            if future is not None and not future.done():
+                future.set_result(reply)
+
+    async def call(
+        self, command: str, *, timeout: float | None = None, **properties: Any
+    ) -> dict[str, Any]:
+        """One command: the reply on `ok`; CircusError on `error`, CircusUnavailable on timeout."""
+        if self._reader is None or self._reader.done():
+            self._reader = asyncio.get_running_loop().create_task(self._read_loop())
+        call_id = uuid.uuid4().hex
+        future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        self._pending[call_id] = future
+        message = {"id": call_id, "command": command, "properties": properties}
+        try:
+            await self._sock.send(json.dumps(message).encode())
+            reply = await asyncio.wait_for(future, timeout or self.timeout)
+        except TimeoutError as exc:
+            raise CircusUnavailable(
+                f"circusd did not answer {command!r} within {timeout or self.timeout:g}s"
+            ) from exc
+        finally:
+            self._pending.pop(call_id, None)
+        if reply.get("status") != "ok":
+            raise CircusError(
+                command, str(reply.get("reason", "unknown error")), reply.get("errno")
+            )
+        return reply
+
+    async def call_locked(
+        self, command: str, *, patience: float = 60.0, **properties: Any
+    ) -> dict[str, Any]:
+        """A lifecycle command (add, start, stop, rm): retried while circus's global lock is held
+        by another command (its own periodic `manage_watchers`, or a stop started elsewhere)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + patience
+        delay = 0.01
+        while True:
+            try:
+                return await self.call(command, **properties)
+            except CircusError as exc:
+                if not exc.lock_busy or loop.time() + delay > deadline:
+                    raise
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 0.2)
+
+    def close(self) -> None:
+        if self._reader is not None:
+            self._reader.cancel()
+        for future in self._pending.values():
+            if not future.done():
+                future.cancel()
+        self._pending.clear()
+        with contextlib.suppress(zmq.ZMQError):
+            self._sock.close(linger=0)

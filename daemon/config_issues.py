@@ -1,0 +1,89 @@
+"""Config problems: each names the file, line and key path; all are reported together."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from swapd.daemon.yaml_nodes import Document, Path
+
+
+@dataclass(frozen=True)
+class ConfigIssue:
+    file: str
+    line: int | None
+    path: str
+    message: str
+
+    def __str__(self) -> str:
+        where = self.file if self.line is None else f"{self.file}:{self.line}"
+        return f"{where} {self.path}: {self.message}" if self.path else f"{where}: {self.message}"
+
+
+class ConfigError(Exception):
+    """The config cannot be used. `issues` holds every problem; `str()` lists them, one a line."""
+
+    def __init__(self, issues: Iterable[ConfigIssue], warnings: Iterable[ConfigIssue] = ()) -> None:
+        self.issues = list(issues)
+        # Non-fatal findings made on the way (ignored llama-swap keys, ...); not part of str().
+        self.warnings = list(warnings)
+        super().__init__("\n".join(str(issue) for issue in self.issues))
+
+
+def format_path(path: Path) -> str:
+    text = ""
+    for part in path:
+        if isinstance(part, int):
+            text += f"[{part}]"
+        else:
+            text += f".{part}" if text else part
+    return text
+
+
+def describe(value: Any) -> str:
+    """A value as the error message quotes it: `'ten'`, `true`, `a list`."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return repr(value)
+    if isinstance(value, dict):
+        return "a mapping"
+    if isinstance(value, list):
+        return "a list"
+    return str(value)
+
+
+class Report:
+    """Collects errors and warnings against one source file."""
+
+    def __init__(self, source: str, document: Document | None = None) -> None:
+        self.source = source
+        self.document = document
+        self.errors: list[ConfigIssue] = []
+        self.warnings: list[ConfigIssue] = []
+
+    def _issue(self, path: Path, message: str, key: bool, line: int | None) -> ConfigIssue:
+        if line is None and self.document is not None:
+            line = self.document.line(path, key=key)
+        return ConfigIssue(self.source, line, format_path(path), message)
+
+    def error(
+        self, path: Path, message: str, *, key: bool = False, line: int | None = None
+    ) -> None:
+        issue = self._issue(path, message, key, line)
+        if issue not in self.errors:
+            self.errors.append(issue)
+
+    def warn(self, path: Path, message: str, *, key: bool = False, line: int | None = None) -> None:
+        issue = self._issue(path, message, key, line)
+        if issue not in self.warnings:
+            self.warnings.append(issue)
+
+    def raise_if_errors(self) -> None:
+        if self.errors:
+            raise ConfigError(
+                sorted(self.errors, key=lambda i: (i.line or 0, i.path)), self.warnings
+            )

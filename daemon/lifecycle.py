@@ -1,0 +1,478 @@
+"""Process machinery: start and stop one model's circus watcher. The only code with side effects
+on model processes (the scheduler decides, this module does).
+
+Start: pre-check the executable (circus answers `ok` even when the exec fails), `add` + `start`
+the watcher `model-<safe id>` (the real id, port and definition hash travel in its env), check that
+circus really started a pid, then wait for the health check while watching the pid through a pidfd.
+
+Stop: `cmdStop` (with `${PID}` filled) when set, else SIGTERM to the process group; SIGKILL after
+`unloadTimeout`; then `rm` the watcher. The signals are sent here and the exit is seen through the
+pidfd, so no circus command holds circus's arbiter-wide lock while a model takes its time to stop
+(circus's own `stop` holds it for the whole grace period and stalls every other start).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+import os
+import shlex
+import shutil
+import signal
+import socket
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import msgspec
+import psutil
+
+from swapd.daemon import health, pid_watch, watcher_names
+from swapd.daemon.circus_client import CircusClient, CircusError
+from swapd.daemon.config import ModelConfig
+from swapd.ipc.messages import LingeringProcess
+
+log = logging.getLogger("swapd.lifecycle")
+
+LOG_TAIL_LINES = 20
+LOG_MAX_BYTES = 10 * 1024 * 1024
+# After a cmdStop exits, how long the model's own process may take to follow it.
+CMD_STOP_FOLLOW = 5.0
+# A stopped model's GPU memory must be back within this, else what lingers is reported.
+GPU_RELEASE_TIMEOUT = 10.0
+# Variables of swapd's own environment that must not reach model processes.
+_PRIVATE_ENV = ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "CIRCUSCTL_ENDPOINT")
+
+ENV_MODEL_ID = "SWAPD_MODEL_ID"
+ENV_PORT = "SWAPD_PORT"
+ENV_HASH = "SWAPD_MODEL_HASH"
+
+
+class StartFailed(Exception):
+    """A start that did not reach `ready`. `status` is the HTTP status the proxy answers with."""
+
+    def __init__(
+        self, status: int, code: str, message: str, log_tail: tuple[str, ...] = ()
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.message = message
+        self.log_tail = log_tail
+
+
+@dataclass
+class Running:
+    """A model process circus runs for us."""
+
+    model: str
+    pid: int
+    upstream: str
+    port: int | None
+    gpus: tuple[str, ...]
+    started_at: float  # wall clock
+    definition: str  # definition_hash() of the config it was started with
+    lingering: tuple[LingeringProcess, ...] = field(default=())
+
+
+def definition_hash(model: ModelConfig) -> str:
+    """What decides whether a running process still matches its config (reload, adoption)."""
+    relevant = (
+        model.cmd,
+        model.cmd_stop,
+        model.proxy,
+        model.check_endpoint,
+        sorted(model.env.items()),
+        model.gpus,
+        model.port,
+    )
+    return hashlib.sha256(msgspec.json.encode(relevant)).hexdigest()[:16]
+
+
+def health_url(model: ModelConfig) -> str | None:
+    if model.check_endpoint is None:
+        return None
+    path = (
+        model.check_endpoint if model.check_endpoint.startswith("/") else "/" + model.check_endpoint
+    )
+    return model.proxy.rstrip("/") + path
+
+
+def model_env(model: ModelConfig, base: Mapping[str, str]) -> dict[str, str]:
+    env = {k: v for k, v in base.items() if k not in _PRIVATE_ENV}
+    env.update(model.env)
+    if model.gpus and "CUDA_VISIBLE_DEVICES" not in model.env:
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(model.gpus)
+    env[ENV_MODEL_ID] = model.id
+    env[ENV_HASH] = definition_hash(model)
+    if model.port is not None:
+        env[ENV_PORT] = str(model.port)
+    return env
+
+
+def read_tail(path: Path, offset: int = 0, lines: int = LOG_TAIL_LINES) -> tuple[str, ...]:
+    """The last `lines` lines written to `path` since byte `offset` (the start of this run)."""
+    try:
+        with path.open("rb") as f:
+            size = f.seek(0, os.SEEK_END)
+            start = offset if offset <= size else 0
+            f.seek(max(start, size - 64 * 1024))
+            data = f.read()
+    except OSError:
+        return ()
+    text = data.decode(errors="replace").splitlines()
+    return tuple(text[-lines:])
+
+
+def fill_pid(argv: tuple[str, ...], pid: int) -> list[str]:
+    return [arg.replace("${PID}", str(pid)) for arg in argv]
+
+
+class Lifecycle:
+    def __init__(
+        self,
+        circus: CircusClient,
+        log_dir: Path,
+        *,
+        gpu_backend: Any = None,
+        session: aiohttp.ClientSession | None = None,
+        environ: Mapping[str, str] | None = None,
+    ) -> None:
+        self.circus = circus
+        self.log_dir = log_dir
+        self.gpu_backend = gpu_backend
+        self._session = session
+        self._environ = dict(os.environ if environ is None else environ)
+        # circus lifecycle commands go one at a time (its arbiter lock refuses overlapping ones).
+        self._circus_lock = asyncio.Lock()
+        # Exit codes circus reported in `reap` events, for processes already reaped.
+        self.reaped: dict[int, int] = {}
+        self._reap_waiters: dict[int, asyncio.Future[int]] = {}
+
+    @property
+    def session(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            self._session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=0, force_close=True)
+            )
+        return self._session
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+
+    def log_path(self, model_id: str) -> Path:
+        return self.log_dir / f"{watcher_names.watcher_name(model_id)}.log"
+
+    # ---------------------------------------------------------------------------------- circus
+
+    async def _circus(self, command: str, **props: Any) -> dict[str, Any]:
+        async with self._circus_lock:
+            return await self.circus.call_locked(command, **props)
+
+    async def remove_watcher(self, model_id: str) -> None:
+        with contextlib.suppress(CircusError):
+            await self._circus("rm", name=watcher_names.watcher_name(model_id), waiting=True)
+
+    # ----------------------------------------------------------------------------------- start
+
+    def _check_executable(self, model: ModelConfig, env: Mapping[str, str]) -> None:
+        if not model.cmd:
+            raise StartFailed(502, "start_failed", f"model {model.id}: empty cmd")
+        exe = model.cmd[0]
+        found = shutil.which(exe, path=env.get("PATH", os.defpath))
+        if found is None:
+            what = "is not executable" if os.path.exists(exe) else "not found"
+            raise StartFailed(
+                502,
+                "start_failed",
+                f"model {model.id} failed to start: executable {exe!r} {what}",
+            )
+
+    @staticmethod
+    def _check_port(model: ModelConfig) -> None:
+        # Another process on the model's port would answer its health check and take its traffic.
+        if model.port is None:
+            return
+        with socket.socket() as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                probe.bind(("127.0.0.1", model.port))
+            except OSError:
+                raise StartFailed(
+                    502,
+                    "start_failed",
+                    f"model {model.id} cannot start: port {model.port} is already in use by "
+                    "another process",
+                ) from None
+
+    async def start(self, model: ModelConfig) -> Running:
+        env = model_env(model, self._environ)
+        self._check_executable(model, env)
+        self._check_port(model)
+        name = watcher_names.watcher_name(model.id)
+        log_path = self.log_path(model.id)
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        with log_path.open("a") as f:
+            offset = f.tell()
+            f.write(f"--- swapd {time.strftime('%Y-%m-%d %H:%M:%S')}: starting {model.id}: ")
+            f.write(shlex.join(model.cmd) + "\n")
+        stream = {
+            "class": "FileStream",
+            "filename": str(log_path),
+            "max_bytes": LOG_MAX_BYTES,
+            "backup_count": 2,
+        }
+        options = {
+            "env": env,
+            "copy_env": False,
+            "respawn": False,
+            "max_retry": 1,
+            "graceful_timeout": float(model.unload_timeout),
+            "stop_signal": int(signal.SIGTERM),
+            "stdout_stream": stream,
+            "stderr_stream": dict(stream),
+        }
+        # A watcher left behind by an earlier run (it died, or the daemon died mid-start).
+        await self.remove_watcher(model.id)
+        await self._circus(
+            "add", name=name, cmd=model.cmd[0], args=list(model.cmd[1:]), options=options
+        )
+        reply = await self._circus("start", name=name, waiting=True)
+        started = (reply.get("info") or {}).get("started") or []
+        if not started:
+            await self.remove_watcher(model.id)
+            raise StartFailed(
+                502,
+                "start_failed",
+                f"model {model.id} failed to start: circus could not spawn "
+                f"{shlex.join(model.cmd)!r} (see circusd's log)",
+                read_tail(log_path, offset),
+            )
+        pid = int(started[0])
+        running = Running(
+            model=model.id,
+            pid=pid,
+            upstream=model.proxy,
+            port=model.port,
+            gpus=tuple(model.gpus or ()),
+            started_at=time.time(),
+            definition=definition_hash(model),
+        )
+        exited = asyncio.ensure_future(pid_watch.wait_exit(pid))
+        try:
+            await health.wait_healthy(
+                self.session,
+                health_url(model),
+                timeout=model.health_check_timeout,
+                exited=exited,
+            )
+        except health.ProcessExited:
+            code = await self.exit_code(pid)
+            await self.remove_watcher(model.id)
+            tail = await self._settled_tail(log_path, offset)
+            said = f"exit code {code}" if code is not None else "an unknown exit code"
+            raise StartFailed(
+                502,
+                "start_failed",
+                f"model {model.id} exited during startup with {said}",
+                tail,
+            ) from None
+        except health.HealthTimeout:
+            await self.stop(running, model, timeout=min(5.0, model.unload_timeout))
+            raise StartFailed(
+                504,
+                "health_check_timeout",
+                f"model {model.id} health check timed out after "
+                f"{model.health_check_timeout:g}s ({health_url(model)} never answered 200)",
+                await self._settled_tail(log_path, offset),
+            ) from None
+        except BaseException:
+            # Cancelled (shutdown) or an unexpected error: leave no process behind.
+            exited.cancel()
+            await asyncio.shield(self.stop(running, model, timeout=min(5.0, model.unload_timeout)))
+            raise
+        exited.cancel()
+        log.info("%s ready (pid %d, %s)", model.id, pid, model.proxy)
+        return running
+
+    def note_reaped(self, pid: int, exit_code: int) -> None:
+        """circus's `reap` event: the exit code of a process circusd has reaped."""
+        self.reaped[pid] = exit_code
+        if len(self.reaped) > 1000:
+            self.reaped.pop(next(iter(self.reaped)))
+        waiter = self._reap_waiters.pop(pid, None)
+        if waiter is not None and not waiter.done():
+            waiter.set_result(exit_code)
+
+    async def exit_code(self, pid: int, timeout: float = 1.5) -> int | None:
+        """The exit code of an exited process: from its zombie while circusd has not reaped it,
+        else from circus's `reap` event (which comes within check_delay)."""
+        code = pid_watch.zombie_exit_code(pid)
+        if code is not None:
+            return code
+        if pid in self.reaped:
+            return self.reaped[pid]
+        waiter = self._reap_waiters.setdefault(pid, asyncio.get_running_loop().create_future())
+        try:
+            return await asyncio.wait_for(asyncio.shield(waiter), timeout)
+        except TimeoutError:
+            return self.reaped.get(pid)
+        finally:
+            if self._reap_waiters.get(pid) is waiter and waiter.done():
+                self._reap_waiters.pop(pid, None)
+
+    async def _settled_tail(self, path: Path, offset: int) -> tuple[str, ...]:
+        # circusd copies the process's output to the file from its own loop; let it catch up.
+        last = -1
+        for _ in range(20):
+            size = _size(path)
+            if size == last:
+                break
+            last = size
+            await asyncio.sleep(0.05)
+        return read_tail(path, offset)
+
+    # ------------------------------------------------------------------------------------ stop
+
+    async def stop(
+        self, running: Running, model: ModelConfig | None, *, timeout: float | None = None
+    ) -> tuple[LingeringProcess, ...]:
+        """Stop the process (cmdStop, else SIGTERM), SIGKILL after `timeout`, rm the watcher, and
+        wait for its GPU memory to come back. Returns what still holds GPU memory."""
+        grace = float(timeout if timeout is not None else (model.unload_timeout if model else 10))
+        pid = running.pid
+        tree = self._process_tree(pid)
+        if pid_watch.is_alive(pid):
+            if model is not None and model.cmd_stop:
+                await self._run_cmd_stop(model, pid, grace)
+                await self._wait_gone(pid, CMD_STOP_FOLLOW if pid_watch.is_alive(pid) else 0)
+            else:
+                self._signal_group(pid, signal.SIGTERM)
+            if not await self._wait_gone(pid, grace):
+                log.warning(
+                    "%s (pid %d) ignored SIGTERM for %gs: SIGKILL", running.model, pid, grace
+                )
+                self._kill_tree(pid, tree)
+                await self._wait_gone(pid, 5.0)
+        await self.remove_watcher(running.model)
+        # Children that outlive the main process (a shell's background job) get no second chance.
+        leftovers = [p for p in tree if p.pid != pid and _alive(p)]
+        for proc in leftovers:
+            with contextlib.suppress(psutil.Error):
+                proc.kill()
+        # A docker model's processes are not our descendants: on its own GPUs, any process counts.
+        foreign = model is not None and bool(model.cmd_stop) and bool(running.gpus)
+        pids = None if foreign else {pid, *(p.pid for p in tree)}
+        lingering = await self._wait_gpu_release(running, pids)
+        running.lingering = lingering
+        return lingering
+
+    async def _run_cmd_stop(self, model: ModelConfig, pid: int, grace: float) -> None:
+        assert model.cmd_stop is not None
+        argv = fill_pid(model.cmd_stop, pid)
+        log.info("%s: running cmdStop %s", model.id, shlex.join(argv))
+        log_path = self.log_path(model.id)
+        try:
+            with log_path.open("ab") as out:
+                proc = await asyncio.create_subprocess_exec(
+                    *argv,
+                    stdin=asyncio.subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=out,
+                    env=model_env(model, self._environ),
+                    start_new_session=True,
+                )
+        except OSError as exc:
+            log.error("%s: cmdStop %s failed to run: %s; sending SIGTERM", model.id, argv[0], exc)
+            self._signal_group(pid, signal.SIGTERM)
+            return
+        try:
+            code = await asyncio.wait_for(proc.wait(), grace + CMD_STOP_FOLLOW)
+        except TimeoutError:
+            log.error("%s: cmdStop did not finish in %gs; killing it", model.id, grace)
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+            await proc.wait()
+            return
+        if code != 0:
+            log.warning("%s: cmdStop exited with %d", model.id, code)
+
+    @staticmethod
+    def _signal_group(pid: int, signum: int) -> None:
+        # circus starts every process in its own process group: signal the group (as llama-swap
+        # does) so a shell wrapper's children hear it too.
+        try:
+            if os.getpgid(pid) == pid:
+                os.killpg(pid, signum)
+            else:
+                os.kill(pid, signum)
+        except ProcessLookupError:
+            pass
+
+    def _kill_tree(self, pid: int, tree: list[psutil.Process]) -> None:
+        self._signal_group(pid, signal.SIGKILL)
+        for proc in tree:
+            with contextlib.suppress(psutil.Error):
+                proc.kill()
+
+    @staticmethod
+    def _process_tree(pid: int) -> list[psutil.Process]:
+        try:
+            root = psutil.Process(pid)
+            return [root, *root.children(recursive=True)]
+        except psutil.Error:
+            return []
+
+    @staticmethod
+    async def _wait_gone(pid: int, timeout: float) -> bool:
+        if not pid_watch.is_alive(pid):
+            return True
+        if timeout <= 0:
+            return False
+        try:
+            await asyncio.wait_for(pid_watch.wait_exit(pid), timeout)
+        except TimeoutError:
+            return not pid_watch.is_alive(pid)
+        return True
+
+    async def _wait_gpu_release(
+        self, running: Running, pids: set[int] | None
+    ) -> tuple[LingeringProcess, ...]:
+        if self.gpu_backend is None:
+            return ()
+        from swapd.daemon import gpu
+
+        try:
+            lingering = await gpu.wait_released(
+                self.gpu_backend, pids, running.gpus or None, GPU_RELEASE_TIMEOUT
+            )
+        except gpu.GpuError as exc:
+            log.error("%s: cannot check GPU release: %s", running.model, exc)
+            return ()
+        if lingering:
+            log.warning(
+                "%s stopped but GPU memory is still held: %s",
+                running.model,
+                ", ".join(f"pid {p.pid} on {p.gpu} ({p.used_bytes} bytes)" for p in lingering),
+            )
+        return tuple(lingering)
+
+
+def _size(path: Path) -> int:
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return -1
+
+
+def _alive(proc: psutil.Process) -> bool:
+    try:
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False

@@ -1,0 +1,131 @@
+"""`swapd status`, `swapd unload`, `swapd reload`: ask the running daemon over its ROUTER."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from swapd.ipc.client import DaemonClient, DaemonUnavailable
+from swapd.ipc.endpoints import Endpoints, default_run_dir
+from swapd.ipc.messages import Error, ModelStatus, Ok, Reload, Status, StatusReply, Unload
+
+STATUS_TIMEOUT = 5.0
+# An unload waits for drains (a long stream is never cut) and for cmdStop.
+UNLOAD_TIMEOUT = 600.0
+
+
+def _ago(when: float, now: float) -> str:
+    return _duration(now - when) + " ago" if when else "-"
+
+
+def _duration(seconds: float) -> str:
+    seconds = max(0, int(seconds))
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m{seconds % 60:02d}s"
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+
+
+def render_table(reply: StatusReply, now: float | None = None) -> str:
+    now = time.time() if now is None else now
+    rows = [("MODEL", "STATE", "PID", "PORT", "GPUS", "UPTIME", "LAST ACTIVITY", "TTL LEFT")]
+    notes: list[str] = []
+    for m in reply.models:
+        up = _duration(now - m.since) if m.state in ("ready", "draining") and m.since else "-"
+        rows.append(
+            (
+                m.model,
+                m.state + (f" ({m.in_flight} in flight)" if m.in_flight else ""),
+                str(m.pid) if m.pid else "-",
+                str(m.port) if m.port else "-",
+                ",".join(m.gpus) if m.gpus else "all" if m.pid else "-",
+                up,
+                _ago(m.last_activity, now),
+                _duration(m.ttl_left) if m.ttl_left is not None else "-",
+            )
+        )
+        if m.reason and m.state in ("failed", "stopped", "draining", "stopping"):
+            notes.append(f"{m.model}: {m.reason}")
+        for p in m.lingering:
+            used = f"{p.used_bytes / 2**20:.0f} MiB" if p.used_bytes is not None else "? MiB"
+            notes.append(f"{m.model}: LINGERING pid {p.pid} holds {used} on GPU {p.gpu}")
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = [
+        "  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip() for r in rows
+    ]
+    lines.insert(
+        0,
+        f"daemon pid {reply.pid}, up {_duration(reply.uptime)}, GPUs: "
+        + (
+            ", ".join(
+                f"{g.index} {g.name} {g.used_bytes / 2**20:.0f}/{g.total_bytes / 2**20:.0f} MiB"
+                for g in reply.gpus
+            )
+            or f"none ({reply.gpu_backend or 'no backend'})"
+        ),
+    )
+    return "\n".join(lines + notes)
+
+
+def _status_json(reply: StatusReply) -> dict[str, Any]:
+    data: dict[str, Any] = msgspec.to_builtins(reply)
+    data.pop("id", None)
+    data.pop("type", None)
+    for model in data["models"]:
+        model.pop("type", None)
+    return data
+
+
+async def _call(run_dir: Path, make: Any, timeout: float) -> Any:
+    client = DaemonClient(Endpoints(run_dir).daemon)
+    try:
+        return await client.request(make, timeout=timeout)
+    finally:
+        client.close()
+
+
+def main(args: argparse.Namespace) -> int:
+    run_dir = Path(args.run_dir) if args.run_dir is not None else default_run_dir()
+    if not (run_dir / "daemon.sock").exists():
+        print(f"swapd: no swapd running in {run_dir} (no daemon.sock)", file=sys.stderr)
+        return 1
+    try:
+        if args.command == "status":
+            reply = asyncio.run(_call(run_dir, lambda i: Status(id=i), STATUS_TIMEOUT))
+            if isinstance(reply, StatusReply):
+                if args.json:
+                    print(json.dumps(_status_json(reply), indent=2))
+                else:
+                    print(render_table(reply))
+                return 0
+        elif args.command == "unload":
+            reply = asyncio.run(
+                _call(run_dir, lambda i: Unload(id=i, model=args.model), UNLOAD_TIMEOUT)
+            )
+        elif args.command == "reload":
+            reply = asyncio.run(_call(run_dir, lambda i: Reload(id=i), UNLOAD_TIMEOUT))
+        else:
+            print(f"swapd: unknown command {args.command}", file=sys.stderr)
+            return 2
+    except DaemonUnavailable as exc:
+        print(f"swapd: {exc} (run dir {run_dir})", file=sys.stderr)
+        return 1
+    if isinstance(reply, Ok):
+        print(reply.message or "ok")
+        return 0
+    if isinstance(reply, Error):
+        print(f"swapd: {reply.message}", file=sys.stderr)
+        return 1
+    print(f"swapd: unexpected reply {type(reply).__name__}", file=sys.stderr)
+    return 1
+
+
+__all__ = ["ModelStatus", "main", "render_table"]

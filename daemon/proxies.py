@@ -1,0 +1,115 @@
+"""What the daemon knows about the proxies: who is alive (heartbeats), how many requests each has
+in flight per model and when each model was last used (activity casts), and the drain acks."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+# A proxy that sent nothing for this long is gone: its counts no longer hold a TTL or a drain.
+SILENT_AFTER = 3.0
+
+
+@dataclass
+class ProxyInfo:
+    proxy_id: str
+    pid: int = 0
+    last_seen: float = 0.0  # monotonic
+    in_flight: dict[str, int] = field(default_factory=dict)
+    drained: dict[str, int] = field(default_factory=dict)  # model -> highest acked epoch
+
+
+class ProxyRegistry:
+    def __init__(
+        self, *, clock: Callable[[], float] = time.monotonic, silent_after: float = SILENT_AFTER
+    ) -> None:
+        self.clock = clock
+        self.silent_after = silent_after
+        self.proxies: dict[str, ProxyInfo] = {}
+        self.last_activity: dict[str, float] = {}  # model -> wall clock
+        self._epochs: dict[str, int] = {}
+        self._changed = asyncio.Event()
+        self.first_hello = asyncio.Event()
+
+    def _seen(self, proxy_id: str) -> ProxyInfo:
+        info = self.proxies.get(proxy_id)
+        if info is None:
+            info = self.proxies[proxy_id] = ProxyInfo(proxy_id)
+        info.last_seen = self.clock()
+        return info
+
+    def _notify(self) -> None:
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    def hello(self, proxy_id: str, pid: int) -> None:
+        self._seen(proxy_id).pid = pid
+        self.first_hello.set()
+        self._notify()
+
+    def activity(self, proxy_id: str, model: str, in_flight: int, at: float) -> None:
+        info = self._seen(proxy_id)
+        info.in_flight[model] = max(0, in_flight)
+        self.last_activity[model] = max(self.last_activity.get(model, 0.0), min(at, time.time()))
+        self._notify()
+
+    def drained(self, proxy_id: str, model: str, epoch: int) -> None:
+        info = self._seen(proxy_id)
+        info.drained[model] = max(info.drained.get(model, 0), epoch)
+        info.in_flight[model] = 0
+        self._notify()
+
+    def live(self) -> list[ProxyInfo]:
+        horizon = self.clock() - self.silent_after
+        return [p for p in self.proxies.values() if p.last_seen >= horizon]
+
+    def expire(self) -> list[str]:
+        """Forget silent proxies; returns their ids."""
+        horizon = self.clock() - self.silent_after
+        gone = [pid for pid, p in self.proxies.items() if p.last_seen < horizon]
+        for pid in gone:
+            del self.proxies[pid]
+        if gone:
+            self._notify()
+        return gone
+
+    def in_flight(self, model: str) -> int:
+        return sum(p.in_flight.get(model, 0) for p in self.live())
+
+    def next_epoch(self, model: str) -> int:
+        epoch = self._epochs.get(model, 0) + 1
+        self._epochs[model] = epoch
+        return epoch
+
+    async def drain(
+        self,
+        model: str,
+        publish: Callable[[int], Awaitable[None] | None],
+        tick: float = 0.25,
+        republish: float = 1.0,
+    ) -> int:
+        """Publish `Draining(model, epoch)` via `publish(epoch)`; return once every proxy alive at
+        that moment acked it or went silent. No timeout: a long stream is never cut."""
+        epoch = self.next_epoch(model)
+        waiting = {p.proxy_id for p in self.live()}
+        published = -1.0
+        while True:
+            if self.clock() - published >= republish:
+                # Again now and then: a proxy that missed the broadcast (or restarted) hears it.
+                published = self.clock()
+                result = publish(epoch)
+                if result is not None:
+                    await result
+            live = {p.proxy_id for p in self.live()}
+            pending = {
+                pid for pid in waiting & live if self.proxies[pid].drained.get(model, 0) < epoch
+            }
+            if not pending:
+                return epoch
+            changed = self._changed
+            try:
+                await asyncio.wait_for(changed.wait(), tick)
+            except TimeoutError:
+                pass

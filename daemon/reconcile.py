@@ -1,0 +1,130 @@
+"""Adoption after a daemon restart: every `model-*` watcher circusd still runs is taken over as it
+is (same pid, no restart). Its model id, port and definition hash travel in the watcher's env.
+
+A process whose model is gone from the config, or whose definition changed, is stopped; a dead
+watcher is removed; a process that does not answer its health check yet (the old daemon died
+while it was starting) is given the rest of its health-check time in the background.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import psutil
+
+from swapd.daemon import health, lifecycle, pid_watch, watcher_names
+from swapd.daemon.circus_client import CircusError, CircusUnavailable
+
+if TYPE_CHECKING:
+    from swapd.daemon.server import Daemon
+
+log = logging.getLogger("swapd.reconcile")
+
+
+@dataclass(frozen=True)
+class Found:
+    watcher: str
+    model: str
+    pid: int | None
+    definition: str
+    env: dict[str, str]
+
+
+async def discover(daemon: Daemon) -> list[Found]:
+    circus = daemon.circus
+    # circusd may still be starting when the daemon is (its first watcher); give it a moment.
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 10.0
+    while True:
+        try:
+            names = (await circus.call("list", timeout=2.0)).get("watchers", [])
+            break
+        except CircusUnavailable:
+            if loop.time() > deadline:
+                raise
+    found = []
+    for name in names:
+        if not watcher_names.is_model_watcher(name):
+            continue
+        try:
+            options = (await circus.call("get", name=name, keys=["env"])).get("options", {})
+            pids = (await circus.call("list", name=name)).get("pids", [])
+        except CircusError as exc:
+            log.warning("cannot inspect watcher %s: %s", name, exc)
+            continue
+        env = {str(k): str(v) for k, v in (options.get("env") or {}).items()}
+        try:
+            model_id = env.get(lifecycle.ENV_MODEL_ID) or watcher_names.model_id(name)
+        except ValueError:
+            log.warning("watcher %s is not one of swapd's; leaving it alone", name)
+            continue
+        pid = next((int(p) for p in pids if pid_watch.is_alive(int(p))), None)
+        found.append(Found(name, model_id, pid, env.get(lifecycle.ENV_HASH, ""), env))
+    return found
+
+
+def _started_at(pid: int) -> float:
+    try:
+        return psutil.Process(pid).create_time()
+    except psutil.Error:
+        return time.time()
+
+
+async def adopt(daemon: Daemon) -> None:
+    config = daemon.scheduler.config
+    for item in await discover(daemon):
+        model = config.models.get(item.model)
+        if item.pid is None:
+            log.info("removing dead watcher %s", item.watcher)
+            await daemon.lifecycle.remove_watcher(item.model)
+            continue
+        running = lifecycle.Running(
+            model=item.model,
+            pid=item.pid,
+            upstream=model.proxy if model else "",
+            port=int(item.env[lifecycle.ENV_PORT]) if lifecycle.ENV_PORT in item.env else None,
+            gpus=tuple(model.gpus or ()) if model else (),
+            started_at=_started_at(item.pid),
+            definition=item.definition,
+        )
+        if model is None or lifecycle.definition_hash(model) != item.definition:
+            why = "no longer in the config" if model is None else "its definition changed"
+            log.info("stopping %s (pid %d): %s", item.model, item.pid, why)
+            await daemon.lifecycle.stop(
+                running, model, timeout=model.unload_timeout if model else 10
+            )
+            continue
+        url = lifecycle.health_url(model)
+        if url is None or await health.probe(daemon.lifecycle.session, url, 2.0):
+            daemon.scheduler.adopt(model, running)
+            daemon.watch_exit(model.id, running.pid)
+            log.info("adopted %s (pid %d, %s)", model.id, running.pid, running.upstream)
+        else:
+            daemon.spawn(_adopt_when_healthy(daemon, model, running))
+
+
+async def _adopt_when_healthy(
+    daemon: Daemon, model: lifecycle.ModelConfig, running: lifecycle.Running
+) -> None:
+    exited = asyncio.ensure_future(pid_watch.wait_exit(running.pid))
+    remaining = max(1.0, model.health_check_timeout - (time.time() - running.started_at))
+    try:
+        await health.wait_healthy(
+            daemon.lifecycle.session,
+            lifecycle.health_url(model),
+            timeout=remaining,
+            exited=exited,
+        )
+    except (health.ProcessExited, health.HealthTimeout):
+        log.warning("%s (pid %d) was starting and did not become healthy", model.id, running.pid)
+        await daemon.lifecycle.stop(running, model, timeout=5.0)
+        return
+    finally:
+        exited.cancel()
+    daemon.scheduler.adopt(model, running)
+    daemon.watch_exit(model.id, running.pid)
+    log.info("adopted %s (pid %d) once healthy", model.id, running.pid)

@@ -1,0 +1,88 @@
+"""`swapd run`: write the circus config into the run directory, then become circusd.
+
+circusd replaces this process (`os.execv`), so under systemd the main pid is circusd itself and
+its SIGTERM handling (stop every watcher, exit 0) is what Ctrl-C and `systemctl stop` reach.
+"""
+
+from __future__ import annotations
+
+import argparse
+import errno
+import os
+import socket
+import sys
+from pathlib import Path
+
+from swapd.daemon import circus_config, embedded
+from swapd.ipc.endpoints import Endpoints, default_run_dir, ensure_private_dir
+
+# circusd must outlast the daemon's own shutdown (cmdStop of every model, in parallel).
+_SHUTDOWN_MARGIN = 10.0
+
+
+def _check_port_free(host: str, port: int) -> str | None:
+    with socket.socket(circus_config.address_family(host), socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                return f"{host}:{port} is already in use (another swapd, or another server?)"
+            return f"cannot listen on {host}:{port}: {exc.strerror}"
+    return None
+
+
+def main(args: argparse.Namespace) -> int:
+    from swapd.daemon.config_loader import ConfigError, load_config
+
+    try:
+        host, port = circus_config.parse_listen(args.listen)
+    except circus_config.ListenAddressError as exc:
+        print(f"swapd: {exc}", file=sys.stderr)
+        return 2
+    if args.proxy_processes < 1:
+        print("swapd: --proxy-processes must be at least 1", file=sys.stderr)
+        return 2
+
+    # The embedded config's cmd says ${env.SWAPD_PYTHON}; the daemon re-reads the file with the
+    # environment circusd passes on, so export it before loading and before exec.
+    os.environ["SWAPD_PYTHON"] = sys.executable
+    is_embedded = args.config is None
+    config_path = embedded.default_config_path() if is_embedded else Path(args.config).resolve()
+    try:
+        config = load_config(config_path)
+    except ConfigError as exc:
+        print(f"swapd: invalid config {config_path}:\n{exc}", file=sys.stderr)
+        return 1
+    except OSError as exc:
+        print(f"swapd: cannot read config {config_path}: {exc.strerror}", file=sys.stderr)
+        return 1
+
+    problem = _check_port_free(host, port)
+    if problem:
+        print(f"swapd: {problem}", file=sys.stderr)
+        return 1
+
+    run_dir = Path(args.run_dir) if args.run_dir is not None else default_run_dir()
+    run_dir = ensure_private_dir(run_dir.resolve())
+    endpoints = Endpoints(run_dir)
+    ensure_private_dir(endpoints.log_dir)
+    unload_timeouts = [m.unload_timeout for m in config.models.values()] or [0.0]
+    layout = circus_config.CircusLayout(
+        endpoints=endpoints,
+        config_path=config_path,
+        listen_host=host,
+        listen_port=port,
+        python=sys.executable,
+        proxy_processes=args.proxy_processes,
+        daemon_graceful_timeout=max(unload_timeouts) + _SHUTDOWN_MARGIN,
+    )
+    ini = circus_config.write(layout)
+    if is_embedded:
+        print(embedded.describe_default(f"{host}:{port}"))
+    print(f"swapd: run dir {run_dir}, listening on {host}:{port}", flush=True)
+    os.environ["CIRCUSCTL_ENDPOINT"] = endpoints.circus_ctl
+    argv = [sys.executable, "-m", "circus.circusd", "--log-output", "-", str(ini)]
+    sys.stderr.flush()
+    os.execv(sys.executable, argv)
+    return 0  # not reached

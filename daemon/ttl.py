@@ -1,0 +1,35 @@
+"""TTL: a ready model unloads after `ttl` seconds without activity (0 = never). Activity is what
+the proxies report; a request in flight in any live proxy holds the model."""
+
+from __future__ import annotations
+
+import time
+
+from swapd.daemon.config import Config
+from swapd.daemon.proxies import ProxyRegistry
+from swapd.daemon.scheduler import ModelRecord
+
+
+def last_used(rec: ModelRecord, registry: ProxyRegistry) -> float:
+    # A model that became ready but never served counts from its ready time (llama-swap counts from
+    # the epoch and unloads such a model at the first tick).
+    return max(registry.last_activity.get(rec.id, 0.0), rec.since)
+
+
+def ttl_left(
+    rec: ModelRecord, config: Config, registry: ProxyRegistry, now: float | None = None
+) -> float | None:
+    """Seconds until the TTL unloads `rec`; None when no TTL applies (off, not ready, in use)."""
+    model = config.models.get(rec.id)
+    if model is None or model.ttl <= 0 or rec.state != "ready":
+        return None
+    if registry.in_flight(rec.id) > 0:
+        return None
+    now = time.time() if now is None else now
+    return max(0.0, model.ttl - (now - last_used(rec, registry)))
+
+
+def due(
+    records: list[ModelRecord], config: Config, registry: ProxyRegistry, now: float | None = None
+) -> list[str]:
+    return [rec.id for rec in records if ttl_left(rec, config, registry, now) == 0.0]

@@ -1,0 +1,102 @@
+"""Admission on one proxy process: the per-model concurrency limit (429), the in-flight counts that
+hold a drain back, the `Drained` acks, and the rate-limited `Activity` casts.
+
+Two counters per model (`state.ModelRuntime`):
+* `reserved`: every admitted request that has not finished, including those waiting for the daemon's
+  `ensure`. Compared with the model's per-process share of `concurrencyLimit` (429 past it).
+* `in_flight`: requests being served by the upstream. A drain waits for it to reach 0. Requests that
+  wait for `ensure` are not in it: they queue behind the drain in the daemon, so counting them would
+  deadlock the swap they wait for.
+
+Activity: one cast per model per second at most. The busy->idle edge goes out at once when the last
+cast is older than a second, else at the end of that second, so a stream of sequential requests to
+a ready model costs at most one cast a second, never one per request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+from swapd.proxy.daemon_link import DaemonLink
+from swapd.proxy.errors import ProxyError
+from swapd.proxy.state import ModelRuntime, ProxyState
+
+log = logging.getLogger(__name__)
+
+ACTIVITY_INTERVAL_S = 1.0
+_STOPPED_STATES = frozenset({"stopping", "stopped", "failed"})
+
+
+def too_many_requests() -> ProxyError:
+    return ProxyError(429, "Too many requests", "concurrency_limit", headers={"Retry-After": "1"})
+
+
+class Admission:
+    def __init__(self, state: ProxyState, link: DaemonLink) -> None:
+        self._state = state
+        self._link = link
+        self._loop = asyncio.get_running_loop()
+        state.on_draining = self._on_draining
+        state.on_state = self._on_state
+
+    # --- the 429 counter -------------------------------------------------------------------------
+    @staticmethod
+    def reserve(rt: ModelRuntime) -> None:
+        if rt.reserved >= rt.limit:
+            raise too_many_requests()
+        rt.reserved += 1
+
+    @staticmethod
+    def release(rt: ModelRuntime) -> None:
+        rt.reserved -= 1
+
+    # --- in flight -------------------------------------------------------------------------------
+    def begin(self, rt: ModelRuntime) -> None:
+        rt.in_flight += 1
+        self._activity(rt)
+
+    def end(self, rt: ModelRuntime) -> None:
+        rt.in_flight -= 1
+        self._activity(rt)
+        if rt.in_flight == 0 and rt.drain_epoch is not None and not rt.drain_acked:
+            self._ack(rt)
+
+    def _activity(self, rt: ModelRuntime) -> None:
+        now = time.time()
+        rt.last_activity = now
+        if now - rt.activity_sent_at >= ACTIVITY_INTERVAL_S:
+            if rt.activity_timer is not None:
+                rt.activity_timer.cancel()
+                rt.activity_timer = None
+            rt.activity_sent_at = now
+            self._link.activity(rt.id, rt.in_flight, now)
+        elif rt.activity_timer is None:
+            delay = ACTIVITY_INTERVAL_S - (now - rt.activity_sent_at)
+            rt.activity_timer = self._loop.call_later(delay, self._flush_activity, rt)
+
+    def _flush_activity(self, rt: ModelRuntime) -> None:
+        rt.activity_timer = None
+        rt.activity_sent_at = time.time()
+        self._link.activity(rt.id, rt.in_flight, rt.last_activity)
+
+    # --- drains ----------------------------------------------------------------------------------
+    def _on_draining(self, rt: ModelRuntime, epoch: int) -> None:
+        log.info("draining %s (epoch %d): %d request(s) in flight", rt.id, epoch, rt.in_flight)
+        if rt.in_flight == 0:
+            self._ack(rt)
+
+    def _ack(self, rt: ModelRuntime) -> None:
+        assert rt.drain_epoch is not None
+        rt.drain_acked = True
+        log.info("drained %s (epoch %d)", rt.id, rt.drain_epoch)
+        self._link.drained(rt.id, rt.drain_epoch)
+
+    def _on_state(self, rt: ModelRuntime, old: str) -> None:
+        if rt.state in _STOPPED_STATES and rt.ignored_ws:
+            # Ignored websockets hold nothing back; they end with their model.
+            for ws in list(rt.ignored_ws):
+                close = getattr(ws, "close_for_stop", None)
+                if close is not None:
+                    close()

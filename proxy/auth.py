@@ -1,0 +1,58 @@
+"""API keys (`apiKeys`): when set, every route but `/health` (and CORS preflights) needs one.
+
+A key is taken from the first of: the password of `Authorization: Basic`, `Authorization: Bearer`,
+`x-api-key`. It is compared with every configured key in constant time (`hmac.compare_digest`, and
+no early exit, so timing reveals neither the key nor which one matched). Keys are never logged; the
+client's headers are forwarded upstream unchanged, as llama-swap does.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hmac
+
+from aiohttp import web
+
+from swapd.proxy.errors import ProxyError
+
+REALM = 'Basic realm="swapd"'
+UNAUTHORIZED = "unauthorized: invalid or missing API key"
+
+
+def presented_key(request: web.Request) -> bytes | None:
+    headers = request.headers
+    authorization = headers.get("Authorization", "")
+    scheme, _, credentials = authorization.partition(" ")
+    scheme = scheme.lower()
+    credentials = credentials.strip()
+    if scheme == "basic" and credentials:
+        try:
+            decoded = base64.b64decode(credentials, validate=True)
+        except (binascii.Error, ValueError):
+            decoded = b""
+        _, sep, password = decoded.partition(b":")
+        if sep:
+            return password
+    if scheme == "bearer" and credentials:
+        return credentials.encode()
+    key = headers.get("x-api-key")
+    return key.encode() if key else None
+
+
+def check_api_key(request: web.Request, keys: tuple[bytes, ...]) -> None:
+    """Raise 401 unless `request` carries one of `keys` (no-op when `keys` is empty)."""
+    if not keys:
+        return
+    presented = presented_key(request)
+    if presented is None:
+        raise unauthorized()
+    ok = False
+    for key in keys:
+        ok |= hmac.compare_digest(presented, key)
+    if not ok:
+        raise unauthorized()
+
+
+def unauthorized() -> ProxyError:
+    return ProxyError(401, UNAUTHORIZED, "unauthorized", headers={"WWW-Authenticate": REALM})

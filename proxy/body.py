@@ -1,0 +1,236 @@
+"""Reading the `model` of a request, and the documented body filters.
+
+Where the model comes from (llama-swap's rules, with 400 instead of 404 when there is none):
+* a JSON body (`Content-Type` contains `json`): its top-level `"model"` string;
+* a `multipart/form-data` body: the form field `model`, else `?model=`;
+* an `application/x-www-form-urlencoded` body: the field `model`, else `?model=`;
+* anything else, and bodiless requests: `?model=`. Such bodies are not read here: they stream
+  to the upstream.
+
+A body that must be read to find the model is held in memory, so it is bounded: `MAX_BODY_BYTES`
+(64 MiB, or `$SWAPD_PROXY_MAX_BODY_MB` MiB); past it the answer is 413. Filters
+(`useModelName`, `filters.stripParams`, `filters.setParams`, a peer's model rewrite) apply to JSON
+bodies; multipart bodies get only the `model` rewrite, done in place so the rest of the form is sent
+byte for byte.
+"""
+
+from __future__ import annotations
+
+import os
+import urllib.parse
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+from aiohttp import web
+from aiohttp.helpers import parse_mimetype
+from aiohttp.multipart import parse_content_disposition
+
+from swapd.proxy.errors import ProxyError
+
+MAX_BODY_BYTES = int(float(os.environ.get("SWAPD_PROXY_MAX_BODY_MB", "64")) * 1024 * 1024)
+
+NO_MODEL = "no model id could be identified: send it as the JSON body's \"model\", the form field \"model\" or ?model="
+
+
+class _ModelOnly(msgspec.Struct):
+    # Decoding into this struct still validates the whole document but builds nothing else.
+    model: Any = None
+
+
+_model_decoder = msgspec.json.Decoder(_ModelOnly)
+_json_decoder = msgspec.json.Decoder()
+_json_encode = msgspec.json.Encoder().encode
+
+
+@dataclass(slots=True)
+class RequestModel:
+    """What `read_model` found. `body` is None when the body was not read (it streams up)."""
+
+    name: str
+    kind: str  # "json" | "multipart" | "form" | "query"
+    body: bytes | None
+    boundary: bytes = b""
+    model_span: tuple[int, int] | None = None  # multipart: where the model value sits in `body`
+
+
+async def read_body(request: web.Request, limit: int = MAX_BODY_BYTES) -> bytes:
+    length = request.content_length
+    if length is not None:
+        if length > limit:
+            raise _too_large(limit)
+        return await request.read()
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.content.iter_any():
+        size += len(chunk)
+        if size > limit:
+            raise _too_large(limit)
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _too_large(limit: int) -> ProxyError:
+    return ProxyError(
+        413,
+        f"request body larger than {limit // (1024 * 1024)} MiB; the model must be read from it "
+        "(raise SWAPD_PROXY_MAX_BODY_MB, or send ?model= with a non-JSON, non-form body)",
+    )
+
+
+async def read_model(request: web.Request) -> RequestModel:
+    ctype = request.headers.get("Content-Type", "")
+    if request.method not in ("GET", "HEAD") and request.body_exists:
+        if "json" in ctype:
+            body = await read_body(request)
+            try:
+                model = _model_decoder.decode(body).model
+            except msgspec.ValidationError as exc:
+                raise ProxyError(400, f"the JSON body must be an object: {exc}") from exc
+            except msgspec.DecodeError as exc:
+                raise ProxyError(400, f"malformed JSON body: {exc}") from exc
+            return RequestModel(_model_name(model), "json", body)
+        if "multipart/form-data" in ctype:
+            body = await read_body(request)
+            boundary = parse_mimetype(ctype).parameters.get("boundary", "")
+            if not boundary:
+                raise ProxyError(400, "could not parse multipart form: no boundary")
+            span = multipart_field(body, boundary.encode("latin-1"), "model")
+            if span is not None:
+                try:
+                    name = body[span[0] : span[1]].decode()
+                except UnicodeDecodeError as exc:
+                    raise ProxyError(400, "the form field model is not UTF-8") from exc
+                return RequestModel(_model_name(name), "multipart", body, boundary.encode(), span)
+            return RequestModel(_query_model(request), "multipart", body, boundary.encode())
+        if "application/x-www-form-urlencoded" in ctype:
+            body = await read_body(request)
+            try:
+                fields = urllib.parse.parse_qs(body.decode(), strict_parsing=False)
+            except UnicodeDecodeError as exc:
+                raise ProxyError(400, "could not parse the urlencoded form: not UTF-8") from exc
+            values = fields.get("model")
+            name = values[0] if values else _query_model(request)
+            return RequestModel(_model_name(name), "form", body)
+    return RequestModel(_query_model(request), "query", None)
+
+
+def _query_model(request: web.Request) -> str:
+    return _model_name(request.query.get("model"))
+
+
+def _model_name(value: object) -> str:
+    if value is None or value == "":
+        raise ProxyError(400, NO_MODEL)
+    if not isinstance(value, str):
+        raise ProxyError(400, f"\"model\" must be a string, got {type(value).__name__}")
+    return value
+
+
+# --------------------------------------------------------------------------------------------------
+# multipart
+
+
+def multipart_field(body: bytes, boundary: bytes, name: str) -> tuple[int, int] | None:
+    """The byte span of form field `name`'s value in a multipart body (RFC 7578), or None.
+
+    Raises `ProxyError(400)` for a body that is not a well-formed multipart document.
+    """
+    delimiter = b"--" + boundary
+    pos = body.find(delimiter)
+    if pos < 0:
+        raise ProxyError(400, "could not parse multipart form: boundary not found")
+    found: tuple[int, int] | None = None
+    while True:
+        pos += len(delimiter)
+        if body.startswith(b"--", pos):
+            return found  # the closing delimiter
+        line_end = body.find(b"\r\n", pos)
+        if line_end < 0:
+            break
+        head_end = body.find(b"\r\n\r\n", line_end)
+        if head_end < 0:
+            break
+        next_delim = body.find(b"\r\n" + delimiter, head_end)
+        if next_delim < 0:
+            break
+        if found is None:
+            headers = body[line_end + 2 : head_end].decode("latin-1")
+            for header in headers.split("\r\n"):
+                key, _, value = header.partition(":")
+                if key.strip().lower() == "content-disposition":
+                    _, params = parse_content_disposition(value.strip())
+                    if params.get("name") == name:
+                        found = (head_end + 4, next_delim)
+        pos = next_delim + 2
+    raise ProxyError(400, "could not parse multipart form: truncated or malformed body")
+
+
+def replace_span(body: bytes, span: tuple[int, int], value: str) -> bytes:
+    return body[: span[0]] + value.encode() + body[span[1] :]
+
+
+# --------------------------------------------------------------------------------------------------
+# JSON filters
+
+
+def filter_json(
+    body: bytes,
+    *,
+    model: str | None,
+    strip: Sequence[str] = (),
+    set_params: Mapping[str, Any] | None = None,
+) -> bytes:
+    """Rewrite a JSON body: `model` (when not None), then drop `strip`, then set `set_params`.
+
+    Keys may be dotted paths into nested objects (`a.b`), as llama-swap's sjson paths are. `model`
+    itself is protected from strip and set.
+    """
+    doc = _json_decoder.decode(body)
+    if not isinstance(doc, dict):
+        raise ProxyError(400, "the JSON body must be an object")
+    if model is not None:
+        doc["model"] = model
+    for key in strip:
+        if key != "model":
+            _delete_path(doc, key.split("."))
+    for key in sorted(set_params or ()):
+        if key != "model":
+            _set_path(doc, key.split("."), set_params[key])  # type: ignore[index]
+    return _json_encode(doc)
+
+
+def _delete_path(doc: Any, parts: list[str]) -> None:
+    for part in parts[:-1]:
+        doc = _child(doc, part)
+        if doc is None:
+            return
+    if isinstance(doc, dict):
+        doc.pop(parts[-1], None)
+    elif isinstance(doc, list) and parts[-1].isdigit() and int(parts[-1]) < len(doc):
+        del doc[int(parts[-1])]
+
+
+def _set_path(doc: Any, parts: list[str], value: Any) -> None:
+    for part in parts[:-1]:
+        child = _child(doc, part)
+        if not isinstance(child, dict | list):
+            child = {}
+            if isinstance(doc, dict):
+                doc[part] = child
+            else:
+                return
+        doc = child
+    if isinstance(doc, dict):
+        doc[parts[-1]] = value
+    elif isinstance(doc, list) and parts[-1].isdigit() and int(parts[-1]) < len(doc):
+        doc[int(parts[-1])] = value
+
+
+def _child(doc: Any, part: str) -> Any:
+    if isinstance(doc, dict):
+        return doc.get(part)
+    if isinstance(doc, list) and part.isdigit() and int(part) < len(doc):
+        return doc[int(part)]
+    return None

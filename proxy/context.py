@@ -1,0 +1,33 @@
+"""The per-process objects every handler needs, stored on the app under `CTX`.
+
+Other proxy modules (and `comfyui.py`) get them with `request.app[CTX]`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import aiohttp
+from aiohttp import web
+
+from swapd.proxy.admission import Admission
+from swapd.proxy.daemon_link import DaemonLink
+from swapd.proxy.log_hub import LogHub
+from swapd.proxy.state import ProxyState
+from swapd.proxy.upstream_client import UpstreamPool
+
+
+@dataclass(slots=True)
+class ProxyContext:
+    run_dir: Path
+    processes: int
+    state: ProxyState
+    link: DaemonLink
+    admission: Admission
+    session: aiohttp.ClientSession
+    pool: UpstreamPool
+    logs: LogHub
+
+
+CTX: web.AppKey[ProxyContext] = web.AppKey("swapd_proxy", ProxyContext)

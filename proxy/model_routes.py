@@ -1,0 +1,63 @@
+"""Routes dispatched by the request's `model` (OpenAI, Anthropic, llama.cpp, stable-diffusion)."""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from swapd.proxy.body import filter_json, read_model, replace_span
+from swapd.proxy.context import CTX
+from swapd.proxy.dispatch import serve_local
+from swapd.proxy.errors import ProxyError
+from swapd.proxy.peers import serve_peer
+from swapd.proxy.sync_wait import routes_of
+
+# (method, path): the model comes from a JSON body, a multipart form, or ?model= (body.py).
+MODEL_ROUTES: tuple[tuple[str, str], ...] = (
+    ("POST", "/v1/chat/completions"),
+    ("POST", "/v1/completions"),
+    ("POST", "/v1/responses"),
+    ("POST", "/v1/embeddings"),
+    ("POST", "/v1/audio/speech"),
+    ("POST", "/v1/audio/transcriptions"),
+    ("POST", "/v1/audio/translations"),
+    ("POST", "/v1/audio/voices"),
+    ("GET", "/v1/audio/voices"),
+    ("POST", "/v1/images/generations"),
+    ("POST", "/v1/images/edits"),
+    ("POST", "/v1/messages"),
+    ("POST", "/v1/messages/count_tokens"),
+    ("POST", "/v1/rerank"),
+    ("POST", "/v1/reranking"),
+    ("POST", "/rerank"),
+    ("POST", "/reranking"),
+    ("POST", "/infill"),
+    ("POST", "/completion"),
+    ("POST", "/sdapi/v1/txt2img"),
+    ("POST", "/sdapi/v1/img2img"),
+    ("GET", "/sdapi/v1/loras"),
+    ("GET", "/props"),
+)
+
+
+async def handle_model_request(request: web.Request) -> web.StreamResponse:
+    ctx = request.app[CTX]
+    found = await read_model(request)
+    routes = await routes_of(ctx)
+    route = routes.by_name.get(found.name)
+    if route is None:
+        peer = routes.peers.get(found.name)
+        if peer is None:
+            raise ProxyError(404, f"model {found.name} not found")
+        return await serve_peer(request, ctx, peer, request.raw_path, found=found)
+    body = found.body
+    if body is not None:
+        rename = route.use_model_name
+        if found.kind == "json":
+            filters = route.filters
+            if rename or filters.strip_params or filters.set_params:
+                body = filter_json(
+                    body, model=rename, strip=filters.strip_params, set_params=filters.set_params
+                )
+        elif found.kind == "multipart" and rename and found.model_span is not None:
+            body = replace_span(body, found.model_span, rename)
+    return await serve_local(request, ctx, ctx.state.runtimes[route.id], request.raw_path, body=body)

@@ -1,0 +1,81 @@
+"""`GET /v1/models` and `GET /models`: OpenAI's list shape, sorted by id.
+
+Unlisted models are hidden (they stay requestable); with `includeAliasesInList` each alias gets its
+own entry; peer models appear as `<peer>/<model>`. `status.value` says whether a local model is
+loaded (any state but stopped/failed); peer models are always `unloaded`. `meta.llamaswap` keeps
+llama-swap's shape so tools written for it keep working.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import msgspec
+from aiohttp import web
+
+from swapd.ipc.messages import RouteModel
+from swapd.proxy.context import CTX
+from swapd.proxy.state import LOADED_STATES
+from swapd.proxy.sync_wait import routes_of
+
+OWNED_BY = "swapd"
+_encode = msgspec.json.Encoder().encode
+
+
+def _entry(
+    entry_id: str, route: RouteModel, created: int, loaded: bool, meta: dict[str, Any]
+) -> dict[str, Any]:
+    item: dict[str, Any] = {"id": entry_id, "object": "model", "created": created}
+    item["owned_by"] = OWNED_BY
+    if route.name and route.name.strip():
+        item["name"] = route.name.strip()
+    if route.description and route.description.strip():
+        item["description"] = route.description.strip()
+    item["meta"] = {"llamaswap": {**route.metadata, **meta}}
+    item["status"] = {"value": "loaded" if loaded else "unloaded"}
+    return item
+
+
+async def handle_models(request: web.Request) -> web.Response:
+    ctx = request.app[CTX]
+    routes = await routes_of(ctx)
+    created = int(time.time())
+    data: list[dict[str, Any]] = []
+    for route in routes.table.models:
+        if route.unlisted:
+            continue
+        rt = ctx.state.runtimes.get(route.id)
+        loaded = rt is not None and rt.state in LOADED_STATES
+        meta: dict[str, Any] = {"type": "model"}
+        if route.aliases:
+            meta["aliases"] = list(route.aliases)
+        data.append(_entry(route.id, route, created, loaded, meta))
+        if routes.include_aliases_in_list:
+            for alias in route.aliases:
+                data.append(
+                    _entry(alias, route, created, loaded, {"type": "alias", "modelID": route.id})
+                )
+    for peer in routes.table.peers:
+        for name in peer.models:
+            data.append(
+                {
+                    "id": f"{peer.id}/{name}",
+                    "object": "model",
+                    "created": created,
+                    "owned_by": OWNED_BY,
+                    "name": f"{peer.id}: {name}",
+                    "meta": {"llamaswap": {"type": "peer", "peerID": peer.id}},
+                    "status": {"value": "unloaded"},
+                }
+            )
+    data.sort(key=lambda item: item["id"])
+    headers = {}
+    origin = request.headers.get("Origin")
+    if origin:
+        headers["Access-Control-Allow-Origin"] = origin
+    return web.Response(
+        body=_encode({"object": "list", "data": data}),
+        content_type="application/json",
+        headers=headers,
+    )

@@ -1,0 +1,83 @@
+"""Operations endpoints: `/health`, `/running`, unloading."""
+
+from __future__ import annotations
+
+import msgspec
+from aiohttp import web
+
+from swapd.ipc.messages import Error, Ok
+from swapd.proxy.context import CTX
+from swapd.proxy.errors import ProxyError
+from swapd.proxy.sync_wait import routes_of
+
+_encode = msgspec.json.Encoder().encode
+_OK = web.Response(text="OK")
+
+
+async def handle_health(_request: web.Request) -> web.Response:
+    return web.Response(text="OK")
+
+
+async def handle_running(request: web.Request) -> web.Response:
+    """Models in any state but `stopped`, as this proxy last heard from the daemon."""
+    ctx = request.app[CTX]
+    await routes_of(ctx)
+    running = []
+    for rt in sorted(ctx.state.runtimes.values(), key=lambda r: r.id):
+        if rt.state == "stopped":
+            continue
+        status = rt.status
+        item: dict[str, object] = {
+            "model": rt.id,
+            "state": rt.state,
+            "pid": status.pid,
+            "port": status.port,
+            "ttl": rt.route.ttl,
+            "ttl_left": status.ttl_left,
+            "proxy": rt.base_url,
+            "in_flight": rt.in_flight,
+        }
+        if rt.route.name:
+            item["name"] = rt.route.name
+        if rt.route.description:
+            item["description"] = rt.route.description
+        if status.reason:
+            item["reason"] = status.reason
+        running.append(item)
+    return web.Response(body=_encode({"running": running}), content_type="application/json")
+
+
+async def _unload(request: web.Request, model: str | None) -> None:
+    reply = await request.app[CTX].link.unload(model)
+    if isinstance(reply, Error):
+        raise ProxyError(reply.status, reply.message, reply.code, log_tail=reply.log_tail)
+    if not isinstance(reply, Ok):
+        raise ProxyError(502, f"unexpected reply from the daemon: {type(reply).__name__}")
+
+
+async def handle_unload_all(request: web.Request) -> web.Response:
+    """`POST /api/models/unload`: answers once every model has stopped."""
+    await _unload(request, None)
+    return web.Response(body=b'{"msg":"ok"}', content_type="application/json")
+
+
+async def handle_unload_legacy(request: web.Request) -> web.Response:
+    """`GET /unload` (llama-swap's older form): the same, answered `OK` as text."""
+    await _unload(request, None)
+    return web.Response(text="OK")
+
+
+async def handle_unload_one(request: web.Request) -> web.Response:
+    """`POST /api/models/unload/<id or alias>`: answers once that model has stopped."""
+    ctx = request.app[CTX]
+    routes = await routes_of(ctx)
+    name = request.match_info["model"]
+    route = routes.by_name.get(name)
+    if route is None:
+        if name in routes.peers:
+            raise ProxyError(404, f"no local server found for requested model {name}")
+        raise ProxyError(404, f"model {name} not found")
+    await _unload(request, route.id)
+    return web.Response(
+        body=_encode({"msg": "ok", "model": route.id}), content_type="application/json"
+    )

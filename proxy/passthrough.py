@@ -1,0 +1,120 @@
+"""Path-addressed passthrough to a model: `/upstream/<model>/<path>`, and the building block of the
+ComfyUI endpoint (`comfyui.py`).
+
+The reusable part is `passthrough()`:
+
+    async def passthrough(
+        request: web.Request,
+        model_id: str,
+        raw_path: str,
+        *,
+        ignored: Callable[[web.Request, str], str | None] | None = None,
+        local_only: bool = False,
+    ) -> web.StreamResponse
+
+* `model_id`: the model to serve (an id, or an alias unless `local_only`).
+* `raw_path`: the path to send upstream, prefix already stripped, percent-escapes exactly as the
+  client sent them, starting with `/`, WITHOUT the query (the request's raw query is appended).
+* `ignored(request, raw_path)`: consulted only while the model is not ready (or is draining); a
+  returned reason answers 409 `model <id> is not loaded; <reason>` and starts nothing. Default: the
+  `upstream.ignorePaths` rule (`path matches upstream.ignorePaths`, matched on the decoded path).
+* Then, for a model with `compat.ignoreWebsockets`, a websocket upgrade while the model is not ready
+  answers 409 `model <id> is not loaded; ignored websocket requests cannot start it`; when it is
+  ready the websocket is relayed outside admission (no slot, not in flight, closed when the model
+  stops).
+* `local_only=True`: look `model_id` up by exact local id only (no aliases, no peers) and answer 404
+  `local model <id> not found` when missing (what `/comfyui/` needs).
+* Otherwise the request goes through admission and `Ensure` like any model request.
+
+Errors are raised as `errors.ProxyError`; the app's middleware renders them.
+`redirect_with_slash(request, location)` is the 301 (GET/HEAD) / 308 (others) redirect that keeps
+the query string.
+"""
+
+from __future__ import annotations
+
+import urllib.parse
+from collections.abc import Callable
+
+from aiohttp import web
+
+from swapd.proxy.context import CTX, ProxyContext
+from swapd.proxy.dispatch import not_loaded, serve_local
+from swapd.proxy.errors import ProxyError
+from swapd.proxy.peers import serve_peer
+from swapd.proxy.state import Routes
+from swapd.proxy.sync_wait import routes_of
+from swapd.proxy.websocket import is_websocket
+
+IGNORED_PATH = "path matches upstream.ignorePaths"
+IGNORED_WEBSOCKET = "ignored websocket requests cannot start it"
+UPSTREAM_PREFIX = "/upstream/"
+
+IgnoreRule = Callable[[web.Request, str], str | None]
+
+
+def raw_query(request: web.Request) -> str:
+    """`?query` exactly as sent, or "" when there is none."""
+    _, sep, query = request.raw_path.partition("?")
+    return "?" + query if sep else ""
+
+
+def redirect_with_slash(request: web.Request, location: str) -> web.Response:
+    status = 301 if request.method in ("GET", "HEAD") else 308
+    return web.Response(status=status, headers={"Location": location + raw_query(request)})
+
+
+def _upstream_ignore_paths(routes: Routes) -> IgnoreRule:
+    def rule(_request: web.Request, raw_path: str) -> str | None:
+        return IGNORED_PATH if routes.path_ignored(urllib.parse.unquote(raw_path)) else None
+
+    return rule
+
+
+async def passthrough(
+    request: web.Request,
+    model_id: str,
+    raw_path: str,
+    *,
+    ignored: IgnoreRule | None = None,
+    local_only: bool = False,
+) -> web.StreamResponse:
+    ctx: ProxyContext = request.app[CTX]
+    routes = await routes_of(ctx)
+    route = routes.by_id.get(model_id) if local_only else routes.by_name.get(model_id)
+    path_qs = raw_path + raw_query(request)
+    if route is None:
+        if local_only:
+            raise ProxyError(404, f"local model {model_id} not found")
+        peer = routes.peers.get(model_id)
+        if peer is None:
+            raise ProxyError(404, f"model {model_id} not found")
+        return await serve_peer(request, ctx, peer, path_qs)
+    rt = ctx.state.runtimes[route.id]
+    if not rt.hot:
+        rule = ignored if ignored is not None else _upstream_ignore_paths(routes)
+        reason = rule(request, raw_path)
+        if reason is not None:
+            raise not_loaded(route.id, reason)
+        if route.ignore_websockets and is_websocket(request):
+            raise not_loaded(route.id, IGNORED_WEBSOCKET)
+    return await serve_local(request, ctx, rt, path_qs)
+
+
+async def handle_upstream(request: web.Request) -> web.StreamResponse:
+    """`/upstream/<model>/<path>`: the longest leading run of segments naming a model wins, so ids
+    with `/` work, escaped (`a%2Fb`) or not."""
+    ctx: ProxyContext = request.app[CTX]
+    routes = await routes_of(ctx)
+    path = request.raw_path.partition("?")[0]
+    segments = path[len(UPSTREAM_PREFIX) :].split("/")
+    for n in range(len(segments), 0, -1):
+        typed = "/".join(segments[:n])
+        name = urllib.parse.unquote(typed)
+        if name and (name in routes.by_name or name in routes.peers):
+            break
+    else:
+        raise ProxyError(404, f"model not found in {path!r}")
+    if n == len(segments):
+        return redirect_with_slash(request, f"{UPSTREAM_PREFIX}{typed}/")
+    return await passthrough(request, name, "/" + "/".join(segments[n:]))

@@ -1,0 +1,328 @@
+"""A test upstream standing in for ComfyUI (the `yanwk/comfyui-boot` container of the seed page).
+
+It behaves as the real server does for what swapd cares about:
+
+* `/` answers 200 with the HTML page; there is no `/health` (so a model needs `checkEndpoint: /`);
+* static assets: `/scripts/app.js`, `/style.css`, `/favicon.ico`, `/templates/default.json`, and
+  saved workflows under `/api/userdata/<name>.json` (the frontend fetches them as
+  `/api/userdata/workflows%2F<name>.json`);
+* `/ws` is the frontend websocket: it sends a JSON `status` message on connect and every
+  `--status-interval` seconds, relays job progress, and stays open until the client or the server
+  closes it;
+* `GET /api/jobs` (the list the open page polls), `GET /api/jobs/<id>`, `GET /api/queue`,
+  `GET /api/system_stats`, `POST /api/prompt` (queues a fake job of `--job-steps` steps,
+  `--step-delay` seconds each, that reports `execution_start`, `progress` and `executing` messages
+  over the websocket).
+
+Every request that reaches it is printed to stdout as one `comfyui-like request {json}` line (and
+appended to `--request-log` as a JSON line, when given), so tests can prove what reached it and
+what did not. `--hold-file` keeps it "loading" (not yet listening) while that file exists, so a
+test can hold swapd's model in `starting` for as long as it needs.
+
+`--pidfile` and `--stop-pidfile` give the docker-like pair: the seed's `cmd` runs a container by
+name and its `cmdStop` is `docker stop <name>`; here `cmd` writes its pid to a file and `cmdStop` is
+this script with `--stop-pidfile`, which stops it through that file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import itertools
+import json
+import os
+import signal
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from aiohttp import WSMsgType, web
+
+PAGE = """<!DOCTYPE html>
+<html>
+<head><title>ComfyUI</title><link rel="stylesheet" href="style.css"></head>
+<body><div id="app"></div><script type="module" src="scripts/app.js"></script></body>
+</html>
+"""
+
+ASSETS: dict[str, tuple[str, str]] = {
+    "/scripts/app.js": ("application/javascript", "console.log('comfyui-like app');\n"),
+    "/style.css": ("text/css", "body { background: #202020; }\n"),
+    "/favicon.ico": ("image/x-icon", "\x00\x00\x01\x00"),
+    "/templates/default.json": ("application/json", '{"nodes": [], "links": []}\n'),
+}
+
+ARGS: argparse.Namespace
+SOCKETS: web.AppKey[dict[web.WebSocketResponse, str]] = web.AppKey("sockets", dict)
+JOBS: web.AppKey[dict[str, dict[str, Any]]] = web.AppKey("jobs", dict)
+QUEUE: web.AppKey[asyncio.Queue[str]] = web.AppKey("queue", asyncio.Queue)
+WORKER: web.AppKey[asyncio.Task[None]] = web.AppKey("worker", asyncio.Task)
+COUNTER = itertools.count()
+
+
+def record(event: str, **fields: Any) -> None:
+    line = json.dumps({"event": event, "pid": os.getpid(), "name": ARGS.name, **fields})
+    print(f"comfyui-like {event} {line}", flush=True)
+    if ARGS.request_log:
+        with open(ARGS.request_log, "a", encoding="utf-8") as log:
+            log.write(line + "\n")
+
+
+@web.middleware
+async def log_requests(request: web.Request, handler: Any) -> web.StreamResponse:
+    record(
+        "request",
+        method=request.method,
+        path=request.path,
+        raw_path=request.raw_path,
+        query=request.query_string,
+        upgrade=request.headers.get("Upgrade", ""),
+        headers={k: v for k, v in request.headers.items() if k.lower() != "authorization"},
+    )
+    return await handler(request)
+
+
+async def page(request: web.Request) -> web.Response:
+    return web.Response(text=PAGE, content_type="text/html")
+
+
+async def asset(request: web.Request) -> web.Response:
+    content_type, body = ASSETS[request.path]
+    return web.Response(text=body, content_type=content_type)
+
+
+async def userdata(request: web.Request) -> web.Response:
+    """Saved workflows; the name arrives with its `%2F` still escaped, as ComfyUI expects."""
+    name = request.match_info["file"]
+    return web.json_response({"workflow": name, "raw_path": request.raw_path, "nodes": []})
+
+
+def _queue_status() -> dict[str, Any]:
+    jobs = APP[JOBS].values()
+    remaining = sum(1 for job in jobs if job["status"] in ("pending", "running"))
+    return {"status": {"exec_info": {"queue_remaining": remaining}}}
+
+
+async def _send(ws: web.WebSocketResponse, message: dict[str, Any]) -> None:
+    # A tab that went away while a message was on its way is not an error for the server.
+    with contextlib.suppress(ConnectionError, RuntimeError):
+        await ws.send_str(json.dumps(message))
+
+
+async def _broadcast(message: dict[str, Any], client_id: str | None = None) -> None:
+    for ws, sid in list(APP[SOCKETS].items()):
+        if client_id is None or sid == client_id:
+            await _send(ws, message)
+
+
+async def websocket(request: web.Request) -> web.StreamResponse:
+    if request.headers.get("Upgrade", "").lower() != "websocket":
+        # ComfyUI's /ws without upgrade headers is an aiohttp handshake error.
+        return web.json_response({"error": "websocket upgrade expected"}, status=400)
+    ws = web.WebSocketResponse(heartbeat=None)
+    await ws.prepare(request)
+    sid = request.query.get("clientId") or uuid.uuid4().hex
+    APP[SOCKETS][ws] = sid
+    record("ws_open", sid=sid)
+
+    async def status_loop() -> None:
+        while True:
+            await _send(ws, {"type": "status", "data": {**_queue_status(), "sid": sid}})
+            await asyncio.sleep(ARGS.status_interval)
+
+    ticker = asyncio.get_running_loop().create_task(status_loop())
+    try:
+        async for msg in ws:
+            if msg.type == WSMsgType.TEXT:
+                record("ws_message", sid=sid, data=msg.data)
+                await _send(ws, {"type": "echo", "data": msg.data})
+    finally:
+        ticker.cancel()
+        APP[SOCKETS].pop(ws, None)
+        record("ws_close", sid=sid)
+    return ws
+
+
+async def jobs(request: web.Request) -> web.Response:
+    return web.json_response({"jobs": list(APP[JOBS].values())})
+
+
+async def job(request: web.Request) -> web.Response:
+    found = APP[JOBS].get(request.match_info["job_id"])
+    if found is None:
+        return web.json_response({"error": "job not found"}, status=404)
+    return web.json_response(found)
+
+
+async def queue(request: web.Request) -> web.Response:
+    running = [j["id"] for j in APP[JOBS].values() if j["status"] == "running"]
+    pending = [j["id"] for j in APP[JOBS].values() if j["status"] == "pending"]
+    return web.json_response({"queue_running": running, "queue_pending": pending})
+
+
+async def system_stats(request: web.Request) -> web.Response:
+    return web.json_response({"system": {"comfyui_version": "fake", "pid": os.getpid()}})
+
+
+async def prompt(request: web.Request) -> web.Response:
+    try:
+        body = await request.json()
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return web.json_response({"error": "invalid prompt"}, status=400)
+    prompt_id = str(uuid.uuid4())
+    APP[JOBS][prompt_id] = {
+        "id": prompt_id,
+        "number": next(COUNTER),
+        "status": "pending",
+        "client_id": body.get("client_id") if isinstance(body, dict) else None,
+        "steps": ARGS.job_steps,
+        "step": 0,
+    }
+    await APP[QUEUE].put(prompt_id)
+    await _broadcast({"type": "status", "data": _queue_status()})
+    return web.json_response({"prompt_id": prompt_id, "number": APP[JOBS][prompt_id]["number"]})
+
+
+async def worker(app: web.Application) -> None:
+    """Runs queued jobs one at a time, as ComfyUI's single executor does."""
+    while True:
+        prompt_id = await app[QUEUE].get()
+        current = app[JOBS][prompt_id]
+        current["status"] = "running"
+        client = current["client_id"]
+        await _broadcast({"type": "execution_start", "data": {"prompt_id": prompt_id}}, client)
+        for step in range(1, current["steps"] + 1):
+            await asyncio.sleep(ARGS.step_delay)
+            current["step"] = step
+            progress = {"value": step, "max": current["steps"], "prompt_id": prompt_id}
+            await _broadcast({"type": "progress", "data": progress}, client)
+        current["status"] = "done"
+        record("job_done", prompt_id=prompt_id)
+        await _broadcast(
+            {"type": "executing", "data": {"node": None, "prompt_id": prompt_id}}, client
+        )
+        await _broadcast({"type": "status", "data": _queue_status()})
+
+
+async def not_found(request: web.Request) -> web.Response:
+    """ComfyUI answers unknown paths with 404; this one says what arrived, for prefix tests."""
+    return web.json_response(
+        {"error": "not found", "method": request.method, "raw_path": request.raw_path}, status=404
+    )
+
+
+async def _start_worker(app: web.Application) -> None:
+    app[WORKER] = asyncio.get_running_loop().create_task(worker(app))
+
+
+async def _close_sockets(app: web.Application) -> None:
+    # Without this aiohttp waits its whole shutdown timeout for every open tab.
+    app[WORKER].cancel()
+    for ws in list(app[SOCKETS]):
+        await ws.close(code=1001, message=b"server shutting down")
+
+
+def _make_app() -> web.Application:
+    app = web.Application(middlewares=[log_requests])
+    app[SOCKETS] = {}
+    app[JOBS] = {}
+    app[QUEUE] = asyncio.Queue()
+    app.router.add_get("/", page)
+    for path in ASSETS:
+        app.router.add_get(path, asset)
+    app.router.add_get("/api/userdata/{file:.+}", userdata)
+    app.router.add_get("/ws", websocket)
+    app.router.add_get("/api/jobs", jobs)
+    app.router.add_get("/api/jobs/{job_id}", job)
+    app.router.add_get("/api/queue", queue)
+    app.router.add_get("/api/system_stats", system_stats)
+    app.router.add_post("/api/prompt", prompt)
+    app.router.add_route("*", "/{tail:.*}", not_found)
+    app.on_startup.append(_start_worker)
+    app.on_shutdown.append(_close_sockets)
+    return app
+
+
+def _alive(pid: int) -> bool:
+    """True while `pid` runs; an exited process its parent has not reaped yet counts as gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+
+
+def stop_by_pidfile(path: Path, timeout: float) -> int:
+    """The `docker stop NAME` stand-in: SIGTERM the server named by the pidfile and wait for it."""
+    try:
+        pid = int(path.read_text().strip())
+    except (FileNotFoundError, ValueError):
+        print(f"comfyui-like stop: no server recorded in {path}", flush=True)
+        return 0
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not _alive(pid):
+            print(f"comfyui-like stop: {pid} stopped", flush=True)
+            return 0
+        time.sleep(0.02)
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
+    print(f"comfyui-like stop: {pid} killed after {timeout}s", flush=True)
+    return 0
+
+
+APP: web.Application
+
+
+def main() -> None:
+    global ARGS, APP
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--port", type=int)
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--name", default="comfyui")
+    parser.add_argument("--status-interval", type=float, default=1.0)
+    parser.add_argument("--job-steps", type=int, default=5)
+    parser.add_argument("--step-delay", type=float, default=0.2)
+    parser.add_argument(
+        "--listen-delay", type=float, default=0.0, help="load time before listening"
+    )
+    parser.add_argument(
+        "--hold-file", type=Path, default=None, help="keep loading while this file exists"
+    )
+    parser.add_argument("--request-log", default=None, help="also append events here (JSON lines)")
+    parser.add_argument("--pidfile", type=Path, default=None)
+    parser.add_argument("--stop-pidfile", type=Path, default=None, help="stop that server, exit")
+    parser.add_argument("--stop-timeout", type=float, default=10.0)
+    ARGS = parser.parse_args()
+
+    if ARGS.stop_pidfile is not None:
+        sys.exit(stop_by_pidfile(ARGS.stop_pidfile, ARGS.stop_timeout))
+    if ARGS.port is None:
+        parser.error("--port is required")
+    if ARGS.pidfile is not None:
+        ARGS.pidfile.write_text(f"{os.getpid()}\n")
+    record("start", port=ARGS.port)
+    if ARGS.listen_delay:
+        time.sleep(ARGS.listen_delay)
+    # ComfyUI binds its port only after loading custom nodes; a test holds it in that phase.
+    while ARGS.hold_file is not None and ARGS.hold_file.exists():
+        time.sleep(0.02)
+    APP = _make_app()
+    try:
+        web.run_app(
+            APP, host=ARGS.host, port=ARGS.port, print=None, access_log=None, shutdown_timeout=1.0
+        )
+    finally:
+        record("exit")
+        if ARGS.pidfile is not None:
+            with contextlib.suppress(FileNotFoundError):
+                ARGS.pidfile.unlink()
+
+
+if __name__ == "__main__":
+    main()
