@@ -62,7 +62,10 @@ def wait_http_ok(url: str, timeout: float, interval: float = 0.005) -> None:
 
 
 class RunningSwapd:
-    def __init__(self, config_text: str, *, start_timeout: float = 30) -> None:
+    def __init__(
+        self, config_text: str, *, extra_args: tuple[str, ...] = (), start_timeout: float = 30
+    ) -> None:
+        self.extra_args = extra_args
         self._tmp = tempfile.TemporaryDirectory(prefix="swapd-bench-")
         root = Path(self._tmp.name)
         self.config = root / "config.yaml"
@@ -76,7 +79,7 @@ class RunningSwapd:
 
     def __enter__(self) -> RunningSwapd:
         argv = [*SWAPD, "run", "-c", str(self.config), "--listen", f"127.0.0.1:{self.port}"]
-        argv += ["--run-dir", str(self.run_dir)]
+        argv += ["--run-dir", str(self.run_dir), *self.extra_args]
         with self.log.open("wb") as out:
             self.proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
         try:

@@ -7,7 +7,10 @@ swapd: spawn the same upstream directly, poll its /health every 5 ms, send the s
 The time the floor's process then takes to exit on SIGTERM is reported too: swapd must also stop
 the previous model, which the floor does not include.
 
-    python benchmarks/swap_overhead.py [--rounds 20]
+    python benchmarks/swap_overhead.py [--rounds 20] [--upstream demo|fake_model]
+
+`--upstream fake_model` uses the test suite's upstream (tests/upstreams/fake_model.py), which
+exits through the interpreter's full teardown (~30 ms here) where the demo server skips it.
 
 Target: median overhead (swap - floor) <= 20 ms.
 """
@@ -17,26 +20,54 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
+import shlex
 import signal
 import statistics
 import sys
 import time
+from pathlib import Path
 
 import aiohttp
 from running_swapd import RunningSwapd, free_port
 
-UPSTREAM = [sys.executable, "-m", "swapd.daemon.demo_server"]
+ROOT = Path(__file__).resolve().parent.parent
+# argv of each upstream; {port} and {model} are filled for the floor, macros for swapd.
+UPSTREAMS = {
+    "demo": [
+        sys.executable,
+        "-m",
+        "swapd.daemon.demo_server",
+        "--port",
+        "{port}",
+        "--model",
+        "{model}",
+    ],
+    "fake_model": [
+        sys.executable,
+        str(ROOT / "tests" / "upstreams" / "fake_model.py"),
+        "--port",
+        "{port}",
+        "--name",
+        "{model}",
+    ],
+}
 CONFIG = """\
 healthCheckTimeout: 15
 startPort: {start}
 models:
   bench-a:
-    cmd: {python} -m swapd.daemon.demo_server --port ${{PORT}} --model ${{MODEL_ID}}
+    cmd: {cmd}
     proxy: http://127.0.0.1:${{PORT}}
   bench-b:
-    cmd: {python} -m swapd.daemon.demo_server --port ${{PORT}} --model ${{MODEL_ID}}
+    cmd: {cmd}
     proxy: http://127.0.0.1:${{PORT}}
 """
+
+
+def config_text(upstream: list[str]) -> str:
+    argv = [a.replace("{port}", "${PORT}").replace("{model}", "${MODEL_ID}") for a in upstream]
+    return CONFIG.format(start=free_port(consecutive=2), cmd=shlex.join(argv))
 
 
 def body(model: str) -> dict[str, object]:
@@ -57,17 +88,16 @@ async def through_swapd(session: aiohttp.ClientSession, url: str, model: str) ->
     return time.perf_counter() - t
 
 
-async def floor(session: aiohttp.ClientSession, model: str) -> tuple[float, float]:
+async def floor(
+    session: aiohttp.ClientSession, upstream: list[str], model: str
+) -> tuple[float, float]:
     """(spawn -> healthy -> answered, SIGTERM -> exit) for the same upstream run directly."""
     port = free_port()
     base = f"http://127.0.0.1:{port}"
+    argv = [a.replace("{port}", str(port)).replace("{model}", model) for a in upstream]
     t = time.perf_counter()
     proc = await asyncio.create_subprocess_exec(
-        *UPSTREAM,
-        "--port",
-        str(port),
-        "--model",
-        model,
+        *argv,
         stdout=asyncio.subprocess.DEVNULL,
         stderr=asyncio.subprocess.DEVNULL,
     )
@@ -102,9 +132,11 @@ async def main() -> int:
     parser = argparse.ArgumentParser(description="swapd whole-swap overhead vs a direct floor")
     parser.add_argument("--rounds", type=int, default=20, help="swaps to time (default 20)")
     parser.add_argument("--warmup", type=int, default=4)
+    parser.add_argument("--upstream", choices=sorted(UPSTREAMS), default="demo")
     args = parser.parse_args()
 
-    config = CONFIG.format(start=free_port(consecutive=2), python=sys.executable)
+    upstream = UPSTREAMS[args.upstream]
+    config = config_text(upstream)
     models = ["bench-a", "bench-b"]
     swaps: list[float] = []
     floors: list[float] = []
@@ -119,11 +151,17 @@ async def main() -> int:
         ):
             for i in range(args.warmup):
                 await through_swapd(to_swapd, swapd.url, models[i % 2])
-                await floor(direct, models[i % 2])
+                await floor(direct, upstream, models[i % 2])
             for i in range(args.rounds):
                 model = models[i % 2]
-                swaps.append(await through_swapd(to_swapd, swapd.url, model))
-                answered, stopped = await floor(direct, model)
+                # Alternate which of the pair goes first, so drift in the machine's load
+                # (a shared 2-core box) does not favour either side.
+                if i % 4 < 2:
+                    swaps.append(await through_swapd(to_swapd, swapd.url, model))
+                    answered, stopped = await floor(direct, upstream, model)
+                else:
+                    answered, stopped = await floor(direct, upstream, model)
+                    swaps.append(await through_swapd(to_swapd, swapd.url, model))
                 floors.append(answered)
                 stops.append(stopped)
         code = swapd.stop()
@@ -132,7 +170,9 @@ async def main() -> int:
 
     pairs = [s - f for s, f in zip(swaps, floors, strict=True)]
     beyond_stop = [s - f - st for s, f, st in zip(swaps, floors, stops, strict=True)]
-    print(f"rounds: {args.rounds} swaps (after {args.warmup} warm-up)")
+    load = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    print(f"upstream {args.upstream}: {args.rounds} swaps (after {args.warmup} warm-up)")
+    print(f"load average at the end (1/5/15 min): {load} on {os.cpu_count()} CPUs")
     print(f"through swapd (stop other + start + request): median {ms(statistics.median(swaps))}")
     print(f"floor (spawn + 5 ms health polls + request):   median {ms(statistics.median(floors))}")
     print(f"floor's own SIGTERM -> exit:                    median {ms(statistics.median(stops))}")

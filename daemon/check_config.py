@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from swapd.daemon.config_loader import ConfigError, load
@@ -14,8 +15,10 @@ def _plural(count: int, word: str) -> str:
 
 
 def main(args: argparse.Namespace) -> int:
+    # `swapd run` exports SWAPD_PYTHON (its own interpreter) before it loads the config.
+    environ = {**os.environ, "SWAPD_PYTHON": sys.executable}
     try:
-        loaded = load(args.config)
+        loaded = load(args.config, environ=environ)
     except ConfigError as error:
         for warning in error.warnings:
             print(f"warning: {warning}", file=sys.stderr)

@@ -49,7 +49,8 @@ def build_parser() -> argparse.ArgumentParser:
         "check-config",
         help="validate a config file",
         description="Load a config file the way `swapd run` does. Exit 0 if it is valid, 1 with "
-        "every error (file:line key.path: message) if not.",
+        "every error (file:line key.path: message) if not. Warnings (llama-swap keys swapd "
+        "accepts but ignores, and the like) go to stderr and do not fail the check.",
     )
     check.add_argument("-c", "--config", type=Path, required=True, help="the YAML config file")
     check.add_argument(

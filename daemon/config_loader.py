@@ -103,9 +103,15 @@ def load_text(
     except YamlSyntaxError as error:
         raise ConfigError([ConfigIssue(source, error.line, "", error.message)]) from None
     builder = _Builder(document, source, os.environ if environ is None else environ)
-    config = builder.build()
+    try:
+        config = builder.build()
+    except RecursionError:
+        # Deep values that parsed with room to spare can still exhaust a deeper caller's stack.
+        issue = ConfigIssue(source, None, "", "YAML document is nested too deeply")
+        raise ConfigError([issue]) from None
     builder.report.raise_if_errors()
-    assert config is not None
+    if config is None:  # build() only gives up after reporting why
+        raise ConfigError([ConfigIssue(source, None, "", "config not usable")])
     return Loaded(config, tuple(builder.report.warnings))
 
 
@@ -173,7 +179,7 @@ class _Builder:
         }
         self._check_leftovers(top, (), global_macros, model=False)
 
-        health = self._health_check_timeout(top)
+        health, health_forced = self._health_check_timeout(top)
         start_port = self.read.integer(top, (), "startPort", minimum=1)
         if start_port is not None and start_port > MAX_PORT:
             self.report.error(("startPort",), f"must be at most {MAX_PORT}, got {start_port}")
@@ -190,7 +196,7 @@ class _Builder:
         defaults = _ModelDefaults(
             ttl=global_ttl or 0,
             unload_timeout=unload_timeout or float(c.DEFAULT_UNLOAD_TIMEOUT),
-            health_check_timeout=float(health[0]),
+            health_check_timeout=float(health),
         )
         built = {}
         for model in staged:
@@ -206,7 +212,7 @@ class _Builder:
         self._check_aliases(data["models"], peers)
         return c.Config(
             models=built,
-            health_check_timeout=health[0],
+            health_check_timeout=health,
             log_level=self._log_level(top),
             start_port=start_port or c.DEFAULT_START_PORT,
             global_ttl=global_ttl or 0,
@@ -217,7 +223,7 @@ class _Builder:
             ignore_paths=self._ignore_paths(top),
             preload=self._preload(top, built),
             source=self.source,
-            forced=health[1],
+            forced=health_forced,
         )
 
     def _drop_ignored(self, value: Any, path: Path) -> Any:
@@ -248,9 +254,20 @@ class _Builder:
                 if not isinstance(value, str):
                     continue
                 unfolded = self.document.unfolded.get((*path, key))
+                if unfolded is None:
+                    body[key] = strip_comment_lines(value)
+                    continue
                 # A folded scalar's lines were joined by YAML, so a `#` line there is an
                 # argument; its unfolded text only serves to keep `\` continuations working.
-                body[key] = unfolded if unfolded is not None else strip_comment_lines(value)
+                body[key] = unfolded
+                hashed = next((ln for ln in unfolded.split("\n") if ln.lstrip()[:1] == "#"), None)
+                if hashed is not None:
+                    self.report.warn(
+                        (*path, key),
+                        "a '#' line in a folded (>) block is passed as arguments, not dropped "
+                        "as a comment; write the block with | for comment lines",
+                        line=self.document.find_line((*path, key), hashed.strip()),
+                    )
             result[model_id] = body
         return result
 
@@ -285,7 +302,7 @@ class _Builder:
     def _api_keys(self, top: dict[str, Any]) -> tuple[str, ...]:
         keys = self.read.text_list(top, (), "apiKeys") or []
         good = []
-        for index, key in enumerate(keys):
+        for index, key in keys:
             # The key itself is never quoted: error output ends up in logs.
             if not key.strip():
                 self.report.error(("apiKeys", index), "empty API key")
@@ -300,7 +317,7 @@ class _Builder:
         patterns = self.read.text_list(upstream, ("upstream",), "ignorePaths")
         if not patterns:
             return c.DEFAULT_IGNORE_PATHS
-        for index, pattern in enumerate(patterns):
+        for index, pattern in patterns:
             try:
                 re.compile(pattern)
             except (re.error, RecursionError, OverflowError) as error:
@@ -308,7 +325,7 @@ class _Builder:
                     ("upstream", "ignorePaths", index),
                     f"invalid regular expression {pattern!r}: {error}",
                 )
-        return tuple(patterns)
+        return tuple(pattern for _, pattern in patterns)
 
     def _preload(self, top: dict[str, Any], models: dict[str, c.ModelConfig]) -> tuple[str, ...]:
         hooks = self.read.mapping(top, (), "hooks") or {}
@@ -316,7 +333,7 @@ class _Builder:
         path = ("hooks", "on_startup")
         names = self.read.text_list(on_startup, path, "preload") or []
         resolved: list[str] = []
-        for index, name in enumerate(names):
+        for index, name in names:
             name = name.strip()
             if not name:
                 continue
@@ -451,6 +468,8 @@ class _Builder:
         text = self.read.text(body, path, key)
         if text is None:
             return None
+        if key == "cmdStop" and not text.strip():
+            return None  # llama-swap's default: "" means no cmdStop
         try:
             argv = split_command(text)
         except ValueError as error:
@@ -495,10 +514,11 @@ class _Builder:
         aliases = self._aliases(model.id, body, path)
         env = self._env(body, path)
         unlisted = bool(read.boolean(body, path, "unlisted"))
-        use_model_name = read.text(body, path, "useModelName")
-        name = read.text(body, path, "name")
-        description = read.text(body, path, "description")
-        metadata = read.mapping(body, path, "metadata") or {}
+        # Empty means unset, as in llama-swap (omitted from /v1/models, no rename upstream).
+        use_model_name = read.text(body, path, "useModelName") or None
+        name = read.text(body, path, "name") or None
+        description = read.text(body, path, "description") or None
+        metadata = read.free_mapping(body, path, "metadata") or {}
         filters = self._filters(body, path)
         if len(self.report.errors) > errors_before or cmd is None or proxy is None:
             return None
@@ -606,7 +626,7 @@ class _Builder:
             return {}
         entries = self.read.text_list(body, path, "env") or []
         env: dict[str, str] = {}
-        for index, entry in enumerate(entries):
+        for index, entry in entries:
             name, sep, val = entry.partition("=")
             if not sep or not _ENV_NAME.match(name):
                 self.report.error(
@@ -625,7 +645,7 @@ class _Builder:
         if strip is None:
             strip = self.read.text(filters, where, "strip_params")
         params = sorted({p.strip() for p in (strip or "").split(",")} - {"", "model"})
-        set_params = self.read.mapping(filters, where, "setParams") or {}
+        set_params = self.read.free_mapping(filters, where, "setParams") or {}
         if "model" in set_params:
             self.report.warn((*where, "setParams", "model"), "'model' cannot be set; ignored")
         return c.Filters(strip_params=tuple(params), set_params=_without(set_params, "model"))
@@ -648,7 +668,7 @@ class _Builder:
                 self.report.error(path, f"expected a mapping with members, got {describe(body)}")
                 continue
             members: list[str] = []
-            for index, member in enumerate(self.read.text_list(body, path, "members") or []):
+            for index, member in self.read.text_list(body, path, "members") or []:
                 where = (*path, "members", index)
                 if member not in raw_models:
                     owner_id = self._alias_owner(member)
@@ -694,10 +714,9 @@ class _Builder:
                 self._check_url(proxy, (*path, "proxy"))
             api_key = self.read.text(body, path, "apiKey")
             models: list[str] = []
-            listed = self.read.text_list(body, path, "models")
-            if not listed and (listed is not None or body.get("models") is None):
+            if body.get("models") in (None, []):
                 self.report.error((*path, "models"), "a peer must list at least one model")
-            for index, model_id in enumerate(listed or []):
+            for index, model_id in self.read.text_list(body, path, "models") or []:
                 if model_id in raw_models:
                     line = self.document.line(("models", model_id), key=True)
                     self.report.error(

@@ -47,6 +47,11 @@ def _top(config: Config) -> dict[str, Any]:
     }
 
 
+def _number(value: float) -> float | int:
+    """30 rather than 30.0: the file said 30."""
+    return int(value) if float(value).is_integer() else value
+
+
 def _filters(filters: Filters) -> dict[str, Any]:
     return {"stripParams": ",".join(filters.strip_params), "setParams": dict(filters.set_params)}
 
@@ -59,8 +64,8 @@ def _model(model: ModelConfig) -> dict[str, Any]:
         "port": model.port,
         "checkEndpoint": model.check_endpoint if model.check_endpoint is not None else "none",
         "ttl": model.ttl,
-        "unloadTimeout": model.unload_timeout,
-        "healthCheckTimeout": model.health_check_timeout,
+        "unloadTimeout": _number(model.unload_timeout),
+        "healthCheckTimeout": _number(model.health_check_timeout),
         "concurrencyLimit": model.concurrency_limit,
         "compat": {"ignoreWebsockets": model.ignore_websockets},
         "gpus": list(model.gpus) if model.gpus is not None else None,

@@ -14,6 +14,9 @@ from dataclasses import dataclass, field
 from swapd.daemon.config_issues import Report
 from swapd.daemon.yaml_nodes import Path
 
+# Top-level keys starting with this are the user's own (docker compose's convention): ignored.
+EXTENSION_PREFIX = "x-"
+
 
 @dataclass(frozen=True)
 class Key:
@@ -118,6 +121,9 @@ class KeyCheck:
     def check(self, mapping: Mapping[str, object], table: Mapping[str, Key], path: Path) -> None:
         for name, value in mapping.items():
             child = (*path, name)
+            if not path and name.startswith(EXTENSION_PREFIX):
+                self.ignored_paths.append(child)  # a home for YAML anchors, as in compose files
+                continue
             key = table.get(name)
             if key is None:
                 self.report.error(child, unknown_key_message(name, table), key=True)

@@ -6,12 +6,28 @@ take any scalar as its text, as Go's YAML decoder does (`name: 7` is the name "7
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from swapd.daemon.config_issues import Report, describe
 from swapd.daemon.macros import as_text
 from swapd.daemon.yaml_nodes import Path
+
+# msgpack, which carries the config to the proxy, holds integers in 64 bits.
+MIN_INT = -(2**63)
+MAX_INT = 2**63 - 1
+
+
+def out_of_range(value: Any, path: Path) -> Iterator[Path]:
+    """Where a free-form value (metadata, setParams) holds an integer msgpack cannot carry."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            yield from out_of_range(item, (*path, key))
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            yield from out_of_range(item, (*path, index))
+    elif isinstance(value, int) and not MIN_INT <= value <= MAX_INT:
+        yield path
 
 
 class Reader:
@@ -33,6 +49,9 @@ class Reader:
             return None
         if minimum is not None and value < minimum:
             self.report.error(where, f"must be at least {minimum}, got {value}")
+            return None
+        if value > MAX_INT:
+            self.report.error(where, f"must be at most {MAX_INT}, got {value}")
             return None
         return value
 
@@ -74,8 +93,10 @@ class Reader:
             return None
         return value if isinstance(value, str) else as_text(value)
 
-    def text_list(self, mapping: Mapping[str, Any], path: Path, key: str) -> list[str] | None:
-        """A list of strings; bad items are reported and left out."""
+    def text_list(
+        self, mapping: Mapping[str, Any], path: Path, key: str
+    ) -> list[tuple[int, str]] | None:
+        """A list of strings as (index in the file, text); bad items are reported and left out."""
         value = mapping.get(key)
         where = (*path, key)
         if value is None:
@@ -90,7 +111,7 @@ class Reader:
                 continue
             text = self.scalar_text(item, (*where, index))
             if text is not None:
-                items.append(text)
+                items.append((index, text))
         return items
 
     def mapping(self, mapping: Mapping[str, Any], path: Path, key: str) -> dict[str, Any] | None:
@@ -101,3 +122,15 @@ class Reader:
             self._wrong((*path, key), "a mapping", value)
             return None
         return value
+
+    def free_mapping(
+        self, mapping: Mapping[str, Any], path: Path, key: str
+    ) -> dict[str, Any] | None:
+        """A mapping of anything (metadata, setParams) that must still fit the IPC codec."""
+        value = self.mapping(mapping, path, key)
+        if value is None:
+            return None
+        bad = list(out_of_range(value, (*path, key)))
+        for where in bad:
+            self.report.error(where, f"integer out of range ({MIN_INT} to {MAX_INT})")
+        return None if bad else value

@@ -194,12 +194,15 @@ def _on_gpus(proc: GpuProcess, gpus: Collection[str] | None) -> bool:
 
 
 def _lingering(
-    procs: Iterable[GpuProcess], pids: Collection[int] | None, gpus: Collection[str] | None
+    procs: Iterable[GpuProcess],
+    pids: Collection[int] | None,
+    gpus: Collection[str] | None,
+    ignore_pids: Collection[int],
 ) -> list[LingeringProcess]:
     return [
         LingeringProcess(gpu=p.gpu_uuid, pid=p.pid, used_bytes=p.used_bytes)
         for p in procs
-        if (pids is None or p.pid in pids) and _on_gpus(p, gpus)
+        if (p.pid in pids if pids is not None else p.pid not in ignore_pids) and _on_gpus(p, gpus)
     ]
 
 
@@ -209,11 +212,14 @@ async def wait_released(
     gpus: Collection[str] | None,
     timeout: float,
     poll: float = 0.05,
+    *,
+    ignore_pids: Collection[int] = (),
 ) -> list[LingeringProcess]:
     """Wait until none of `pids` holds memory on any of `gpus`; return what still does.
 
-    `pids` None means any process (a docker model, whose processes are not the daemon's
-    children); `gpus` None means every GPU (a model without `gpus`). Returns [] as soon as NVML
+    `pids` None means any process but `ignore_pids` (a docker model, whose processes are not the
+    daemon's children; ignore the processes of models that share its GPUs and keep running);
+    `gpus` None means every GPU (a model without `gpus`). Returns [] as soon as NVML
     shows them released, else what lingers when `timeout` seconds have passed. An NVML failure
     while polling raises GpuError.
     """
@@ -228,7 +234,7 @@ async def wait_released(
             raise
         except Exception as exc:
             raise GpuError(f"reading GPU processes failed: {type(exc).__name__}: {exc}") from exc
-        lingering = _lingering(procs, pids, gpus)
+        lingering = _lingering(procs, pids, gpus, ignore_pids)
         if not lingering:
             return []
         remaining = deadline - loop.time()

@@ -8,6 +8,10 @@ that process's own environment, default 1 GiB); a process with `SWAPD_FAKE_GPU_M
 `CUDA_VISIBLE_DEVICES` sees every device, as a CUDA process would. So a model the daemon starts
 with `gpus` appears on its GPUs while it runs and disappears when it exits, exactly as NVML would
 show it; a process that ignores SIGTERM lingers as it would on a real GPU.
+
+Several swapd instances (parallel test runs) share one /proc. When `SWAPD_FAKE_GPU_SCOPE` is set,
+only processes whose environment carries the same value count, and the daemon passes its
+environment on to the models it starts, so each instance sees only its own models.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from swapd.ipc.messages import GpuInfo
 CUDA_ENV = "CUDA_VISIBLE_DEVICES"
 GPUS_ENV = "SWAPD_FAKE_GPUS"
 MEM_ENV = "SWAPD_FAKE_GPU_MEM"
+SCOPE_ENV = "SWAPD_FAKE_GPU_SCOPE"
 DEFAULT_COUNT = 2
 DEFAULT_TOTAL = 80 * 1024**3
 DEFAULT_PROCESS_MEM = 1024**3
@@ -84,14 +89,20 @@ def _is_zombie(pid_dir: Path) -> bool:
 class FakeBackend:
     name = "fake"
 
-    def __init__(self, devices: list[tuple[str, str, int]], proc: Path = Path("/proc")) -> None:
+    def __init__(
+        self,
+        devices: list[tuple[str, str, int]],
+        scope: str | None = None,
+        proc: Path = Path("/proc"),
+    ) -> None:
         self._devices = devices
+        self._scope = scope or None
         self._proc = proc
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> FakeBackend:
         env = os.environ if environ is None else environ
-        return cls(_parse_devices(env.get(GPUS_ENV)))
+        return cls(_parse_devices(env.get(GPUS_ENV)), env.get(SCOPE_ENV))
 
     def _device_index(self, spec: str) -> int | None:
         text = spec.strip()
@@ -110,7 +121,11 @@ class FakeBackend:
             if not pid_dir.name.isdecimal() or int(pid_dir.name) == own:
                 continue
             env = _read_environ(pid_dir)
-            if not env or not (CUDA_ENV in env or MEM_ENV in env) or _is_zombie(pid_dir):
+            if not env or not (CUDA_ENV in env or MEM_ENV in env):
+                continue
+            if self._scope is not None and env.get(SCOPE_ENV) != self._scope:
+                continue
+            if _is_zombie(pid_dir):
                 continue
             try:
                 used = int(env.get(MEM_ENV, DEFAULT_PROCESS_MEM))

@@ -341,10 +341,18 @@ class Lifecycle:
     # ------------------------------------------------------------------------------------ stop
 
     async def stop(
-        self, running: Running, model: ModelConfig | None, *, timeout: float | None = None
+        self,
+        running: Running,
+        model: ModelConfig | None,
+        *,
+        timeout: float | None = None,
+        remove: bool = True,
     ) -> tuple[LingeringProcess, ...]:
         """Stop the process (cmdStop, else SIGTERM), SIGKILL after `timeout`, rm the watcher, and
-        wait for its GPU memory to come back. Returns what still holds GPU memory."""
+        wait for its GPU memory to come back. Returns what still holds GPU memory.
+
+        `remove=False` while circusd itself shuts down: it holds its lock until every watcher
+        stopped, and drops them all anyway."""
         grace = float(timeout if timeout is not None else (model.unload_timeout if model else 10))
         pid = running.pid
         tree = self._process_tree(pid)
@@ -360,7 +368,8 @@ class Lifecycle:
                 )
                 self._kill_tree(pid, tree)
                 await self._wait_gone(pid, 5.0)
-        await self.remove_watcher(running.model)
+        if remove:
+            await self.remove_watcher(running.model)
         # Children that outlive the main process (a shell's background job) get no second chance.
         leftovers = [p for p in tree if p.pid != pid and _alive(p)]
         for proc in leftovers:

@@ -315,7 +315,7 @@ class Scheduler:
         rec = self.records.get(model_id)
         if rec is None or rec.handle is None or getattr(rec.handle, "pid", None) != pid:
             return False
-        if rec.state != "ready" or model_id in self._stops:
+        if rec.state != "ready" or model_id in self._stops or self.shutting_down:
             return False
         said = f"exit code {exit_code}" if exit_code is not None else "unknown exit code"
         reason = f"process {pid} exited on its own ({said})"

@@ -457,8 +457,10 @@ class Daemon:
             self.spawn(self._preload(model_id))
         await self._stop.wait()
         await self.shutdown()
-        for task in loops:
+        pending = [*loops, *self._tasks]
+        for task in pending:
             task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
 
     async def _preload(self, model_id: str) -> None:
         try:
@@ -502,7 +504,8 @@ class Daemon:
         handle: lifecycle.Running = rec.handle
         if model is None or not model.cmd_stop:
             return  # circusd's SIGTERM/SIGKILL reaches it
-        await self.lifecycle.stop(handle, model)
+        self.unwatch_exit(rec.id)
+        await self.lifecycle.stop(handle, model, remove=False)
 
     def close(self) -> None:
         self.circus.close()
@@ -510,7 +513,8 @@ class Daemon:
             if sock is not None:
                 sock.close(linger=0)
         self.gpu_backend.close()
-        self.ctx.term()
+        # destroy, not term: term waits for every socket, and one left open would hang the exit.
+        self.ctx.destroy(linger=0)
 
 
 def _guess_id(payload: bytes) -> int | None:

@@ -114,7 +114,9 @@ def parse(text: str) -> Document:
         line = text.count("\n", 0, max(error.position, 0)) + 1
         char = error.character
         shown = f"U+{char:04X}" if isinstance(char, int) else repr(char)
-        raise YamlSyntaxError(line, f"YAML syntax error: character {shown} is not allowed") from None
+        raise YamlSyntaxError(
+            line, f"YAML syntax error: character {shown} is not allowed"
+        ) from None
     except yaml.MarkedYAMLError as error:
         mark = error.problem_mark or error.context_mark
         line = mark.line + 1 if mark is not None else None

@@ -1,7 +1,9 @@
-"""Entry point of the proxy process: `python -m swapd.proxy --run-dir DIR (--fd N | --listen HOST:PORT)`.
+"""Entry point of the proxy process:
+`python -m swapd.proxy --run-dir DIR (--fd N | --listen HOST:PORT) [--processes N]`.
 
-Under circus every proxy process gets the same already-bound listening socket as fd N (the watcher's
-`$(circus.sockets.swapd)`), so `numprocesses` proxies share one port and the kernel balances accepts.
+Under circus every proxy process gets the same already-bound listening socket as fd N (the
+watcher's `$(circus.sockets.swapd)`), so `numprocesses` proxies share one port and the kernel
+balances accepts.
 `--listen` binds a port of its own, for running the proxy without circus.
 """
 
@@ -9,8 +11,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import logging
 import os
+import resource
 import signal
 import socket
 import sys
@@ -49,7 +53,7 @@ async def _serve(args: argparse.Namespace) -> None:
     # handler_cancellation: a client that disconnects cancels its handler, which closes the upstream
     # request and takes a waiting request out of the daemon's queue.
     runner = web.AppRunner(
-        app, access_log=None, handle_signals=False, shutdown_timeout=5.0, handler_cancellation=True
+        app, access_log=None, handle_signals=False, shutdown_timeout=5.0, handler_cancellation=os.environ.get("XHC", "1") == "1"
     )
     await runner.setup()
     if args.fd is not None:
@@ -71,8 +75,17 @@ async def _serve(args: argparse.Namespace) -> None:
         await runner.cleanup()
 
 
+def _raise_fd_limit() -> None:
+    """Each open stream costs two descriptors (client and upstream): use all the system allows."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < hard:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parse_args(argv)
+    _raise_fd_limit()
     logging.basicConfig(
         level=args.log_level.upper(),
         format="%(asctime)s %(levelname)s swapd-proxy[%(process)d] %(name)s: %(message)s",

@@ -31,7 +31,9 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 _OPEN_PATHS = frozenset({"/health"})
 _CORS_METHODS = "GET, POST, PUT, PATCH, DELETE, OPTIONS"
 _CORS_DEFAULT_HEADERS = "Content-Type, Authorization, Accept, X-Requested-With"
-_TOKEN_CHARS = frozenset("!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
+_TOKEN_CHARS = frozenset(
+    "!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+)
 SYNC_KEY: web.AppKey[StateSync] = web.AppKey("swapd_proxy_sync", StateSync)
 
 
@@ -79,7 +81,7 @@ async def _comfyui(request: web.Request) -> web.StreamResponse:
 
 
 def make_app(*, run_dir: Path, processes: int = 1, proxy_id: str | None = None) -> web.Application:
-    # The body limit is enforced where a body is read (body.py), not here: passthrough bodies stream.
+    # The body limit applies where a body is read (body.py), not here: passthrough bodies stream.
     app = web.Application(middlewares=[front], client_max_size=1024**4)
 
     async def startup(app: web.Application) -> None:

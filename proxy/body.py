@@ -31,7 +31,10 @@ from swapd.proxy.errors import ProxyError
 
 MAX_BODY_BYTES = int(float(os.environ.get("SWAPD_PROXY_MAX_BODY_MB", "64")) * 1024 * 1024)
 
-NO_MODEL = "no model id could be identified: send it as the JSON body's \"model\", the form field \"model\" or ?model="
+NO_MODEL = (
+    'no model id could be identified: send it as the JSON body\'s "model", '
+    'the form field "model" or ?model='
+)
 
 
 class _ModelOnly(msgspec.Struct):
@@ -124,7 +127,7 @@ def _model_name(value: object) -> str:
     if value is None or value == "":
         raise ProxyError(400, NO_MODEL)
     if not isinstance(value, str):
-        raise ProxyError(400, f"\"model\" must be a string, got {type(value).__name__}")
+        raise ProxyError(400, f'"model" must be a string, got {type(value).__name__}')
     return value
 
 

@@ -6,7 +6,8 @@ exists. None of that may load the model or keep it loaded, or a forgotten tab wo
 forever and pull the model back in after every unload. So, on top of `passthrough()`:
 
 * a `GET` to one of the fixed ignored paths answers 409 while the model is not ready, and while it
-  is ready is served outside admission: it is not TTL activity, not in flight, and takes no slot;
+  is ready is served outside admission (passthrough's rule for ignored paths): it is not TTL
+  activity, not in flight, and takes no slot;
 * websocket upgrades follow `compat.ignoreWebsockets`, which the config loader forces on for
   `comfyui_auto` (passthrough's rule: 409 while not ready, relayed outside admission when ready);
 * everything else (the page, any `POST`, `/api/prompt`, ...) starts the model as any request does.
@@ -20,11 +21,7 @@ import urllib.parse
 from aiohttp import web
 
 from swapd.daemon.config import COMFYUI_MODEL_ID
-from swapd.proxy.context import CTX
-from swapd.proxy.forward import forward
-from swapd.proxy.passthrough import passthrough, raw_query, redirect_with_slash
-from swapd.proxy.sync_wait import routes_of
-from swapd.proxy.websocket import is_websocket
+from swapd.proxy.passthrough import passthrough, redirect_with_slash
 
 PREFIX = "/comfyui"
 IGNORED_PATH = "ignored ComfyUI paths cannot start it"
@@ -58,13 +55,6 @@ async def redirect(request: web.Request) -> web.StreamResponse:
 async def handle(request: web.Request) -> web.StreamResponse:
     """`/comfyui/{tail}`: the prefix is stripped, the rest goes on with its raw escaping."""
     stripped = request.raw_path.partition("?")[0][len(PREFIX) :]
-    if is_ignored(request.method, stripped) and not is_websocket(request):
-        ctx = request.app[CTX]
-        route = (await routes_of(ctx)).by_id.get(COMFYUI_MODEL_ID)
-        rt = ctx.state.runtimes.get(COMFYUI_MODEL_ID) if route is not None else None
-        if rt is not None and rt.hot:
-            url = rt.base_url + stripped + raw_query(request)
-            return await forward(request, ctx.session, url, label=COMFYUI_MODEL_ID)
     return await passthrough(
         request, COMFYUI_MODEL_ID, stripped, ignored=_ignored_rule, local_only=True
     )

@@ -1,9 +1,9 @@
-"""The proxy's side of the daemon conversation: requests (ensure, unload, status, snapshot) and casts
+"""The proxy's side of the daemon conversation: requests (ensure, unload, snapshot) and casts
 (hello, activity, drained), over one `DaemonClient` DEALER.
 
-Casts are fire-and-forget and never awaited on a request's path; `ensure` has no timeout of its own
-(the client's lifetime bounds it) and is re-sent if the daemon restarts while it waits, since the new
-daemon never saw it.
+Casts are fire-and-forget and never awaited on a request's path; `ensure` has no timeout of its
+own (the client's lifetime bounds it) and is re-sent if the daemon restarts while it waits, since
+the new daemon never saw it.
 """
 
 from __future__ import annotations
@@ -43,7 +43,9 @@ def make_proxy_id() -> str:
 
 
 class DaemonLink:
-    def __init__(self, client: DaemonClient, state: ProxyState, proxy_id: str | None = None) -> None:
+    def __init__(
+        self, client: DaemonClient, state: ProxyState, proxy_id: str | None = None
+    ) -> None:
         self.client = client
         self.state = state
         self.proxy_id = proxy_id or make_proxy_id()

@@ -11,7 +11,6 @@ response: a chunked one with its terminating chunk, one of fixed length by closi
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Iterable
 
@@ -59,6 +58,14 @@ def make_session() -> aiohttp.ClientSession:
     )
 
 
+def _request_drop(request: web.Request) -> frozenset[str]:
+    """Hop-by-hop headers, plus any the client's `Connection` header names."""
+    connection = request.headers.get("Connection")
+    if not connection:
+        return _REQUEST_DROP
+    return _REQUEST_DROP | {t.strip().lower() for t in connection.split(",")}
+
+
 def upstream_headers(
     headers: Iterable[tuple[str, str]], drop: frozenset[str] = _REQUEST_DROP
 ) -> CIMultiDict[str]:
@@ -67,11 +74,6 @@ def upstream_headers(
         if key.lower() not in drop:
             out.add(key, value)
     return out
-
-
-def _connection_tokens(headers: CIMultiDict[str] | web.Request) -> frozenset[str]:
-    value = headers.headers.get("Connection", "") if isinstance(headers, web.Request) else ""
-    return frozenset(t.strip().lower() for t in value.split(",") if t.strip())
 
 
 _hostports: dict[str, tuple[str, str, int]] = {}
@@ -97,10 +99,7 @@ async def _forward_lean(
 ) -> web.StreamResponse:
     hostport, host, port, path_qs = _split_url(url)
     lines = [f"{request.method} {path_qs} HTTP/1.1\r\nHost: {hostport}\r\n"]
-    drop = _REQUEST_DROP
-    connection = request.headers.get("Connection")
-    if connection:
-        drop = drop | {t.strip().lower() for t in connection.split(",")}
+    drop = _request_drop(request)
     for key, value in request.headers.items():
         if key.lower() not in drop:
             lines.append(f"{key}: {value}\r\n")
@@ -203,11 +202,7 @@ async def _forward_aiohttp(
     label: str,
 ) -> web.StreamResponse:
     if headers is None:
-        headers = upstream_headers(request.headers.items())
-        extra = _connection_tokens(request)
-        if extra - {"keep-alive", "close", "upgrade"}:
-            for token in extra:
-                headers.popall(token, None)
+        headers = upstream_headers(request.headers.items(), _request_drop(request))
     data: object
     if body is not None:
         data = body
@@ -280,11 +275,3 @@ async def _relay(
         return response
     await response.write_eof()
     return response
-
-
-async def cancelled_safely(task: asyncio.Task[object]) -> None:
-    task.cancel()
-    try:
-        await task
-    except BaseException:
-        pass

@@ -56,5 +56,3 @@ def offer(queue: asyncio.Queue[bytes], data: bytes) -> None:
             queue.put_nowait(f"\n— {len(dropped)} bytes dropped —\n".encode())
         with contextlib.suppress(asyncio.QueueFull):
             queue.put_nowait(data)
-
-

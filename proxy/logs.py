@@ -50,6 +50,12 @@ def _tail(path: Path, size: int = HISTORY_BYTES) -> tuple[bytes, int]:
     return data, end
 
 
+def _read_range(path: Path, start: int, end: int) -> bytes:
+    with path.open("rb") as f:
+        f.seek(start)
+        return f.read(end - start)
+
+
 async def follow(path: Path, history: bool) -> AsyncIterator[bytes]:
     """The file's history (optional), then whatever is appended, until cancelled."""
     data, offset = await asyncio.to_thread(_tail, path)
@@ -59,16 +65,14 @@ async def follow(path: Path, history: bool) -> AsyncIterator[bytes]:
     while True:
         await asyncio.sleep(FOLLOW_POLL_S)
         try:
-            stat = path.stat()
+            stat = await asyncio.to_thread(path.stat)
         except FileNotFoundError:
             continue
         if (inode is not None and stat.st_ino != inode) or stat.st_size < offset:
             offset = 0  # rotated or truncated: the new file from its start
         inode = stat.st_ino
         if stat.st_size > offset:
-            with path.open("rb") as f:
-                f.seek(offset)
-                chunk = f.read(stat.st_size - offset)
+            chunk = await asyncio.to_thread(_read_range, path, offset, stat.st_size)
             offset += len(chunk)
             yield chunk
 

@@ -60,4 +60,6 @@ async def handle_model_request(request: web.Request) -> web.StreamResponse:
                 )
         elif found.kind == "multipart" and rename and found.model_span is not None:
             body = replace_span(body, found.model_span, rename)
-    return await serve_local(request, ctx, ctx.state.runtimes[route.id], request.raw_path, body=body)
+    return await serve_local(
+        request, ctx, ctx.state.runtimes[route.id], request.raw_path, body=body
+    )

@@ -11,7 +11,6 @@ from swapd.proxy.errors import ProxyError
 from swapd.proxy.sync_wait import routes_of
 
 _encode = msgspec.json.Encoder().encode
-_OK = web.Response(text="OK")
 
 
 async def handle_health(_request: web.Request) -> web.Response:

@@ -15,9 +15,11 @@ The reusable part is `passthrough()`:
 * `model_id`: the model to serve (an id, or an alias unless `local_only`).
 * `raw_path`: the path to send upstream, prefix already stripped, percent-escapes exactly as the
   client sent them, starting with `/`, WITHOUT the query (the request's raw query is appended).
-* `ignored(request, raw_path)`: consulted only while the model is not ready (or is draining); a
-  returned reason answers 409 `model <id> is not loaded; <reason>` and starts nothing. Default: the
-  `upstream.ignorePaths` rule (`path matches upstream.ignorePaths`, matched on the decoded path).
+* `ignored(request, raw_path)`: while the model is not ready (or is draining), a returned reason
+  answers 409 `model <id> is not loaded; <reason>` and starts nothing; while it is ready, a matching
+  request (not a websocket) is forwarded outside admission, so it never keeps the model loaded.
+  Default: the `upstream.ignorePaths` rule (`path matches upstream.ignorePaths`, matched on the
+  decoded path).
 * Then, for a model with `compat.ignoreWebsockets`, a websocket upgrade while the model is not ready
   answers 409 `model <id> is not loaded; ignored websocket requests cannot start it`; when it is
   ready the websocket is relayed outside admission (no slot, not in flight, closed when the model
@@ -41,6 +43,7 @@ from aiohttp import web
 from swapd.proxy.context import CTX, ProxyContext
 from swapd.proxy.dispatch import not_loaded, serve_local
 from swapd.proxy.errors import ProxyError
+from swapd.proxy.forward import forward
 from swapd.proxy.peers import serve_peer
 from swapd.proxy.state import Routes
 from swapd.proxy.sync_wait import routes_of
@@ -91,13 +94,18 @@ async def passthrough(
             raise ProxyError(404, f"model {model_id} not found")
         return await serve_peer(request, ctx, peer, path_qs)
     rt = ctx.state.runtimes[route.id]
+    rule = ignored if ignored is not None else _upstream_ignore_paths(routes)
+    reason = rule(request, raw_path)
     if not rt.hot:
-        rule = ignored if ignored is not None else _upstream_ignore_paths(routes)
-        reason = rule(request, raw_path)
         if reason is not None:
             raise not_loaded(route.id, reason)
         if route.ignore_websockets and is_websocket(request):
             raise not_loaded(route.id, IGNORED_WEBSOCKET)
+    elif reason is not None and not is_websocket(request):
+        # An ignored path must not keep the model loaded either (an open tab polls and fetches
+        # assets forever): served outside admission, like an ignored websocket, so it is not TTL
+        # activity, not in flight and takes no slot.
+        return await forward(request, ctx.session, rt.base_url + path_qs, label=route.id)
     return await serve_local(request, ctx, rt, path_qs)
 
 

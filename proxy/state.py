@@ -5,8 +5,8 @@ route a request to a ready model without any IPC:
 
 * `Routes`: one table generation, precomputed into lookup dicts and compiled regexes (never per
   request).
-* `ModelRuntime`: one per model id, mutable, carried across table generations: the daemon's state and
-  upstream plus this process's own counters (reserved, in flight, pending drain).
+* `ModelRuntime`: one per model id, mutable, carried across table generations: the daemon's state
+  and upstream plus this process's own counters (reserved, in flight, pending drain).
 * `StateSync`: SUB to the daemon's events, a `Snapshot` to start from, events applied in `seq`
   order; a gap or a new daemon `instance` triggers a fresh snapshot. It also sends the `Hello`
   heartbeat.
@@ -31,7 +31,6 @@ from swapd.ipc import codec
 from swapd.ipc.messages import (
     Draining,
     Event,
-    Hello,
     ModelStatus,
     RouteModel,
     RoutePeer,
@@ -261,7 +260,12 @@ class StateSync:
     """Keeps a `ProxyState` in step with the daemon (see the module docstring)."""
 
     def __init__(
-        self, state: ProxyState, link: DaemonLink, events_endpoint: str, *, context: zmq.asyncio.Context
+        self,
+        state: ProxyState,
+        link: DaemonLink,
+        events_endpoint: str,
+        *,
+        context: zmq.asyncio.Context,
     ) -> None:
         self._state = state
         self._link = link
@@ -329,7 +333,3 @@ class StateSync:
             with contextlib.suppress(Exception):
                 await self._link.hello()
             await asyncio.sleep(HEARTBEAT_S)
-
-
-def make_hello(proxy_id: str, pid: int) -> Hello:
-    return Hello(proxy_id=proxy_id, pid=pid)

@@ -15,6 +15,8 @@ of the response had arrived (the usual keep-alive race); anything else surfaces 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import socket
 from collections import deque
 from collections.abc import AsyncIterator
 from typing import Any
@@ -136,6 +138,10 @@ class _Conn(asyncio.Protocol):
     # --- asyncio.Protocol -----------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
     def pause_writing(self) -> None:
         if self.write_paused is None:
@@ -387,7 +393,7 @@ class UpstreamPool:
         """Send `head` (request line and headers, ending with the blank line) and `body`.
 
         A bytes body must already be announced by a Content-Length in `head`; an iterator body is
-        sent as is, or chunk-framed when `chunked` (the head then says `Transfer-Encoding: chunked`).
+        sent as is, or chunk-framed when `chunked` (the head then says chunked encoding).
         """
         key = (host, port)
         retry = True

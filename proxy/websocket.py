@@ -1,7 +1,7 @@
 """Websocket relay: the client's upgrade is handshaken with the upstream first (so its chosen
-subprotocol, or its refusal, is what the client gets), then frames are copied both ways as they come:
-text, binary, ping and pong (no auto-ping on either side, so the two ends see each other's), and the
-close code and reason of whichever side closes first.
+subprotocol, or its refusal, is what the client gets), then frames are copied both ways as they
+come: text, binary, ping and pong (no auto-ping on either side, so the two ends see each other's),
+and the close code and reason of whichever side closes first.
 """
 
 from __future__ import annotations
@@ -69,7 +69,7 @@ class WebSocketRelay:
         to_up = asyncio.ensure_future(_pump(self.client, self.upstream))
         to_client = asyncio.ensure_future(_pump(self.upstream, self.client))
         try:
-            done, _ = await asyncio.wait({to_up, to_client}, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait({to_up, to_client}, return_when=asyncio.FIRST_COMPLETED)
             # The finished pump closed both sides; let the other one see that and end.
             await asyncio.wait({to_up, to_client}, timeout=10)
         finally:

@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from swapd.daemon.cmdline import join_continuations, split_command, strip_comment_lines
-from swapd.daemon.config_loader import load_config_text
+from swapd.daemon.config_loader import load, load_config_text
 
 
 def test_llama_swap_sanitize_example_gives_its_twelve_tokens() -> None:
     # llama-swap's tested example (reference §1.4): continuations, comments and both quote styles.
     text = (
         "python model1.py \\\n"
-        "  -a \"double quotes\" \\\n"
+        '  -a "double quotes" \\\n'
         "  # a comment line\n"
         "  --arg2 'single quotes'\n"
         "  -s\n"
@@ -90,7 +92,9 @@ def test_backslash_continuations_work_in_folded_and_literal_blocks() -> None:
 
 
 def test_folded_and_literal_give_the_same_argv_without_comments() -> None:
-    body = "\n      docker run --rm\n      --name x -p 9:8188\n      -e CLI_ARGS=\"\"\n      image:tag\n"
+    body = (
+        '\n      docker run --rm\n      --name x -p 9:8188\n      -e CLI_ARGS=""\n      image:tag\n'
+    )
     assert _cmd(">" + body) == _cmd("|" + body)
     assert _cmd(">" + body) == (
         "docker",
@@ -104,3 +108,15 @@ def test_folded_and_literal_give_the_same_argv_without_comments() -> None:
         "CLI_ARGS=",
         "image:tag",
     )
+
+
+def test_hash_line_in_a_folded_block_gets_a_warning_with_its_line(tmp_path: Path) -> None:
+    path = tmp_path / "config.yaml"
+    path.write_text(
+        "models:\n  m:\n    proxy: http://127.0.0.1:9\n    cmd: >\n      server\n"
+        "      # --verbose\n      --port 9\n"
+    )
+    loaded = load(path, environ={})
+    [warning] = loaded.warnings
+    assert (warning.line, warning.path) == (6, "models.m.cmd")
+    assert "a '#' line in a folded (>) block is passed as arguments" in warning.message

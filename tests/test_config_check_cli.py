@@ -123,3 +123,12 @@ def test_help_explains_check_config() -> None:
     result = swapd("check-config", "--help")
     assert result.returncode == 0
     assert "--print" in result.stdout and "-c CONFIG" in result.stdout
+
+
+def test_swapd_python_is_set_as_swapd_run_sets_it(tmp_path: Path) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text("models:\n  m:\n    cmd: ${env.SWAPD_PYTHON} -m srv --port ${PORT}\n")
+    result = swapd("check-config", "-c", str(config), "--print")
+    assert result.returncode == 0, result.stderr
+    cmd = yaml.safe_load(result.stdout)["models"]["m"]["cmd"]
+    assert Path(cmd[0]).name.startswith("python")

@@ -65,7 +65,10 @@ def test_all_errors_are_reported_together_in_line_order() -> None:
     [
         ("modles: {}\n", "config.yaml:1 modles: unknown key 'modles'; did you mean 'models'?"),
         ("models: {}\nhealthcheckTimeout: 20\n", "did you mean 'healthCheckTimeout'?"),
-        ("models: {}\nzzz_unrelated: 1\n", "config.yaml:2 zzz_unrelated: unknown key 'zzz_unrelated'"),
+        (
+            "models: {}\nzzz_unrelated: 1\n",
+            "config.yaml:2 zzz_unrelated: unknown key 'zzz_unrelated'",
+        ),
         (
             "models: {}\ngroups:\n  g:\n    member: []\n",
             "config.yaml:4 groups.g.member: unknown key 'member'; did you mean 'members'?",
@@ -107,8 +110,8 @@ def test_alias_repeating_another_alias_or_a_model_id() -> None:
     )
     assert "config.yaml:4 models.a.aliases[1]: alias 'b' is the id of model 'b'" in found
     assert (
-        "config.yaml:4 models.a.aliases[2]: duplicate alias 'shared': already an alias of this model"
-        in found
+        "config.yaml:4 models.a.aliases[2]: duplicate alias 'shared': "
+        "already an alias of this model" in found
     )
     assert (
         "config.yaml:7 models.b.aliases[0]: duplicate alias 'shared': already an alias of model 'a'"
@@ -165,8 +168,9 @@ def test_peer_problems() -> None:
             models: []
         """
     )
-    assert "config.yaml:2 models.p/x: model id 'p/x' is also the full name of a model on peer 'p'" in (
-        found
+    assert (
+        "config.yaml:2 models.p/x: model id 'p/x' is also the full name of a model on peer 'p'"
+        in (found)
     )
     assert (
         "config.yaml:6 peers.p.proxy: expected an http:// or https:// URL with a host, "
@@ -225,12 +229,12 @@ def test_empty_or_unsplittable_cmd() -> None:
           b:
             proxy: http://127.0.0.1:2
             cmd: srv 'open quote
-            cmdStop: ""
+            cmdStop: kill "${PID}
         """
     )
     assert "config.yaml:4 models.a.cmd: is empty (only blanks or comment lines)" in found
     assert "config.yaml:8 models.b.cmd: cannot split into words: No closing quotation" in found
-    assert "config.yaml:9 models.b.cmdStop: is empty (only blanks or comment lines)" in found
+    assert "config.yaml:9 models.b.cmdStop: cannot split into words: No closing quotation" in found
 
 
 def test_group_members_that_are_not_models_or_in_two_groups() -> None:
@@ -324,14 +328,24 @@ def test_bad_env_and_gpus_entries() -> None:
             gpus: []
         """
     )
-    assert "config.yaml:4 models.m.env[0]: expected NAME=value with a variable name, got 'NO_EQUALS'" in (
-        found
+    assert (
+        "config.yaml:4 models.m.env[0]: expected NAME=value with a variable name, got 'NO_EQUALS'"
+        in (found)
     )
-    assert "config.yaml:4 models.m.env[1]: expected NAME=value with a variable name, got '1BAD=x'" in found
-    assert "config.yaml:5 models.m.gpus[1]: expected a GPU index (0, 1, ...) or UUID, got -1" in found
+    assert (
+        "config.yaml:4 models.m.env[1]: expected NAME=value with a variable name, got '1BAD=x'"
+        in found
+    )
+    assert (
+        "config.yaml:5 models.m.gpus[1]: expected a GPU index (0, 1, ...) or UUID, got -1" in found
+    )
     assert "config.yaml:5 models.m.gpus[2]: GPU 0 is listed twice" in found
-    assert "config.yaml:5 models.m.gpus[3]: expected a GPU index (0, 1, ...) or UUID, got ''" in found
-    assert "config.yaml:5 models.m.gpus[4]: expected a GPU index (0, 1, ...) or UUID, got 1.5" in found
+    assert (
+        "config.yaml:5 models.m.gpus[3]: expected a GPU index (0, 1, ...) or UUID, got ''" in found
+    )
+    assert (
+        "config.yaml:5 models.m.gpus[4]: expected a GPU index (0, 1, ...) or UUID, got 1.5" in found
+    )
     assert (
         "config.yaml:8 models.n.gpus: expected a list of GPU indices or UUIDs such as [0, 1], "
         "got '0,1'" in found
@@ -413,3 +427,57 @@ def test_recursive_and_exploding_aliases_are_refused() -> None:
 def test_errors_name_the_source_given() -> None:
     [issue] = issues("models: 3\n", source="/etc/swapd/config.yaml")
     assert str(issue) == "/etc/swapd/config.yaml:1 models: expected a mapping of model ids, got 3"
+
+
+def test_deeply_nested_document_is_a_config_error() -> None:
+    [issue] = issues("models: " + "[" * 700 + "]" * 700 + "\n")
+    assert issue.message == "YAML document is nested too deeply"
+
+
+def test_unprintable_character_is_a_syntax_error_with_its_line() -> None:
+    [issue] = issues("models:\n  m:\n    cmd: a\x1fb\n")
+    assert str(issue) == "config.yaml:3: YAML syntax error: character U+001F is not allowed"
+
+
+def test_indices_in_messages_are_positions_in_the_file() -> None:
+    found = messages(
+        """
+        apiKeys: [null, [x], "has space"]
+        models:
+          m:
+            cmd: srv --port ${PORT}
+            env: [null, "bad"]
+        groups:
+          g: {members: [null, nope]}
+        """
+    )
+    assert found == [
+        "config.yaml:1 apiKeys[0]: expected a string, got null",
+        "config.yaml:1 apiKeys[1]: expected a string, got a list",
+        "config.yaml:1 apiKeys[2]: an API key cannot contain spaces",
+        "config.yaml:5 models.m.env[0]: expected a string, got null",
+        "config.yaml:5 models.m.env[1]: expected NAME=value with a variable name, got 'bad'",
+        "config.yaml:7 groups.g.members[0]: expected a string, got null",
+        "config.yaml:7 groups.g.members[1]: 'nope' is not a model",
+    ]
+
+
+def test_integers_too_large_for_the_ipc_codec() -> None:
+    big = 2**64
+    found = messages(
+        f"""
+        globalTTL: {big}
+        models:
+          m:
+            cmd: srv --port ${{PORT}}
+            metadata: {{sizes: [1, {big}]}}
+            filters: {{setParams: {{seed: -{big}}}}}
+        """
+    )
+    assert found == [
+        f"config.yaml:1 globalTTL: must be at most {2**63 - 1}, got {big}",
+        f"config.yaml:5 models.m.metadata.sizes[1]: integer out of range "
+        f"({-(2**63)} to {2**63 - 1})",
+        f"config.yaml:6 models.m.filters.setParams.seed: integer out of range "
+        f"({-(2**63)} to {2**63 - 1})",
+    ]

@@ -160,11 +160,13 @@ def test_comfyui_auto_gets_the_seed_pages_forced_settings_with_reasons() -> None
     assert model.concurrency_limit == c.COMFYUI_MIN_CONCURRENCY == 999
     reasons = {f.key: f.reason for f in model.forced}
     assert set(reasons) == {"compat.ignoreWebsockets", "concurrencyLimit"}
-    assert "does not count toward concurrency, in-flight requests, TTL activity" in (
-        reasons["compat.ignoreWebsockets"]
+    assert (
+        "does not count toward concurrency, in-flight requests, TTL activity"
+        in (reasons["compat.ignoreWebsockets"])
     )
-    assert "one open ComfyUI tab makes many parallel asset and API requests" in (
-        reasons["concurrencyLimit"]
+    assert (
+        "one open ComfyUI tab makes many parallel asset and API requests"
+        in (reasons["concurrencyLimit"])
     )
 
 
@@ -336,3 +338,41 @@ def test_duplicate_keys_are_an_error_not_a_silent_override() -> None:
     assert "config.yaml:5 models.m.ttl: duplicate key 'ttl' (first defined on line 4)" in str(
         caught.value
     )
+
+
+def test_empty_strings_mean_unset_where_llama_swap_says_so() -> None:
+    config = load_text(MINIMAL.strip() + '\n    cmdStop: ""\n    useModelName: ""\n    name: ""\n')
+    model = config.models["m"]
+    assert model.cmd_stop is None
+    assert model.use_model_name is None and model.name is None
+
+
+def test_top_level_x_keys_hold_anchors_and_are_ignored() -> None:
+    loaded = load_config_text(
+        textwrap.dedent(
+            """
+            x-notes: "${not_a_macro} is never looked at"
+            x-defaults: &defaults
+              checkEndpoint: /ready
+              ttl: 30
+            models:
+              m:
+                <<: *defaults
+                cmd: srv --port ${PORT}
+            """
+        ),
+        environ={},
+    )
+    assert loaded.models["m"].check_endpoint == "/ready"
+    with pytest.raises(ConfigError) as caught:
+        load_text("models:\n  m:\n    x-note: 1\n    cmd: srv --port ${PORT}\n")
+    assert "models.m.x-note: unknown key 'x-note'" in str(caught.value)
+
+
+def test_unknown_log_level_acts_as_info_with_a_warning(tmp_path: Path) -> None:
+    path = tmp_path / "config.yaml"
+    path.write_text("logLevel: warning\n" + MINIMAL)
+    loaded = load(path, environ={})
+    assert loaded.config.log_level == "info"
+    [warning] = loaded.warnings
+    assert warning.path == "logLevel" and "did you mean 'warn'?" in warning.message

@@ -1,4 +1,4 @@
-"""Property: whatever YAML the loader is given, it returns a Config or raises ConfigError, nothing else.
+"""Property: whatever YAML the loader gets, it returns a Config or raises ConfigError, nothing else.
 
 Four sources of input: arbitrary text, arbitrary nested values dumped to YAML, configs built from
 swapd's own key table with random values (near-valid, so the deep checks run), and small random
@@ -41,15 +41,27 @@ scalars = st.one_of(
     st.none(),
     st.booleans(),
     st.integers(min_value=-(2**70), max_value=2**70),
+    st.sampled_from([2**63 - 1, 2**63, 2**64, -(2**63) - 1]),
     st.floats(allow_nan=True, allow_infinity=True),
     st.text(max_size=20),
     st.sampled_from(
-        ["${PORT}", "${MODEL_ID}", "${PID}", "${GPUS}", "${env.HOME}", "${env.NOPE}", "${x}", "none"]
+        [
+            "${PORT}",
+            "${MODEL_ID}",
+            "${PID}",
+            "${GPUS}",
+            "${env.HOME}",
+            "${env.NOPE}",
+            "${x}",
+            "none",
+        ]
     ),
 )
 nested = st.recursive(
     scalars,
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
+    ),
     max_leaves=20,
 )
 commands = st.sampled_from(
@@ -81,7 +93,9 @@ models = st.dictionaries(
                 "filters": near(FILTERS),
                 "gpus": st.lists(st.one_of(st.integers(-1, 3), st.text(max_size=4)), max_size=3),
                 "aliases": st.lists(st.sampled_from(["a", "b", "x", "", "p/x"]), max_size=3),
-                "macros": st.dictionaries(st.sampled_from(["m", "PORT", "x y"]), nested, max_size=2),
+                "macros": st.dictionaries(
+                    st.sampled_from(["m", "PORT", "x y"]), nested, max_size=2
+                ),
                 "env": st.lists(st.sampled_from(["A=1", "bad", "B=${MODEL_ID}"]), max_size=3),
             },
         ),
@@ -96,7 +110,9 @@ configs = st.fixed_dictionaries(
         "peers": st.dictionaries(st.sampled_from(["p", "q"]), near(PEER), max_size=2),
         "macros": st.dictionaries(st.sampled_from(["x", "PORT", "y"]), nested, max_size=3),
         "apiKeys": st.lists(st.text(max_size=6), max_size=3),
-        "upstream": st.fixed_dictionaries({"ignorePaths": st.lists(st.text(max_size=6), max_size=3)}),
+        "upstream": st.fixed_dictionaries(
+            {"ignorePaths": st.lists(st.text(max_size=6), max_size=3)}
+        ),
         "hooks": st.just({"on_startup": {"preload": ["a", "zz"]}}),
         "extra": near(TOP_LEVEL),
     },
@@ -128,7 +144,9 @@ REAL = [p.read_text() for p in sorted(CONFIGS.glob("*.yaml"))]
 @given(
     st.sampled_from(REAL),
     st.lists(
-        st.tuples(st.floats(0, 1), st.sampled_from(["delete", "insert", "replace"]), st.characters()),
+        st.tuples(
+            st.floats(0, 1), st.sampled_from(["delete", "insert", "replace"]), st.characters()
+        ),
         min_size=1,
         max_size=4,
     ),

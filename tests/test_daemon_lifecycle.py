@@ -58,7 +58,9 @@ def test_ttl_unloads_an_idle_model_and_in_flight_requests_hold_it(stack_factory)
     entry = stack.wait_state("quick", "ready")
     pid = entry["pid"]
     while not stream_done.wait(0.2):
-        assert stack.model("quick")["state"] == "ready", "TTL unloaded a model with a request in flight"
+        assert stack.model("quick")["state"] == "ready", (
+            "TTL unloaded a model with a request in flight"
+        )
     thread.join()
     assert chunks == [str(i).encode() for i in range(15)]
 
@@ -159,7 +161,12 @@ def test_unload_and_reload_commands(stack_factory) -> None:
     # Reload with an unchanged definition keeps the process; a changed one is restarted on demand.
     stack.swapd("reload")
     assert stack.model("one")["pid"] == pid
-    cfg = config({"one": {"cmd": fake_model_cmd("one", "--health-delay", "0")}, "two": {"cmd": fake_model_cmd("two")}})
+    cfg = config(
+        {
+            "one": {"cmd": fake_model_cmd("one", "--health-delay", "0")},
+            "two": {"cmd": fake_model_cmd("two")},
+        }
+    )
     stack.write_config(cfg)
     assert "stopped changed models: one" in stack.swapd("reload").stdout
     assert {m["model"] for m in stack.status()["models"]} == {"one", "two"}

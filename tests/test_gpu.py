@@ -104,6 +104,16 @@ def test_fake_lists_processes_on_the_gpus_their_environment_names(spawn: Any) ->
     assert devices[1].free_bytes == devices[1].total_bytes - devices[1].used_bytes
 
 
+def test_fake_scope_keeps_other_instances_processes_out(spawn: Any) -> None:
+    backend = make_backend(environ={**FAKE, "SWAPD_FAKE_GPU_SCOPE": "run-1"})
+    ours = spawn({"CUDA_VISIBLE_DEVICES": "0", "SWAPD_FAKE_GPU_SCOPE": "run-1"})
+    theirs = spawn({"CUDA_VISIBLE_DEVICES": "0", "SWAPD_FAKE_GPU_SCOPE": "run-2"})
+    unscoped = spawn({"CUDA_VISIBLE_DEVICES": "0"})
+    assert mine(backend, ours, theirs, unscoped) == [(0, ours.pid, 1024**3)]
+    # Without a scope the fake sees every process, as NVML would.
+    assert len(mine(make_backend(environ=FAKE), ours, theirs, unscoped)) == 3
+
+
 def test_fake_process_disappears_when_it_exits(spawn: Any) -> None:
     backend = make_backend(environ=FAKE)
     child = spawn({"CUDA_VISIBLE_DEVICES": "0"})
@@ -180,10 +190,13 @@ async def test_wait_released_reports_a_process_that_does_not_exit(spawn: Any) ->
 
 
 async def test_wait_released_for_any_pid_on_the_gpus(spawn: Any) -> None:
-    backend = make_backend(environ={**FAKE, "SWAPD_FAKE_GPUS": '["a", "b", "c"]'})
-    # GPU 2 of a 3-GPU fake: only this test's child can be there.
-    child = spawn({"CUDA_VISIBLE_DEVICES": "2"})
-    lingering = await wait_released(backend, None, ("2",), timeout=0.1)
+    # A scope of its own, so that GPU users of tests running in parallel are not counted.
+    scope = {"SWAPD_FAKE_GPU_SCOPE": f"test-{os.getpid()}"}
+    backend = make_backend(environ={**FAKE, **scope})
+    child = spawn({"CUDA_VISIBLE_DEVICES": "1", **scope})
+    neighbour = spawn({"CUDA_VISIBLE_DEVICES": "1", **scope})  # another model sharing the GPU
+    spawn({"CUDA_VISIBLE_DEVICES": "0", **scope})  # a model on the other GPU
+    lingering = await wait_released(backend, None, ("1",), 0.1, ignore_pids={neighbour.pid})
     assert [p.pid for p in lingering] == [child.pid]
 
 

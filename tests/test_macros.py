@@ -295,8 +295,8 @@ def test_forward_reference_is_an_error_naming_both() -> None:
     )
     assert "macros.first: macro 'first' uses ${second}, which is defined after it" in message
     assert (
-        "models.m.cmd: ${second} is left over: macro 'second' is defined after the macro that uses it"
-        in message
+        "models.m.cmd: ${second} is left over: "
+        "macro 'second' is defined after the macro that uses it" in message
     )
 
 

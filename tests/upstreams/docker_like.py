@@ -1,13 +1,16 @@
 """A stand-in for the docker CLI (no docker engine on the test machines).
 
-`docker_like.py run --name NAME -- CMD...` behaves like an attached `docker run`: the "container"
-(CMD) is NOT a child of this command. A detached shim (double fork + setsid, like containerd-shim
-under dockerd) starts CMD and records its pid; this command only waits for it, forwards SIGTERM and
-SIGINT to it (`--sig-proxy=true`; SIGKILL cannot be forwarded, so killing this command leaves the
-container running), and exits with its exit code.
+`docker_like.py run --name NAME -- CMD...` behaves like an attached `docker run`: the container is
+NOT a child of this command. A detached init (double fork + setsid, the way dockerd and
+containerd-shim detach containers from the CLI) becomes the container's PID 1 and runs CMD as its
+child. Like a PID 1 without a signal handler (no `--init`), it ignores SIGTERM. This command only
+waits for the container, forwards SIGTERM and SIGINT to its PID 1 (`--sig-proxy=true`; SIGKILL
+cannot be forwarded, so killing this command leaves the container running), and exits with its
+exit code.
 
-`docker_like.py stop [-t N] NAME` behaves like `docker stop`: SIGTERM to the container, SIGKILL
-after N seconds (default 10), and returns once it is gone.
+`docker_like.py stop [-t N] NAME` behaves like `docker stop`: SIGTERM to the container's PID 1,
+then after N seconds (default 10) SIGKILL to every process of the container (its process group
+stands for the container's cgroup), and returns once it is gone.
 
 State (pid and exit-code files) lives in $DOCKER_LIKE_STATE, else /tmp/docker-like-<uid>.
 """
@@ -15,6 +18,7 @@ State (pid and exit-code files) lives in $DOCKER_LIKE_STATE, else /tmp/docker-li
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
 import sys
@@ -52,15 +56,20 @@ def container_pid(name: str) -> int | None:
     return pid if alive(pid) else None
 
 
-def _shim(name: str, argv: list[str]) -> None:
-    """Runs detached: start the container process, wait for it, record its exit code."""
-    pid = os.fork()
-    if pid == 0:
+def _init(name: str, argv: list[str]) -> None:
+    """The container's PID 1, detached from the CLI: runs CMD, waits, records the exit code."""
+    os.setsid()
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    child = os.fork()
+    if child == 0:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
         os.execvp(argv[0], argv)
     tmp = pid_file(name).with_suffix(".tmp")
-    tmp.write_text(str(pid))
+    tmp.write_text(str(os.getpid()))
     tmp.replace(pid_file(name))
-    _, status = os.waitpid(pid, 0)
+    _, status = os.waitpid(child, 0)
     exit_file(name).write_text(str(os.waitstatus_to_exitcode(status)))
     pid_file(name).unlink(missing_ok=True)
 
@@ -78,11 +87,10 @@ def run(name: str, argv: list[str]) -> int:
         os.setsid()
         if os.fork() != 0:
             os._exit(0)
-        # The shim: detached from this command's process tree and session, like dockerd's.
         devnull = os.open(os.devnull, os.O_RDWR)
         os.dup2(devnull, 0)
         try:
-            _shim(name, argv)
+            _init(name, argv)
         finally:
             os._exit(0)
     os.waitpid(first, 0)
@@ -124,7 +132,9 @@ def stop(name: str, timeout: float) -> int:
     while alive(pid) and time.monotonic() < deadline:
         time.sleep(0.02)
     if alive(pid):
-        os.kill(pid, signal.SIGKILL)
+        # The whole container goes, as when the kernel tears down a pid namespace.
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, signal.SIGKILL)
         while alive(pid):
             time.sleep(0.02)
     print(name, flush=True)

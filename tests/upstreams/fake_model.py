@@ -83,6 +83,7 @@ async def chat(request: web.Request) -> web.StreamResponse:
             ],
             "usage": {"prompt_tokens": 1, "completion_tokens": 3, "total_tokens": 4},
             "request_body": body,
+            "request_headers": dict(request.headers),
             "served_by": _served_by(),
         }
     )
@@ -139,9 +140,32 @@ async def slow(request: web.Request) -> web.StreamResponse:
     delay = float(request.query.get("delay", 0.1))
     resp = web.StreamResponse(headers={"Content-Type": "text/plain"})
     await resp.prepare(request)
-    for i in range(n):
-        await resp.write(f"{i}\n".encode())
-        await asyncio.sleep(delay)
+    tag = request.query.get("tag", "")
+    sent = 0
+    try:
+        for i in range(n):
+            await resp.write(f"{i}\n".encode())
+            sent += 1
+            await asyncio.sleep(delay)
+        await resp.write_eof()
+    except (asyncio.CancelledError, ConnectionError):
+        # What tests look for in the model's log to prove a client disconnect reached here.
+        print(f"slow {tag}: client gone after {sent} chunks", flush=True)
+        raise
+    print(f"slow {tag}: finished {sent} chunks", flush=True)
+    return resp
+
+
+async def sse(request: web.Request) -> web.StreamResponse:
+    """`n` SSE events of `size` bytes as fast as possible (the relay benchmark)."""
+    n = int(request.query.get("n", 1000))
+    size = int(request.query.get("size", 64))
+    resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+    await resp.prepare(request)
+    event = b"data: " + b"x" * size + b"\n\n"
+    for _ in range(n):
+        await resp.write(event)
+    await resp.write(b"data: [DONE]\n\n")
     await resp.write_eof()
     return resp
 
@@ -194,6 +218,7 @@ def main() -> None:
     app.router.add_get("/env", env)
     app.router.add_get("/ws", websocket)
     app.router.add_get("/slow", slow)
+    app.router.add_get("/sse", sse)
     app.router.add_route("*", "/{tail:.*}", echo)
 
     async def exit_later(app: web.Application) -> None:
@@ -206,7 +231,15 @@ def main() -> None:
             app["exit_task"] = asyncio.get_running_loop().create_task(_exit())
 
     app.on_startup.append(exit_later)
-    web.run_app(app, host=ARGS.host, port=ARGS.port, print=None, access_log=None)
+    # handler_cancellation: a proxy that drops the connection cancels the handler (tests watch it).
+    web.run_app(
+        app,
+        host=ARGS.host,
+        port=ARGS.port,
+        print=None,
+        access_log=None,
+        handler_cancellation=True,
+    )
 
 
 if __name__ == "__main__":

@@ -1,0 +1,268 @@
+"""The proxy's speed, side by side with nginx, in one run on this machine.
+
+Same fast upstream for everyone (nginx answering `return 200`), same load tool (`wrk`), three
+targets: the upstream directly, nginx as a reverse proxy to it (one worker, keep-alive pool), and a
+real `swapd run` (circusd + daemon + one proxy process) whose model's `proxy` is that upstream.
+Small POSTs carrying a JSON `model`, so swapd does its real work: read the body, find the model,
+admission, forward.
+
+Reported (rounds alternate between targets, the median is kept; the machine is shared, so ratios
+measured in the same round matter more than absolute numbers):
+* req/s at 32 connections, and swapd / nginx (target >= 0.25);
+* median latency at 1 connection, and what swapd adds over direct (target <= 0.15 ms);
+* SSE events relayed per second through swapd vs directly from the model (target >= 0.9x), with
+  tests/upstreams/fake_model.py's `/sse` as the model;
+* 1,000 concurrent open streams through swapd (fake_model `/slow`), none failing.
+
+Needs `wrk` and `nginx` (Debian: `apt-get install wrk nginx-light`). Run:
+`python benchmarks/proxy_throughput.py [--seconds 4] [--rounds 3]`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import aiohttp
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from running_swapd import RunningSwapd, free_port, wait_http_ok
+
+REPO = Path(__file__).resolve().parent.parent
+FAKE_MODEL = REPO / "tests" / "upstreams" / "fake_model.py"
+BODY = '{"model":"bench","messages":[{"role":"user","content":"hi"}]}'
+WRK_SCRIPT = f"""
+wrk.method = "POST"
+wrk.body = '{BODY}'
+wrk.headers["Content-Type"] = "application/json"
+"""
+NGINX_CONF = """
+worker_processes 1;
+daemon off;
+pid {tmp}/nginx.pid;
+error_log {tmp}/error.log warn;
+events {{ worker_connections 8192; }}
+http {{
+  access_log off;
+  client_body_temp_path {tmp}/body; proxy_temp_path {tmp}/proxy;
+  fastcgi_temp_path {tmp}/fcgi; uwsgi_temp_path {tmp}/uwsgi; scgi_temp_path {tmp}/scgi;
+  upstream fast {{ server 127.0.0.1:{upstream}; keepalive 256; }}
+  server {{ listen 127.0.0.1:{upstream}; location / {{ return 200 "ok"; }} }}
+  server {{
+    listen 127.0.0.1:{proxy};
+    location / {{ proxy_pass http://fast; proxy_http_version 1.1; proxy_set_header Connection ""; }}
+  }}
+}}
+"""
+
+
+@contextlib.contextmanager
+def nginx(tmp: Path) -> Iterator[tuple[str, str]]:
+    upstream, proxy = free_port(), free_port()
+    conf = tmp / "nginx.conf"
+    conf.write_text(NGINX_CONF.format(tmp=tmp, upstream=upstream, proxy=proxy))
+    proc = subprocess.Popen(
+        ["nginx", "-c", str(conf), "-p", str(tmp)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_http_ok(f"http://127.0.0.1:{upstream}/", 10)
+        wait_http_ok(f"http://127.0.0.1:{proxy}/", 10)
+        yield f"http://127.0.0.1:{upstream}", f"http://127.0.0.1:{proxy}"
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+@contextlib.contextmanager
+def fake_model(port: int) -> Iterator[str]:
+    proc = subprocess.Popen(
+        [sys.executable, str(FAKE_MODEL), "--port", str(port), "--name", "sse-direct"],
+        stdout=subprocess.DEVNULL,
+    )
+    try:
+        url = f"http://127.0.0.1:{port}"
+        wait_http_ok(url + "/health", 15)
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def wrk(url: str, connections: int, seconds: float, script: Path) -> tuple[float, float]:
+    """(requests/s, median latency in ms)."""
+    out = subprocess.run(
+        ["wrk", "-t1", f"-c{connections}", f"-d{seconds:g}s", "--latency", "-s", str(script), url],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    if "Non-2xx" in out or "Socket errors" in out:
+        raise RuntimeError(f"wrk saw errors against {url}:\n{out}")
+    rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))  # type: ignore[union-attr]
+    value, unit = re.search(r"50%\s+([\d.]+)(us|ms|s)", out).groups()  # type: ignore[union-attr]
+    scale = {"us": 0.001, "ms": 1.0, "s": 1000.0}[unit]
+    return rps, float(value) * scale
+
+
+async def sse_rate(url: str, n: int) -> float:
+    async with aiohttp.ClientSession() as session:
+        start = time.perf_counter()
+        events = 0
+        async with session.get(f"{url}?n={n}&size=64") as resp:
+            resp.raise_for_status()
+            tail = b""
+            async for chunk in resp.content.iter_any():
+                data = tail + chunk
+                events += data.count(b"\n\n")
+                tail = data[-1:]
+        elapsed = time.perf_counter() - start
+    if events < n:
+        raise RuntimeError(f"only {events} of {n} events arrived from {url}")
+    return events / elapsed
+
+
+async def open_streams(url: str, count: int) -> tuple[int, int, float]:
+    """Open `count` streams at once; (completed, failed, seconds all were open together)."""
+    connector = aiohttp.TCPConnector(limit=0)
+    all_open = asyncio.Event()
+    opened = 0
+    failures = 0
+    done = 0
+
+    async def one(session: aiohttp.ClientSession) -> None:
+        nonlocal opened, failures, done
+        try:
+            async with session.get(url) as resp:
+                resp.raise_for_status()
+                await resp.content.readline()  # the first chunk: this stream is open
+                opened += 1
+                if opened == count:
+                    all_open.set()
+                body = await resp.read()
+                if not body.endswith(b"\n"):
+                    raise RuntimeError("stream cut short")
+                done += 1
+        except Exception:
+            failures += 1
+
+    timeout = aiohttp.ClientTimeout(total=120)
+    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
+        start = time.perf_counter()
+        tasks = [asyncio.ensure_future(one(session)) for _ in range(count)]
+        await asyncio.wait_for(all_open.wait(), 60)
+        held = time.perf_counter() - start
+        await asyncio.gather(*tasks)
+    return done, failures, held
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--seconds", type=float, default=4)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--streams", type=int, default=1000)
+    args = parser.parse_args()
+    for tool in ("wrk", "nginx"):
+        if shutil.which(tool) is None:
+            print(f"{tool} not found (Debian: apt-get install wrk nginx-light)", file=sys.stderr)
+            return 2
+
+    with tempfile.TemporaryDirectory(prefix="swapd-bench-nginx-") as tmp_name:
+        tmp = Path(tmp_name)
+        script = tmp / "post.lua"
+        script.write_text(WRK_SCRIPT)
+        sse_port = free_port()
+        with nginx(tmp) as (direct, via_nginx), fake_model(free_port()) as sse_direct:
+            upstream_port = direct.rsplit(":", 1)[1]
+            config = f"""
+healthCheckTimeout: 15
+models:
+  bench:
+    cmd: sleep 1000000
+    proxy: http://127.0.0.1:{upstream_port}
+    checkEndpoint: /
+    concurrencyLimit: 100000
+  sse:
+    cmd: {sys.executable} {FAKE_MODEL} --port {sse_port} --name sse
+    proxy: http://127.0.0.1:{sse_port}
+    concurrencyLimit: {args.streams * 2}
+groups:
+  bench:
+    swap: false
+    members: [bench, sse]
+"""
+            with RunningSwapd(config) as swapd:
+                via_swapd = swapd.url
+                for warm in ("/upstream/bench/", "/upstream/sse/health"):
+                    wait_http_ok(via_swapd + warm, 30)
+                targets = {"direct": direct, "nginx": via_nginx, "swapd": via_swapd}
+                path = "/v1/chat/completions"
+
+                rps: dict[str, list[float]] = {t: [] for t in targets}
+                p50: dict[str, list[float]] = {t: [] for t in targets}
+                ratio_rounds = []
+                for _ in range(args.rounds):
+                    this_round = {}
+                    for name, base in targets.items():
+                        rate, _ = wrk(base + path, 32, args.seconds, script)
+                        rps[name].append(rate)
+                        this_round[name] = rate
+                        _, latency = wrk(base + path, 1, args.seconds, script)
+                        p50[name].append(latency)
+                    ratio_rounds.append(this_round["swapd"] / this_round["nginx"])
+
+                sse: dict[str, list[float]] = {"direct": [], "swapd": []}
+                for _ in range(args.rounds):
+                    sse["direct"].append(asyncio.run(sse_rate(sse_direct + "/sse", 20000)))
+                    sse["swapd"].append(
+                        asyncio.run(sse_rate(via_swapd + "/upstream/sse/sse", 20000))
+                    )
+
+                streams_url = f"{via_swapd}/upstream/sse/slow?n=3&delay=1"
+                done, failed, held = asyncio.run(open_streams(streams_url, args.streams))
+
+    med = {name: statistics.median(values) for name, values in rps.items()}
+    lat = {name: statistics.median(values) for name, values in p50.items()}
+    print(f"throughput, 32 connections, small JSON POSTs ({args.rounds} rounds, median req/s):")
+    for name in targets:
+        rounds = ", ".join(f"{v:,.0f}" for v in rps[name])
+        print(f"  {name:7s} {med[name]:>10,.0f}   ({rounds})")
+    print(
+        f"  swapd / nginx = {med['swapd'] / med['nginx']:.3f} (target >= 0.25); per round: "
+        + ", ".join(f"{r:.3f}" for r in ratio_rounds)
+    )
+    print(f"  nginx / direct = {med['nginx'] / med['direct']:.3f}")
+    print("median latency, 1 connection:")
+    for name in targets:
+        print(f"  {name:7s} {lat[name]:.3f} ms")
+    added = lat["swapd"] - lat["direct"]
+    print(
+        f"  swapd adds {added:.3f} ms over direct (target <= 0.15); nginx adds "
+        f"{lat['nginx'] - lat['direct']:.3f} ms"
+    )
+    sse_med = {k: statistics.median(v) for k, v in sse.items()}
+    print("SSE relay (20,000 events of 64 bytes):")
+    print(
+        f"  direct {sse_med['direct']:,.0f} events/s, swapd {sse_med['swapd']:,.0f} events/s, "
+        f"ratio {sse_med['swapd'] / sse_med['direct']:.3f} (target >= 0.9)"
+    )
+    print(
+        f"concurrent streams: {done} of {args.streams} completed, {failed} failed; all "
+        f"{args.streams} were open at once after {held:.2f}s"
+    )
+    return 0 if failed == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,188 @@
+"""The daemon's circus client and process machinery against a real circusd (no daemon, no proxy):
+concurrent calls, timeouts, circus's global lock, and a slow stop that does not stall a start."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from swapd.daemon.circus_client import CircusClient, CircusError, CircusUnavailable
+from swapd.daemon.config import ModelConfig
+from swapd.daemon.lifecycle import Lifecycle, StartFailed
+from tests.stack import FAKE_MODEL, free_ports
+
+pytestmark = pytest.mark.processes
+
+STUBBORN = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)"
+
+
+@pytest.fixture
+async def circus() -> AsyncIterator[tuple[CircusClient, Path]]:
+    base = Path(tempfile.mkdtemp(prefix="swapd-c-", dir="/tmp"))
+    ini = base / "circus.ini"
+    ini.write_text(
+        textwrap.dedent(
+            f"""\
+            [circus]
+            endpoint = ipc://{base}/ctl.sock
+            pubsub_endpoint = ipc://{base}/pub.sock
+            multicast_endpoint =
+            check_delay = 1
+            """
+        )
+    )
+    proc = _start_circusd(base, ini)
+    client = CircusClient(f"ipc://{base}/ctl.sock", timeout=5)
+    try:
+        deadline = time.monotonic() + 15
+        while True:
+            try:
+                await client.call("list", timeout=0.5)
+                break
+            except CircusUnavailable:
+                assert time.monotonic() < deadline, "circusd did not come up"
+        yield client, base
+    finally:
+        client.close()
+        proc.terminate()
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+async def test_concurrent_calls_are_matched_by_id(circus) -> None:
+    client, _ = circus
+    replies = await asyncio.gather(*(client.call("list") for _ in range(50)))
+    assert all(r["status"] == "ok" for r in replies)
+    assert len({r["id"] for r in replies}) == 50
+
+
+async def test_error_reply_and_timeout() -> None:
+    client = CircusClient("ipc:///tmp/swapd-no-such-circusd.sock", timeout=0.3)
+    started = time.monotonic()
+    with pytest.raises(CircusUnavailable):
+        await client.call("list")
+    assert time.monotonic() - started < 1.5
+    client.close()
+
+
+async def test_unknown_watcher_is_a_circus_error(circus) -> None:
+    client, _ = circus
+    with pytest.raises(CircusError) as err:
+        await client.call("status", name="nope")
+    assert not err.value.lock_busy
+
+
+async def test_global_lock_is_retried(circus) -> None:
+    client, _ = circus
+    await client.call(
+        "add",
+        name="stubborn",
+        cmd=sys.executable,
+        args=["-c", STUBBORN],
+        options={"graceful_timeout": 1.5},
+        start=True,
+        waiting=True,
+    )
+    # circus's own stop holds the arbiter-wide lock for the whole grace period...
+    await client.call("stop", name="stubborn", waiting=False)
+    with pytest.raises(CircusError) as busy:
+        await client.call("add", name="other", cmd=sys.executable, args=["-c", "pass"])
+    assert busy.value.lock_busy
+    # ...so lifecycle commands wait for it and retry.
+    reply = await client.call_locked(
+        "add", name="other", cmd=sys.executable, args=["-c", "pass"], patience=10
+    )
+    assert reply["status"] == "ok"
+
+
+def _model(mid: str, port: int, *extra: str, cmd: tuple[str, ...] | None = None) -> ModelConfig:
+    argv = cmd or (sys.executable, str(FAKE_MODEL), "--port", str(port), "--name", mid, *extra)
+    return ModelConfig(
+        id=mid,
+        cmd=argv,
+        cmd_stop=None,
+        proxy=f"http://127.0.0.1:{port}",
+        check_endpoint="/health",
+        ttl=0,
+        unload_timeout=2,
+        health_check_timeout=15,
+        concurrency_limit=10,
+        port=port,
+    )
+
+
+async def test_a_slow_stop_does_not_stall_another_start(circus) -> None:
+    client, base = circus
+    lifecycle = Lifecycle(client, base / "logs")
+    port_a, port_b = free_ports(2)
+    stubborn = _model("stubborn", port_a, cmd=(sys.executable, "-c", STUBBORN))
+    stubborn = ModelConfig(**{**_fields(stubborn), "check_endpoint": None})
+    try:
+        running = await lifecycle.start(stubborn)
+        await _until_ignoring_sigterm(running.pid)
+        stopping = asyncio.create_task(lifecycle.stop(running, stubborn))
+        await asyncio.sleep(0.1)
+        started = time.monotonic()
+        other = await lifecycle.start(_model("other", port_b))
+        took = time.monotonic() - started
+        assert not stopping.done(), "the stubborn model should still be in its grace period"
+        assert took < 1.5, f"a start waited {took:.2f}s behind a slow stop"
+        await stopping
+        statuses = (await client.call("status"))["statuses"]
+        assert "model-stubborn" not in statuses and statuses["model-other"] == "active"
+        await lifecycle.stop(other, None)
+    finally:
+        await lifecycle.close()
+
+
+async def test_a_process_that_exits_at_once_fails_with_its_code(circus) -> None:
+    client, base = circus
+    lifecycle = Lifecycle(client, base / "logs")
+    (port,) = free_ports(1)
+    try:
+        with pytest.raises(StartFailed) as failed:
+            await lifecycle.start(_model("bad", port, "--fail", "--exit-code", "9"))
+        assert failed.value.status == 502
+        assert "exit code 9" in failed.value.message
+        assert any("cannot load its weights" in line for line in failed.value.log_tail)
+    finally:
+        await lifecycle.close()
+
+
+def _start_circusd(base: Path, ini: Path) -> subprocess.Popen[bytes]:
+    log = str(base / "circusd.log")
+    return subprocess.Popen(
+        [sys.executable, "-m", "circus.circusd", "--log-output", log, str(ini)],
+        start_new_session=True,
+    )
+
+
+def _ignores_sigterm(pid: int) -> bool:
+    with open(f"/proc/{pid}/status") as f:
+        ignored = next(line for line in f if line.startswith("SigIgn:")).split()[1]
+    return bool(int(ignored, 16) & (1 << (signal.SIGTERM - 1)))
+
+
+async def _until_ignoring_sigterm(pid: int) -> None:
+    deadline = time.monotonic() + 10
+    while True:
+        if _ignores_sigterm(pid):
+            return
+        assert time.monotonic() < deadline, "the stubborn process never ignored SIGTERM"
+        await asyncio.sleep(0.02)
+
+
+def _fields(model: ModelConfig) -> dict[str, object]:
+    return {f: getattr(model, f) for f in model.__struct_fields__}

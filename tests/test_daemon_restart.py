@@ -1,0 +1,76 @@
+"""Restart without loss: kill -9 of the daemon or of the proxy; circusd restarts it, the models
+keep running (same pid), and requests keep being served."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+
+import pytest
+
+from tests.stack import fake_model_cmd, wait_for
+from tests.test_daemon_lifecycle import config
+from tests.test_daemon_swap import chat
+
+pytestmark = pytest.mark.processes
+
+
+def test_daemon_kill9_adopts_running_models(stack_factory) -> None:
+    stack = stack_factory(config({"keep": {"cmd": fake_model_cmd("keep")}}))
+    model_pid = chat(stack.url, "keep")["served_by"]["pid"]
+    (daemon_pid,) = stack.watcher_pids("swapd-daemon")
+    (proxy_pid,) = stack.watcher_pids("swapd-proxy")
+
+    # Requests keep flowing while the daemon is dead and while it comes back.
+    served: list[int] = []
+    errors: list[BaseException] = []
+    stop = threading.Event()
+
+    def traffic() -> None:
+        while not stop.is_set():
+            try:
+                served.append(chat(stack.url, "keep")["served_by"]["pid"])
+            except BaseException as exc:
+                errors.append(exc)
+
+    thread = threading.Thread(target=traffic)
+    thread.start()
+    try:
+        os.kill(daemon_pid, signal.SIGKILL)
+        new_daemon = wait_for(
+            lambda: [p for p in stack.watcher_pids("swapd-daemon") if p != daemon_pid],
+            timeout=10,
+            what="circusd to restart the daemon",
+        )[0]
+        entry = stack.wait_state("keep", "ready")
+        count = len(served)
+        wait_for(lambda: len(served) > count + 5, timeout=10, what="more requests served")
+    finally:
+        stop.set()
+        thread.join()
+    assert not errors, errors[:3]
+    assert set(served) == {model_pid}
+    assert entry["pid"] == model_pid
+    assert entry["reason"] == "adopted"
+    assert stack.status()["pid"] == new_daemon
+    assert stack.watcher_pids("swapd-proxy") == [proxy_pid]
+    assert stack.model_log("keep").count("--- swapd") == 1, "the model was started again"
+
+
+def test_proxy_kill9_keeps_models_loaded(stack_factory) -> None:
+    stack = stack_factory(config({"keep": {"cmd": fake_model_cmd("keep")}}))
+    model_pid = chat(stack.url, "keep")["served_by"]["pid"]
+    (daemon_pid,) = stack.watcher_pids("swapd-daemon")
+    (proxy_pid,) = stack.watcher_pids("swapd-proxy")
+    os.kill(proxy_pid, signal.SIGKILL)
+    wait_for(
+        lambda: [p for p in stack.watcher_pids("swapd-proxy") if p != proxy_pid],
+        timeout=10,
+        what="circusd to restart the proxy",
+    )
+    served = wait_for(lambda: chat(stack.url, "keep"), timeout=10, what="the new proxy to serve")
+    assert served["served_by"]["pid"] == model_pid
+    assert stack.model("keep")["pid"] == model_pid
+    assert stack.watcher_pids("swapd-daemon") == [daemon_pid]
+    assert stack.model_log("keep").count("--- swapd") == 1

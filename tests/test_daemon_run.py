@@ -1,0 +1,122 @@
+"""`swapd run` itself: it becomes circusd, its run dir and sockets are private, nothing but the
+proxy's port listens on the network, bad input is refused clearly, and Ctrl-C / SIGTERM stop
+everything (cmdStop included) with exit code 0."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import stat
+import subprocess
+import uuid
+
+import psutil
+import pytest
+
+from tests.stack import PYTHON, UPSTREAMS, Stack, fake_model_cmd, free_port
+from tests.test_daemon_lifecycle import _alive, config
+from tests.test_daemon_swap import chat
+
+pytestmark = pytest.mark.processes
+
+
+def test_process_tree_private_sockets_and_no_network_control(stack_factory) -> None:
+    stack = stack_factory(config({"one": {"cmd": fake_model_cmd("one")}}))
+    chat(stack.url, "one")
+    # `swapd run` exec'd circusd: systemd's main pid is circusd itself.
+    assert stack.proc is not None
+    circusd = psutil.Process(stack.proc.pid)
+    assert "circus.circusd" in " ".join(circusd.cmdline())
+    listed = stack.circusctl("status")
+    for name in ("swapd-daemon: active", "swapd-proxy: active", "model-one: active"):
+        assert name in listed
+
+    assert stat.S_IMODE(stack.run_dir.stat().st_mode) == 0o700
+    sockets = [p for p in stack.run_dir.iterdir() if p.is_socket()]
+    assert {p.name for p in sockets} >= {
+        "daemon.sock", "events.sock", "circus-ctl.sock", "circus-pub.sock",
+    }  # fmt: skip
+    for path in sockets:
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
+
+    model_pid = stack.model("one")["pid"]
+    ours = [circusd, *circusd.children(recursive=True)]
+    listening = set()
+    for proc in ours:
+        if proc.pid == model_pid:
+            continue
+        for conn in proc.net_connections(kind="inet"):
+            assert conn.type != socket.SOCK_DGRAM, f"UDP socket in {proc.cmdline()}: {conn}"
+            if conn.status == psutil.CONN_LISTEN:
+                listening.add(conn.laddr.port)
+    assert listening == {stack.port}
+
+
+def test_invalid_config_and_busy_port_are_refused(tmp_path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("models:\n  a:\n    cmd: x\n    ttl: ten\n")
+    run_dir = tmp_path / "run"
+    result = subprocess.run(
+        [PYTHON, "-m", "swapd.daemon.cli", "run", "-c", str(bad), "--run-dir", str(run_dir)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert result.returncode == 1
+    assert "ttl" in result.stderr and "bad.yaml" in result.stderr
+    assert not (run_dir / "circus.ini").exists()
+
+    good = tmp_path / "good.yaml"
+    good.write_text("models:\n  a:\n    cmd: x --port ${PORT}\n")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = subprocess.run(
+            [PYTHON, "-m", "swapd.daemon.cli", "run", "-c", str(good), "--run-dir", str(run_dir),
+             "--listen", f"127.0.0.1:{port}"],
+            capture_output=True, text=True, timeout=30, check=False,
+        )  # fmt: skip
+    assert result.returncode == 1
+    assert "already in use" in result.stderr
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_signal_stops_everything_including_cmd_stop(tmp_path, signum) -> None:
+    state = str(tmp_path / "docker-state")
+    name = f"swapd-shutdown-{uuid.uuid4().hex[:8]}"
+    docker = f"{PYTHON} {UPSTREAMS / 'docker_like.py'}"
+    stack = Stack(
+        config(
+            {
+                "boxed": {
+                    "cmd": f"{docker} run --name {name} -- " + fake_model_cmd("boxed"),
+                    "cmdStop": f"{docker} stop -t 1 {name}",
+                    "unloadTimeout": 2,
+                },
+                "plain": {"cmd": fake_model_cmd("plain")},
+            },
+            groups={"all": {"swap": False, "members": ["boxed", "plain"]}},
+        ),
+        env={"DOCKER_LIKE_STATE": state},
+        port=free_port(),
+    ).start()
+    try:
+        container = chat(stack.url, "boxed")["served_by"]["pid"]
+        plain = chat(stack.url, "plain")["served_by"]["pid"]
+        assert stack.proc is not None
+        stack.proc.send_signal(signum)
+        assert stack.proc.wait(40) == 0
+        assert not _alive(container), "cmdStop did not run at shutdown"
+        assert not _alive(plain)
+    finally:
+        stack.stop(check=False)
+        subprocess.run(
+            [PYTHON, str(UPSTREAMS / "docker_like.py"), "stop", "-t", "0", name],
+            env={**os.environ, "DOCKER_LIKE_STATE": state},
+            capture_output=True,
+            check=False,
+        )
+    assert stack.processes() == []

@@ -1,0 +1,98 @@
+"""GPUs through the real stack (circusd, daemon, proxy, fake_model upstreams), with the fake GPU
+backend standing for NVML: it lists the model processes the daemon really started on the GPUs
+their CUDA_VISIBLE_DEVICES names, so placement, swapping by GPU and the release check after a stop
+run exactly as they would against NVML."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import urllib.request
+import uuid
+from collections.abc import Iterator
+
+import psutil
+import pytest
+
+from swapd.daemon.gpu_fake import fake_uuid
+from tests.stack import fake_model_cmd, free_ports
+
+pytestmark = pytest.mark.processes
+
+
+def chat(url: str, model: str) -> dict[str, object]:
+    body = json.dumps({"model": model, "messages": [{"role": "user", "content": "hi"}]}).encode()
+    request = urllib.request.Request(
+        url + "/v1/chat/completions", data=body, headers={"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(request, timeout=30) as response:
+        return json.loads(response.read())
+
+
+def gpu_env(scope: str) -> dict[str, str]:
+    return {"SWAPD_GPU_BACKEND": "fake", "SWAPD_FAKE_GPUS": "2", "SWAPD_FAKE_GPU_SCOPE": scope}
+
+
+def config(models: dict[str, dict[str, object]]) -> dict[str, object]:
+    base = {"proxy": "http://127.0.0.1:${PORT}", "unloadTimeout": 3}
+    return {
+        "healthCheckTimeout": 15,
+        "startPort": free_ports(1)[0],
+        "models": {
+            mid: {"cmd": fake_model_cmd(mid), **base, **spec} for mid, spec in models.items()
+        },
+    }
+
+
+def test_disjoint_gpus_run_side_by_side_and_overlapping_ones_swap(stack_factory) -> None:
+    scope = uuid.uuid4().hex
+    stack = stack_factory(
+        config({"left": {"gpus": [0]}, "right": {"gpus": [fake_uuid(1)]}, "other": {"gpus": [0]}}),
+        env=gpu_env(scope),
+    )
+    assert chat(stack.url, "left")["served_by"]["name"] == "left"
+    assert chat(stack.url, "right")["served_by"]["name"] == "right"
+    status = {m["model"]: m for m in stack.status()["models"]}
+    assert status["left"]["state"] == "ready" and status["right"]["state"] == "ready"
+    left_env = psutil.Process(status["left"]["pid"]).environ()
+    assert left_env["CUDA_VISIBLE_DEVICES"] == "0"
+    assert psutil.Process(status["right"]["pid"]).environ()["CUDA_VISIBLE_DEVICES"] == fake_uuid(1)
+
+    assert chat(stack.url, "other")["served_by"]["name"] == "other"
+    status = {m["model"]: m for m in stack.status()["models"]}
+    assert status["left"]["state"] == "stopped"
+    assert status["right"]["state"] == "ready"
+    assert status["other"]["state"] == "ready"
+    assert status["left"]["lingering"] == []
+
+
+@pytest.fixture
+def stray() -> Iterator[list[subprocess.Popen[bytes]]]:
+    procs: list[subprocess.Popen[bytes]] = []
+    yield procs
+    for proc in procs:
+        proc.kill()
+        proc.wait()
+
+
+def test_a_process_left_on_the_gpu_after_a_stop_is_reported(stack_factory, stray) -> None:
+    # A docker-like model (cmdStop, gpus): its server is not the daemon's child, so after a stop
+    # any process on its GPU counts. Here a stray process outlives the container on GPU 1.
+    scope = uuid.uuid4().hex
+    stack = stack_factory(
+        config({"boxed": {"gpus": [1], "cmdStop": "kill ${PID}"}}), env=gpu_env(scope)
+    )
+    chat(stack.url, "boxed")
+    code = "import time\nprint('ready', flush=True)\ntime.sleep(120)\n"
+    env = {"PATH": "/usr/bin", "CUDA_VISIBLE_DEVICES": "1", "SWAPD_FAKE_GPU_SCOPE": scope}
+    env["SWAPD_FAKE_GPU_MEM"] = "123456"
+    proc = subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE)
+    stray.append(proc)
+    assert proc.stdout is not None and proc.stdout.readline() == b"ready\n"
+
+    stack.swapd("unload", "boxed", timeout=60)
+    entry = stack.model("boxed")
+    assert entry["state"] == "stopped"
+    assert entry["lingering"] == [{"gpu": fake_uuid(1), "pid": proc.pid, "used_bytes": 123456}]
+    assert f"pid {proc.pid} on {fake_uuid(1)}" in stack.output()

@@ -1,0 +1,293 @@
+"""The scheduler's decisions, with a fake Effects object (no processes): joins, swaps, queueing
+behind drains and stops, backoff, crashes, shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from swapd.daemon import eviction
+from swapd.daemon.config import Config, GroupConfig, ModelConfig
+from swapd.daemon.scheduler import BACKOFF_AFTER, EnsureError, ModelRecord, Scheduler
+
+
+def model(mid: str, **kw: Any) -> ModelConfig:
+    return ModelConfig(
+        id=mid,
+        cmd=("server", mid),
+        cmd_stop=None,
+        proxy=f"http://127.0.0.1:1/{mid}",
+        check_endpoint="/health",
+        ttl=0,
+        unload_timeout=1,
+        health_check_timeout=15,
+        concurrency_limit=10,
+        **kw,
+    )
+
+
+def make_config(*ids: str, groups: dict[str, GroupConfig] | None = None, **kw: Any) -> Config:
+    return Config(models={m: model(m, **kw.get(m, {})) for m in ids}, groups=groups or {})
+
+
+@dataclass
+class Handle:
+    upstream: str
+    pid: int
+
+
+class StartError(Exception):
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.status = 502
+        self.code = "start_failed"
+        self.message = message
+        self.log_tail = ("line 1", "line 2")
+
+
+class FakeEffects:
+    """Stands for the daemon's process machinery; every call is logged, and starts/drains can be
+    held open with gates to create overlaps."""
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.log: list[tuple[str, str]] = []
+        self.start_gates: dict[str, asyncio.Event] = {}
+        self.drain_gates: dict[str, asyncio.Event] = {}
+        self.fail: set[str] = set()
+        self.running: set[str] = set()
+        self.max_running = 0
+        self.pid = 100
+        self.states: list[tuple[str, str]] = []
+
+    async def start(self, m: ModelConfig) -> Handle:
+        self.log.append(("start", m.id))
+        assert m.id not in self.running, f"{m.id} started twice"
+        self.running.add(m.id)
+        self.max_running = max(self.max_running, len(self.running))
+        gate = self.start_gates.get(m.id)
+        if gate is not None:
+            await gate.wait()
+        if m.id in self.fail:
+            self.running.discard(m.id)
+            raise StartError(f"{m.id} exited during startup with exit code 3")
+        self.pid += 1
+        return Handle(m.proxy, self.pid)
+
+    async def drain(self, model_id: str) -> None:
+        self.log.append(("drain", model_id))
+        gate = self.drain_gates.get(model_id)
+        if gate is not None:
+            await gate.wait()
+
+    async def stop(self, model_id: str, handle: Any, m: ModelConfig | None) -> None:
+        self.log.append(("stop", model_id))
+        self.running.discard(model_id)
+
+    def evict_for(self, target: str, running: frozenset[str]) -> frozenset[str]:
+        return eviction.evict_for(target, running, self.config)
+
+    def changed(self, record: ModelRecord) -> None:
+        self.states.append((record.id, record.state))
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def setup(*ids: str, **kw: Any) -> tuple[Scheduler, FakeEffects, Clock]:
+    config = make_config(*ids, **kw)
+    effects = FakeEffects(config)
+    clock = Clock()
+    return Scheduler(config, effects, clock=clock, backoff_base=5.0), effects, clock
+
+
+async def settle() -> None:
+    for _ in range(20):
+        await asyncio.sleep(0)
+
+
+async def test_cold_ensure_starts_then_ready_is_served_without_effects() -> None:
+    sched, fx, _ = setup("a")
+    handle = await sched.ensure("a")
+    assert handle.upstream.endswith("/a")
+    assert fx.log == [("start", "a")]
+    assert fx.states == [("a", "starting"), ("a", "ready")]
+    again = await sched.ensure("a")
+    assert again is handle
+    assert fx.log == [("start", "a")]
+
+
+async def test_concurrent_ensures_join_one_start() -> None:
+    sched, fx, _ = setup("a")
+    fx.start_gates["a"] = asyncio.Event()
+    waiters = [asyncio.create_task(sched.ensure("a")) for _ in range(25)]
+    await settle()
+    fx.start_gates["a"].set()
+    handles = await asyncio.gather(*waiters)
+    assert len({id(h) for h in handles}) == 1
+    assert fx.log == [("start", "a")]
+
+
+async def test_unknown_model_is_404_and_aliases_resolve() -> None:
+    sched, fx, _ = setup("a", a={"aliases": ("first",)})
+    with pytest.raises(EnsureError) as err:
+        await sched.ensure("zzz")
+    assert err.value.status == 404
+    await sched.ensure("first")
+    assert fx.log == [("start", "a")]
+
+
+async def test_swap_drains_and_stops_before_starting() -> None:
+    sched, fx, _ = setup("a", "b")
+    await sched.ensure("a")
+    await sched.ensure("b")
+    assert fx.log == [("start", "a"), ("drain", "a"), ("stop", "a"), ("start", "b")]
+    assert sched.record("a").state == "stopped"
+    assert sched.record("a").reason == "swapped out for b"
+    assert [s for m, s in fx.states if m == "a"] == [
+        "starting", "ready", "draining", "stopping", "stopped",
+    ]  # fmt: skip
+
+
+async def test_swap_waits_for_the_drain_and_requests_for_the_draining_model_queue() -> None:
+    sched, fx, _ = setup("a", "b")
+    await sched.ensure("a")
+    fx.drain_gates["a"] = asyncio.Event()
+    to_b = asyncio.create_task(sched.ensure("b"))
+    await settle()
+    assert sched.record("a").state == "draining"
+    # A request for the draining model is not served from it: it waits its turn.
+    to_a = asyncio.create_task(sched.ensure("a"))
+    await settle()
+    assert not to_b.done() and not to_a.done()
+    assert ("start", "b") not in fx.log
+    fx.drain_gates.pop("a").set()
+    await to_b
+    await to_a
+    assert fx.log == [
+        ("start", "a"), ("drain", "a"), ("stop", "a"), ("start", "b"),
+        ("drain", "b"), ("stop", "b"), ("start", "a"),
+    ]  # fmt: skip
+    assert fx.max_running == 1
+
+
+async def test_many_concurrent_swaps_never_run_two_models_at_once() -> None:
+    sched, fx, _ = setup("a", "b", "c")
+    for mid in "abc":
+        fx.start_gates[mid] = asyncio.Event()
+    tasks = [asyncio.create_task(sched.ensure(m)) for m in "abcabc"]
+    for _ in range(6):
+        await settle()
+        for gate in fx.start_gates.values():
+            gate.set()
+    await asyncio.gather(*tasks)
+    assert fx.max_running == 1
+    assert len([1 for op, _ in fx.log if op == "start"]) >= 3
+
+
+async def test_models_that_coexist_start_side_by_side() -> None:
+    groups = {"g": GroupConfig(members=("a", "b"), swap=False, exclusive=True)}
+    sched, fx, _ = setup("a", "b", groups=groups)
+    fx.start_gates["a"] = asyncio.Event()
+    fx.start_gates["b"] = asyncio.Event()
+    ta = asyncio.create_task(sched.ensure("a"))
+    tb = asyncio.create_task(sched.ensure("b"))
+    await settle()
+    # Both starts are under way at once: neither waits for the other.
+    assert fx.log == [("start", "a"), ("start", "b")]
+    fx.start_gates["a"].set()
+    fx.start_gates["b"].set()
+    await asyncio.gather(ta, tb)
+    assert fx.max_running == 2
+
+
+async def test_failed_start_then_backoff_then_retry_after_the_delay() -> None:
+    sched, fx, clock = setup("a")
+    fx.fail.add("a")
+    for attempt in range(BACKOFF_AFTER):
+        with pytest.raises(EnsureError) as err:
+            await sched.ensure("a")
+        assert err.value.status == 502
+        assert err.value.log_tail == ("line 1", "line 2")
+        assert sched.record("a").state == "failed"
+        assert sched.record("a").failures == attempt + 1
+    with pytest.raises(EnsureError) as backing:
+        await sched.ensure("a")
+    assert backing.value.status == 503 and backing.value.code == "backing_off"
+    assert "next try in 5s" in backing.value.message
+    assert "exit code 3" in backing.value.message
+    assert len([1 for op, _ in fx.log if op == "start"]) == BACKOFF_AFTER
+
+    clock.now += 5.1
+    fx.fail.clear()
+    await sched.ensure("a")
+    assert sched.record("a").failures == 0
+
+
+async def test_backoff_grows() -> None:
+    sched, fx, clock = setup("a")
+    fx.fail.add("a")
+    waits = []
+    for _ in range(BACKOFF_AFTER + 2):
+        with pytest.raises(EnsureError):
+            await sched.ensure("a")
+        waits.append(sched.record("a").retry_at - clock.now)
+        clock.now = sched.record("a").retry_at + 0.01 if sched.record("a").retry_at else clock.now
+    assert waits[BACKOFF_AFTER - 1 :] == [5.0, 10.0, 20.0]
+
+
+async def test_requester_cancel_does_not_cancel_the_start() -> None:
+    sched, fx, _ = setup("a")
+    fx.start_gates["a"] = asyncio.Event()
+    waiter = asyncio.create_task(sched.ensure("a"))
+    await settle()
+    waiter.cancel()
+    await settle()
+    fx.start_gates["a"].set()
+    await settle()
+    assert sched.record("a").state == "ready"
+
+
+async def test_process_exit_of_a_ready_model() -> None:
+    sched, fx, _ = setup("a")
+    handle = await sched.ensure("a")
+    assert not sched.process_exited("a", handle.pid + 1, -9), "another pid is not ours"
+    assert sched.process_exited("a", handle.pid, -9)
+    rec = sched.record("a")
+    assert rec.state == "stopped" and "exit code -9" in rec.reason
+    again = await sched.ensure("a")
+    assert again.pid != handle.pid
+    assert fx.log == [("start", "a"), ("stop", "a"), ("start", "a")]
+
+
+async def test_unload_one_all_and_while_starting() -> None:
+    sched, fx, _ = setup("a", "b", groups={"g": GroupConfig(members=("a", "b"), swap=False)})
+    await sched.ensure("a")
+    fx.start_gates["b"] = asyncio.Event()
+    starting = asyncio.create_task(sched.ensure("b"))
+    await settle()
+    unloading = asyncio.create_task(sched.unload(None))
+    await settle()
+    assert not unloading.done(), "unload waits for the start under way"
+    fx.start_gates["b"].set()
+    await starting
+    assert sorted(await unloading) == ["a", "b"]
+    assert sched.loaded() == frozenset()
+    with pytest.raises(EnsureError):
+        await sched.unload("nope")
+
+
+async def test_shutdown_refuses_ensures() -> None:
+    sched, _, _ = setup("a")
+    await sched.shutdown()
+    with pytest.raises(EnsureError) as err:
+        await sched.ensure("a")
+    assert err.value.status == 503 and "shutting down" in err.value.message
