@@ -1,8 +1,9 @@
 """The proxy's speed, side by side with nginx, in one run on this machine.
 
-Same fast upstream for everyone (nginx answering `return 200`), same load tool (`wrk`), three
-targets: the upstream directly, nginx as a reverse proxy to it (one worker, keep-alive pool), and a
-real `swapd run` (circusd + daemon + one proxy process) whose model's `proxy` is that upstream.
+Same fast upstream for everyone (nginx answering `return 200`), same load tool (`wrk`), four
+targets: the upstream directly, nginx as a reverse proxy to it (one worker, keep-alive pool), a
+bare 30-line aiohttp proxy (for scale), and a real `swapd run` (circusd + daemon + one proxy
+process) whose model's `proxy` is that upstream.
 Small POSTs carrying a JSON `model`, so swapd does its real work: read the body, find the model,
 admission, forward.
 
@@ -80,6 +81,53 @@ def nginx(tmp: Path) -> Iterator[tuple[str, str]]:
         wait_http_ok(f"http://127.0.0.1:{upstream}/", 10)
         wait_http_ok(f"http://127.0.0.1:{proxy}/", 10)
         yield f"http://127.0.0.1:{upstream}", f"http://127.0.0.1:{proxy}"
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+# For scale: the "bare 30-line aiohttp proxy" the targets are set against (reads the body, one
+# pooled ClientSession, fixed upstream, no features).
+BARE_PROXY = """
+import sys
+import aiohttp
+from aiohttp import web
+
+UPSTREAM = sys.argv[2]
+
+
+async def handle(request):
+    body = await request.read()
+    headers = {"Content-Type": request.headers.get("Content-Type", "")}
+    async with request.app["session"].request(
+        request.method, UPSTREAM + request.raw_path, data=body, headers=headers
+    ) as upstream:
+        return web.Response(status=upstream.status, body=await upstream.read())
+
+
+async def session(app):
+    app["session"] = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
+    yield
+    await app["session"].close()
+
+
+app = web.Application()
+app.cleanup_ctx.append(session)
+app.router.add_route("*", "/{tail:.*}", handle)
+web.run_app(app, host="127.0.0.1", port=int(sys.argv[1]), access_log=None, print=None)
+"""
+
+
+@contextlib.contextmanager
+def bare_proxy(tmp: Path, upstream: str) -> Iterator[str]:
+    script = tmp / "bare_proxy.py"
+    script.write_text(BARE_PROXY)
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, str(script), str(port), upstream])
+    try:
+        url = f"http://127.0.0.1:{port}"
+        wait_http_ok(url + "/", 15)
+        yield url
     finally:
         proc.terminate()
         proc.wait(10)
@@ -183,7 +231,11 @@ def main() -> int:
         script = tmp / "post.lua"
         script.write_text(WRK_SCRIPT)
         sse_port = free_port()
-        with nginx(tmp) as (direct, via_nginx), fake_model(free_port()) as sse_direct:
+        with (
+            nginx(tmp) as (direct, via_nginx),
+            fake_model(free_port()) as sse_direct,
+            bare_proxy(tmp, direct) as via_bare,
+        ):
             upstream_port = direct.rsplit(":", 1)[1]
             config = f"""
 healthCheckTimeout: 15
@@ -206,7 +258,12 @@ groups:
                 via_swapd = swapd.url
                 for warm in ("/upstream/bench/", "/upstream/sse/health"):
                     wait_http_ok(via_swapd + warm, 30)
-                targets = {"direct": direct, "nginx": via_nginx, "swapd": via_swapd}
+                targets = {
+                    "direct": direct,
+                    "nginx": via_nginx,
+                    "aiohttp": via_bare,
+                    "swapd": via_swapd,
+                }
                 path = "/v1/chat/completions"
 
                 rps: dict[str, list[float]] = {t: [] for t in targets}
@@ -243,6 +300,7 @@ groups:
         + ", ".join(f"{r:.3f}" for r in ratio_rounds)
     )
     print(f"  nginx / direct = {med['nginx'] / med['direct']:.3f}")
+    print(f"  bare aiohttp proxy / nginx = {med['aiohttp'] / med['nginx']:.3f}")
     print("median latency, 1 connection:")
     for name in targets:
         print(f"  {name:7s} {lat[name]:.3f} ms")

@@ -1,7 +1,8 @@
 """Wait until a starting model answers its `checkEndpoint` with 200.
 
-Polls every 50 ms (llama-swap waits 250 ms and then polls once a second, which is most of its swap
-time), fails at once when the process exits and after `healthCheckTimeout`.
+Polls every 10 ms for the first 2 s, every 50 ms up to 10 s, then every 100 ms (llama-swap
+waits 250 ms and then polls once a second, which is most of its swap time); fails at once when
+the process exits and after `healthCheckTimeout`.
 """
 
 from __future__ import annotations
@@ -11,7 +12,10 @@ import contextlib
 
 import aiohttp
 
-POLL_INTERVAL = 0.05
+# Fast at first, where most test and small-model starts finish and every ms is swap latency;
+# slower for models that take many seconds to load, where a few ms more do not matter.
+POLL_STEPS = ((2.0, 0.01), (10.0, 0.05))
+POLL_SLOW = 0.1
 # One probe may take this long before it counts as a miss (a server that accepts but never answers).
 PROBE_TIMEOUT = 2.0
 
@@ -41,14 +45,14 @@ async def wait_healthy(
     *,
     timeout: float,
     exited: asyncio.Future[object] | asyncio.Task[object],
-    interval: float = POLL_INTERVAL,
 ) -> None:
     """Return once `url` answers 200 (at once when `url` is None: `checkEndpoint: none`).
 
     Raises ProcessExited when `exited` completes first, HealthTimeout after `timeout` seconds.
     """
     loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
+    started = loop.time()
+    deadline = started + timeout
     while True:
         if exited.done():
             raise ProcessExited
@@ -66,6 +70,13 @@ async def wait_healthy(
             with contextlib.suppress(asyncio.CancelledError):
                 await attempt
             raise ProcessExited
-        pause = min(interval, max(0.0, deadline - loop.time()))
+        pause = min(poll_interval(loop.time() - started), max(0.0, deadline - loop.time()))
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(asyncio.shield(exited), pause)
+
+
+def poll_interval(elapsed: float) -> float:
+    for until, interval in POLL_STEPS:
+        if elapsed < until:
+            return interval
+    return POLL_SLOW

@@ -41,8 +41,8 @@ log = logging.getLogger("swapd.lifecycle")
 
 LOG_TAIL_LINES = 20
 LOG_MAX_BYTES = 10 * 1024 * 1024
-# After a cmdStop exits, how long the model's own process may take to follow it.
-CMD_STOP_FOLLOW = 5.0
+# How much longer than unloadTimeout a cmdStop (`docker stop -t N`) may run before it is killed.
+CMD_STOP_MARGIN = 5.0
 # A stopped model's GPU memory must be back within this, else what lingers is reported.
 GPU_RELEASE_TIMEOUT = 10.0
 # Variables of swapd's own environment that must not reach model processes.
@@ -140,12 +140,17 @@ class Lifecycle:
         log_dir: Path,
         *,
         gpu_backend: Any = None,
+        gpu_release_timeout: float = GPU_RELEASE_TIMEOUT,
         session: aiohttp.ClientSession | None = None,
         environ: Mapping[str, str] | None = None,
     ) -> None:
         self.circus = circus
         self.log_dir = log_dir
         self.gpu_backend = gpu_backend
+        self.gpu_release_timeout = gpu_release_timeout
+        # Set while circusd shuts everything down: it drops every watcher itself and refuses
+        # `rm` until it is done, so stops must not wait for it.
+        self.closing = False
         self._session = session
         self._environ = dict(os.environ if environ is None else environ)
         # circus lifecycle commands go one at a time (its arbiter lock refuses overlapping ones).
@@ -359,7 +364,6 @@ class Lifecycle:
         if pid_watch.is_alive(pid):
             if model is not None and model.cmd_stop:
                 await self._run_cmd_stop(model, pid, grace)
-                await self._wait_gone(pid, CMD_STOP_FOLLOW if pid_watch.is_alive(pid) else 0)
             else:
                 self._signal_group(pid, signal.SIGTERM)
             if not await self._wait_gone(pid, grace):
@@ -368,7 +372,7 @@ class Lifecycle:
                 )
                 self._kill_tree(pid, tree)
                 await self._wait_gone(pid, 5.0)
-        if remove:
+        if remove and not self.closing:
             await self.remove_watcher(running.model)
         # Children that outlive the main process (a shell's background job) get no second chance.
         leftovers = [p for p in tree if p.pid != pid and _alive(p)]
@@ -402,7 +406,7 @@ class Lifecycle:
             self._signal_group(pid, signal.SIGTERM)
             return
         try:
-            code = await asyncio.wait_for(proc.wait(), grace + CMD_STOP_FOLLOW)
+            code = await asyncio.wait_for(proc.wait(), grace + CMD_STOP_MARGIN)
         except TimeoutError:
             log.error("%s: cmdStop did not finish in %gs; killing it", model.id, grace)
             with contextlib.suppress(ProcessLookupError):
@@ -459,7 +463,7 @@ class Lifecycle:
 
         try:
             lingering = await gpu.wait_released(
-                self.gpu_backend, pids, running.gpus or None, GPU_RELEASE_TIMEOUT
+                self.gpu_backend, pids, running.gpus or None, self.gpu_release_timeout
             )
         except gpu.GpuError as exc:
             log.error("%s: cannot check GPU release: %s", running.model, exc)

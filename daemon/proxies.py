@@ -10,6 +10,10 @@ from dataclasses import dataclass, field
 
 # A proxy that sent nothing for this long is gone: its counts no longer hold a TTL or a drain.
 SILENT_AFTER = 3.0
+# Proxies heartbeat every second: a daemon that just (re)started has heard from all of them only
+# after this long, so a drain that early first waits for it (a restarted daemon must not stop a
+# model under a request it has not heard of).
+HEARTBEAT_GRACE = 1.5
 
 
 @dataclass
@@ -27,6 +31,7 @@ class ProxyRegistry:
     ) -> None:
         self.clock = clock
         self.silent_after = silent_after
+        self.started = clock()
         self.proxies: dict[str, ProxyInfo] = {}
         self.last_activity: dict[str, float] = {}  # model -> wall clock
         self._epochs: dict[str, int] = {}
@@ -43,6 +48,11 @@ class ProxyRegistry:
     def _notify(self) -> None:
         self._changed.set()
         self._changed = asyncio.Event()
+
+    def seen(self, proxy_id: str) -> None:
+        """Any message from a proxy (an Ensure, too) shows it is alive."""
+        if proxy_id:
+            self._seen(proxy_id)
 
     def hello(self, proxy_id: str, pid: int) -> None:
         self._seen(proxy_id).pid = pid
@@ -93,6 +103,9 @@ class ProxyRegistry:
         """Publish `Draining(model, epoch)` via `publish(epoch)`; return once every proxy alive at
         that moment acked it or went silent. No timeout: a long stream is never cut."""
         epoch = self.next_epoch(model)
+        early = self.started + HEARTBEAT_GRACE - self.clock()
+        if early > 0:
+            await asyncio.sleep(early)
         waiting = {p.proxy_id for p in self.live()}
         published = -1.0
         while True:

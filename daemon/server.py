@@ -71,6 +71,10 @@ log = logging.getLogger("swapd.daemon")
 
 TTL_TICK = 0.25
 WATCHDOG_DEFAULT = 10.0
+# A daemon that cannot start (its config file became invalid) exits after this long.
+RETRY_DELAY = 5.0
+# How long a stop waits for NVML to show the model's GPU memory released (default 10 s).
+GPU_RELEASE_ENV = "SWAPD_GPU_RELEASE_TIMEOUT"
 
 
 def load(path: Path) -> Config:
@@ -136,7 +140,12 @@ class Daemon:
         gpu.verify_gpus(self.gpu_backend, config)
         self.canonical_gpus = gpu.canonical_gpu_ids(self.gpu_backend.devices())
         self.lifecycle = lifecycle.Lifecycle(
-            self.circus, self.endpoints.log_dir, gpu_backend=self.gpu_backend
+            self.circus,
+            self.endpoints.log_dir,
+            gpu_backend=self.gpu_backend,
+            gpu_release_timeout=float(
+                os.environ.get(GPU_RELEASE_ENV) or lifecycle.GPU_RELEASE_TIMEOUT
+            ),
         )
         self.registry = ProxyRegistry()
         self.scheduler = Scheduler(config, DaemonEffects(self))
@@ -276,6 +285,7 @@ class Daemon:
         elif isinstance(message, Status):
             await self.reply(identity, await self.status_reply(message.id))
         elif isinstance(message, Ensure):
+            self.registry.seen(message.proxy_id)
             self.spawn(self.ensure(identity, message))
         elif isinstance(message, Unload):
             self.spawn(self.unload(identity, message))
@@ -476,6 +486,7 @@ class Daemon:
         await self.scheduler.shutdown()
         loaded = [r for r in self.scheduler.records.values() if r.handle is not None]
         if not loaded:
+            self.lifecycle.closing = True
             return
         try:
             statuses = (await self.circus.call("status", timeout=2.0)).get("statuses", {})
@@ -494,6 +505,7 @@ class Daemon:
         if not everything:
             log.info("daemon stopping alone; %d models keep running", len(loaded))
             return
+        self.lifecycle.closing = True
         log.info("circusd is shutting down: stopping %d models", len(loaded))
         await asyncio.gather(
             *(self._stop_on_shutdown(rec) for rec in loaded), return_exceptions=True
@@ -537,13 +549,12 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
 async def _main(args: argparse.Namespace) -> int:
     try:
         config = await asyncio.to_thread(load, args.config)
-    except Exception as exc:
-        log.error("cannot load %s:\n%s", args.config, exc)
-        return 1
-    try:
         daemon = Daemon(args.run_dir, args.config, config)
-    except gpu.GpuError as exc:
-        log.error("%s", exc)
+    except Exception as exc:
+        # `swapd run` checked the file, so it changed since (edited without `swapd reload`).
+        # circusd restarts the daemon when it exits: do not turn that into a busy loop.
+        log.error("cannot start with %s:\n%s\n(retrying in %gs)", args.config, exc, RETRY_DELAY)
+        await asyncio.sleep(RETRY_DELAY)
         return 1
     try:
         await daemon.run()

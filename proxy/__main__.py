@@ -18,6 +18,7 @@ import resource
 import signal
 import socket
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from aiohttp import web
@@ -53,7 +54,7 @@ async def _serve(args: argparse.Namespace) -> None:
     # handler_cancellation: a client that disconnects cancels its handler, which closes the upstream
     # request and takes a waiting request out of the daemon's queue.
     runner = web.AppRunner(
-        app, access_log=None, handle_signals=False, shutdown_timeout=5.0, handler_cancellation=os.environ.get("XHC", "1") == "1"
+        app, access_log=None, handle_signals=False, shutdown_timeout=5.0, handler_cancellation=True
     )
     await runner.setup()
     if args.fd is not None:
@@ -91,14 +92,18 @@ def main(argv: list[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s swapd-proxy[%(process)d] %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    with asyncio.Runner(loop_factory=_loop_factory()) as runner:
+        runner.run(_serve(args))
+    return 0
+
+
+def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """uvloop when installed (a dependency on Linux): a cheaper event loop on the hot path."""
     try:
         import uvloop
-
-        uvloop.install()
     except ImportError:
-        pass
-    asyncio.run(_serve(args))
-    return 0
+        return None
+    return uvloop.new_event_loop
 
 
 if __name__ == "__main__":

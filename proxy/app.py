@@ -22,6 +22,7 @@ from swapd.proxy.errors import ProxyError, error_response
 from swapd.proxy.forward import make_session
 from swapd.proxy.log_hub import LogHub
 from swapd.proxy.state import ProxyState, StateSync
+from swapd.proxy.sync_wait import routes_of
 from swapd.proxy.upstream_client import UpstreamPool
 
 log = logging.getLogger(__name__)
@@ -57,7 +58,11 @@ async def front(request: web.Request, handler: Handler) -> web.StreamResponse:
         return _preflight(request)
     try:
         if request.path not in _OPEN_PATHS:
-            keys = request.app[CTX].state.routes.api_keys
+            ctx = request.app[CTX]
+            if not ctx.state.synced.is_set():
+                # No table yet means no keys known yet: wait for it rather than let anyone in.
+                await routes_of(ctx)
+            keys = ctx.state.routes.api_keys
             if keys:
                 check_api_key(request, keys)
         return await handler(request)
@@ -65,7 +70,12 @@ async def front(request: web.Request, handler: Handler) -> web.StreamResponse:
         return exc.response()
     except web.HTTPException as exc:
         if exc.status >= 400 and exc.text and not exc.content_type.endswith("json"):
-            return error_response(exc.status, exc.text.strip(), headers=None)
+            # aiohttp's own 404/405 (unknown path, wrong method) in the one error shape; an
+            # `Allow` header and the like are kept.
+            kept = {
+                k: v for k, v in exc.headers.items() if k not in ("Content-Type", "Content-Length")
+            }
+            return error_response(exc.status, exc.text.strip(), headers=kept)
         raise
 
 

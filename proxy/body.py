@@ -198,9 +198,10 @@ def filter_json(
     for key in strip:
         if key != "model":
             _delete_path(doc, key.split("."))
-    for key in sorted(set_params or ()):
+    params = set_params or {}
+    for key in sorted(params):
         if key != "model":
-            _set_path(doc, key.split("."), set_params[key])  # type: ignore[index]
+            _set_path(doc, key.split("."), params[key])
     return _json_encode(doc)
 
 

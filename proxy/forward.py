@@ -20,7 +20,12 @@ from multidict import CIMultiDict
 from yarl import URL
 
 from swapd.proxy.errors import ProxyError
-from swapd.proxy.upstream_client import UpstreamBroken, UpstreamError, UpstreamPool
+from swapd.proxy.upstream_client import (
+    UpstreamBroken,
+    UpstreamError,
+    UpstreamPool,
+    UpstreamResponse,
+)
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +46,7 @@ HOP_BY_HOP = frozenset(
 # Also dropped from requests: Host comes from the URL, Content-Length from the body, and an
 # `Expect: 100-continue` was already answered by the proxy's own server.
 _REQUEST_DROP = HOP_BY_HOP | {"host", "content-length", "expect"}
+_REQUEST_DROP_BYTES = frozenset(name.encode() for name in _REQUEST_DROP)
 _RESPONSE_DROP = HOP_BY_HOP | {"content-length"}
 SMALL_BODY = 256 * 1024
 
@@ -98,24 +104,32 @@ async def _forward_lean(
     request: web.Request, pool: UpstreamPool, url: str, body: bytes | None, label: str
 ) -> web.StreamResponse:
     hostport, host, port, path_qs = _split_url(url)
-    lines = [f"{request.method} {path_qs} HTTP/1.1\r\nHost: {hostport}\r\n"]
-    drop = _request_drop(request)
-    for key, value in request.headers.items():
+    # The head is built from the raw header bytes as received: no decoding and re-encoding.
+    parts = [
+        b"%s %s HTTP/1.1\r\nHost: %s\r\n"
+        % (request.method.encode(), path_qs.encode("utf-8", "surrogateescape"), hostport.encode())
+    ]
+    connection = request.headers.get("Connection")
+    drop = _REQUEST_DROP_BYTES
+    if connection:
+        drop = drop | {t.strip().lower().encode() for t in connection.split(",")}
+    for key, value in request.raw_headers:
         if key.lower() not in drop:
-            lines.append(f"{key}: {value}\r\n")
+            parts += (key, b": ", value, b"\r\n")
     stream = None
     chunked = False
     if body is not None:
-        lines.append(f"Content-Length: {len(body)}\r\n")
+        parts.append(b"Content-Length: %d\r\n\r\n" % len(body))
     elif request.body_exists:
         stream = request.content.iter_any()
         if request.content_length is not None:
-            lines.append(f"Content-Length: {request.content_length}\r\n")
+            parts.append(b"Content-Length: %d\r\n\r\n" % request.content_length)
         else:
             chunked = True
-            lines.append("Transfer-Encoding: chunked\r\n")
-    lines.append("\r\n")
-    head = "".join(lines).encode("utf-8", "surrogateescape")
+            parts.append(b"Transfer-Encoding: chunked\r\n\r\n")
+    else:
+        parts.append(b"\r\n")
+    head = b"".join(parts)
     try:
         upstream = await pool.request(
             host,
@@ -133,7 +147,9 @@ async def _forward_lean(
         upstream.close()
 
 
-async def _relay_lean(request: web.Request, upstream, label: str) -> web.StreamResponse:  # type: ignore[no-untyped-def]
+async def _relay_lean(
+    request: web.Request, upstream: UpstreamResponse, label: str
+) -> web.StreamResponse:
     out_headers: CIMultiDict[str] = CIMultiDict()
     for key, value in upstream.headers:
         if key.lower() not in _RESPONSE_DROP:

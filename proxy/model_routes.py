@@ -42,7 +42,8 @@ MODEL_ROUTES: tuple[tuple[str, str], ...] = (
 async def handle_model_request(request: web.Request) -> web.StreamResponse:
     ctx = request.app[CTX]
     found = await read_model(request)
-    routes = await routes_of(ctx)
+    state = ctx.state
+    routes = state.routes if state.synced.is_set() else await routes_of(ctx)
     route = routes.by_name.get(found.name)
     if route is None:
         peer = routes.peers.get(found.name)

@@ -105,7 +105,9 @@ async def passthrough(
         # An ignored path must not keep the model loaded either (an open tab polls and fetches
         # assets forever): served outside admission, like an ignored websocket, so it is not TTL
         # activity, not in flight and takes no slot.
-        return await forward(request, ctx.session, rt.base_url + path_qs, label=route.id)
+        return await forward(
+            request, ctx.session, rt.base_url + path_qs, label=route.id, pool=ctx.pool
+        )
     return await serve_local(request, ctx, rt, path_qs)
 
 

@@ -219,12 +219,11 @@ class ProxyState:
         current = {m.id: m for m in table.models}
         for model_id in list(self.runtimes):
             if model_id not in current:
-                rt = self.runtimes.pop(model_id)
-                self._set_state(rt, "stopped")
+                self._set_state(self.runtimes.pop(model_id), "stopped")
         for model_id, route in current.items():
             limit = per_process_limit(route.concurrency_limit, self.processes)
-            rt = self.runtimes.get(model_id)
-            if rt is None:
+            existing = self.runtimes.get(model_id)
+            if existing is None:
                 self.runtimes[model_id] = ModelRuntime(
                     id=model_id,
                     route=route,
@@ -233,10 +232,10 @@ class ProxyState:
                     base_url=route.upstream.rstrip("/"),
                 )
             else:
-                rt.route = route
-                rt.limit = limit
-                if not rt.status.upstream:
-                    rt.base_url = route.upstream.rstrip("/")
+                existing.route = route
+                existing.limit = limit
+                if not existing.status.upstream:
+                    existing.base_url = route.upstream.rstrip("/")
 
     def _apply_status(self, status: ModelStatus) -> None:
         rt = self.runtimes.get(status.model)
@@ -310,6 +309,18 @@ class StateSync:
             await asyncio.sleep(delay)
 
     async def _sync_loop(self) -> None:
+        # The mirror must never silently stop following the daemon: on any unexpected error, log
+        # it and start over from a fresh snapshot.
+        while True:
+            try:
+                await self._follow()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("following the daemon's events failed; resynchronising")
+                await asyncio.sleep(0.5)
+
+    async def _follow(self) -> None:
         state = self._state
         await self._snapshot()
         while True:

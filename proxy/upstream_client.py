@@ -171,23 +171,27 @@ class _Conn(asyncio.Protocol):
         if self.response is None:
             self.abort()  # bytes nobody asked for: the connection is out of step
         elif self.head_waiter is not None:
-            self.buf += data
-            self._parse_head()
+            if self.buf:
+                self.buf += data
+                data = bytes(self.buf)
+                self.buf.clear()
+            self._parse_head(data)
         else:
             self._body(data)
 
     # --- parsing --------------------------------------------------------------------------------
-    def _parse_head(self) -> None:
+    def _parse_head(self, data: bytes) -> None:
+        """Parse the response head at the start of `data` (what arrived so far, `buf` empty)."""
         while True:
-            end = self.buf.find(b"\r\n\r\n")
+            end = data.find(b"\r\n\r\n")
             if end < 0:
-                if len(self.buf) > _MAX_HEAD:
+                if len(data) > _MAX_HEAD:
                     self._fail_head(UpstreamError("response head too large"))
+                else:
+                    self.buf += data
                 return
-            head = bytes(self.buf[:end])
-            rest = bytes(self.buf[end + 4 :])
-            self.buf.clear()
-            lines = head.decode("latin-1").split("\r\n")
+            rest = data[end + 4 :]
+            lines = data[:end].decode("latin-1").split("\r\n")
             parts = lines[0].split(" ", 2)
             try:
                 status = int(parts[1])
@@ -195,7 +199,7 @@ class _Conn(asyncio.Protocol):
                 self._fail_head(UpstreamError(f"bad status line {lines[0]!r}"))
                 return
             if 100 <= status < 200 and status != 101:
-                self.buf += rest  # an interim response (100 Continue): the real one follows
+                data = rest  # an interim response (100 Continue): the real one follows
                 continue
             response = self.response
             assert response is not None
@@ -227,7 +231,9 @@ class _Conn(asyncio.Protocol):
             response.chunked = chunked
             waiter, self.head_waiter = self.head_waiter, None
             if self.head_request or status in (204, 304):
-                response.content_length = None if self.head_request else 0
+                # No body follows, whatever Content-Length says (for HEAD it is the GET's size).
+                if not self.head_request:
+                    response.content_length = 0
                 self._complete()
             elif chunked:
                 self.chunk_left = -1

@@ -62,10 +62,8 @@ class WebSocketRelay:
     def __init__(self, client: web.WebSocketResponse, upstream: aiohttp.ClientWebSocketResponse):
         self.client = client
         self.upstream = upstream
-        self._task: asyncio.Task[None] | None = None
 
     async def run(self) -> None:
-        self._task = asyncio.current_task()  # type: ignore[assignment]
         to_up = asyncio.ensure_future(_pump(self.client, self.upstream))
         to_client = asyncio.ensure_future(_pump(self.upstream, self.client))
         try:

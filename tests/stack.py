@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -57,6 +58,30 @@ def free_ports(count: int) -> list[int]:
     finally:
         for sock in socks:
             sock.close()
+
+
+def free_port_range(count: int) -> int:
+    """The first of `count` consecutive free ports, for a config's `startPort`.
+
+    Picked below Linux's ephemeral range (32768+), where the kernel hands out the local ports of
+    outgoing connections: a model port there could be taken by any client socket in the meantime.
+    """
+    rng = random.Random()
+    for _ in range(200):
+        base = rng.randrange(20000, 32700 - count)
+        socks = []
+        try:
+            for port in range(base, base + count):
+                sock = socket.socket()
+                socks.append(sock)
+                sock.bind(("127.0.0.1", port))
+        except OSError:
+            continue
+        finally:
+            for sock in socks:
+                sock.close()
+        return base
+    raise RuntimeError(f"no {count} consecutive free ports found")
 
 
 def fake_model_cmd(name: str, *extra: str, port: str = "${PORT}") -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -18,7 +19,7 @@ import pytest
 from swapd.daemon.circus_client import CircusClient, CircusError, CircusUnavailable
 from swapd.daemon.config import ModelConfig
 from swapd.daemon.lifecycle import Lifecycle, StartFailed
-from tests.stack import FAKE_MODEL, free_ports
+from tests.stack import FAKE_MODEL, free_port_range
 
 pytestmark = pytest.mark.processes
 
@@ -126,7 +127,8 @@ def _model(mid: str, port: int, *extra: str, cmd: tuple[str, ...] | None = None)
 async def test_a_slow_stop_does_not_stall_another_start(circus) -> None:
     client, base = circus
     lifecycle = Lifecycle(client, base / "logs")
-    port_a, port_b = free_ports(2)
+    port_a = free_port_range(2)
+    port_b = port_a + 1
     stubborn = _model("stubborn", port_a, cmd=(sys.executable, "-c", STUBBORN))
     stubborn = ModelConfig(**{**_fields(stubborn), "check_endpoint": None})
     try:
@@ -150,7 +152,7 @@ async def test_a_slow_stop_does_not_stall_another_start(circus) -> None:
 async def test_a_process_that_exits_at_once_fails_with_its_code(circus) -> None:
     client, base = circus
     lifecycle = Lifecycle(client, base / "logs")
-    (port,) = free_ports(1)
+    port = free_port_range(1)
     try:
         with pytest.raises(StartFailed) as failed:
             await lifecycle.start(_model("bad", port, "--fail", "--exit-code", "9"))
@@ -182,6 +184,32 @@ async def _until_ignoring_sigterm(pid: int) -> None:
             return
         assert time.monotonic() < deadline, "the stubborn process never ignored SIGTERM"
         await asyncio.sleep(0.02)
+
+
+async def test_health_check_timeout_stops_the_process(circus) -> None:
+    # healthCheckTimeout is never below 15 s in a config file (llama-swap's minimum); built
+    # directly here, 1 s keeps the test short.
+    client, base = circus
+    lifecycle = Lifecycle(client, base / "logs")
+    port = free_port_range(1)
+    sleepy = ModelConfig(
+        **{**_fields(_model("sleepy", port, "--health-delay", "600")), "health_check_timeout": 1}
+    )
+    try:
+        started = time.monotonic()
+        with pytest.raises(StartFailed) as failed:
+            await lifecycle.start(sleepy)
+        assert 1.0 <= time.monotonic() - started < 5
+        assert failed.value.status == 504 and failed.value.code == "health_check_timeout"
+        assert "timed out after 1s" in failed.value.message
+        assert any("fake model sleepy starting" in line for line in failed.value.log_tail)
+        assert "model-sleepy" not in (await client.call("status"))["statuses"]
+        # Its port is free again: the process is gone, not just forgotten.
+        with socket.socket() as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            probe.bind(("127.0.0.1", port))
+    finally:
+        await lifecycle.close()
 
 
 def _fields(model: ModelConfig) -> dict[str, object]:

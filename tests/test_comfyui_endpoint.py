@@ -6,6 +6,8 @@ Every row of the seed page's tables is a request here, and each check reads what
 itself logged (so "did not start it" means the server process was never started, not just that
 the answer was a 409). The config gives `comfyui_auto` `concurrencyLimit: 5` and
 `compat.ignoreWebsockets: false`: the loader must raise and force them, and the tests show it did.
+That the seed page's two YAML blocks load verbatim is tested by the config loader's own suite
+(`test_config_compat.py`, with `configs/seed_*.yaml`).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from tests.comfyui_support import (
     closed,
     comfyui_model_yaml,
     free_port_run,
+    until,
 )
 from tests.stack import PYTHON, Stack, fake_model_cmd
 
@@ -42,9 +45,13 @@ def _config(up: ComfyUpstream) -> str:
       ignoreWebsockets: false   # has no effect on comfyui_auto
 """,
     )
+    # upstream.ignorePaths is /upstream/'s list; /comfyui/ must not use it (/api/queue starts it).
     return f"""
 healthCheckTimeout: 15
 startPort: {free_port_run(2)}
+upstream:
+  ignorePaths:
+    - ^/api/queue$
 models:
 {comfy}
   other:
@@ -82,6 +89,10 @@ async def session() -> AsyncIterator[aiohttp.ClientSession]:
 async def _stopped(swapd: Running) -> None:
     if await swapd.state(MODEL) != "stopped":
         await swapd.unload(MODEL)
+
+
+async def _in_flight(swapd: Running, model: str, count: int) -> bool:
+    return bool((await swapd.status(model))["in_flight"] == count)
 
 
 async def _ready(swapd: Running, session: aiohttp.ClientSession) -> None:
@@ -244,7 +255,8 @@ async def test_websocket_upgrade_answers_409_and_starts_nothing(
         ("HEAD", "/comfyui/scripts/app.js", "/scripts/app.js", 200),  # only GET is ignored
         ("GET", "/comfyui/wsapi", "/wsapi", 404),  # not /ws
         ("GET", "/comfyui/api/jobs/12", "/api/jobs/12", 404),  # not /api/jobs
-        ("GET", "/comfyui/api/queue", "/api/queue", 200),  # any path not in the list
+        # any path not in the list, even one in upstream.ignorePaths
+        ("GET", "/comfyui/api/queue", "/api/queue", 200),
     ],
 )
 async def test_everything_else_starts_the_model(
@@ -311,8 +323,11 @@ async def test_stale_tab_is_closed_and_its_reconnects_never_start_the_model(
     await _ready(swapd, session)
     ws = await session.ws_connect(swapd.url + "/comfyui/ws?clientId=stale")
     assert (await ws.receive_json(timeout=10))["type"] == "status"
-    # An open ignored websocket is not in flight, so the unload does not wait for it.
-    assert (await swapd.status(MODEL))["in_flight"] == 0
+    # An open ignored websocket is not in flight (the page load's count reaches the daemon within
+    # a second), so the unload below does not wait for it.
+    await until(
+        lambda: _in_flight(swapd, MODEL, 0), timeout=10, what="in_flight 0 with the tab open"
+    )
     unload = asyncio.ensure_future(swapd.unload(MODEL))
     await closed(ws)
     await asyncio.wait_for(unload, 30)
@@ -394,3 +409,20 @@ async def test_forced_settings_are_in_effect_and_printed(stack: Stack) -> None:
     ws_line = next(line for line in section.splitlines() if "ignoreWebsockets" in line)
     assert "999" in limit_line and "forced" in limit_line
     assert "true" in ws_line and "forced" in ws_line
+
+
+async def test_the_model_log_holds_what_comfyui_printed(
+    stack: Stack, swapd: Running, session: aiohttp.ClientSession
+) -> None:
+    """docs/guides/troubleshooting-model-wont-load.md: the per-model log file and its stream."""
+    await _ready(swapd, session)
+    path = stack.log_dir / "model-comfyui_5fauto.log"
+    text = path.read_text()
+    assert "--- swapd " in text and f"starting {MODEL}: " in text
+    assert "comfyui-like request" in text
+    seen = b""
+    async with session.get(swapd.url + f"/logs/stream/{MODEL}") as resp:
+        assert resp.status == 200
+        async with asyncio.timeout(10):
+            while b"comfyui-like start" not in seen:
+                seen += await resp.content.readany()

@@ -2,7 +2,8 @@
 comfyui_auto not found"): not an alias of another model, not a model on a peer. Both configs below
 are otherwise valid, and `/upstream/` reaches the same servers, which shows the 404 is the rule and
 not a broken setup. The first config also shows that `upstream.ignorePaths` replaces the default
-list (it has no static-asset pattern) and matches every method."""
+list (it has no static-asset pattern) and matches every method; the second also holds the seed's
+"ComfyUI never becomes ready" row (a ComfyUI model left on the default `checkEndpoint`)."""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ from tests.comfyui_support import (
 )
 from tests.stack import PYTHON, Stack, free_port, wait_for
 
-pytestmark = [pytest.mark.processes, pytest.mark.timeout(120)]
+pytestmark = [pytest.mark.processes, pytest.mark.timeout(150)]
 
 NOT_FOUND_REQUESTS = [
     ("GET", "/comfyui/", False),
@@ -121,10 +122,17 @@ def peer_stack() -> Iterator[Stack]:
         stdout=subprocess.DEVNULL,
     )
     stack.peer_log = log  # type: ignore[attr-defined]
+    nohealth = ComfyUpstream(stack.base, "nohealth")
+    stack.nohealth = nohealth  # type: ignore[attr-defined]
     stack.write_config(
         f"""
 healthCheckTimeout: 15
-models: {{}}
+startPort: {free_port_run(1)}
+models:
+  nohealth:
+    # the seed's block without `checkEndpoint: /`
+    cmd: {nohealth.cmd()}
+    cmdStop: {nohealth.cmd_stop()}
 peers:
   studio:
     proxy: http://127.0.0.1:{port}
@@ -162,3 +170,22 @@ async def test_comfyui_auto_on_a_peer_is_not_used(
         assert resp.status == 200
         assert "ComfyUI" in await resp.text()
     assert len(requests()) == before + 1
+
+
+# --------------------------------------------------------------------------------------------------
+# "ComfyUI never becomes ready": the default checkEndpoint is /health, which ComfyUI does not serve
+
+
+async def test_without_check_endpoint_comfyui_never_becomes_ready(
+    peer_stack: Stack, session: aiohttp.ClientSession
+) -> None:
+    up: ComfyUpstream = peer_stack.nohealth  # type: ignore[attr-defined]
+    async with session.get(peer_stack.url + "/upstream/nohealth/") as resp:
+        assert resp.status == 504
+        message = (await resp.json())["error"]["message"]
+    assert message.startswith("model nohealth health check timed out after 15s (http://")
+    assert message.endswith("/health never answered 200)")
+    polled = [e["path"] for e in up.events() if e["event"] == "request"]
+    assert polled and set(polled) == {"/health"}  # ComfyUI answered each poll with 404
+    state = await asyncio.to_thread(peer_stack.model, "nohealth")
+    assert state["state"] == "failed"

@@ -34,14 +34,12 @@ def test_cmd_stop_reaches_a_container_circus_cannot(stack_factory, tmp_path) -> 
         config(
             {
                 "boxed": {
-                    "cmd": f"{DOCKER} run --name {with_stop} -- "
-                    + fake_model_cmd("boxed"),
+                    "cmd": f"{DOCKER} run --name {with_stop} -- " + fake_model_cmd("boxed"),
                     "cmdStop": f"{DOCKER} stop -t 1 --caller-pid ${{PID}} {with_stop}",
                     "unloadTimeout": 2,
                 },
                 "loose": {
-                    "cmd": f"{DOCKER} run --name {without_stop} -- "
-                    + fake_model_cmd("loose"),
+                    "cmd": f"{DOCKER} run --name {without_stop} -- " + fake_model_cmd("loose"),
                     "unloadTimeout": 1,
                 },
             },

@@ -17,7 +17,7 @@ import pytest
 from swapd.ipc.client import DaemonClient
 from swapd.ipc.endpoints import Endpoints
 from swapd.ipc.messages import Ensure, Error, Ready
-from tests.stack import PYTHON, fake_model_cmd, free_ports, wait_for
+from tests.stack import PYTHON, fake_model_cmd, free_port_range, wait_for
 from tests.test_daemon_swap import chat
 
 pytestmark = pytest.mark.processes
@@ -27,7 +27,7 @@ def config(models: dict[str, dict[str, object]], **top: object) -> dict[str, obj
     defaults = {"proxy": "http://127.0.0.1:${PORT}", "unloadTimeout": 3}
     return {
         "healthCheckTimeout": 15,
-        "startPort": free_ports(1)[0],
+        "startPort": free_port_range(len(models)),
         **top,
         "models": {mid: {**defaults, **spec} for mid, spec in models.items()},
     }
@@ -117,22 +117,6 @@ def test_missing_binary_fails_clearly(stack_factory) -> None:
     assert "model-ghost" not in stack.circusctl("list")
 
 
-def test_health_check_timeout(stack_factory) -> None:
-    # 15 s is llama-swap's minimum healthCheckTimeout, which the loader enforces.
-    stack = stack_factory(
-        config({"sleepy": {"cmd": fake_model_cmd("sleepy", "--health-delay", "600")}})
-    )
-    started = time.monotonic()
-    reply = asyncio.run(ensure(stack.run_dir, "sleepy", timeout=40))
-    took = time.monotonic() - started
-    assert isinstance(reply, Error), reply
-    assert reply.status == 504 and reply.code == "health_check_timeout"
-    assert "timed out after 15s" in reply.message
-    assert 14.5 < took < 25
-    assert any("fake model sleepy starting" in line for line in reply.log_tail)
-    assert "model-sleepy" not in stack.circusctl("list")
-
-
 def test_concurrent_ensures_start_a_model_once(stack_factory) -> None:
     stack = stack_factory(
         config({"shared": {"cmd": fake_model_cmd("shared", "--health-delay", "0.5")}})
@@ -189,3 +173,15 @@ def _alive(pid: int) -> bool:
 
 
 __all__ = ["PYTHON", "config", "ensure", "wait_for"]
+
+
+def test_preload_starts_a_model_without_a_request(stack_factory) -> None:
+    stack = stack_factory(
+        config(
+            {"early": {"cmd": fake_model_cmd("early")}, "late": {"cmd": fake_model_cmd("late")}},
+            hooks={"on_startup": {"preload": ["early"]}},
+        )
+    )
+    entry = stack.wait_state("early", "ready")
+    assert stack.model("late")["state"] == "stopped"
+    assert chat(stack.url, "early")["served_by"]["pid"] == entry["pid"]

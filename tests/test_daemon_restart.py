@@ -10,7 +10,7 @@ import threading
 import pytest
 
 from tests.stack import fake_model_cmd, wait_for
-from tests.test_daemon_lifecycle import config
+from tests.test_daemon_lifecycle import _alive, config
 from tests.test_daemon_swap import chat
 
 pytestmark = pytest.mark.processes
@@ -74,3 +74,25 @@ def test_proxy_kill9_keeps_models_loaded(stack_factory) -> None:
     assert stack.model("keep")["pid"] == model_pid
     assert stack.watcher_pids("swapd-daemon") == [daemon_pid]
     assert stack.model_log("keep").count("--- swapd") == 1
+
+
+def test_restarted_daemon_stops_what_no_longer_matches_its_config(stack_factory) -> None:
+    models = {"same": {"cmd": fake_model_cmd("same")}, "edited": {"cmd": fake_model_cmd("edited")}}
+    cfg = config(models, groups={"all": {"swap": False, "members": ["same", "edited"]}})
+    stack = stack_factory(cfg)
+    same = chat(stack.url, "same")["served_by"]["pid"]
+    edited = chat(stack.url, "edited")["served_by"]["pid"]
+    # The file changes while the daemon is down (no reload): the next daemon reads the new one.
+    cfg["models"]["edited"]["cmd"] = fake_model_cmd("edited", "--health-delay", "0")
+    stack.write_config(cfg)
+    (daemon_pid,) = stack.watcher_pids("swapd-daemon")
+    os.kill(daemon_pid, signal.SIGKILL)
+    wait_for(
+        lambda: [p for p in stack.watcher_pids("swapd-daemon") if p != daemon_pid],
+        timeout=10,
+        what="circusd to restart the daemon",
+    )
+    assert stack.wait_state("same", "ready")["pid"] == same
+    assert stack.wait_state("edited", "stopped")["pid"] is None
+    wait_for(lambda: not _alive(edited), timeout=5, what="the outdated process to stop")
+    assert "model-edited" not in stack.circusctl("list")

@@ -120,3 +120,19 @@ def test_signal_stops_everything_including_cmd_stop(tmp_path, signum) -> None:
             check=False,
         )
     assert stack.processes() == []
+
+
+def test_ready_and_watchdog_reach_systemd(stack_factory, tmp_path) -> None:
+    # A datagram socket standing for systemd's $NOTIFY_SOCKET (the unit's NotifyAccess=all).
+    path = str(tmp_path / "notify.sock")
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as systemd:
+        systemd.bind(path)
+        systemd.settimeout(20)
+        stack_factory(
+            config({"m": {"cmd": fake_model_cmd("m")}}),
+            env={"NOTIFY_SOCKET": path, "WATCHDOG_USEC": "400000"},
+        )
+        received: list[str] = []
+        while not {"READY=1", "WATCHDOG=1"} <= set(received):
+            received.extend(systemd.recv(4096).decode().splitlines())
+    assert received.index("READY=1") < received.index("WATCHDOG=1")

@@ -7,13 +7,13 @@ import urllib.request
 
 import pytest
 
-from tests.stack import fake_model_cmd, free_ports
+from tests.stack import fake_model_cmd, free_port_range
 
 pytestmark = pytest.mark.processes
 
 
 def _two_models(**extra: object) -> dict[str, object]:
-    start = free_ports(1)[0]
+    start = free_port_range(2)
     model = {"proxy": "http://127.0.0.1:${PORT}", "unloadTimeout": 3, **extra}
     return {
         "healthCheckTimeout": 15,

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from swapd.daemon import circus_config, ttl, watcher_names
 from swapd.daemon.circus_events import parse
 from swapd.daemon.config import Config, ModelConfig
-from swapd.daemon.proxies import ProxyRegistry
+from swapd.daemon.proxies import HEARTBEAT_GRACE, ProxyRegistry
 from swapd.daemon.scheduler import ModelRecord
 from swapd.ipc.endpoints import Endpoints
 
@@ -87,7 +87,8 @@ def test_circus_event_parsing() -> None:
 
 
 class Clock:
-    now = 100.0
+    def __init__(self) -> None:
+        self.now = 100.0
 
     def __call__(self) -> float:
         return self.now
@@ -96,6 +97,7 @@ class Clock:
 async def test_drain_waits_for_every_live_proxy_and_not_for_silent_ones() -> None:
     clock = Clock()
     registry = ProxyRegistry(clock=clock)
+    clock.now += HEARTBEAT_GRACE  # long enough after start to have heard every proxy
     registry.hello("p1", 1)
     registry.hello("p2", 2)
     published: list[int] = []
@@ -116,6 +118,7 @@ async def test_drain_waits_for_every_live_proxy_and_not_for_silent_ones() -> Non
 async def test_drain_with_no_proxy_is_immediate_and_republishes_while_waiting() -> None:
     clock = Clock()
     registry = ProxyRegistry(clock=clock)
+    clock.now += HEARTBEAT_GRACE
     assert await registry.drain("m", lambda epoch: None) == 1
     registry.hello("p1", 1)
     published: list[int] = []

@@ -5,7 +5,6 @@ group so the tests do not swap each other's models out."""
 from __future__ import annotations
 
 import asyncio
-import base64
 import json
 from collections.abc import Iterator
 
@@ -14,6 +13,7 @@ import openai
 import pytest
 from yarl import URL
 
+from swapd.proxy.model_routes import MODEL_ROUTES
 from tests.proxy_helpers import (
     local_model,
     model_log_has,
@@ -135,6 +135,32 @@ async def test_alias_name_is_forwarded_and_use_model_name_and_filters(stack: Sta
             assert (await resp.json())["model"] == "upstream-name"
 
 
+@pytest.mark.parametrize(("method", "path"), MODEL_ROUTES)
+async def test_every_model_route_reaches_the_model_unchanged(
+    stack: Stack, method: str, path: str
+) -> None:
+    async with aiohttp.ClientSession() as session:
+        if method == "GET":
+            resp = await session.get(stack.url + path + "?model=alpha-alias&x=1")
+        elif path in ("/v1/audio/transcriptions", "/v1/images/edits"):
+            form = aiohttp.FormData()
+            form.add_field("model", "alpha-alias")
+            form.add_field("image", b"\x89PNG...", filename="x.png")
+            resp = await session.post(stack.url + path + "?x=1", data=form)
+        else:
+            resp = await session.post(stack.url + path + "?x=1", json={"model": "alpha-alias"})
+        async with resp:
+            assert resp.status == 200
+            data = await resp.json()
+    if "served_by" in data:
+        assert data["served_by"]["name"] == "alpha"
+    if "path" in data:  # fake_model's echo (routes it has no handler of its own for)
+        assert data["method"] == method
+        assert data["raw_path"] == path + ("?model=alpha-alias&x=1" if method == "GET" else "?x=1")
+        if method == "POST" and "json" in data["headers"].get("Content-Type", ""):
+            assert json.loads(data["body"]) == {"model": "alpha-alias"}
+
+
 async def test_model_from_query_and_multipart_without_model(stack: Stack) -> None:
     async with aiohttp.ClientSession() as session:
         async with session.get(stack.url + "/v1/audio/voices?model=alpha") as resp:
@@ -244,6 +270,10 @@ async def test_upstream_strips_prefix_keeps_escaping_and_matches_longest_id(stac
             assert data["served_by"]["name"] == "org/model"
         async with session.get(stack.url + "/upstream/nothing-here/x") as resp:
             assert resp.status == 404
+        async with session.head(stack.url + "/upstream/alpha/thing") as resp:
+            assert resp.status == 200
+            assert int(resp.headers["Content-Length"]) > 0
+            assert await resp.read() == b""
 
 
 async def test_upstream_streams_a_large_upload(stack: Stack) -> None:
@@ -470,10 +500,15 @@ async def test_running_unload_and_logs(stack: Stack) -> None:
         assert all(m["state"] != "ready" for m in stack.status()["models"])
 
 
-async def test_health_and_cors_preflight(stack: Stack) -> None:
+async def test_health_cors_and_unknown_paths(stack: Stack) -> None:
     async with aiohttp.ClientSession() as session:
         async with session.get(stack.url + "/health") as resp:
             assert await resp.text() == "OK"
+        async with session.get(stack.url + "/no/such/route") as resp:
+            assert resp.status == 404 and (await resp.json())["error"]["code"] == "not_found"
+        async with session.put(stack.url + "/v1/chat/completions") as resp:
+            assert resp.status == 405 and resp.headers["Allow"] == "POST"
+            assert (await resp.json())["error"]["type"] == "invalid_request_error"
         async with session.options(
             stack.url + "/v1/chat/completions",
             headers={"Access-Control-Request-Headers": "content-type, x-bad header"},
@@ -481,7 +516,3 @@ async def test_health_and_cors_preflight(stack: Stack) -> None:
             assert resp.status == 204
             assert resp.headers["Access-Control-Allow-Origin"] == "*"
             assert resp.headers["Access-Control-Allow-Headers"] == "content-type"
-
-
-def _basic(password: str) -> str:
-    return "Basic " + base64.b64encode(f"user:{password}".encode()).decode()
