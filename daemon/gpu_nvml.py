@@ -75,9 +75,12 @@ class NvmlBackend:
     def _graphics(self, handle: Any) -> list[Any]:
         nvml = self._nvml
         try:
-            return nvml.nvmlDeviceGetGraphicsRunningProcesses(handle)
-        except nvml.NVMLError_FunctionNotFound:
-            return nvml.nvmlDeviceGetGraphicsRunningProcesses_v2(handle)
+            try:
+                return nvml.nvmlDeviceGetGraphicsRunningProcesses(handle)
+            except nvml.NVMLError_FunctionNotFound:
+                return nvml.nvmlDeviceGetGraphicsRunningProcesses_v2(handle)
+        except nvml.NVMLError_NotSupported:
+            return []  # compute-only parts and some vGPU setups have no graphics engine
 
     def processes(self) -> list[GpuProcess]:
         nvml = self._nvml

@@ -41,6 +41,7 @@ log = logging.getLogger("swapd.lifecycle")
 
 LOG_TAIL_LINES = 20
 LOG_MAX_BYTES = 10 * 1024 * 1024
+LOG_BACKUPS = 2
 # How much longer than unloadTimeout a cmdStop (`docker stop -t N`) may run before it is killed.
 CMD_STOP_MARGIN = 5.0
 # A stopped model's GPU memory must be back within this, else what lingers is reported.
@@ -127,6 +128,20 @@ def read_tail(path: Path, offset: int = 0, lines: int = LOG_TAIL_LINES) -> tuple
         return ()
     text = data.decode(errors="replace").splitlines()
     return tuple(text[-lines:])
+
+
+def rotate_log(path: Path, keep: int = LOG_BACKUPS) -> None:
+    """Before a start: a log over LOG_MAX_BYTES becomes `.1` (older ones shift, `keep` kept)."""
+    try:
+        if path.stat().st_size < LOG_MAX_BYTES:
+            return
+    except FileNotFoundError:
+        return
+    for index in range(keep - 1, 0, -1):
+        older = path.with_name(f"{path.name}.{index}")
+        if older.exists():
+            older.replace(path.with_name(f"{path.name}.{index + 1}"))
+    path.replace(path.with_name(f"{path.name}.1"))
 
 
 def fill_pid(argv: tuple[str, ...], pid: int) -> list[str]:
@@ -223,16 +238,14 @@ class Lifecycle:
         name = watcher_names.watcher_name(model.id)
         log_path = self.log_path(model.id)
         log_path.parent.mkdir(parents=True, exist_ok=True)
+        rotate_log(log_path)
         with log_path.open("a") as f:
             offset = f.tell()
             f.write(f"--- swapd {time.strftime('%Y-%m-%d %H:%M:%S')}: starting {model.id}: ")
             f.write(shlex.join(model.cmd) + "\n")
-        stream = {
-            "class": "FileStream",
-            "filename": str(log_path),
-            "max_bytes": LOG_MAX_BYTES,
-            "backup_count": 2,
-        }
+        # stdout and stderr are two circus streams on one file; circus's own rotation would have
+        # each of them rotate it separately, so the daemon rotates between runs instead.
+        stream = {"class": "FileStream", "filename": str(log_path)}
         options = {
             "env": env,
             "copy_env": False,

@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import argparse
 import errno
+import logging
 import os
 import socket
 import sys
 from pathlib import Path
 
-from swapd.daemon import circus_config, embedded
+from swapd.daemon import circus_config, embedded, gpu
+from swapd.daemon.config import Config
 from swapd.ipc.endpoints import Endpoints, default_run_dir, ensure_private_dir
 
 # circusd must outlast the daemon's own shutdown (cmdStop of every model, in parallel).
@@ -29,6 +31,47 @@ def _check_port_free(host: str, port: int) -> str | None:
             if exc.errno == errno.EADDRINUSE:
                 return f"{host}:{port} is already in use (another swapd, or another server?)"
             return f"cannot listen on {host}:{port}: {exc.strerror}"
+    return None
+
+
+def _check_not_running(endpoints: Endpoints) -> str | None:
+    """Another swapd in the same run directory would lose its sockets to this one."""
+    if not Path(endpoints.circus_ctl.removeprefix("ipc://")).exists():
+        return None
+    from circus.client import CircusClient
+    from circus.exc import CallError
+
+    client = CircusClient(endpoint=endpoints.circus_ctl, timeout=0.5)
+    try:
+        client.call({"command": "list", "properties": {}})
+    except CallError:
+        return None  # a stale socket of a swapd that is gone
+    finally:
+        client.stop()
+    return (
+        f"a swapd is already running in {endpoints.run_dir}; stop it first, or give this one "
+        "its own --run-dir"
+    )
+
+
+def _check_gpus(config: Config) -> str | None:
+    # The daemon checks again at its start; checking here turns a broken driver into one clear
+    # error and exit 1, not a daemon that circusd restarts in a loop.
+    quiet = logging.getLogger(gpu.log.name)
+    level = quiet.level
+    quiet.setLevel(logging.CRITICAL)  # the daemon logs NVML's absence, once
+    try:
+        backend = gpu.make_backend()
+    except gpu.GpuError as exc:
+        return str(exc)
+    finally:
+        quiet.setLevel(level)
+    try:
+        gpu.verify_gpus(backend, config)
+    except gpu.GpuError as exc:
+        return str(exc)
+    finally:
+        backend.close()
     return None
 
 
@@ -58,7 +101,7 @@ def main(args: argparse.Namespace) -> int:
         print(f"swapd: cannot read config {config_path}: {exc.strerror}", file=sys.stderr)
         return 1
 
-    problem = _check_port_free(host, port)
+    problem = _check_gpus(config) or _check_port_free(host, port)
     if problem:
         print(f"swapd: {problem}", file=sys.stderr)
         return 1
@@ -66,6 +109,10 @@ def main(args: argparse.Namespace) -> int:
     run_dir = Path(args.run_dir) if args.run_dir is not None else default_run_dir()
     run_dir = ensure_private_dir(run_dir.resolve())
     endpoints = Endpoints(run_dir)
+    problem = _check_not_running(endpoints)
+    if problem:
+        print(f"swapd: {problem}", file=sys.stderr)
+        return 1
     ensure_private_dir(endpoints.log_dir)
     unload_timeouts = [m.unload_timeout for m in config.models.values()] or [0.0]
     layout = circus_config.CircusLayout(

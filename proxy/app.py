@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import importlib
 import logging
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -13,7 +12,7 @@ from aiohttp import web
 
 from swapd.ipc.client import DaemonClient
 from swapd.ipc.endpoints import Endpoints
-from swapd.proxy import logs, model_routes, models_list, ops, passthrough
+from swapd.proxy import comfyui, logs, model_routes, models_list, ops, passthrough
 from swapd.proxy.admission import Admission
 from swapd.proxy.auth import check_api_key
 from swapd.proxy.context import CTX, ProxyContext
@@ -79,17 +78,6 @@ async def front(request: web.Request, handler: Handler) -> web.StreamResponse:
         raise
 
 
-async def _comfyui(request: web.Request) -> web.StreamResponse:
-    """`/comfyui/...`: served by `swapd.proxy.comfyui` (issue 4) once that module exists."""
-    try:
-        module = importlib.import_module("swapd.proxy.comfyui")
-    except ModuleNotFoundError:
-        raise ProxyError(404, "the /comfyui/ endpoint is not available") from None
-    if "tail" not in request.match_info:
-        return await module.redirect(request)
-    return await module.handle(request)
-
-
 def make_app(*, run_dir: Path, processes: int = 1, proxy_id: str | None = None) -> web.Application:
     # The body limit applies where a body is read (body.py), not here: passthrough bodies stream.
     app = web.Application(middlewares=[front], client_max_size=1024**4)
@@ -134,8 +122,8 @@ def make_app(*, run_dir: Path, processes: int = 1, proxy_id: str | None = None) 
     router.add_get("/v1/models", models_list.handle_models)
     router.add_get("/models", models_list.handle_models)
     router.add_route("*", "/upstream/{tail:.*}", passthrough.handle_upstream)
-    router.add_route("*", "/comfyui", _comfyui)
-    router.add_route("*", "/comfyui/{tail:.*}", _comfyui)
+    router.add_route("*", "/comfyui", comfyui.redirect)
+    router.add_route("*", "/comfyui/{tail:.*}", comfyui.handle)
     router.add_get("/running", ops.handle_running)
     router.add_post("/api/models/unload", ops.handle_unload_all)
     router.add_post("/api/models/unload/{model:.+}", ops.handle_unload_one)

@@ -19,6 +19,7 @@ from swapd.proxy.context import ProxyContext
 from swapd.proxy.errors import ProxyError
 from swapd.proxy.forward import forward, upstream_headers
 from swapd.proxy.state import PeerTarget
+from swapd.proxy.websocket import is_websocket, relay_websocket
 
 
 def _with_query_model(path_qs: str, model: str) -> str:
@@ -54,13 +55,24 @@ async def serve_peer(
             body = replace_span(body, found.model_span, rewrite)
         elif found.kind == "query" and rewrite:
             path_qs = _with_query_model(path_qs, rewrite)
+    keys = (
+        {"Authorization": f"Bearer {peer.api_key}", "x-api-key": peer.api_key}
+        if peer.api_key
+        else {}
+    )
+    url = peer.proxy.rstrip("/") + path_qs
+    if is_websocket(request):
+        return await relay_websocket(
+            request,
+            ctx,
+            url,
+            f"peer {peer.id}",
+            replace_headers=keys,
+        )
     headers = upstream_headers(request.headers.items())
-    if peer.api_key:
-        headers["Authorization"] = f"Bearer {peer.api_key}"
-        headers["x-api-key"] = peer.api_key
+    headers.update(keys)
     if body is None and request.body_exists and request.content_length is not None:
         headers["Content-Length"] = str(request.content_length)
-    url = peer.proxy.rstrip("/") + path_qs
     try:
         return await forward(
             request, ctx.session, url, body=body, headers=headers, label=f"peer {peer.id}"

@@ -127,10 +127,12 @@ async def relay_websocket(
     label: str,
     *,
     ignored_in: ModelRuntime | None = None,
+    replace_headers: dict[str, str] | None = None,
 ) -> web.StreamResponse:
     """Relay the websocket `request` to `url` (http(s) form, with raw path and query).
 
     `ignored_in`: the model of an ignored websocket, which is closed when that model stops.
+    `replace_headers`: headers set on the upstream handshake over the client's (a peer's key).
     """
     protocols = [
         p.strip()
@@ -138,11 +140,14 @@ async def relay_websocket(
         for p in value.split(",")
         if p.strip()
     ]
+    headers = upstream_headers(request.headers.items(), _WS_DROP)
+    for key, value in (replace_headers or {}).items():
+        headers[key] = value
     try:
         upstream = await ctx.session.ws_connect(
             _ws_url(url),
             protocols=protocols,
-            headers=upstream_headers(request.headers.items(), _WS_DROP),
+            headers=headers,
             autoclose=False,
             autoping=False,
             max_msg_size=0,

@@ -16,9 +16,13 @@ from tests.test_daemon_swap import chat
 pytestmark = pytest.mark.processes
 
 
-def test_a_swap_never_cuts_a_request_in_flight(stack_factory) -> None:
+@pytest.mark.parametrize("proxies", [1, 2])
+def test_a_swap_never_cuts_a_request_in_flight(stack_factory, proxies: int) -> None:
     stack = stack_factory(
-        config({"alpha": {"cmd": fake_model_cmd("alpha")}, "beta": {"cmd": fake_model_cmd("beta")}})
+        config(
+            {"alpha": {"cmd": fake_model_cmd("alpha")}, "beta": {"cmd": fake_model_cmd("beta")}}
+        ),
+        proxy_processes=proxies,
     )
     chat(stack.url, "alpha")
     chunks: list[bytes] = []

@@ -96,3 +96,25 @@ def test_restarted_daemon_stops_what_no_longer_matches_its_config(stack_factory)
     assert stack.wait_state("edited", "stopped")["pid"] is None
     wait_for(lambda: not _alive(edited), timeout=5, what="the outdated process to stop")
     assert "model-edited" not in stack.circusctl("list")
+
+
+def test_a_model_starting_when_the_daemon_died_is_adopted_once_healthy(stack_factory) -> None:
+    stack = stack_factory(config({"slow": {"cmd": fake_model_cmd("slow", "--health-delay", "2")}}))
+    (daemon_pid,) = stack.watcher_pids("swapd-daemon")
+    answers: list[dict[str, object]] = []
+    client = threading.Thread(target=lambda: answers.append(chat(stack.url, "slow")), daemon=True)
+    client.start()
+    stack.wait_state("slow", "starting")
+    (model_pid,) = wait_for(lambda: stack.watcher_pids("model-slow"), what="the model's pid")
+    os.kill(daemon_pid, signal.SIGKILL)
+    wait_for(
+        lambda: [p for p in stack.watcher_pids("swapd-daemon") if p != daemon_pid],
+        timeout=10,
+        what="circusd to restart the daemon",
+    )
+    entry = stack.wait_state("slow", "ready", timeout=15)
+    assert entry["pid"] == model_pid
+    assert stack.model_log("slow").count("--- swapd") == 1
+    # The request that was waiting on the dead daemon's Ensure is answered too.
+    client.join(15)
+    assert answers and answers[0]["served_by"]["pid"] == model_pid

@@ -136,3 +136,15 @@ def test_ready_and_watchdog_reach_systemd(stack_factory, tmp_path) -> None:
         while not {"READY=1", "WATCHDOG=1"} <= set(received):
             received.extend(systemd.recv(4096).decode().splitlines())
     assert received.index("READY=1") < received.index("WATCHDOG=1")
+
+
+def test_a_second_swapd_in_the_same_run_dir_is_refused(stack_factory) -> None:
+    stack = stack_factory(config({"m": {"cmd": fake_model_cmd("m")}}))
+    result = subprocess.run(
+        [PYTHON, "-m", "swapd.daemon.cli", "run", "-c", str(stack.config_path),
+         "--run-dir", str(stack.run_dir), "--listen", f"127.0.0.1:{free_port()}"],
+        capture_output=True, text=True, timeout=30, check=False,
+    )  # fmt: skip
+    assert result.returncode == 1
+    assert "already running" in result.stderr
+    assert stack.swapd("status").returncode == 0

@@ -158,3 +158,20 @@ def test_ttl_counts_from_the_last_activity_and_in_flight_holds_it() -> None:
     assert ttl.ttl_left(rec, config, registry, now=1055.0) == 5.0
     assert ttl.due([rec], Config(models={"m": _model(0)}), registry, now=9999.0) == []
     assert ttl.due([ModelRecord("m", state="starting")], config, registry, now=9999.0) == []
+
+
+def test_model_logs_rotate_between_runs(tmp_path: Path) -> None:
+    from swapd.daemon.lifecycle import LOG_MAX_BYTES, rotate_log
+
+    log = tmp_path / "model-m.log"
+    rotate_log(log)  # no file yet: nothing to do
+    log.write_text("small\n")
+    rotate_log(log)
+    assert log.read_text() == "small\n"
+    for generation in ("first", "second", "third"):
+        log.write_bytes(generation.encode() + b"x" * LOG_MAX_BYTES)
+        rotate_log(log)
+        assert not log.exists()
+    assert (tmp_path / "model-m.log.1").read_bytes().startswith(b"third")
+    assert (tmp_path / "model-m.log.2").read_bytes().startswith(b"second")
+    assert not (tmp_path / "model-m.log.3").exists()

@@ -284,6 +284,19 @@ def test_nvml_inventory_and_processes(monkeypatch: pytest.MonkeyPatch) -> None:
     assert stub.calls.count("shutdown") == 1
 
 
+def test_nvml_without_graphics_support_lists_compute_processes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    stub = StubNvml(old_driver=False)
+
+    def unsupported(handle: int) -> list[Any]:
+        raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+
+    monkeypatch.setattr(stub, "nvmlDeviceGetGraphicsRunningProcesses", unsupported)
+    monkeypatch.setitem(sys.modules, "pynvml", stub)
+    assert sorted(p.pid for p in make_backend("nvml", environ={}).processes()) == [100, 200, 300]
+
+
 def test_nvml_uses_v3_when_the_driver_has_it(monkeypatch: pytest.MonkeyPatch) -> None:
     stub = StubNvml(old_driver=False)
     monkeypatch.setitem(sys.modules, "pynvml", stub)

@@ -25,7 +25,16 @@ from tests.stack import Stack, free_port, wait_for
 
 pytestmark = pytest.mark.processes
 
-MODELS = ["alpha", "renamed", "org/model", "wsignored", "hidden", "limited", "broken"]
+MODELS = [
+    "alpha",
+    "renamed",
+    "org/model",
+    "wsignored",
+    "hidden",
+    "limited",
+    "broken",
+    "slowstart",
+]
 
 
 @pytest.fixture(scope="module")
@@ -55,6 +64,9 @@ def stack(peer_url: str) -> Iterator[Stack]:
             "hidden": local_model("hidden", ports["hidden"], unlisted=True),
             "limited": local_model("limited", ports["limited"], concurrencyLimit=2),
             "broken": local_model("broken", ports["broken"], "--fail", "--exit-code", "7"),
+            "slowstart": local_model(
+                "slowstart", ports["slowstart"], "--health-delay", "1.5", concurrencyLimit=1
+            ),
         },
         "groups": {"all": {"swap": False, "members": MODELS}},
         "peers": {
@@ -289,6 +301,15 @@ async def test_upstream_streams_a_large_upload(stack: Stack) -> None:
     assert data["body_bytes"] == len(payload)
 
 
+async def test_large_downloads_arrive_intact(stack: Stack) -> None:
+    async with aiohttp.ClientSession() as session:
+        for size in (10, 300_000, 5_000_000):
+            async with session.get(stack.url + f"/upstream/alpha/blob?n={size}") as resp:
+                assert resp.headers["Content-Length"] == str(size)
+                data = await resp.read()
+            assert data == (bytes(range(256)) * (size // 256 + 1))[:size]
+
+
 async def test_ignore_paths_answer_409_and_start_nothing(stack: Stack) -> None:
     assert stack.model("org/model")["state"] in ("stopped", "ready")
     async with aiohttp.ClientSession() as session:
@@ -401,6 +422,27 @@ def _in_flight(stack: Stack, model: str) -> int:
     return int(running.get(model, {}).get("in_flight", 0))
 
 
+async def test_a_client_that_leaves_while_waiting_frees_its_slot(stack: Stack) -> None:
+    body = {"model": "slowstart"}
+    async with aiohttp.ClientSession() as session:
+        with pytest.raises(asyncio.TimeoutError):
+            # Leaves while the model is still starting (its health check fails for 1.5 s).
+            await session.post(
+                stack.url + "/v1/chat/completions",
+                json=body,
+                timeout=aiohttp.ClientTimeout(total=0.3),
+            )
+        # concurrencyLimit is 1: had the first request kept its slot, this would stay 429. (The
+        # proxy notices the disconnect asynchronously, hence a short deadline, not one try.)
+        deadline = asyncio.get_running_loop().time() + 5
+        while True:
+            status, data = await _post(session, stack.url + "/v1/chat/completions", body)
+            if status != 429 or asyncio.get_running_loop().time() > deadline:
+                break
+            await asyncio.sleep(0.05)
+    assert status == 200 and data["served_by"]["name"] == "slowstart"
+
+
 async def test_client_disconnect_cancels_the_upstream_request(stack: Stack) -> None:
     async with aiohttp.ClientSession() as session:
         resp = await session.get(stack.url + "/upstream/alpha/slow?n=100&delay=0.05&tag=gone")
@@ -446,6 +488,13 @@ async def test_peer_models_are_forwarded_with_key_and_rewritten_model(stack: Sta
             session, stack.url + "/v1/chat/completions", {"model": "remote-model"}
         )
         assert status == 200 and data["request_body"]["model"] == "remote-model"
+        async with session.get(stack.url + "/upstream/peer1/remote-model/v1/x?y=1") as resp:
+            data = await resp.json()
+        assert data["raw_path"] == "/v1/x?y=1" and data["headers"]["x-api-key"] == "peer-secret"
+        async with session.ws_connect(stack.url + "/upstream/peer1/remote-model/ws") as ws:
+            assert json.loads((await ws.receive(timeout=10)).data)["hello"] == "peer-upstream"
+            await ws.send_str("x")
+            assert (await ws.receive(timeout=5)).data == "echo:x"
 
 
 async def test_a_failing_peer_is_502(peer_url: str) -> None:
@@ -485,6 +534,8 @@ async def test_running_unload_and_logs(stack: Stack) -> None:
         assert b"slow live" in line
         async with session.get(stack.url + "/logs/stream/nope") as resp:
             assert resp.status == 400
+        async with session.get(stack.url + "/logs/stream/proxy") as resp:
+            assert b"routing table generation" in await resp.content.readuntil(b"generation")
         async with session.get(stack.url + "/logs") as resp:
             assert b"[alpha] fake model alpha" in await resp.read()
 

@@ -156,6 +156,12 @@ async def slow(request: web.Request) -> web.StreamResponse:
     return resp
 
 
+async def blob(request: web.Request) -> web.Response:
+    """`n` bytes (a repeating 0..255 pattern) with a Content-Length: a large download."""
+    n = int(request.query.get("n", 1024))
+    return web.Response(body=(bytes(range(256)) * (n // 256 + 1))[:n])
+
+
 async def sse(request: web.Request) -> web.StreamResponse:
     """`n` SSE events of `size` bytes as fast as possible (the relay benchmark)."""
     n = int(request.query.get("n", 1000))
@@ -219,6 +225,7 @@ def main() -> None:
     app.router.add_get("/ws", websocket)
     app.router.add_get("/slow", slow)
     app.router.add_get("/sse", sse)
+    app.router.add_get("/blob", blob)
     app.router.add_route("*", "/{tail:.*}", echo)
 
     async def exit_later(app: web.Application) -> None:
