@@ -11,6 +11,11 @@ Rules (llama-swap's FIFO scheduler, adapted to the two-phase drain):
   its target; swaps whose evict sets touch each other (or each other's targets) wait their turn,
   disjoint ones run side by side;
 * a model being drained or stopped is started again only after its stop finished;
+* an unload answers every ensure already waiting for that model with 503 `model_unloaded` (a start
+  under way is aborted and its process stopped); ensures that arrive after it wait for the stop and
+  start the model again;
+* a reload that changes the definition of a model being started aborts that start and starts the
+  new definition for the same waiters;
 * after BACKOFF_AFTER failed starts in a row, a model is not tried again before a growing delay,
   and ensures say so (503) instead of looping.
 """
@@ -21,6 +26,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -83,9 +89,22 @@ class ModelRecord:
 @dataclass
 class _Swap:
     target: str
-    task: asyncio.Task[Any]
+    # What the ensures await. Separate from the task so that an unload or a shutdown can answer
+    # them at once while the task still cleans up (an aborted start stops its process first).
+    result: asyncio.Future[Any]
+    task: asyncio.Task[Any] | None = None
     evict: frozenset[str] = frozenset()
     claimed: bool = False
+    starting: asyncio.Task[Any] | None = None  # effects.start under way
+    model: ModelConfig | None = None  # the definition being started
+    failed: EnsureError | None = None  # unloaded / shutting down: the waiters got this
+    restart: bool = False  # a reload changed the definition being started
+
+
+def _retrieve(future: asyncio.Future[Any]) -> None:
+    # Every waiter may have given up: the outcome is still consumed (no "never retrieved" noise).
+    if not future.cancelled():
+        future.exception()
 
 
 class Scheduler:
@@ -105,6 +124,8 @@ class Scheduler:
         self.shutting_down = False
         self._swaps: dict[str, _Swap] = {}
         self._stops: dict[str, asyncio.Task[None]] = {}
+        # Models an unload is stopping: ensures for them wait, then start them again.
+        self._unloading: Counter[str] = Counter()
         self._changed = asyncio.Condition()
 
     # ------------------------------------------------------------------------------ state
@@ -131,7 +152,7 @@ class Scheduler:
             self._changed.notify_all()
 
     def _evicting(self, model_id: str) -> bool:
-        return model_id in self._stops or any(
+        return model_id in self._stops or model_id in self._unloading or any(
             s.claimed and model_id in s.evict for s in self._swaps.values()
         )
 
@@ -153,10 +174,12 @@ class Scheduler:
         swap = self._swaps.get(model.id)
         if swap is None:
             self._check_backoff(rec)
-            task = asyncio.get_running_loop().create_task(self._run_swap(model.id))
-            swap = self._swaps[model.id] = _Swap(model.id, task)
+            loop = asyncio.get_running_loop()
+            swap = self._swaps[model.id] = _Swap(model.id, loop.create_future())
+            swap.result.add_done_callback(_retrieve)
+            swap.task = loop.create_task(self._run_swap(swap))
         # A requester that gives up must not cancel a start others (or the next request) wait for.
-        return await asyncio.shield(swap.task)
+        return await asyncio.shield(swap.result)
 
     def _check_backoff(self, rec: ModelRecord) -> None:
         if rec.failures < BACKOFF_AFTER:
@@ -173,7 +196,7 @@ class Scheduler:
     def _collides(self, target: str, evict: frozenset[str]) -> bool:
         # The target itself is still being stopped: start it again once that is done. (An evicted
         # model that is already stopping is no collision: the swap joins that stop.)
-        if target in self._stops:
+        if target in self._stops or target in self._unloading:
             return True
         for other in self._swaps.values():
             if other.target == target or not other.claimed:
@@ -182,13 +205,29 @@ class Scheduler:
                 return True
         return False
 
-    async def _run_swap(self, target: str) -> Any:
-        swap = self._swaps[target]
+    async def _run_swap(self, swap: _Swap) -> None:
         try:
+            handle = await self._swap(swap)
+        except asyncio.CancelledError:
+            self._answer(swap, EnsureError(503, "shutting_down", "swapd is shutting down"))
+            raise
+        except BaseException as exc:
+            if not swap.result.done():
+                swap.result.set_exception(exc)
+        else:
+            if not swap.result.done():
+                swap.result.set_result(handle)
+        finally:
+            if self._swaps.get(swap.target) is swap:
+                del self._swaps[swap.target]
+            await self._wake()
+
+    async def _swap(self, swap: _Swap) -> Any:
+        target = swap.target
+        while True:
             async with self._changed:
                 while True:
-                    if self.shutting_down:
-                        raise EnsureError(503, "shutting_down", "swapd is shutting down")
+                    self._check_aborted(swap)
                     model = self.config.models.get(target)
                     if model is None:
                         raise EnsureError(404, "model_not_found", f"no local model {target!r}")
@@ -211,21 +250,63 @@ class Scheduler:
                 for m, result in zip(sorted(evict), results, strict=False):
                     if isinstance(result, BaseException):
                         log.error("%s: stopping %s failed: %r", target, m, result)
-            return await self._start(model)
-        finally:
-            self._swaps.pop(target, None)
-            await self._wake()
+            self._check_aborted(swap)
+            # A reload during the evictions may have changed or removed the target.
+            model = self.config.models.get(target)
+            if model is None:
+                raise EnsureError(404, "model_not_found", f"no local model {target!r}")
+            swap.restart = False
+            handle = await self._start(swap, model)
+            self._check_aborted(swap)  # unloaded just as it became ready: the unload stops it
+            if not swap.restart:
+                return handle
+            # A reload changed the definition while it started: the same waiters get the new one.
+            log.info("%s: definition changed while starting; starting the new one", target)
+            if handle is not None:
+                await self.stop(target, "config changed")
+            swap.claimed = False
+            swap.evict = frozenset()
 
-    async def _start(self, model: ModelConfig) -> Any:
+    def _check_aborted(self, swap: _Swap) -> None:
+        if swap.failed is not None:
+            raise swap.failed
+        if self.shutting_down:
+            raise EnsureError(503, "shutting_down", "swapd is shutting down")
+
+    def _answer(self, swap: _Swap, error: EnsureError) -> None:
+        if not swap.result.done():
+            swap.result.set_exception(error)
+
+    def _abort(self, swap: _Swap, error: EnsureError, *, cancel_start: bool = True) -> None:
+        """Answer the swap's waiters with `error` now; the swap stops at its next step (a start
+        under way is cancelled, which stops the process it started)."""
+        if swap.failed is None:
+            swap.failed = error
+        self._answer(swap, error)
+        if cancel_start and swap.starting is not None:
+            swap.starting.cancel()
+
+    async def _start(self, swap: _Swap, model: ModelConfig) -> Any:
+        """Start `model`; None when an unload, a shutdown or a reload aborted the start."""
         rec = self.record(model.id)
         if rec.state == "ready":
             return rec.handle
+        swap.model = model
         self._set(rec, "starting")
+        swap.starting = asyncio.get_running_loop().create_task(self.effects.start(model))
         try:
-            handle = await self.effects.start(model)
+            handle = await swap.starting
         except asyncio.CancelledError:
-            self._set(rec, "stopped", "start cancelled")
-            raise
+            this = asyncio.current_task()
+            aborted = swap.failed is not None or swap.restart
+            if not aborted or (this is not None and this.cancelling()):
+                self._set(rec, "stopped", "start cancelled")
+                raise
+            # The start cleaned up after itself (its process is stopped).
+            rec.handle = None
+            why = swap.failed.message if swap.failed is not None else "config changed"
+            self._set(rec, "stopped", f"start aborted: {why}")
+            return None
         except Exception as exc:
             rec.handle = None
             rec.failures += 1
@@ -240,6 +321,9 @@ class Scheduler:
                 message,
                 tuple(getattr(exc, "log_tail", ())),
             ) from exc
+        finally:
+            swap.starting = None
+            swap.model = None
         rec.handle = handle
         rec.model = model
         rec.failures = 0
@@ -285,7 +369,11 @@ class Scheduler:
             await self._wake()
 
     async def unload(self, model_id: str | None, reason: str = "unloaded") -> list[str]:
-        """Stop one model (id or alias) or, with None, every loaded one. Returns the ids stopped."""
+        """Stop one model (id or alias) or, with None, every loaded one. Returns the ids stopped.
+
+        Ensures already waiting for a model when its unload arrives get 503 `model_unloaded` (a
+        start under way is aborted); ensures that arrive later wait until it stopped, then start
+        it again."""
         if model_id is None:
             targets = sorted(self.loaded() | self._swaps.keys())
         else:
@@ -294,8 +382,31 @@ class Scheduler:
             if model is None and mid not in self.records:
                 raise EnsureError(404, "model_not_found", f"no local model {model_id!r}")
             targets = [mid]
-        await asyncio.gather(*(self.stop(m, reason) for m in targets))
+        await asyncio.gather(*(self._unload(m, reason) for m in targets))
         return targets
+
+    async def _unload(self, model_id: str, reason: str) -> None:
+        self._unloading[model_id] += 1
+        try:
+            swap = self._swaps.pop(model_id, None)
+            if swap is not None:
+                self._abort(
+                    swap,
+                    EnsureError(
+                        503,
+                        "model_unloaded",
+                        f"model {model_id} was unloaded while this request waited for it; "
+                        "send the request again to start it again",
+                    ),
+                )
+                assert swap.task is not None
+                await asyncio.wait([swap.task])
+            await self.stop(model_id, reason)
+        finally:
+            self._unloading[model_id] -= 1
+            if self._unloading[model_id] <= 0:
+                del self._unloading[model_id]
+            await self._wake()
 
     # ----------------------------------------------------------------- outside events
 
@@ -337,9 +448,41 @@ class Scheduler:
         return True
 
     async def shutdown(self) -> None:
-        """Refuse new ensures; waiting ones get 503."""
+        """Refuse new ensures; waiting ones get 503 at once. Starts under way go on (the next
+        daemon adopts them) unless `abort_starts` stops them."""
         self.shutting_down = True
+        error = EnsureError(503, "shutting_down", "swapd is shutting down")
+        for swap in list(self._swaps.values()):
+            self._abort(swap, error, cancel_start=False)
         await self._wake()
+
+    async def abort_starts(self) -> list[str]:
+        """Cancel every start under way and wait until each stopped what it had started."""
+        swaps = [s for s in self._swaps.values() if s.starting is not None]
+        for swap in swaps:
+            self._abort(swap, EnsureError(503, "shutting_down", "swapd is shutting down"))
+        tasks = [s.task for s in swaps if s.task is not None]
+        if tasks:
+            await asyncio.wait(tasks)
+        return [s.target for s in swaps]
+
+    async def reconfigure(
+        self, config: Config, stop: Iterable[str], outdated: Callable[[ModelConfig], bool]
+    ) -> list[str]:
+        """Switch to `config`. Models in `stop` (loaded with a definition that changed) are drained
+        and stopped; a start whose definition is `outdated` is aborted and its swap starts the new
+        definition for the same waiters (or answers 404 when the model is gone). Returns the ids
+        whose start was aborted."""
+        self.replace_config(config)
+        restarted = []
+        for swap in self._swaps.values():
+            if swap.model is not None and swap.failed is None and outdated(swap.model):
+                swap.restart = True
+                if swap.starting is not None:
+                    swap.starting.cancel()
+                restarted.append(swap.target)
+        await asyncio.gather(*(self.stop(m, "config changed") for m in stop))
+        return restarted
 
     def replace_config(self, config: Config) -> None:
         self.config = config

@@ -364,17 +364,20 @@ class Daemon:
     async def apply_reload(self) -> str:
         new = await asyncio.to_thread(load, self.config_path)
         gpu.verify_gpus(self.gpu_backend, new)
+        fresh = {mid: lifecycle.definition_hash(m) for mid, m in new.models.items()}
         changed = []
         for rec in list(self.scheduler.records.values()):
             handle: lifecycle.Running | None = rec.handle
-            if handle is None:
-                continue
-            model = new.models.get(rec.id)
-            if model is None or lifecycle.definition_hash(model) != handle.definition:
+            if handle is not None and fresh.get(rec.id) != handle.definition:
                 changed.append(rec.id)
-        # Stop what changed with its old definition (its own cmdStop), then switch.
-        await asyncio.gather(*(self.scheduler.stop(m, "config changed") for m in changed))
-        self.scheduler.replace_config(new)
+
+        def outdated(model: ModelConfig) -> bool:
+            return fresh.get(model.id) != lifecycle.definition_hash(model)
+
+        # Switch first, so every start from now on (a swap queued behind one of these stops, or
+        # an aborted start going round again) uses the new definition; a stop uses the definition
+        # the process was started with (its own cmdStop).
+        restarted = await self.scheduler.reconfigure(new, changed, outdated)
         self.generation += 1
         self.table = routing.routing_table(new, self.generation, self.endpoints.log_dir)
         table = self.table
@@ -383,10 +386,18 @@ class Daemon:
             self.publish_nowait(
                 lambda seq, st=status: StateChanged(instance=self.instance, seq=seq, status=st)
             )
-        log.info("config reloaded (generation %d); restarted: %s", self.generation, changed)
-        return f"reloaded {self.config_path}" + (
-            f"; stopped changed models: {', '.join(changed)}" if changed else ""
+        log.info(
+            "config reloaded (generation %d); stopped: %s; start restarted: %s",
+            self.generation,
+            changed,
+            restarted,
         )
+        text = f"reloaded {self.config_path}"
+        if changed:
+            text += f"; stopped changed models: {', '.join(changed)}"
+        if restarted:
+            text += f"; restarted starts with the new definition: {', '.join(restarted)}"
+        return text
 
     # ------------------------------------------------------------------------------ loops
 
@@ -479,13 +490,15 @@ class Daemon:
             log.error("preload of %s failed: %s", model_id, exc.message)
 
     async def shutdown(self) -> None:
-        """SIGTERM. When circusd is stopping everything, run the cmdStop of every loaded model that
-        has one (circus's signals do not reach a docker container); when only the daemon is being
-        restarted, leave the models running for the next daemon to adopt."""
+        """SIGTERM. When circusd is stopping everything, abort the starts under way and run the
+        cmdStop of every loaded model that has one (circus's signals do not reach a docker
+        container); when only the daemon is being restarted, leave the models running (starting
+        ones too) for the next daemon to adopt."""
         notify.stopping()
         await self.scheduler.shutdown()
         loaded = [r for r in self.scheduler.records.values() if r.handle is not None]
-        if not loaded:
+        starting = [r for r in self.scheduler.records.values() if r.state == "starting"]
+        if not loaded and not starting:
             self.lifecycle.closing = True
             return
         try:
@@ -503,12 +516,20 @@ class Daemon:
             )
         )
         if not everything:
-            log.info("daemon stopping alone; %d models keep running", len(loaded))
+            # A start cancelled when the loop closes must leave its process to the next daemon.
+            self.lifecycle.detached = True
+            log.info("daemon stopping alone; %d models keep running", len(loaded) + len(starting))
             return
         self.lifecycle.closing = True
-        log.info("circusd is shutting down: stopping %d models", len(loaded))
+        log.info(
+            "circusd is shutting down: stopping %d models (%d starting)",
+            len(loaded) + len(starting),
+            len(starting),
+        )
         await asyncio.gather(
-            *(self._stop_on_shutdown(rec) for rec in loaded), return_exceptions=True
+            self.scheduler.abort_starts(),
+            *(self._stop_on_shutdown(rec) for rec in loaded),
+            return_exceptions=True,
         )
 
     async def _stop_on_shutdown(self, rec: ModelRecord) -> None:

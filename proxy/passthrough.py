@@ -20,8 +20,8 @@ The reusable part is `passthrough()`:
   request (not a websocket) is forwarded outside admission, so it never keeps the model loaded.
   Default: the `upstream.ignorePaths` rule (`path matches upstream.ignorePaths`, matched on the
   decoded path).
-* Then, for a model with `compat.ignoreWebsockets`, a websocket upgrade while the model is not ready
-  answers 409 `model <id> is not loaded; ignored websocket requests cannot start it`; when it is
+* Before that rule, for a model with `compat.ignoreWebsockets`, a websocket upgrade (on any path)
+  while the model is not ready answers 409 `model <id> is not loaded; ignored websocket requests cannot start it`; when it is
   ready the websocket is relayed outside admission (no slot, not in flight, closed when the model
   stops).
 * `local_only=True`: look `model_id` up by exact local id only (no aliases, no peers) and answer 404
@@ -97,10 +97,12 @@ async def passthrough(
     rule = ignored if ignored is not None else _upstream_ignore_paths(routes)
     reason = rule(request, raw_path)
     if not rt.hot:
-        if reason is not None:
-            raise not_loaded(route.id, reason)
+        # The websocket rule answers first: an upgrade on any path, /ws included, is the
+        # websocket case; the path rule is what also covers a plain GET to /ws.
         if route.ignore_websockets and is_websocket(request):
             raise not_loaded(route.id, IGNORED_WEBSOCKET)
+        if reason is not None:
+            raise not_loaded(route.id, reason)
     elif reason is not None and not is_websocket(request):
         # An ignored path must not keep the model loaded either (an open tab polls and fetches
         # assets forever): served outside admission, like an ignored websocket, so it is not TTL

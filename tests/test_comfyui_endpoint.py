@@ -224,8 +224,8 @@ async def test_get_to_an_ignored_path_answers_409_and_starts_nothing(
         ("/comfyui/wsapi", IGNORED_WS),
         ("/comfyui/api/prompt", IGNORED_WS),
         ("/comfyui/socket?clientId=1", IGNORED_WS),
-        # /ws is an ignored path as well: the endpoint's path rule answers first.
-        ("/comfyui/ws?clientId=abc", IGNORED_PATH),
+        # /ws is an ignored path as well, but an upgrade is the websocket rule's case, on any path.
+        ("/comfyui/ws?clientId=abc", IGNORED_WS),
     ],
 )
 async def test_websocket_upgrade_answers_409_and_starts_nothing(

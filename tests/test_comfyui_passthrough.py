@@ -120,7 +120,7 @@ async def test_ignored_paths_answer_409_for_every_method(
         # compat.ignoreWebsockets, exactly as on /comfyui/.
         ("GET", "/", True, IGNORED_WS),
         ("GET", "/wsapi", True, IGNORED_WS),
-        ("GET", "/ws?clientId=1", True, IGNORED_PATH),  # the path rule answers first
+        ("GET", "/ws?clientId=1", True, IGNORED_WS),  # an upgrade: the websocket rule, any path
     ]
     for method, path, websocket, message in rows:
         status, error = await attempt(

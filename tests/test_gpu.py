@@ -14,6 +14,7 @@ import subprocess
 import sys
 import types
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pynvml
@@ -436,3 +437,19 @@ def test_resolve_gpus_by_index_and_uuid() -> None:
     assert [d.index for d in resolved] == [2, 0, 3]
     canonical = canonical_gpu_ids(devices)
     assert canonical["2"] == canonical[fake_uuid(2).casefold()] == fake_uuid(2).casefold()
+
+
+def test_gpu_check_script_dry_run() -> None:
+    # benchmarks/gpu_check.py is for a real GPU host; a dry run on the fake keeps it working.
+    script = Path(__file__).resolve().parent.parent / "benchmarks" / "gpu_check.py"
+    result = subprocess.run(
+        [sys.executable, str(script), "--backend", "fake", "--mib", "64"],
+        env={**os.environ, "SWAPD_FAKE_GPUS": "1"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "uses 64 MiB" in result.stdout
+    assert "wait_released: released" in result.stdout

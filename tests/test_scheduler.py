@@ -70,7 +70,13 @@ class FakeEffects:
         self.max_running = max(self.max_running, len(self.running))
         gate = self.start_gates.get(m.id)
         if gate is not None:
-            await gate.wait()
+            try:
+                await gate.wait()
+            except asyncio.CancelledError:
+                # As lifecycle.start does: a cancelled start stops the process it started.
+                self.log.append(("cancel", m.id))
+                self.running.discard(m.id)
+                raise
         if m.id in self.fail:
             self.running.discard(m.id)
             raise StartError(f"{m.id} exited during startup with exit code 3")
@@ -274,15 +280,129 @@ async def test_unload_one_all_and_while_starting() -> None:
     fx.start_gates["b"] = asyncio.Event()
     starting = asyncio.create_task(sched.ensure("b"))
     await settle()
-    unloading = asyncio.create_task(sched.unload(None))
-    await settle()
-    assert not unloading.done(), "unload waits for the start under way"
-    fx.start_gates["b"].set()
-    await starting
-    assert sorted(await unloading) == ["a", "b"]
+    assert sched.record("b").state == "starting"
+    assert sorted(await sched.unload(None)) == ["a", "b"]
     assert sched.loaded() == frozenset()
+    with pytest.raises(EnsureError) as err:
+        await starting
+    assert err.value.status == 503 and err.value.code == "model_unloaded"
     with pytest.raises(EnsureError):
         await sched.unload("nope")
+
+
+async def test_unload_aborts_a_start_and_answers_every_waiter_at_once() -> None:
+    sched, fx, _ = setup("a")
+    fx.start_gates["a"] = asyncio.Event()
+    waiters = [asyncio.create_task(sched.ensure("a")) for _ in range(3)]
+    await settle()
+    assert await asyncio.wait_for(sched.unload("a"), 1) == ["a"]
+    for waiter in waiters:
+        assert waiter.done(), "an unload left an ensure hanging"
+        with pytest.raises(EnsureError) as err:
+            await waiter
+        assert err.value.status == 503 and err.value.code == "model_unloaded"
+        assert "unloaded while this request waited" in err.value.message
+    assert fx.log == [("start", "a"), ("cancel", "a")]
+    assert fx.running == set()
+    rec = sched.record("a")
+    assert rec.state == "stopped" and rec.failures == 0
+    # The next request starts it again.
+    fx.start_gates.pop("a").set()
+    await sched.ensure("a")
+    assert fx.log[-1] == ("start", "a") and sched.record("a").state == "ready"
+
+
+async def test_unload_answers_a_request_queued_behind_a_swap() -> None:
+    sched, fx, _ = setup("a", "b")
+    await sched.ensure("a")
+    fx.drain_gates["a"] = asyncio.Event()
+    to_b = asyncio.create_task(sched.ensure("b"))
+    await settle()
+    to_a = asyncio.create_task(sched.ensure("a"))  # waits: a is being swapped out
+    await settle()
+    unloading = asyncio.create_task(sched.unload("a"))
+    await settle()
+    assert to_a.done()
+    with pytest.raises(EnsureError) as err:
+        await to_a
+    assert err.value.code == "model_unloaded"
+    fx.drain_gates.pop("a").set()
+    await unloading
+    await to_b
+    assert fx.log == [("start", "a"), ("drain", "a"), ("stop", "a"), ("start", "b")]
+
+
+async def test_ensures_after_an_unload_wait_for_the_stop_then_start_again() -> None:
+    sched, fx, _ = setup("a")
+    first = await sched.ensure("a")
+    fx.drain_gates["a"] = asyncio.Event()
+    unloading = asyncio.create_task(sched.unload("a"))
+    await settle()
+    assert sched.record("a").state == "draining"
+    later = asyncio.create_task(sched.ensure("a"))
+    await settle()
+    assert not later.done(), "served from a model that is being unloaded"
+    fx.drain_gates.pop("a").set()
+    await unloading
+    again = await later
+    assert again.pid != first.pid
+    assert fx.log == [("start", "a"), ("drain", "a"), ("stop", "a"), ("start", "a")]
+
+
+def _outdated(new: Config) -> Any:
+    return lambda m: m.id not in new.models or new.models[m.id] != m
+
+
+async def test_reload_aborts_an_outdated_start_and_starts_the_new_definition() -> None:
+    sched, fx, _ = setup("a", "b")
+    fx.start_gates["a"] = asyncio.Event()
+    waiters = [asyncio.create_task(sched.ensure("a")) for _ in range(2)]
+    await settle()
+    new = make_config("a", "b", a={"env": {"NEW": "1"}})
+    assert await sched.reconfigure(new, [], _outdated(new)) == ["a"]
+    await settle()
+    assert fx.log == [("start", "a"), ("cancel", "a"), ("start", "a")]
+    assert not any(w.done() for w in waiters)
+    fx.start_gates.pop("a").set()
+    handles = await asyncio.gather(*waiters)
+    assert handles[0] is handles[1]
+    assert sched.record("a").model is new.models["a"]
+    # An unchanged start is left alone.
+    fx.start_gates["b"] = asyncio.Event()
+    to_b = asyncio.create_task(sched.ensure("b"))
+    await settle()
+    assert await sched.reconfigure(new, [], _outdated(new)) == []
+    fx.start_gates.pop("b").set()
+    await to_b
+    assert ("cancel", "b") not in fx.log
+
+
+async def test_reload_that_removes_a_starting_model_answers_404() -> None:
+    sched, fx, _ = setup("a", "b")
+    fx.start_gates["a"] = asyncio.Event()
+    waiter = asyncio.create_task(sched.ensure("a"))
+    await settle()
+    new = make_config("b")
+    await sched.reconfigure(new, [], _outdated(new))
+    with pytest.raises(EnsureError) as err:
+        await asyncio.wait_for(waiter, 1)
+    assert err.value.status == 404
+    assert fx.log == [("start", "a"), ("cancel", "a")] and fx.running == set()
+
+
+async def test_shutdown_answers_waiters_and_abort_starts_stops_the_start() -> None:
+    sched, fx, _ = setup("a")
+    fx.start_gates["a"] = asyncio.Event()
+    waiter = asyncio.create_task(sched.ensure("a"))
+    await settle()
+    await sched.shutdown()
+    await settle()
+    with pytest.raises(EnsureError) as err:
+        await waiter
+    assert err.value.code == "shutting_down"
+    assert fx.log == [("start", "a")], "shutdown alone leaves the start to the next daemon"
+    assert await sched.abort_starts() == ["a"]
+    assert fx.log == [("start", "a"), ("cancel", "a")] and fx.running == set()
 
 
 async def test_shutdown_refuses_ensures() -> None:
