@@ -166,6 +166,9 @@ class Lifecycle:
         # Set while circusd shuts everything down: it drops every watcher itself and refuses
         # `rm` until it is done, so stops must not wait for it.
         self.closing = False
+        # Set while the daemon stops alone (circusd restarts it): a start cancelled as its loop
+        # closes leaves its process to the next daemon, which adopts it.
+        self.detached = False
         self._session = session
         self._environ = dict(os.environ if environ is None else environ)
         # circus lifecycle commands go one at a time (its arbiter lock refuses overlapping ones).
@@ -196,6 +199,8 @@ class Lifecycle:
             return await self.circus.call_locked(command, **props)
 
     async def remove_watcher(self, model_id: str) -> None:
+        if self.closing:
+            return
         with contextlib.suppress(CircusError):
             await self._circus("rm", name=watcher_names.watcher_name(model_id), waiting=True)
 
@@ -235,7 +240,6 @@ class Lifecycle:
         env = model_env(model, self._environ)
         self._check_executable(model, env)
         self._check_port(model)
-        name = watcher_names.watcher_name(model.id)
         log_path = self.log_path(model.id)
         log_path.parent.mkdir(parents=True, exist_ok=True)
         rotate_log(log_path)
@@ -258,30 +262,18 @@ class Lifecycle:
         }
         # A watcher left behind by an earlier run (it died, or the daemon died mid-start).
         await self.remove_watcher(model.id)
-        await self._circus(
-            "add", name=name, cmd=model.cmd[0], args=list(model.cmd[1:]), options=options
-        )
-        reply = await self._circus("start", name=name, waiting=True)
-        started = (reply.get("info") or {}).get("started") or []
-        if not started:
-            await self.remove_watcher(model.id)
-            raise StartFailed(
-                502,
-                "start_failed",
-                f"model {model.id} failed to start: circus could not spawn "
-                f"{shlex.join(model.cmd)!r} (see circusd's log)",
-                read_tail(log_path, offset),
-            )
-        pid = int(started[0])
-        running = Running(
-            model=model.id,
-            pid=pid,
-            upstream=model.proxy,
-            port=model.port,
-            gpus=tuple(model.gpus or ()),
-            started_at=time.time(),
-            definition=definition_hash(model),
-        )
+        spawn = asyncio.ensure_future(self._spawn(model, options, log_path, offset))
+        try:
+            running = await asyncio.shield(spawn)
+        except asyncio.CancelledError:
+            # circus may be starting the process right now: let it finish and stop that process,
+            # rather than leave one nobody tracks.
+            with contextlib.suppress(Exception):
+                started = await spawn
+                if not self.detached:
+                    await self.stop(started, model, timeout=min(5.0, model.unload_timeout))
+            raise
+        pid = running.pid
         exited = asyncio.ensure_future(pid_watch.wait_exit(pid))
         try:
             await health.wait_healthy(
@@ -311,13 +303,45 @@ class Lifecycle:
                 await self._settled_tail(log_path, offset),
             ) from None
         except BaseException:
-            # Cancelled (shutdown) or an unexpected error: leave no process behind.
+            # Cancelled (unload, reload, shutdown) or an unexpected error: leave no process behind.
             exited.cancel()
-            await asyncio.shield(self.stop(running, model, timeout=min(5.0, model.unload_timeout)))
+            if not self.detached:
+                await asyncio.shield(
+                    self.stop(running, model, timeout=min(5.0, model.unload_timeout))
+                )
             raise
         exited.cancel()
         log.info("%s ready (pid %d, %s)", model.id, pid, model.proxy)
         return running
+
+    async def _spawn(
+        self, model: ModelConfig, options: dict[str, Any], log_path: Path, offset: int
+    ) -> Running:
+        """`add` + `start` the watcher; the pid circus really started."""
+        name = watcher_names.watcher_name(model.id)
+        await self._circus(
+            "add", name=name, cmd=model.cmd[0], args=list(model.cmd[1:]), options=options
+        )
+        reply = await self._circus("start", name=name, waiting=True)
+        started = (reply.get("info") or {}).get("started") or []
+        if not started:
+            await self.remove_watcher(model.id)
+            raise StartFailed(
+                502,
+                "start_failed",
+                f"model {model.id} failed to start: circus could not spawn "
+                f"{shlex.join(model.cmd)!r} (see circusd's log)",
+                read_tail(log_path, offset),
+            )
+        return Running(
+            model=model.id,
+            pid=int(started[0]),
+            upstream=model.proxy,
+            port=model.port,
+            gpus=tuple(model.gpus or ()),
+            started_at=time.time(),
+            definition=definition_hash(model),
+        )
 
     def note_reaped(self, pid: int, exit_code: int) -> None:
         """circus's `reap` event: the exit code of a process circusd has reaped."""

@@ -152,8 +152,10 @@ class Scheduler:
             self._changed.notify_all()
 
     def _evicting(self, model_id: str) -> bool:
-        return model_id in self._stops or model_id in self._unloading or any(
-            s.claimed and model_id in s.evict for s in self._swaps.values()
+        return (
+            model_id in self._stops
+            or model_id in self._unloading
+            or any(s.claimed and model_id in s.evict for s in self._swaps.values())
         )
 
     def loaded(self) -> frozenset[str]:

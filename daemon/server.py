@@ -514,6 +514,11 @@ class Daemon:
             or any(
                 statuses.get(watcher_names.watcher_name(r.id)) not in ("active",) for r in loaded
             )
+            # A start's watcher may not be added yet (None): that says nothing either way.
+            or any(
+                statuses.get(watcher_names.watcher_name(r.id)) not in ("active", None)
+                for r in starting
+            )
         )
         if not everything:
             # A start cancelled when the loop closes must leave its process to the next daemon.
