@@ -14,6 +14,11 @@ SILENT_AFTER = 3.0
 # after this long, so a drain that early first waits for it (a restarted daemon must not stop a
 # model under a request it has not heard of).
 HEARTBEAT_GRACE = 1.5
+# A proxy casts Activity at most once per second per model, so a report (a request that began, or
+# the idle edge) may reach the daemon up to 1 s after the fact. The TTL does not unload a model
+# this soon after its last report or Ready reply: a request the proxy has not reported yet may be
+# under way.
+REPORT_GRACE = 1.5
 
 
 @dataclass
@@ -27,13 +32,19 @@ class ProxyInfo:
 
 class ProxyRegistry:
     def __init__(
-        self, *, clock: Callable[[], float] = time.monotonic, silent_after: float = SILENT_AFTER
+        self,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        silent_after: float = SILENT_AFTER,
+        wall: Callable[[], float] = time.time,
     ) -> None:
         self.clock = clock
+        self.wall = wall
         self.silent_after = silent_after
         self.started = clock()
         self.proxies: dict[str, ProxyInfo] = {}
-        self.last_activity: dict[str, float] = {}  # model -> wall clock
+        self.last_activity: dict[str, float] = {}  # model -> wall clock (the report's `at`)
+        self.last_report: dict[str, float] = {}  # model -> wall clock when a report came in
         self._epochs: dict[str, int] = {}
         self._changed = asyncio.Event()
         self.first_hello = asyncio.Event()
@@ -62,8 +73,15 @@ class ProxyRegistry:
     def activity(self, proxy_id: str, model: str, in_flight: int, at: float) -> None:
         info = self._seen(proxy_id)
         info.in_flight[model] = max(0, in_flight)
-        self.last_activity[model] = max(self.last_activity.get(model, 0.0), min(at, time.time()))
+        now = self.wall()
+        # TTL counts from when the activity happened (`at`), not from when the report came in.
+        self.last_activity[model] = max(self.last_activity.get(model, 0.0), min(at, now))
+        self.last_report[model] = now
         self._notify()
+
+    def served(self, model: str) -> None:
+        """The daemon answered an Ensure with Ready: a request for it is about to start."""
+        self.last_report[model] = self.wall()
 
     def drained(self, proxy_id: str, model: str, epoch: int) -> None:
         info = self._seen(proxy_id)

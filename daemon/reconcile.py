@@ -104,12 +104,16 @@ async def adopt(daemon: Daemon) -> None:
             daemon.watch_exit(model.id, running.pid)
             log.info("adopted %s (pid %d, %s)", model.id, running.pid, running.upstream)
         else:
-            daemon.spawn(_adopt_when_healthy(daemon, model, running))
+            # Ensures for it (a proxy sends again those the old daemon never answered) join this
+            # wait instead of starting a second process.
+            daemon.scheduler.adopt_when_healthy(model, _adopt_when_healthy(daemon, model, running))
 
 
 async def _adopt_when_healthy(
     daemon: Daemon, model: lifecycle.ModelConfig, running: lifecycle.Running
-) -> None:
+) -> lifecycle.Running | None:
+    """`running` once healthy; None when it exited or timed out (it is stopped then). Cancelled
+    (an unload, a reload, a shutdown): it is stopped unless the daemon leaves it to the next one."""
     exited = asyncio.ensure_future(pid_watch.wait_exit(running.pid))
     remaining = max(1.0, model.health_check_timeout - (time.time() - running.started_at))
     try:
@@ -122,9 +126,13 @@ async def _adopt_when_healthy(
     except (health.ProcessExited, health.HealthTimeout):
         log.warning("%s (pid %d) was starting and did not become healthy", model.id, running.pid)
         await daemon.lifecycle.stop(running, model, timeout=5.0)
-        return
+        return None
+    except asyncio.CancelledError:
+        if not daemon.lifecycle.detached:
+            await asyncio.shield(daemon.lifecycle.stop(running, model, timeout=5.0))
+        raise
     finally:
         exited.cancel()
-    daemon.scheduler.adopt(model, running)
     daemon.watch_exit(model.id, running.pid)
     log.info("adopted %s (pid %d) once healthy", model.id, running.pid)
+    return running

@@ -27,7 +27,7 @@ import contextlib
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Coroutine, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -207,9 +207,20 @@ class Scheduler:
                 return True
         return False
 
-    async def _run_swap(self, swap: _Swap) -> None:
+    async def _run_swap(
+        self, swap: _Swap, adopting: Coroutine[Any, Any, Any] | None = None
+    ) -> None:
         try:
-            handle = await self._swap(swap)
+            handle = None
+            if adopting is not None:
+                model = self.config.models[swap.target]
+                handle = await self._start(swap, model, adopting)
+                if handle is not None and swap.restart:
+                    # A reload changed the definition just as the adopted process became healthy.
+                    await self.stop(swap.target, "config changed")
+                    handle = None
+            if handle is None:
+                handle = await self._swap(swap)
         except asyncio.CancelledError:
             self._answer(swap, EnsureError(503, "shutting_down", "swapd is shutting down"))
             raise
@@ -288,14 +299,23 @@ class Scheduler:
         if cancel_start and swap.starting is not None:
             swap.starting.cancel()
 
-    async def _start(self, swap: _Swap, model: ModelConfig) -> Any:
-        """Start `model`; None when an unload, a shutdown or a reload aborted the start."""
+    async def _start(
+        self,
+        swap: _Swap,
+        model: ModelConfig,
+        adopting: Coroutine[Any, Any, Any] | None = None,
+    ) -> Any:
+        """Start `model` (or wait for a process found starting to become healthy: `adopting`);
+        None when an unload, a shutdown or a reload aborted the start, or the adoption failed."""
         rec = self.record(model.id)
         if rec.state == "ready":
+            if adopting is not None:
+                adopting.close()
             return rec.handle
         swap.model = model
-        self._set(rec, "starting")
-        swap.starting = asyncio.get_running_loop().create_task(self.effects.start(model))
+        self._set(rec, "starting", "adopting" if adopting is not None else "")
+        starter = adopting if adopting is not None else self.effects.start(model)
+        swap.starting = asyncio.get_running_loop().create_task(starter)
         try:
             handle = await swap.starting
         except asyncio.CancelledError:
@@ -326,11 +346,14 @@ class Scheduler:
         finally:
             swap.starting = None
             swap.model = None
+        if handle is None:  # the adopted process did not become healthy (and was stopped)
+            self._set(rec, "stopped", "was starting when the daemon restarted; not healthy")
+            return None
         rec.handle = handle
         rec.model = model
         rec.failures = 0
         rec.retry_at = 0.0
-        self._set(rec, "ready")
+        self._set(rec, "ready", "adopted" if adopting is not None else "")
         return handle
 
     # ------------------------------------------------------------------------------- stop
@@ -418,6 +441,16 @@ class Scheduler:
         rec.handle = handle
         rec.model = model
         self._set(rec, "ready", "adopted")
+
+    def adopt_when_healthy(self, model: ModelConfig, waiting: Coroutine[Any, Any, Any]) -> None:
+        """A process found starting (the previous daemon died mid-start). Ensures join it as they
+        join a start; `waiting` returns its handle once healthy, or None when it did not become
+        healthy (then the same swap starts the model afresh). Cancelling `waiting` must stop it."""
+        loop = asyncio.get_running_loop()
+        swap = self._swaps[model.id] = _Swap(model.id, loop.create_future())
+        swap.result.add_done_callback(_retrieve)
+        swap.claimed = True  # its model counts as running for other swaps meanwhile
+        swap.task = loop.create_task(self._run_swap(swap, waiting))
 
     def process_exited(self, model_id: str, pid: int, exit_code: int | None) -> bool:
         """A ready model's process died on its own. Returns True when it was one of ours.

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+import psutil
 import zmq
 import zmq.asyncio
 
@@ -70,6 +71,8 @@ from swapd.ipc.messages import (
 log = logging.getLogger("swapd.daemon")
 
 TTL_TICK = 0.25
+# How many of each proxy's first heartbeats re-announce this daemon instance (see _announce).
+ANNOUNCE_HELLOS = 3
 WATCHDOG_DEFAULT = 10.0
 # A daemon that cannot start (its config file became invalid) exits after this long.
 RETRY_DELAY = 5.0
@@ -156,6 +159,7 @@ class Daemon:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._stop = asyncio.Event()
         self._reload_lock = asyncio.Lock()
+        self._announced: dict[str, int] = {}
 
     # -------------------------------------------------------------------------- publishing
 
@@ -267,6 +271,7 @@ class Daemon:
         self.received[type(message).__name__] += 1
         if isinstance(message, Hello):
             self.registry.hello(message.proxy_id, message.pid)
+            await self._announce(message.proxy_id, message.pid)
         elif isinstance(message, Activity):
             self.registry.activity(message.proxy_id, message.model, message.in_flight, message.at)
         elif isinstance(message, Drained):
@@ -292,6 +297,26 @@ class Daemon:
         elif isinstance(message, Reload):
             self.spawn(self.reload(identity, message))
 
+    async def _announce(self, proxy_id: str, pid: int) -> None:
+        """Publish the table again on the first heartbeats of a proxy older than this daemon.
+
+        Such a proxy followed a previous daemon, and learns that it was replaced only from an
+        event carrying the new `instance`; the one published at bind time is lost while its SUB
+        reconnects. Until it learns, it does not send again the Ensures the dead daemon never
+        answered, so a restarted daemon with nothing else to publish would leave them waiting for
+        ever. Its queued first Hello may arrive before its SUB is subscribed again, so the next
+        heartbeats (1 s apart) repeat it. A proxy started after this daemon takes a snapshot.
+        """
+        count = self._announced.get(proxy_id, 0)
+        if count >= ANNOUNCE_HELLOS:
+            return
+        self._announced[proxy_id] = count + 1
+        if count == 0 and not _older_than_me(pid):
+            self._announced[proxy_id] = ANNOUNCE_HELLOS
+            return
+        table = self.table
+        await self.publish(lambda seq: TableChanged(instance=self.instance, seq=seq, table=table))
+
     async def reply(self, identity: bytes, reply: Reply) -> None:
         assert self.router is not None
         await self.router.send_multipart([identity, codec.encode(reply)])
@@ -314,6 +339,7 @@ class Daemon:
             )
         else:
             model = self.scheduler.config.resolve(message.model)
+            self.registry.served(model.id if model else message.model)
             reply = Ready(
                 id=message.id, model=model.id if model else message.model, upstream=handle.upstream
             )
@@ -415,7 +441,8 @@ class Daemon:
     async def ttl_loop(self) -> None:
         while True:
             await asyncio.sleep(TTL_TICK)
-            self.registry.expire()
+            for gone in self.registry.expire():
+                self._announced.pop(gone, None)
             config = self.scheduler.config
             for model_id in ttl.due(list(self.scheduler.records.values()), config, self.registry):
                 model = config.models.get(model_id)
@@ -553,6 +580,14 @@ class Daemon:
         self.gpu_backend.close()
         # destroy, not term: term waits for every socket, and one left open would hang the exit.
         self.ctx.destroy(linger=0)
+
+
+def _older_than_me(pid: int) -> bool:
+    """Whether process `pid` was started before this one (True when that cannot be told)."""
+    try:
+        return bool(psutil.Process(pid).create_time() < psutil.Process().create_time())
+    except psutil.Error:
+        return True
 
 
 def _guess_id(payload: bytes) -> int | None:

@@ -1,12 +1,12 @@
 """TTL: a ready model unloads after `ttl` seconds without activity (0 = never). Activity is what
-the proxies report; a request in flight in any live proxy holds the model."""
+the proxies report; a request in flight in any live proxy holds the model. Proxies hold a report
+back up to a second (one Activity per second per model), so a model is never due within
+REPORT_GRACE of its last report or Ready reply."""
 
 from __future__ import annotations
 
-import time
-
 from swapd.daemon.config import Config
-from swapd.daemon.proxies import ProxyRegistry
+from swapd.daemon.proxies import REPORT_GRACE, ProxyRegistry
 from swapd.daemon.scheduler import ModelRecord
 
 
@@ -25,8 +25,10 @@ def ttl_left(
         return None
     if registry.in_flight(rec.id) > 0:
         return None
-    now = time.time() if now is None else now
-    return max(0.0, model.ttl - (now - last_used(rec, registry)))
+    now = registry.wall() if now is None else now
+    left = model.ttl - (now - last_used(rec, registry))
+    unreported = REPORT_GRACE - (now - registry.last_report.get(rec.id, 0.0))
+    return max(0.0, left, unreported)
 
 
 def due(

@@ -3,13 +3,15 @@
 aiohttp's client is general (cookies, redirects, tracing, auth, proxies, ...) and costs most of the
 proxy's CPU per request; this one does only what a reverse proxy needs: pooled keep-alive
 connections per upstream, the request head and a bytes body in one write (or a streamed body,
-chunked, with write flow control), the response head parsed once, and the body handed over as it
-arrives (content-length, chunked or until-close), with read flow control so a slow client slows the
-upstream instead of filling memory. Websockets, TLS and peers use aiohttp.
+chunked, with write flow control), and the body handed over as it arrives, with read flow control
+so a slow client slows the upstream instead of filling memory. Parsing the response (status line,
+headers, content-length, chunked or until-close framing, trailers) is llhttp's, through httptools.
+Websockets, TLS and peers use aiohttp.
 
 A kept-alive connection the upstream closed while idle is retried once on a fresh one when nothing
 of the response had arrived (the usual keep-alive race); anything else surfaces as
-`UpstreamError` (before the head) or `UpstreamBroken` (mid-body).
+`UpstreamError` (before the head, including a response llhttp rejects) or `UpstreamBroken`
+(mid-body).
 """
 
 from __future__ import annotations
@@ -21,8 +23,10 @@ from collections import deque
 from collections.abc import AsyncIterator
 from typing import Any
 
+from httptools import HttpParserError, HttpParserUpgrade, HttpResponseParser
+
 _HIGH_WATER = 1024 * 1024  # pause reading the upstream past this much undelivered body
-_MAX_HEAD = 64 * 1024
+_MAX_HEAD = 64 * 1024  # llhttp sets no limit of its own
 _IDLE_PER_HOST = 256
 
 
@@ -32,6 +36,10 @@ class UpstreamError(Exception):
 
 class UpstreamBroken(Exception):
     """The upstream broke off the response body."""
+
+
+class _OutOfStep(Exception):
+    """Bytes from the upstream that answer no request: the connection cannot be trusted."""
 
 
 class UpstreamResponse:
@@ -64,11 +72,10 @@ class UpstreamResponse:
 
     # called by the connection
     def _feed(self, data: bytes) -> None:
-        if data:
-            self._parts.append(data)
-            self._size += len(data)
-            if self._size > _HIGH_WATER:
-                self._conn.pause()
+        self._parts.append(data)
+        self._size += len(data)
+        if self._size > _HIGH_WATER:
+            self._conn.pause()
         self._wake()
 
     def _finish(self, error: Exception | None = None) -> None:
@@ -117,20 +124,28 @@ class UpstreamResponse:
 
 
 class _Conn(asyncio.Protocol):
+    """One upstream connection, and the httptools callbacks for the responses read from it."""
+
     def __init__(self, pool: UpstreamPool, key: tuple[str, int]) -> None:
         self.pool = pool
         self.key = key
         self.transport: asyncio.Transport | None = None
-        self.buf = bytearray()
+        self.parser = HttpResponseParser(self)
+        # After a HEAD, llhttp still expects the body its Content-Length announces (httptools
+        # cannot tell it otherwise): the next exchange starts on a fresh parser.
+        self.parser_spent = False
         self.response: UpstreamResponse | None = None
         self.head_waiter: asyncio.Future[UpstreamResponse] | None = None
+        self.in_head = False
+        self.head_size = 0
+        self.reason = b""
+        self.raw_headers: list[tuple[bytes, bytes]] = []
+        self.interim = False
+        self.until_close = False
         self.received_any = False
         self.reused = False
         self.head_request = False
         self.keep_alive = True
-        self.remaining = 0  # content-length body bytes still to come
-        self.chunk_left = -1  # chunked: bytes left in the current chunk (-1: expect a size line)
-        self.until_close = False
         self.paused = False
         self.write_paused: asyncio.Future[None] | None = None
         self.closed = False
@@ -161,172 +176,115 @@ class _Conn(asyncio.Protocol):
             self.head_waiter.set_exception(UpstreamError(str(error)))
         response = self.response
         if response is not None and not response.done:
-            if self.until_close:
-                response._finish()
-            else:
-                response._finish(error)
+            # httptools has no end-of-input call: a body without Content-Length or chunked
+            # framing ends here by definition; any other ends too early.
+            response._finish(None if self.until_close else error)
 
     def data_received(self, data: bytes) -> None:
         self.received_any = True
-        if self.response is None:
-            self.abort()  # bytes nobody asked for: the connection is out of step
-        elif self.head_waiter is not None:
-            if self.buf:
-                self.buf += data
-                data = bytes(self.buf)
-                self.buf.clear()
-            self._parse_head(data)
-        else:
-            self._body(data)
-
-    # --- parsing --------------------------------------------------------------------------------
-    def _parse_head(self, data: bytes) -> None:
-        """Parse the response head at the start of `data` (what arrived so far, `buf` empty)."""
-        while True:
-            end = data.find(b"\r\n\r\n")
-            if end < 0:
-                if len(data) > _MAX_HEAD:
-                    self._fail_head(UpstreamError("response head too large"))
-                else:
-                    self.buf += data
-                return
-            rest = data[end + 4 :]
-            lines = data[:end].decode("latin-1").split("\r\n")
-            parts = lines[0].split(" ", 2)
-            try:
-                status = int(parts[1])
-            except (IndexError, ValueError):
-                self._fail_head(UpstreamError(f"bad status line {lines[0]!r}"))
-                return
-            if 100 <= status < 200 and status != 101:
-                data = rest  # an interim response (100 Continue): the real one follows
-                continue
-            response = self.response
-            assert response is not None
-            response.status = status
-            response.reason = parts[2] if len(parts) > 2 else ""
-            headers = response.headers
-            length: int | None = None
-            chunked = False
-            connection = ""
-            for line in lines[1:]:
-                name, _, value = line.partition(":")
-                value = value.strip()
-                headers.append((name, value))
-                lower = name.lower()
-                if lower == "content-length":
-                    try:
-                        length = int(value)
-                    except ValueError:
-                        self._fail_head(UpstreamError(f"bad Content-Length {value!r}"))
-                        return
-                elif lower == "transfer-encoding":
-                    chunked = "chunked" in value.lower()
-                elif lower == "connection":
-                    connection = value.lower()
-            self.keep_alive = parts[0] == "HTTP/1.1" and "close" not in connection
-            if chunked:
-                length = None
-            response.content_length = length
-            response.chunked = chunked
-            waiter, self.head_waiter = self.head_waiter, None
-            if self.head_request or status in (204, 304):
-                # No body follows, whatever Content-Length says (for HEAD it is the GET's size).
-                if not self.head_request:
-                    response.content_length = 0
-                self._complete()
-            elif chunked:
-                self.chunk_left = -1
-            elif length is not None:
-                self.remaining = length
-                if length == 0:
-                    self._complete()
-            else:
-                self.until_close = True
-                self.keep_alive = False
-            if waiter is not None and not waiter.done():
-                waiter.set_result(response)
-            if rest and not response.done:
-                self._body(rest)
+        try:
+            self.parser.feed_data(data)
+        except HttpParserUpgrade:
+            # The lean path never asks for an upgrade (forward drops Upgrade and Connection).
+            self._fail(UpstreamError("upstream switched protocols unasked"))
             return
+        except HttpParserError as exc:
+            cause = exc.__context__  # what a callback raised
+            self._fail(cause if isinstance(cause, _OutOfStep) else exc)
+            return
+        if self.head_waiter is not None:
+            self.head_size += len(data)
+            if self.head_size > _MAX_HEAD:
+                self._fail(UpstreamError("response head too large"))
 
-    def _fail_head(self, error: Exception) -> None:
+    # --- httptools callbacks ----------------------------------------------------------------------
+    def on_message_begin(self) -> None:
+        if self.response is None or self.response.done:
+            raise _OutOfStep("upstream sent bytes that answer no request")
+        self.in_head = True
+        self.reason = b""
+        self.raw_headers = []
+
+    def on_status(self, reason: bytes) -> None:
+        self.reason += reason
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        if self.in_head:  # not a trailer: those are dropped
+            self.raw_headers.append((name, value))
+
+    def on_headers_complete(self) -> None:
+        self.in_head = False
+        status = self.parser.get_status_code()
+        if status < 200:
+            # 100 Continue, 103 Early Hints: the real head follows. (101 ends in
+            # HttpParserUpgrade or HttpParserError, which fail the exchange.)
+            self.interim = True
+            return
+        response = self.response
+        assert response is not None
+        response.status = status
+        response.reason = self.reason.decode("latin-1")
+        headers = response.headers
+        length: int | None = None
+        chunked = False
+        for name, value in self.raw_headers:
+            key = name.decode("latin-1")
+            text = value.rstrip(b" \t").decode("latin-1")  # llhttp keeps trailing whitespace
+            headers.append((key, text))
+            lower = key.lower()
+            if lower == "content-length":
+                length = int(text)  # llhttp already rejected anything but one decimal number
+            elif lower == "transfer-encoding":
+                chunked = text.rpartition(",")[2].strip().lower() == "chunked"
+        if status in (204, 304):
+            length = 0
+        elif chunked:
+            length = None
+        response.content_length = length
+        response.chunked = chunked
+        self.keep_alive = self.parser.should_keep_alive()
+        self.until_close = length is None and not chunked and not self.head_request
         waiter, self.head_waiter = self.head_waiter, None
         if waiter is not None and not waiter.done():
-            waiter.set_exception(error)
-        self.abort()
+            waiter.set_result(response)
+        if self.head_request:
+            self.parser_spent = True
+            self._complete()
 
-    def _body(self, data: bytes) -> None:
+    def on_body(self, body: bytes) -> None:
         response = self.response
         if response is None or response.done:
-            return
-        if self.until_close:
-            response._feed(data)
-        elif not response.chunked:
-            take = data[: self.remaining]
-            self.remaining -= len(take)
-            response._feed(take)
-            if self.remaining == 0:
-                self._complete()
-        else:
-            self._chunks(data, response)
+            raise _OutOfStep("upstream sent a body that answers no request")
+        response._feed(body)
 
-    def _chunks(self, data: bytes, response: UpstreamResponse) -> None:
-        buf = self.buf
-        buf += data
-        out = []
-        pos = 0
-        while True:
-            if self.chunk_left > 0:
-                take = min(self.chunk_left, len(buf) - pos)
-                if take <= 0:
-                    break
-                out.append(bytes(buf[pos : pos + take]))
-                pos += take
-                self.chunk_left -= take
-                if self.chunk_left == 0:
-                    self.chunk_left = -2  # expect the CRLF after the data
-                continue
-            line_end = buf.find(b"\r\n", pos)
-            if line_end < 0:
-                break
-            if self.chunk_left == -2:
-                pos = line_end + 2
-                self.chunk_left = -1
-                continue
-            if self.chunk_left == -3:  # trailers, until an empty line
-                if line_end == pos:
-                    del buf[:]
-                    if out:
-                        response._feed(b"".join(out))
-                    self._complete()
-                    return
-                pos = line_end + 2
-                continue
-            size_text = bytes(buf[pos:line_end]).split(b";", 1)[0].strip()
-            try:
-                size = int(size_text, 16)
-            except ValueError:
-                del buf[:]
-                response._finish(UpstreamBroken(f"bad chunk size {size_text!r}"))
-                self.abort()
-                return
-            pos = line_end + 2
-            self.chunk_left = size if size else -3
-        del buf[:pos]
-        if out:
-            response._feed(out[0] if len(out) == 1 else b"".join(out))
+    def on_message_complete(self) -> None:
+        if self.interim:
+            self.interim = False
+        elif self.response is not None:
+            self._complete()
 
+    # --- outcome --------------------------------------------------------------------------------
     def _complete(self) -> None:
-        response = self.response
-        self.response = None
+        response, self.response = self.response, None
         if response is not None:
             response._finish()
-        if self.keep_alive and not self.closed and not self.buf:
+        if self.keep_alive and not self.closed:
             self.resume()
             self.pool._release(self)
         else:
             self.abort()
+
+    def _fail(self, error: Exception) -> None:
+        waiter, self.head_waiter = self.head_waiter, None
+        if waiter is not None and not waiter.done():
+            if isinstance(error, UpstreamError):
+                waiter.set_exception(error)
+            else:
+                waiter.set_exception(UpstreamError(f"malformed response: {error}"))
+        response = self.response
+        if response is not None and not response.done:
+            response._finish(error)
+        self.abort()
 
     # --- control --------------------------------------------------------------------------------
     def pause(self) -> None:
@@ -400,6 +358,7 @@ class UpstreamPool:
 
         A bytes body must already be announced by a Content-Length in `head`; an iterator body is
         sent as is, or chunk-framed when `chunked` (the head then says chunked encoding).
+        `head_request`: the request is a HEAD, so the response has no body whatever it announces.
         """
         key = (host, port)
         retry = True
@@ -422,11 +381,14 @@ class UpstreamPool:
         if conn.closed or conn.transport is None:
             raise UpstreamError("connection closed")
         loop = asyncio.get_running_loop()
+        if conn.parser_spent:
+            conn.parser = HttpResponseParser(conn)
+            conn.parser_spent = False
         conn.received_any = False
         conn.head_request = head_request
-        conn.keep_alive = True
+        conn.head_size = 0
+        conn.interim = False
         conn.until_close = False
-        conn.chunk_left = -1
         response = UpstreamResponse(conn)
         conn.response = response
         waiter: asyncio.Future[UpstreamResponse] = loop.create_future()

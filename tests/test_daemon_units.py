@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from swapd.daemon import circus_config, ttl, watcher_names
 from swapd.daemon.circus_events import parse
 from swapd.daemon.config import Config, ModelConfig
-from swapd.daemon.proxies import HEARTBEAT_GRACE, ProxyRegistry
+from swapd.daemon.proxies import HEARTBEAT_GRACE, REPORT_GRACE, ProxyRegistry
 from swapd.daemon.scheduler import ModelRecord
 from swapd.ipc.endpoints import Endpoints
 
@@ -148,16 +148,58 @@ def _model(ttl_s: int) -> ModelConfig:
 
 def test_ttl_counts_from_the_last_activity_and_in_flight_holds_it() -> None:
     config = Config(models={"m": _model(10)})
-    registry = ProxyRegistry(clock=Clock())
+    wall = Clock()
+    registry = ProxyRegistry(clock=Clock(), wall=wall)
     rec = ModelRecord("m", state="ready", since=1000.0)
     assert ttl.ttl_left(rec, config, registry, now=1004.0) == 6.0
     assert ttl.due([rec], config, registry, now=1010.0) == ["m"]
+    wall.now = 1005.0
     registry.activity("p", "m", in_flight=1, at=1005.0)
     assert ttl.ttl_left(rec, config, registry, now=1100.0) is None  # busy
+    wall.now = 1050.0
     registry.activity("p", "m", in_flight=0, at=1050.0)
     assert ttl.ttl_left(rec, config, registry, now=1055.0) == 5.0
     assert ttl.due([rec], Config(models={"m": _model(0)}), registry, now=9999.0) == []
     assert ttl.due([ModelRecord("m", state="starting")], config, registry, now=9999.0) == []
+
+
+def test_ttl_with_activity_reports_held_back_by_the_proxy() -> None:
+    """The proxy casts Activity at most once per second per model, so a report can arrive up to
+    1 s after the fact."""
+    config = Config(models={"m": _model(2)})
+    wall = Clock()
+    registry = ProxyRegistry(clock=Clock(), wall=wall)
+    rec = ModelRecord("m", state="ready", since=wall.now)
+    start = wall.now
+    # The busy->idle edge happened at start+0.2 but reached the daemon 1 s later: the TTL counts
+    # from when the request ended, not from when the report came in.
+    wall.now = start + 1.2
+    registry.activity("p", "m", in_flight=0, at=start + 0.2)
+    assert registry.last_activity["m"] == start + 0.2
+    assert ttl.ttl_left(rec, config, registry, now=start + 1.7) == pytest.approx(1.0)
+    # A new request began at start+1.9; the proxy had reported at start+1.2, so it holds the busy
+    # report back until start+2.2 (one per second). At start+2.2 the 2 s TTL measured from the
+    # last activity has passed, but the last report came in less than REPORT_GRACE ago: the
+    # daemon waits for the report held back instead of unloading under the new request.
+    assert ttl.ttl_left(rec, config, registry, now=start + 2.2) == pytest.approx(REPORT_GRACE - 1.0)
+    assert ttl.due([rec], config, registry, now=start + 2.2) == []
+    wall.now = start + 2.25
+    registry.activity("p", "m", in_flight=1, at=start + 1.9)
+    assert ttl.due([rec], config, registry, now=start + 9.0) == [], "a request in flight"
+    wall.now = start + 9.0
+    registry.activity("p", "m", in_flight=0, at=start + 9.0)
+    assert ttl.due([rec], config, registry, now=start + 10.9) == []
+    assert ttl.due([rec], config, registry, now=start + 11.0) == ["m"]
+    # A Ready reply counts as a report to come: the request it lets through is not reported yet.
+    registry.served("m")
+    assert ttl.due([rec], config, registry, now=start + 10.0) == []
+    wall.now = start + 20.0
+    registry.served("m")
+    assert ttl.due([rec], config, registry, now=start + 21.0) == []
+    assert ttl.due([rec], config, registry, now=start + 21.5) == ["m"]
+    # A report from the future (clock skew) counts as now.
+    registry.activity("p", "m", in_flight=0, at=start + 500)
+    assert registry.last_activity["m"] == start + 20.0
 
 
 def test_model_logs_rotate_between_runs(tmp_path: Path) -> None:

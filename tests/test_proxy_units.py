@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
 from multidict import CIMultiDict
 
 from swapd.ipc.messages import RouteModel, RoutePeer, RoutingTable
+from swapd.proxy import upstream_client
 from swapd.proxy.auth import check_api_key, presented_key
 from swapd.proxy.body import filter_json, multipart_field, replace_span
 from swapd.proxy.errors import ProxyError, error_body
@@ -127,65 +129,98 @@ def test_routes_lookups() -> None:
 
 
 # ------------------------------------------------------------------------------------------------
-# the lean upstream client, against a scripted raw server
+# the lean upstream client (httptools parses), against a scripted raw asyncio server
+
+Respond = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 
 
-async def _server(
-    respond: Callable[[asyncio.StreamReader, asyncio.StreamWriter], object],
-) -> tuple[asyncio.Server, int]:
+@contextlib.asynccontextmanager
+async def _upstream(respond: Respond) -> AsyncIterator[tuple[UpstreamPool, int, list[int]]]:
+    """A raw server running `respond` per connection, and a pool; the list counts connections."""
+    accepted: list[int] = []
+
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        accepted.append(1)
         try:
-            await respond(reader, writer)  # type: ignore[misc]
+            await respond(reader, writer)
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass  # the client dropped the connection: what some tests expect
         finally:
             writer.close()
 
     server = await asyncio.start_server(handle, "127.0.0.1", 0)
-    return server, server.sockets[0].getsockname()[1]
+    pool = UpstreamPool()
+    try:
+        yield pool, server.sockets[0].getsockname()[1], accepted
+    finally:
+        pool.close()
+        server.close()
+        await server.wait_closed()
 
 
 async def _read_head(reader: asyncio.StreamReader) -> bytes:
     return await reader.readuntil(b"\r\n\r\n")
 
 
-HEAD = b"GET / HTTP/1.1\r\nHost: x\r\n\r\n"
+async def _trickle(writer: asyncio.StreamWriter, data: bytes) -> None:
+    """One byte per write, yielding in between: the client sees every split point."""
+    for i in range(len(data)):
+        writer.write(data[i : i + 1])
+        await writer.drain()
+        await asyncio.sleep(0)
 
 
-async def test_chunked_body_split_anywhere_and_keep_alive_reuse() -> None:
-    connections = 0
-    body = b"5;ext=1\r\nhello\r\n1\r\n \r\n5\r\nworld\r\n0\r\nTrailer: x\r\n\r\n"
+GET = b"GET / HTTP/1.1\r\nHost: x\r\n\r\n"
+HEAD = b"HEAD / HTTP/1.1\r\nHost: x\r\n\r\n"
+
+
+async def test_chunked_body_split_at_every_byte_and_keep_alive_reuse() -> None:
+    response_bytes = (
+        b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\n"
+        b"HTTP/1.1 200 Fine Thanks\r\nTransfer-Encoding: chunked\r\nX-A: 1  \r\n\r\n"
+        b"5;ext=1\r\nhello\r\n1\r\n \r\n5\r\nworld\r\n0\r\nTrailer-A: x\r\n\r\n"
+    )
 
     async def respond(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        nonlocal connections
-        connections += 1
+        for _ in range(3):
+            await _read_head(reader)
+            await _trickle(writer, response_bytes)
+
+    async with _upstream(respond) as (pool, port, accepted):
+        for _ in range(3):
+            response = await pool.request("127.0.0.1", port, GET, None)
+            assert (response.status, response.reason) == (200, "Fine Thanks")
+            # neither the interim heads' headers nor the trailer belong to the response
+            assert response.headers == [("Transfer-Encoding", "chunked"), ("X-A", "1")]
+            assert response.chunked and response.content_length is None
+            assert await response.read() == b"hello world"
+        assert len(accepted) == 1
+
+
+async def test_content_length_body_split_at_every_byte_and_keep_alive_reuse() -> None:
+    body = b"0123456789" * 3
+
+    async def respond(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         for _ in range(2):
             await _read_head(reader)
-            writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
-            writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nX-A: 1\r\n\r\n")
-            for i in range(len(body)):  # one byte at a time: every split point
-                writer.write(body[i : i + 1])
-                await writer.drain()
-                await asyncio.sleep(0)
+            await _trickle(writer, b"HTTP/1.1 201 Created\r\nContent-Length: 30\r\n\r\n" + body)
 
-    server, port = await _server(respond)
-    pool = UpstreamPool()
-    try:
+    async with _upstream(respond) as (pool, port, accepted):
         for _ in range(2):
-            response = await pool.request("127.0.0.1", port, HEAD, None)
-            assert response.status == 200 and ("X-A", "1") in response.headers
-            assert await response.read() == b"hello world"
-        assert connections == 1
-    finally:
-        pool.close()
-        server.close()
+            response = await pool.request("127.0.0.1", port, GET, None)
+            assert response.status == 201 and response.content_length == 30
+            assert b"".join([chunk async for chunk in response.iter_chunks()]) == body
+        assert len(accepted) == 1
 
 
-async def test_content_length_body_streaming_upload_and_broken_body() -> None:
+async def test_streamed_chunked_upload_then_body_broken_off() -> None:
     async def respond(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         head = await _read_head(reader)
         assert b"Transfer-Encoding: chunked" in head
         got = b""
         while not got.endswith(b"0\r\n\r\n"):
             got += await reader.read(65536)
+        assert got == b"3\r\nabc\r\n" * 3 + b"0\r\n\r\n"
         writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n" + b"x" * 10)
         await writer.drain()  # then close early: a broken body
 
@@ -193,22 +228,191 @@ async def test_content_length_body_streaming_upload_and_broken_body() -> None:
         for _ in range(3):
             yield b"abc"
 
-    server, port = await _server(respond)
-    pool = UpstreamPool()
-    try:
+    async with _upstream(respond) as (pool, port, _):
         chunked_head = b"POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
         response = await pool.request("127.0.0.1", port, chunked_head, upload(), chunked=True)
         assert response.content_length == 100
         with pytest.raises(UpstreamBroken):
             await response.read()
-    finally:
-        pool.close()
-        server.close()
+
+
+async def test_chunked_body_broken_off_mid_chunk() -> None:
+    async def respond(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await _read_head(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhel")
+        await writer.drain()
+
+    async with _upstream(respond) as (pool, port, _):
+        response = await pool.request("127.0.0.1", port, GET, None)
+        assert await response.read_chunk() == b"hel"
+        with pytest.raises(UpstreamBroken):
+            await response.read_chunk()
+
+
+async def test_body_until_close_is_complete_and_the_connection_not_reused() -> None:
+    async def respond(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await _read_head(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n\r\n")
+        await _trickle(writer, b"all of it")
+
+    async with _upstream(respond) as (pool, port, accepted):
+        for _ in range(2):
+            response = await pool.request("127.0.0.1", port, GET, None)
+            assert response.content_length is None and not response.chunked
+            assert await response.read() == b"all of it"
+        assert len(accepted) == 2
+
+
+async def test_head_response_has_no_body_and_the_connection_is_reused() -> None:
+    async def respond(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await _read_head(reader)
+        # a HEAD response announces the GET's body without sending it
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 12\r\n\r\n")
+        await _read_head(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nget")
+        await reader.read()
+
+    async with _upstream(respond) as (pool, port, accepted):
+        response = await pool.request("127.0.0.1", port, HEAD, None, head_request=True)
+        assert response.status == 200 and response.content_length == 12
+        assert await response.read() == b""
+        response = await pool.request("127.0.0.1", port, GET, None)
+        assert await response.read() == b"get"
+        assert len(accepted) == 1
+
+
+@pytest.mark.parametrize("status", [204, 304])
+async def test_no_body_statuses_ignore_content_length(status: int) -> None:
+    async def respond(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await _read_head(reader)
+        writer.write(b"HTTP/1.1 %d Nothing\r\nContent-Length: 7\r\nETag: e\r\n\r\n" % status)
+        await _read_head(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+        await reader.read()
+
+    async with _upstream(respond) as (pool, port, accepted):
+        response = await pool.request("127.0.0.1", port, GET, None)
+        assert response.status == status and response.content_length == 0
+        assert await response.read() == b""
+        response = await pool.request("127.0.0.1", port, GET, None)
+        assert await response.read() == b"ok"
+        assert len(accepted) == 1
+
+
+async def test_kept_alive_connection_closed_while_idle_is_retried_once() -> None:
+    async def respond(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await _read_head(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+        # then close: the pool still holds the connection as idle
+
+    async with _upstream(respond) as (pool, port, accepted):
+        assert await (await pool.request("127.0.0.1", port, GET, None)).read() == b"ok"
+        assert await (await pool.request("127.0.0.1", port, GET, None)).read() == b"ok"
+        assert len(accepted) == 2
 
 
 async def test_refused_connection_is_upstream_error() -> None:
-    server, port = await _server(lambda r, w: asyncio.sleep(0))
+    server = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
     server.close()
     await server.wait_closed()
-    with pytest.raises(UpstreamError):
-        await UpstreamPool().request("127.0.0.1", port, HEAD, None)
+    with pytest.raises(UpstreamError, match="cannot connect"):
+        await UpstreamPool().request("127.0.0.1", port, GET, None)
+
+
+async def test_closed_before_any_response_byte_is_upstream_error() -> None:
+    async def respond(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await _read_head(reader)
+
+    async with _upstream(respond) as (pool, port, _):
+        with pytest.raises(UpstreamError):
+            await pool.request("127.0.0.1", port, GET, None)
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        b"garbage\r\n\r\n",
+        b"HTTP/1.1 2x0 OK\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nContent-Length: ten\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nab",
+        b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nBad Name: x\r\n\r\n",
+        b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: x\r\nConnection: upgrade\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nX-Big: " + b"x" * (128 * 1024),
+    ],
+    ids=[
+        "status-line",
+        "status",
+        "length",
+        "two-lengths",
+        "length-and-chunked",
+        "name",
+        "101",
+        "huge",
+    ],
+)
+async def test_malformed_response_is_upstream_error(answer: bytes) -> None:
+    async def respond(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await _read_head(reader)
+        writer.write(answer)
+        await writer.drain()
+        await reader.read()  # hold the connection open: the client must give up by itself
+
+    async with _upstream(respond) as (pool, port, _):
+        with pytest.raises(UpstreamError):
+            await pool.request("127.0.0.1", port, GET, None)
+
+
+async def test_malformed_chunk_size_breaks_the_body() -> None:
+    async def respond(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await _read_head(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nok\r\nzz\r\n")
+        await reader.read()
+
+    async with _upstream(respond) as (pool, port, _):
+        response = await pool.request("127.0.0.1", port, GET, None)
+        with pytest.raises(UpstreamBroken):
+            await response.read()
+
+
+async def test_bytes_answering_no_request_drop_the_connection() -> None:
+    async def respond(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await _read_head(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nokHTTP/1.1 200 OK\r\n\r\n")
+        await reader.read()
+
+    async with _upstream(respond) as (pool, port, accepted):
+        for _ in range(2):
+            assert await (await pool.request("127.0.0.1", port, GET, None)).read() == b"ok"
+        assert len(accepted) == 2
+
+
+async def test_reading_pauses_past_the_high_water_mark(monkeypatch: pytest.MonkeyPatch) -> None:
+    body = bytes(range(256)) * (128 * 1024)  # 32 MiB: more than the kernel buffers on loopback
+    sent = asyncio.Event()
+    paused = asyncio.Event()
+    pause = upstream_client._Conn.pause
+
+    def pause_and_tell(conn: upstream_client._Conn) -> None:
+        pause(conn)
+        paused.set()
+
+    monkeypatch.setattr(upstream_client._Conn, "pause", pause_and_tell)
+
+    async def respond(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await _read_head(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+        await writer.drain()
+        sent.set()
+
+    async with _upstream(respond) as (pool, port, _):
+        response = await pool.request("127.0.0.1", port, GET, None)
+        # nobody reads the body: past the high-water mark the client stops reading the socket,
+        # so the upstream cannot finish sending
+        await asyncio.wait_for(paused.wait(), 10)
+        transport = response._conn.transport
+        assert transport is not None and not transport.is_reading()
+        assert not sent.is_set()
+        assert await response.read() == body
+        await asyncio.wait_for(sent.wait(), 10)

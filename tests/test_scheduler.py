@@ -405,6 +405,32 @@ async def test_shutdown_answers_waiters_and_abort_starts_stops_the_start() -> No
     assert fx.log == [("start", "a"), ("cancel", "a")] and fx.running == set()
 
 
+async def test_ensures_join_a_process_being_adopted_and_a_failed_one_starts_afresh() -> None:
+    """After a daemon restart, a process found starting is waited for (reconcile.py); the Ensures
+    the proxies send again must join that wait, not start a second process on its port."""
+    sched, fx, _ = setup("a", "b", groups={"g": GroupConfig(members=("a", "b"), swap=False)})
+    healthy = asyncio.Event()
+
+    async def becomes_healthy() -> Handle:
+        await healthy.wait()
+        return Handle("http://adopted", 7)
+
+    sched.adopt_when_healthy(sched.config.models["a"], becomes_healthy())
+    waiter = asyncio.create_task(sched.ensure("a"))
+    await settle()
+    assert sched.record("a").state == "starting" and not waiter.done()
+    healthy.set()
+    assert (await waiter).pid == 7
+    assert sched.record("a").reason == "adopted"
+
+    async def never_healthy() -> None:
+        return None
+
+    sched.adopt_when_healthy(sched.config.models["b"], never_healthy())
+    assert (await sched.ensure("b")).pid != 7
+    assert fx.log == [("start", "b")]
+
+
 async def test_shutdown_refuses_ensures() -> None:
     sched, _, _ = setup("a")
     await sched.shutdown()

@@ -1,0 +1,168 @@
+"""Lifecycle events that interrupt a start or a wait, through the real stack: an unload or a
+reload while a model starts, a shutdown while a docker-like model starts, and a daemon killed
+while a request waits for a swap."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import threading
+import time
+import urllib.error
+import urllib.request
+import uuid
+from typing import Any
+
+import pytest
+
+from tests.stack import PYTHON, UPSTREAMS, Stack, fake_model_cmd, free_port, wait_for
+from tests.test_daemon_lifecycle import _alive, config
+from tests.test_daemon_swap import chat
+
+pytestmark = pytest.mark.processes
+
+# The start never finishes by itself within a test: it is interrupted first.
+SLOW = ("--health-delay", "60")
+
+
+def _request_in_background(url: str, model: str) -> tuple[threading.Thread, list[Any]]:
+    """A chat request in a thread; its outcome (the reply, or the HTTPError) lands in the list."""
+    outcome: list[Any] = []
+
+    def run() -> None:
+        try:
+            outcome.append(chat(url, model))
+        except urllib.error.HTTPError as exc:
+            outcome.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread, outcome
+
+
+def _starting_pid(stack: Stack, model: str) -> int:
+    stack.wait_state(model, "starting")
+    return wait_for(lambda: stack.watcher_pids(f"model-{model}"), what="the model's pid")[0]
+
+
+def test_unload_while_starting_aborts_the_start_and_answers_the_waiting_request(
+    stack_factory,
+) -> None:
+    stack = stack_factory(config({"slow": {"cmd": fake_model_cmd("slow", *SLOW)}}))
+    thread, outcome = _request_in_background(stack.url, "slow")
+    pid = _starting_pid(stack, "slow")
+
+    began = time.monotonic()
+    assert "unloaded slow" in stack.swapd("unload", "slow", timeout=20).stdout
+    assert time.monotonic() - began < 10, "the unload waited for the start instead of aborting it"
+    thread.join(10)
+    assert outcome, "the waiting request got no answer"
+    error = outcome[0]
+    assert isinstance(error, urllib.error.HTTPError) and error.code == 503
+    assert "unloaded while this request waited" in error.read().decode()
+    assert not _alive(pid)
+    entry = stack.model("slow")
+    assert entry["state"] == "stopped" and "unloaded" in entry["reason"]
+    assert "model-slow" not in stack.circusctl("list")
+
+
+def test_reload_while_starting_serves_the_waiting_request_with_the_new_definition(
+    stack_factory,
+) -> None:
+    cfg = config({"model": {"cmd": fake_model_cmd("old", *SLOW)}})
+    stack = stack_factory(cfg)
+    thread, outcome = _request_in_background(stack.url, "model")
+    old_pid = _starting_pid(stack, "model")
+
+    cfg["models"]["model"]["cmd"] = fake_model_cmd("new")
+    stack.write_config(cfg)
+    assert "restarted starts with the new definition: model" in stack.swapd("reload").stdout
+    thread.join(20)
+    assert outcome and isinstance(outcome[0], dict), outcome
+    assert outcome[0]["served_by"]["name"] == "new"
+    assert not _alive(old_pid)
+    assert stack.model("model")["pid"] == outcome[0]["served_by"]["pid"]
+    assert stack.model_log("model").count("--- swapd") == 2
+
+
+def test_shutdown_while_starting_runs_cmd_stop(tmp_path) -> None:
+    state = str(tmp_path / "docker-state")
+    name = f"swapd-starting-{uuid.uuid4().hex[:8]}"
+    docker = f"{PYTHON} {UPSTREAMS / 'docker_like.py'}"
+    stack = Stack(
+        config(
+            {
+                "boxed": {
+                    "cmd": f"{docker} run --name {name} -- " + fake_model_cmd("boxed", *SLOW),
+                    "cmdStop": f"{docker} stop -t 1 {name}",
+                    "unloadTimeout": 2,
+                }
+            },
+            hooks={"on_startup": {"preload": ["boxed"]}},
+        ),
+        env={"DOCKER_LIKE_STATE": state},
+        port=free_port(),
+    ).start()
+    pid_file = os.path.join(state, f"{name}.pid")
+    try:
+        stack.wait_state("boxed", "starting")
+        container = wait_for(
+            lambda: os.path.exists(pid_file) and int(open(pid_file).read() or 0),
+            what="the container to run",
+        )
+        assert stack.proc is not None
+        stack.proc.send_signal(signal.SIGTERM)
+        assert stack.proc.wait(40) == 0
+        # circusd's SIGTERM only reached the docker CLI (forwarded to a PID 1 that ignores it):
+        # only cmdStop stops the container.
+        assert not _alive(container), "a starting model's cmdStop did not run at shutdown"
+    finally:
+        stack.stop(check=False)
+        subprocess.run(
+            [PYTHON, str(UPSTREAMS / "docker_like.py"), "stop", "-t", "0", name],
+            env={**os.environ, "DOCKER_LIKE_STATE": state},
+            capture_output=True,
+            check=False,
+        )
+    assert stack.processes() == []
+
+
+def test_a_request_waiting_for_a_swap_is_answered_after_the_daemon_is_killed(
+    stack_factory,
+) -> None:
+    stack = stack_factory(
+        config(
+            {"first": {"cmd": fake_model_cmd("first")}, "second": {"cmd": fake_model_cmd("second")}}
+        )
+    )
+    first_pid = chat(stack.url, "first")["served_by"]["pid"]
+    # A stream to `first` holds its drain, so the Ensure for `second` waits in the daemon.
+    chunks: list[bytes] = []
+
+    def stream() -> None:
+        url = stack.url + "/upstream/first/slow?n=20&delay=0.2"
+        with urllib.request.urlopen(url, timeout=30) as response:
+            chunks.extend(response.read().splitlines())
+
+    streamer = threading.Thread(target=stream, daemon=True)
+    streamer.start()
+    wait_for(lambda: stack.model("first")["in_flight"] == 1, what="the stream to be in flight")
+    thread, outcome = _request_in_background(stack.url, "second")
+    stack.wait_state("first", "draining")
+    (daemon_pid,) = stack.watcher_pids("swapd-daemon")
+    os.kill(daemon_pid, signal.SIGKILL)
+    wait_for(
+        lambda: [p for p in stack.watcher_pids("swapd-daemon") if p != daemon_pid],
+        timeout=10,
+        what="circusd to restart the daemon",
+    )
+    thread.join(30)
+    streamer.join(30)
+    # The proxy sent the Ensure again to the new daemon, which adopted `first`, drained it (the
+    # stream was not cut), stopped it and started `second`.
+    assert outcome and isinstance(outcome[0], dict), outcome
+    assert outcome[0]["served_by"]["name"] == "second"
+    assert chunks == [str(i).encode() for i in range(20)]
+    assert not _alive(first_pid)
+    assert stack.model("second")["state"] == "ready"
