@@ -98,6 +98,7 @@ class _Swap:
     starting: asyncio.Task[Any] | None = None  # effects.start under way
     model: ModelConfig | None = None  # the definition being started
     failed: EnsureError | None = None  # unloaded / shutting down: the waiters got this
+    why: str = ""  # the model's reason when its start is aborted
     restart: bool = False  # a reload changed the definition being started
 
 
@@ -290,11 +291,14 @@ class Scheduler:
         if not swap.result.done():
             swap.result.set_exception(error)
 
-    def _abort(self, swap: _Swap, error: EnsureError, *, cancel_start: bool = True) -> None:
+    def _abort(
+        self, swap: _Swap, error: EnsureError, why: str, *, cancel_start: bool = True
+    ) -> None:
         """Answer the swap's waiters with `error` now; the swap stops at its next step (a start
         under way is cancelled, which stops the process it started)."""
         if swap.failed is None:
             swap.failed = error
+            swap.why = why
         self._answer(swap, error)
         if cancel_start and swap.starting is not None:
             swap.starting.cancel()
@@ -326,7 +330,7 @@ class Scheduler:
                 raise
             # The start cleaned up after itself (its process is stopped).
             rec.handle = None
-            why = swap.failed.message if swap.failed is not None else "config changed"
+            why = swap.why if swap.failed is not None else "config changed"
             self._set(rec, "stopped", f"start aborted: {why}")
             return None
         except Exception as exc:
@@ -423,6 +427,7 @@ class Scheduler:
                         f"model {model_id} was unloaded while this request waited for it; "
                         "send the request again to start it again",
                     ),
+                    reason,
                 )
                 assert swap.task is not None
                 await asyncio.wait([swap.task])
@@ -488,14 +493,23 @@ class Scheduler:
         self.shutting_down = True
         error = EnsureError(503, "shutting_down", "swapd is shutting down")
         for swap in list(self._swaps.values()):
-            self._abort(swap, error, cancel_start=False)
+            self._abort(swap, error, "swapd is shutting down", cancel_start=False)
         await self._wake()
+
+    def tasks(self) -> list[asyncio.Task[Any]]:
+        """The swaps and stops under way (for the daemon to cancel as it exits)."""
+        swaps = [s.task for s in self._swaps.values() if s.task is not None]
+        return [*swaps, *self._stops.values()]
 
     async def abort_starts(self) -> list[str]:
         """Cancel every start under way and wait until each stopped what it had started."""
         swaps = [s for s in self._swaps.values() if s.starting is not None]
         for swap in swaps:
-            self._abort(swap, EnsureError(503, "shutting_down", "swapd is shutting down"))
+            self._abort(
+                swap,
+                EnsureError(503, "shutting_down", "swapd is shutting down"),
+                "swapd is shutting down",
+            )
         tasks = [s.task for s in swaps if s.task is not None]
         if tasks:
             await asyncio.wait(tasks)

@@ -505,7 +505,8 @@ class Daemon:
             self.spawn(self._preload(model_id))
         await self._stop.wait()
         await self.shutdown()
-        pending = [*loops, *self._tasks]
+        # The scheduler's own tasks too, while the sockets are still open (they publish).
+        pending = [*loops, *self._tasks, *self.scheduler.tasks()]
         for task in pending:
             task.cancel()
         await asyncio.gather(*pending, return_exceptions=True)
@@ -517,15 +518,16 @@ class Daemon:
             log.error("preload of %s failed: %s", model_id, exc.message)
 
     async def shutdown(self) -> None:
-        """SIGTERM. When circusd is stopping everything, abort the starts under way and run the
-        cmdStop of every loaded model that has one (circus's signals do not reach a docker
-        container); when only the daemon is being restarted, leave the models running (starting
-        ones too) for the next daemon to adopt."""
+        """SIGTERM. When circusd is stopping everything, answer the waiting Ensures with 503, abort
+        the starts under way and run the cmdStop of every loaded model that has one (circus's
+        signals do not reach a docker container). When only the daemon is being restarted, leave
+        the models running (starting ones too) for the next daemon to adopt, and leave the waiting
+        Ensures unanswered: the proxies send them again to the next daemon, which serves them."""
         notify.stopping()
-        await self.scheduler.shutdown()
         loaded = [r for r in self.scheduler.records.values() if r.handle is not None]
         starting = [r for r in self.scheduler.records.values() if r.state == "starting"]
         if not loaded and not starting:
+            await self.scheduler.shutdown()
             self.lifecycle.closing = True
             return
         try:
@@ -552,6 +554,7 @@ class Daemon:
             self.lifecycle.detached = True
             log.info("daemon stopping alone; %d models keep running", len(loaded) + len(starting))
             return
+        await self.scheduler.shutdown()
         self.lifecycle.closing = True
         log.info(
             "circusd is shutting down: stopping %d models (%d starting)",

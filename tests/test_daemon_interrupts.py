@@ -117,6 +117,10 @@ def test_shutdown_while_starting_runs_cmd_stop(tmp_path) -> None:
         # circusd's SIGTERM only reached the docker CLI (forwarded to a PID 1 that ignores it):
         # only cmdStop stops the container.
         assert not _alive(container), "a starting model's cmdStop did not run at shutdown"
+        # Stopped by the daemon's shutdown, not by chance when its event loop closed.
+        assert "boxed: starting -> stopped (start aborted: swapd is shutting down)" in (
+            stack.output()
+        )
     finally:
         stack.stop(check=False)
         subprocess.run(
@@ -126,6 +130,25 @@ def test_shutdown_while_starting_runs_cmd_stop(tmp_path) -> None:
             check=False,
         )
     assert stack.processes() == []
+
+
+def test_a_daemon_restarted_alone_leaves_a_starting_model_to_the_next_one(stack_factory) -> None:
+    stack = stack_factory(config({"slow": {"cmd": fake_model_cmd("slow", "--health-delay", "2")}}))
+    thread, outcome = _request_in_background(stack.url, "slow")
+    pid = _starting_pid(stack, "slow")
+    (daemon_pid,) = stack.watcher_pids("swapd-daemon")
+    # SIGTERM to the daemon alone (as `circusctl restart swapd-daemon` does): circusd goes on.
+    os.kill(daemon_pid, signal.SIGTERM)
+    wait_for(
+        lambda: [p for p in stack.watcher_pids("swapd-daemon") if p != daemon_pid],
+        timeout=15,
+        what="circusd to restart the daemon",
+    )
+    assert stack.wait_state("slow", "ready", timeout=15)["pid"] == pid
+    thread.join(15)
+    assert outcome and isinstance(outcome[0], dict), outcome
+    assert outcome[0]["served_by"]["pid"] == pid
+    assert stack.model_log("slow").count("--- swapd") == 1, "the model was started again"
 
 
 def test_a_request_waiting_for_a_swap_is_answered_after_the_daemon_is_killed(
