@@ -21,8 +21,9 @@ The reusable part is `passthrough()`:
   Default: the `upstream.ignorePaths` rule (`path matches upstream.ignorePaths`, matched on the
   decoded path).
 * Before that rule, for a model with `compat.ignoreWebsockets`, a websocket upgrade (on any path)
-  while the model is not ready answers 409 `model <id> is not loaded; ignored websocket requests cannot start it`; when it is
-  ready the websocket is relayed outside admission (no slot, not in flight, closed when the model
+  while the model is not ready answers 409
+  `model <id> is not loaded; ignored websocket requests cannot start it`; when it is ready the
+  websocket is relayed outside admission (no slot, not in flight, closed when the model
   stops).
 * `local_only=True`: look `model_id` up by exact local id only (no aliases, no peers) and answer 404
   `local model <id> not found` when missing (what `/comfyui/` needs).
