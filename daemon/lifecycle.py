@@ -1,14 +1,17 @@
 """Process machinery: start and stop one model's circus watcher. The only code with side effects
 on model processes (the scheduler decides, this module does).
 
-Start: pre-check the executable (circus answers `ok` even when the exec fails), `add` + `start`
-the watcher `model-<safe id>` (the real id, port and definition hash travel in its env), check that
-circus really started a pid, then wait for the health check while watching the pid through a pidfd.
+Start: pre-check the executable (circus answers `ok` even when the exec fails), `add` the watcher
+`model-<safe id>` and start it in the same command (the real id, port and definition hash travel in
+its env), check that circus really started a pid, then wait for the health check while watching
+the pid through a pidfd.
 
 Stop: `cmdStop` (with `${PID}` filled) when set, else SIGTERM to the process group; SIGKILL after
 `unloadTimeout`; then `rm` the watcher. The signals are sent here and the exit is seen through the
 pidfd, so no circus command holds circus's arbiter-wide lock while a model takes its time to stop
-(circus's own `stop` holds it for the whole grace period and stalls every other start).
+(circus's own `stop` holds it for the whole grace period and stalls every other start). A swap's
+stop leaves the `rm` until the next start has spawned its process (`defer_remove`): the dead
+watcher's removal then runs during that start's health check instead of before its `add`.
 """
 
 from __future__ import annotations
@@ -46,6 +49,8 @@ LOG_BACKUPS = 2
 CMD_STOP_MARGIN = 5.0
 # A stopped model's GPU memory must be back within this, else what lingers is reported.
 GPU_RELEASE_TIMEOUT = 10.0
+# A deferred watcher removal runs once the next start has spawned, or after this when none comes.
+REMOVE_DEFER_MAX = 0.5
 # Variables of swapd's own environment that must not reach model processes.
 _PRIVATE_ENV = ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "CIRCUSCTL_ENDPOINT")
 
@@ -173,6 +178,11 @@ class Lifecycle:
         self._environ = dict(os.environ if environ is None else environ)
         # circus lifecycle commands go one at a time (its arbiter lock refuses overlapping ones).
         self._circus_lock = asyncio.Lock()
+        # Watchers of stopped models whose `rm` waits for the next spawn (or REMOVE_DEFER_MAX),
+        # and the `rm`s under way; both by model id. A start of the same id awaits its `rm` first.
+        self._deferred: set[str] = set()
+        self._removals: dict[str, asyncio.Task[None]] = {}
+        self._defer_timer: asyncio.TimerHandle | None = None
         # Exit codes circus reported in `reap` events, for processes already reaped.
         self.reaped: dict[int, int] = {}
         self._reap_waiters: dict[int, asyncio.Future[int]] = {}
@@ -186,6 +196,14 @@ class Lifecycle:
         return self._session
 
     async def close(self) -> None:
+        if self._defer_timer is not None:
+            self._defer_timer.cancel()
+        self._deferred.clear()
+        removals = list(self._removals.values())
+        if removals:
+            _, pending = await asyncio.wait(removals, timeout=2.0)
+            for task in pending:
+                task.cancel()
         if self._session is not None:
             await self._session.close()
 
@@ -199,6 +217,45 @@ class Lifecycle:
             return await self.circus.call_locked(command, **props)
 
     async def remove_watcher(self, model_id: str) -> None:
+        """`rm` the model's watcher (joining an `rm` of it already under way)."""
+        if self.closing:
+            return
+        await asyncio.shield(self._removal(model_id))
+
+    def defer_removal(self, model_id: str) -> None:
+        """`rm` the watcher of a stopped model after the next spawn: a swap's start then does not
+        queue its `add` and `start` behind it on circus's lock."""
+        if self.closing:
+            return
+        self._deferred.add(model_id)
+        if self._defer_timer is None:
+            self._defer_timer = asyncio.get_running_loop().call_later(
+                REMOVE_DEFER_MAX, self._remove_deferred
+            )
+
+    def _remove_deferred(self) -> None:
+        if self._defer_timer is not None:
+            self._defer_timer.cancel()
+            self._defer_timer = None
+        for model_id in list(self._deferred):
+            self._removal(model_id)
+
+    def _removal(self, model_id: str) -> asyncio.Task[None]:
+        self._deferred.discard(model_id)
+        task = self._removals.get(model_id)
+        if task is None:
+            task = asyncio.get_running_loop().create_task(self._rm(model_id))
+            self._removals[model_id] = task
+            task.add_done_callback(lambda t: self._removal_done(model_id, t))
+        return task
+
+    def _removal_done(self, model_id: str, task: asyncio.Task[None]) -> None:
+        if self._removals.get(model_id) is task:
+            del self._removals[model_id]
+        if not task.cancelled() and task.exception() is not None:
+            log.error("%s: removing its watcher failed: %r", model_id, task.exception())
+
+    async def _rm(self, model_id: str) -> None:
         if self.closing:
             return
         with contextlib.suppress(CircusError):
@@ -260,8 +317,9 @@ class Lifecycle:
             "stdout_stream": stream,
             "stderr_stream": dict(stream),
         }
-        # A watcher left behind by an earlier run (it died, or the daemon died mid-start).
-        await self.remove_watcher(model.id)
+        # This model's own watcher may still be waiting for its `rm` (a quick swap back).
+        if model.id in self._deferred or model.id in self._removals:
+            await self.remove_watcher(model.id)
         spawn = asyncio.ensure_future(self._spawn(model, options, log_path, offset))
         try:
             running = await asyncio.shield(spawn)
@@ -317,13 +375,31 @@ class Lifecycle:
     async def _spawn(
         self, model: ModelConfig, options: dict[str, Any], log_path: Path, offset: int
     ) -> Running:
-        """`add` + `start` the watcher; the pid circus really started."""
+        """`add` the watcher and start it, in one command; the pid circus really started."""
         name = watcher_names.watcher_name(model.id)
-        await self._circus(
-            "add", name=name, cmd=model.cmd[0], args=list(model.cmd[1:]), options=options
-        )
-        reply = await self._circus("start", name=name, waiting=True)
-        started = (reply.get("info") or {}).get("started") or []
+        # `start` + `waiting` makes circus answer with the start's own reply (`started`), so one
+        # round trip instead of an `add` and a `start`.
+        add = {
+            "name": name,
+            "cmd": model.cmd[0],
+            "args": list(model.cmd[1:]),
+            "options": options,
+            "start": True,
+            "waiting": True,
+        }
+        try:
+            try:
+                reply = await self._circus("add", **add)
+            except CircusError as exc:
+                if "already exist" not in exc.reason:
+                    raise
+                # A watcher left behind by an earlier run (it died, or the daemon died mid-start).
+                await self.remove_watcher(model.id)
+                reply = await self._circus("add", **add)
+        finally:
+            # The process is spawned: the removals that waited for it run during its health check.
+            self._remove_deferred()
+        started = reply.get("started") or []
         if not started:
             await self.remove_watcher(model.id)
             raise StartFailed(
@@ -389,12 +465,14 @@ class Lifecycle:
         *,
         timeout: float | None = None,
         remove: bool = True,
+        defer_remove: bool = False,
     ) -> tuple[LingeringProcess, ...]:
         """Stop the process (cmdStop, else SIGTERM), SIGKILL after `timeout`, rm the watcher, and
         wait for its GPU memory to come back. Returns what still holds GPU memory.
 
         `remove=False` while circusd itself shuts down: it holds its lock until every watcher
-        stopped, and drops them all anyway."""
+        stopped, and drops them all anyway. `defer_remove` (a swap: a start comes next) leaves the
+        `rm` until that start has spawned its process."""
         grace = float(timeout if timeout is not None else (model.unload_timeout if model else 10))
         pid = running.pid
         tree = self._process_tree(pid)
@@ -410,7 +488,10 @@ class Lifecycle:
                 self._kill_tree(pid, tree)
                 await self._wait_gone(pid, 5.0)
         if remove and not self.closing:
-            await self.remove_watcher(running.model)
+            if defer_remove:
+                self.defer_removal(running.model)
+            else:
+                await self.remove_watcher(running.model)
         # Children that outlive the main process (a shell's background job) get no second chance.
         leftovers = [p for p in tree if p.pid != pid and _alive(p)]
         for proc in leftovers:
@@ -475,9 +556,16 @@ class Lifecycle:
     def _process_tree(pid: int) -> list[psutil.Process]:
         try:
             root = psutil.Process(pid)
-            return [root, *root.children(recursive=True)]
+            descendants = _descendants(pid)
+            if descendants is None:
+                return [root, *root.children(recursive=True)]
         except psutil.Error:
             return []
+        tree = [root]
+        for child in descendants:
+            with contextlib.suppress(psutil.Error):
+                tree.append(psutil.Process(child))
+        return tree
 
     @staticmethod
     async def _wait_gone(pid: int, timeout: float) -> bool:
@@ -512,6 +600,34 @@ class Lifecycle:
                 ", ".join(f"pid {p.pid} on {p.gpu} ({p.used_bytes} bytes)" for p in lingering),
             )
         return tuple(lingering)
+
+
+_PROC_CHILDREN = os.path.exists("/proc/thread-self/children")
+
+
+def _descendants(pid: int) -> list[int] | None:
+    """Every descendant of `pid`, from the kernel's per-thread `children` lists: a few small
+    reads where psutil's `children()` reads the stat of every process on the host (ms, on the
+    swap path). None where the kernel has no such lists (CONFIG_PROC_CHILDREN off)."""
+    if not _PROC_CHILDREN:
+        return None
+    found: list[int] = []
+    todo = [pid]
+    while todo:
+        current = todo.pop()
+        try:
+            tasks = os.listdir(f"/proc/{current}/task")
+        except OSError:
+            continue
+        for tid in tasks:
+            try:
+                with open(f"/proc/{current}/task/{tid}/children", "rb") as f:
+                    children = [int(c) for c in f.read().split()]
+            except OSError:
+                continue
+            found.extend(children)
+            todo.extend(children)
+    return found
 
 
 def _size(path: Path) -> int:

@@ -159,6 +159,12 @@ class Scheduler:
             or any(s.claimed and model_id in s.evict for s in self._swaps.values())
         )
 
+    def start_follows(self, model_id: str) -> bool:
+        """Whether a swap is stopping `model_id` in order to start its own target next."""
+        return any(
+            s.claimed and s.failed is None and model_id in s.evict for s in self._swaps.values()
+        )
+
     def loaded(self) -> frozenset[str]:
         return frozenset(r.id for r in self.records.values() if r.state in LOADED)
 

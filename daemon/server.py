@@ -111,7 +111,9 @@ class DaemonEffects:
         if handle is None:
             await self.d.lifecycle.remove_watcher(model_id)
             return
-        lingering = await self.d.lifecycle.stop(handle, model)
+        # A swap starts its target right after: the watcher's `rm` waits until that has spawned.
+        defer = self.d.scheduler.start_follows(model_id)
+        lingering = await self.d.lifecycle.stop(handle, model, defer_remove=defer)
         if lingering:
             self.d.lingering[model_id] = lingering
 

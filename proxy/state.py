@@ -8,8 +8,8 @@ route a request to a ready model without any IPC:
 * `ModelRuntime`: one per model id, mutable, carried across table generations: the daemon's state
   and upstream plus this process's own counters (reserved, in flight, pending drain).
 * `StateSync`: SUB to the daemon's events, a `Snapshot` to start from, events applied in `seq`
-  order; a gap or a new daemon `instance` triggers a fresh snapshot. It also sends the `Hello`
-  heartbeat.
+  order; a gap, a new daemon `instance` or a (re)connect of the event socket triggers a fresh
+  snapshot. It also sends the `Hello` heartbeat.
 """
 
 from __future__ import annotations
@@ -271,6 +271,11 @@ class StateSync:
         self._sub = context.socket(zmq.SUB)
         self._sub.setsockopt(zmq.LINGER, 0)
         self._sub.setsockopt(zmq.SUBSCRIBE, b"")
+        # Events published while the SUB is not connected are lost without a trace (zmq's slow
+        # joiner: at start the daemon may not have bound yet, and a reconnect waits up to 100 ms).
+        # A missed *last* event (say `ready`) would leave the mirror wrong until the next event, and
+        # every request would take the slow `Ensure` path; so every (re)connect takes a snapshot.
+        self._monitor = self._sub.get_monitor_socket(zmq.EVENT_HANDSHAKE_SUCCEEDED)
         self._sub.connect(events_endpoint)
         self._tasks: list[asyncio.Task[None]] = []
 
@@ -284,6 +289,8 @@ class StateSync:
         for task in self._tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        self._sub.disable_monitor()
+        self._monitor.close(linger=0)
         self._sub.close(linger=0)
 
     async def _snapshot(self) -> None:
@@ -323,7 +330,19 @@ class StateSync:
     async def _follow(self) -> None:
         state = self._state
         await self._snapshot()
+        poller = zmq.asyncio.Poller()
+        poller.register(self._sub, zmq.POLLIN)
+        poller.register(self._monitor, zmq.POLLIN)
         while True:
+            ready = dict(await poller.poll())
+            if self._monitor in ready:
+                # Events already queued in the SUB are older than this snapshot or newer: the
+                # seq checks below skip the former and apply the latter.
+                await self._monitor.recv_multipart()
+                await self._snapshot()
+                continue
+            if self._sub not in ready:
+                continue
             data = await self._sub.recv()
             try:
                 event = codec.decode_event(data)

@@ -35,6 +35,8 @@ UPSTREAMS = REPO / "tests" / "upstreams"
 FAKE_MODEL = UPSTREAMS / "fake_model.py"
 PYTHON = sys.executable
 STACK_TOKEN_ENV = "SWAPD_TEST_STACK"
+GPU_BACKEND_ENV = "SWAPD_GPU_BACKEND"
+FAKE_GPU_SCOPE_ENV = "SWAPD_FAKE_GPU_SCOPE"
 
 T = TypeVar("T")
 
@@ -146,6 +148,10 @@ class Stack:
         self.env = {k: v for k, v in os.environ.items() if k not in ("NOTIFY_SOCKET",)}
         self.env.update(env or {})
         self.env[STACK_TOKEN_ENV] = self.token
+        # The fake GPU backend lists every process of the host that names its GPUs: scoped to this
+        # stack's token, parallel stacks do not see each other's models on their GPUs.
+        if self.env.get(GPU_BACKEND_ENV) == "fake" and FAKE_GPU_SCOPE_ENV not in (env or {}):
+            self.env[FAKE_GPU_SCOPE_ENV] = self.token
         self.env.setdefault("PYTHONUNBUFFERED", "1")
         self.proc: subprocess.Popen[bytes] | None = None
         self.exit_code: int | None = None

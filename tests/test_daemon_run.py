@@ -9,14 +9,19 @@ import signal
 import socket
 import stat
 import subprocess
+import sys
 import uuid
+from pathlib import Path
 
 import psutil
+import pynvml
 import pytest
 
+from swapd.daemon import cli
 from tests.stack import PYTHON, UPSTREAMS, Stack, fake_model_cmd, free_port
 from tests.test_daemon_lifecycle import _alive, config
 from tests.test_daemon_swap import chat
+from tests.test_gpu import StubNvml
 
 pytestmark = pytest.mark.processes
 
@@ -148,3 +153,43 @@ def test_a_second_swapd_in_the_same_run_dir_is_refused(stack_factory) -> None:
     assert result.returncode == 1
     assert "already running" in result.stderr
     assert stack.swapd("status").returncode == 0
+
+
+def test_gpus_naming_no_device_are_refused_before_circusd(tmp_path) -> None:
+    # The fake backend stands for NVML on a host with one GPU.
+    path = tmp_path / "gpus.yaml"
+    path.write_text("models:\n  a:\n    cmd: x --port ${PORT}\n    gpus: [3]\n")
+    run_dir = tmp_path / "run"
+    env = {**os.environ, "SWAPD_GPU_BACKEND": "fake", "SWAPD_FAKE_GPUS": "1"}
+    result = subprocess.run(
+        [PYTHON, "-m", "swapd.daemon.cli", "run", "-c", str(path), "--run-dir", str(run_dir),
+         "--listen", f"127.0.0.1:{free_port()}"],
+        capture_output=True, text=True, timeout=30, check=False, env=env,
+    )  # fmt: skip
+    assert result.returncode == 1
+    assert "models.a.gpus: no GPU '3'" in result.stderr
+    assert not (run_dir / "circus.ini").exists()
+
+
+def test_a_broken_nvml_with_gpus_configured_fails_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # StubNvml stands for nvidia-ml-py on a host whose driver is not loaded. `swapd run` must say
+    # so and exit 1 instead of exec'ing circusd, whose daemon would then exit and be restarted.
+    monkeypatch.setitem(sys.modules, "pynvml", StubNvml(pynvml.NVMLError_DriverNotLoaded()))
+    monkeypatch.delenv("SWAPD_GPU_BACKEND", raising=False)
+    monkeypatch.setenv("SWAPD_PYTHON", sys.executable)  # `swapd run` exports it; restored after
+
+    def no_exec(*args: object) -> None:
+        raise AssertionError(f"swapd run exec'd circusd: {args}")
+
+    monkeypatch.setattr(os, "execv", no_exec)
+    path = tmp_path / "gpus.yaml"
+    path.write_text("models:\n  a:\n    cmd: x --port ${PORT}\n    gpus: [0]\n")
+    run_dir = tmp_path / "run"
+    argv = ["run", "-c", str(path), "--run-dir", str(run_dir)]
+    code = cli.main([*argv, "--listen", f"127.0.0.1:{free_port()}"])
+    assert code == 1
+    err = capsys.readouterr().err
+    assert "models a set `gpus`, which needs a working NVML" in err
+    assert not (run_dir / "circus.ini").exists()

@@ -9,14 +9,13 @@ import json
 import subprocess
 import sys
 import urllib.request
-import uuid
 from collections.abc import Iterator
 
 import psutil
 import pytest
 
 from swapd.daemon.gpu_fake import fake_uuid
-from tests.stack import fake_model_cmd, free_ports
+from tests.stack import FAKE_GPU_SCOPE_ENV, fake_model_cmd, free_ports
 
 pytestmark = pytest.mark.processes
 
@@ -30,8 +29,9 @@ def chat(url: str, model: str) -> dict[str, object]:
         return json.loads(response.read())
 
 
-def gpu_env(scope: str) -> dict[str, str]:
-    return {"SWAPD_GPU_BACKEND": "fake", "SWAPD_FAKE_GPUS": "2", "SWAPD_FAKE_GPU_SCOPE": scope}
+# The stack scopes the fake GPUs to its own token (SWAPD_FAKE_GPU_SCOPE), so parallel runs do not
+# see each other's processes.
+GPU_ENV = {"SWAPD_GPU_BACKEND": "fake", "SWAPD_FAKE_GPUS": "2"}
 
 
 def config(models: dict[str, dict[str, object]]) -> dict[str, object]:
@@ -46,10 +46,9 @@ def config(models: dict[str, dict[str, object]]) -> dict[str, object]:
 
 
 def test_disjoint_gpus_run_side_by_side_and_overlapping_ones_swap(stack_factory) -> None:
-    scope = uuid.uuid4().hex
     stack = stack_factory(
         config({"left": {"gpus": [0]}, "right": {"gpus": [fake_uuid(1)]}, "other": {"gpus": [0]}}),
-        env=gpu_env(scope),
+        env=GPU_ENV,
     )
     assert chat(stack.url, "left")["served_by"]["name"] == "left"
     assert chat(stack.url, "right")["served_by"]["name"] == "right"
@@ -79,13 +78,15 @@ def stray() -> Iterator[list[subprocess.Popen[bytes]]]:
 def test_a_process_left_on_the_gpu_after_a_stop_is_reported(stack_factory, stray) -> None:
     # A docker-like model (cmdStop, gpus): its server is not the daemon's child, so after a stop
     # any process on its GPU counts. Here a stray process outlives the container on GPU 1.
-    scope = uuid.uuid4().hex
+    # The release wait is cut to 1 s (default 10 s): the stray never leaves, so the stop would
+    # otherwise sit out the whole default before reporting it.
     stack = stack_factory(
-        config({"boxed": {"gpus": [1], "cmdStop": "kill ${PID}"}}), env=gpu_env(scope)
+        config({"boxed": {"gpus": [1], "cmdStop": "kill ${PID}"}}),
+        env={**GPU_ENV, "SWAPD_GPU_RELEASE_TIMEOUT": "1"},
     )
     chat(stack.url, "boxed")
     code = "import time\nprint('ready', flush=True)\ntime.sleep(120)\n"
-    env = {"PATH": "/usr/bin", "CUDA_VISIBLE_DEVICES": "1", "SWAPD_FAKE_GPU_SCOPE": scope}
+    env = {"PATH": "/usr/bin", "CUDA_VISIBLE_DEVICES": "1", FAKE_GPU_SCOPE_ENV: stack.token}
     env["SWAPD_FAKE_GPU_MEM"] = "123456"
     proc = subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE)
     stray.append(proc)
