@@ -8,9 +8,11 @@ Two counters per model (`state.ModelRuntime`):
   wait for `ensure` are not in it: they queue behind the drain in the daemon, so counting them would
   deadlock the swap they wait for.
 
-Activity: one cast per model per second at most. The busy->idle edge goes out at once when the last
-cast is older than a second, else at the end of that second, so a stream of sequential requests to
-a ready model costs at most one cast a second, never one per request.
+Activity: one cast per model per second, plus the busy->idle edge at once whenever the last cast
+told the daemon "busy" (so `swapd status` and the TTL never see a finished request as in flight).
+A run of sequential requests to a ready model therefore costs at most about two casts a second,
+never one per request: the first request's start and end go out, the rest are folded into the
+cast at the end of that second.
 """
 
 from __future__ import annotations
@@ -66,19 +68,23 @@ class Admission:
     def _activity(self, rt: ModelRuntime) -> None:
         now = time.time()
         rt.last_activity = now
-        if now - rt.activity_sent_at >= ACTIVITY_INTERVAL_S:
+        idle_edge = rt.in_flight == 0 and rt.activity_sent_in_flight > 0
+        if idle_edge or now - rt.activity_sent_at >= ACTIVITY_INTERVAL_S:
             if rt.activity_timer is not None:
                 rt.activity_timer.cancel()
                 rt.activity_timer = None
-            rt.activity_sent_at = now
-            self._link.activity(rt.id, rt.in_flight, now)
+            self._send_activity(rt, now)
         elif rt.activity_timer is None:
             delay = ACTIVITY_INTERVAL_S - (now - rt.activity_sent_at)
             rt.activity_timer = self._loop.call_later(delay, self._flush_activity, rt)
 
     def _flush_activity(self, rt: ModelRuntime) -> None:
         rt.activity_timer = None
-        rt.activity_sent_at = time.time()
+        self._send_activity(rt, time.time())
+
+    def _send_activity(self, rt: ModelRuntime, now: float) -> None:
+        rt.activity_sent_at = now
+        rt.activity_sent_in_flight = rt.in_flight
         self._link.activity(rt.id, rt.in_flight, rt.last_activity)
 
     # --- drains ----------------------------------------------------------------------------------

@@ -142,6 +142,8 @@ class ModelRuntime:
     ignored_ws: set[object] = field(default_factory=set)
     # Activity cast bookkeeping (admission.py).
     activity_sent_at: float = 0.0
+    # The in-flight count of the last cast: the daemon's view of this proxy.
+    activity_sent_in_flight: int = 0
     activity_timer: asyncio.TimerHandle | None = None
     last_activity: float = 0.0
 

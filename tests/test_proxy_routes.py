@@ -464,7 +464,7 @@ async def test_requests_to_a_ready_model_make_no_ipc(stack: Stack) -> None:
             assert status == 200
         after = received(stack)
     assert after.get("Ensure", 0) == before.get("Ensure", 0)
-    # Activity is rate-limited per model (one a second), never one per request.
+    # Activity is rate-limited per model (about two casts a second at most), never one per request.
     assert after.get("Activity", 0) - before.get("Activity", 0) <= 10
 
 

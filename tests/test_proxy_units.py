@@ -416,3 +416,55 @@ async def test_reading_pauses_past_the_high_water_mark(monkeypatch: pytest.Monke
         assert not sent.is_set()
         assert await response.read() == body
         await asyncio.wait_for(sent.wait(), 10)
+
+
+# ------------------------------------------------------------------------------------------------
+# activity casts (admission.py): rate-limited, but the busy->idle edge is never held back
+
+
+class _RecordingLink:
+    """Records the casts `Admission` makes; stands in for `DaemonLink`'s DEALER socket, which the
+    process tests exercise for real."""
+
+    def __init__(self) -> None:
+        self.casts: list[tuple[str, int]] = []
+
+    def activity(self, model: str, in_flight: int, at: float | None = None) -> None:
+        self.casts.append((model, in_flight))
+
+    def drained(self, model: str, epoch: int) -> None:
+        pass
+
+
+async def test_activity_sends_the_idle_edge_at_once_and_folds_the_rest_into_one_cast() -> None:
+    from swapd.ipc.messages import ModelStatus
+    from swapd.proxy.admission import ACTIVITY_INTERVAL_S, Admission
+    from swapd.proxy.state import ModelRuntime, ProxyState
+
+    link = _RecordingLink()
+    admission = Admission(ProxyState(), link)  # type: ignore[arg-type]
+    route = RouteModel(id="m", upstream="http://127.0.0.1:1", concurrency_limit=10, ttl=60)
+    rt = ModelRuntime(id="m", route=route, limit=10, status=ModelStatus(model="m", state="ready"))
+
+    admission.begin(rt)
+    admission.end(rt)
+    # The daemon heard "busy", so "idle" follows at once rather than up to a second later.
+    assert link.casts == [("m", 1), ("m", 0)]
+
+    for _ in range(50):  # a burst of sequential requests inside the same second
+        admission.begin(rt)
+        admission.end(rt)
+    assert link.casts == [("m", 1), ("m", 0)]
+    assert rt.activity_timer is not None  # the burst goes out in one cast at the second's end
+
+    flushed = asyncio.get_running_loop().create_future()
+    original = admission._flush_activity
+
+    def flush(runtime: ModelRuntime) -> None:
+        original(runtime)
+        flushed.set_result(None)
+
+    rt.activity_timer.cancel()
+    rt.activity_timer = asyncio.get_running_loop().call_later(0, flush, rt)
+    await asyncio.wait_for(flushed, ACTIVITY_INTERVAL_S * 5)
+    assert link.casts == [("m", 1), ("m", 0), ("m", 0)]
