@@ -1,10 +1,9 @@
 """Process machinery: start and stop one model's circus watcher. The only code with side effects
 on model processes (the scheduler decides, this module does).
 
-Start: pre-check the executable (circus answers `ok` even when the exec fails), `add` the watcher
-`model-<safe id>` and start it in the same command (the real id, port and definition hash travel in
-its env), check that circus really started a pid, then wait for the health check while watching
-the pid through a pidfd.
+Start: pre-check the executable (circus answers `ok` even when the exec fails), `add` + `start`
+the watcher `model-<safe id>` (the real id, port and definition hash travel in its env), check that
+circus really started a pid, then wait for the health check while watching the pid through a pidfd.
 
 Stop: `cmdStop` (with `${PID}` filled) when set, else SIGTERM to the process group; SIGKILL after
 `unloadTimeout`; then `rm` the watcher. The signals are sent here and the exit is seen through the
@@ -375,31 +374,23 @@ class Lifecycle:
     async def _spawn(
         self, model: ModelConfig, options: dict[str, Any], log_path: Path, offset: int
     ) -> Running:
-        """`add` the watcher and start it, in one command; the pid circus really started."""
+        """`add` + `start` the watcher; the pid circus really started."""
         name = watcher_names.watcher_name(model.id)
-        # `start` + `waiting` makes circus answer with the start's own reply (`started`), so one
-        # round trip instead of an `add` and a `start`.
-        add = {
-            "name": name,
-            "cmd": model.cmd[0],
-            "args": list(model.cmd[1:]),
-            "options": options,
-            "start": True,
-            "waiting": True,
-        }
+        add = {"name": name, "cmd": model.cmd[0], "args": list(model.cmd[1:]), "options": options}
         try:
             try:
-                reply = await self._circus("add", **add)
+                await self._circus("add", **add)
             except CircusError as exc:
                 if "already exist" not in exc.reason:
                     raise
                 # A watcher left behind by an earlier run (it died, or the daemon died mid-start).
                 await self.remove_watcher(model.id)
-                reply = await self._circus("add", **add)
+                await self._circus("add", **add)
+            reply = await self._circus("start", name=name, waiting=True)
         finally:
             # The process is spawned: the removals that waited for it run during its health check.
             self._remove_deferred()
-        started = reply.get("started") or []
+        started = (reply.get("info") or {}).get("started") or []
         if not started:
             await self.remove_watcher(model.id)
             raise StartFailed(

@@ -12,7 +12,7 @@ response: a chunked one with its terminating chunk, one of fixed length by closi
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 
 import aiohttp
 from aiohttp import web
@@ -154,16 +154,47 @@ async def _relay_lean(
     for key, value in upstream.headers:
         if key.lower() not in _RESPONSE_DROP:
             out_headers.add(key, value)
-    length = upstream.content_length
-    status = upstream.status
-    if length is not None and length <= SMALL_BODY and request.method != "HEAD":
-        try:
-            data = await upstream.read()
-        except UpstreamBroken as exc:
-            raise ProxyError(502, f"upstream {label} failed mid-response: {exc}") from exc
-        return web.Response(status=status, reason=upstream.reason, headers=out_headers, body=data)
+    return await _relay(
+        request,
+        upstream.status,
+        upstream.reason,
+        out_headers,
+        upstream.content_length,
+        upstream.read,
+        upstream.iter_chunks,
+        (UpstreamBroken,),
+        label,
+    )
 
-    response = web.StreamResponse(status=status, reason=upstream.reason, headers=out_headers)
+
+async def _relay(
+    request: web.Request,
+    status: int,
+    reason: str | None,
+    out_headers: CIMultiDict[str],
+    length: int | None,
+    read_all: Callable[[], Awaitable[bytes]],
+    chunks: Callable[[], AsyncIterator[bytes]],
+    broken: tuple[type[BaseException], ...],
+    label: str,
+    on_broken: Callable[[], None] | None = None,
+) -> web.StreamResponse:
+    """Relay one upstream response, whichever client fetched it: a small body of known length in
+    one write, anything else as it arrives. `broken` are the upstream client's "the body broke
+    off" errors; such a response is ended the only ways HTTP allows (see the module docstring)."""
+    if (
+        length is not None
+        and length <= SMALL_BODY
+        and request.method != "HEAD"
+        and status not in (204, 304)
+    ):
+        try:
+            data = await read_all()
+        except broken as exc:
+            raise ProxyError(502, f"upstream {label} failed mid-response: {exc!r}") from exc
+        return web.Response(status=status, reason=reason, headers=out_headers, body=data)
+
+    response = web.StreamResponse(status=status, reason=reason, headers=out_headers)
     if length is not None:
         response.content_length = length
     if out_headers.get("Content-Type", "").startswith("text/event-stream"):
@@ -173,10 +204,16 @@ async def _relay_lean(
         await response.write_eof()
         return response
     try:
-        while chunk := await upstream.read_chunk():
+        async for chunk in chunks():
             await response.write(chunk)
-    except UpstreamBroken as exc:
-        log.warning("upstream %s broke off a response: %s", label, exc)
+    except broken as exc:
+        if isinstance(exc, ConnectionResetError) and (
+            request.transport is None or request.transport.is_closing()
+        ):
+            raise  # the client went away: nothing to terminate
+        log.warning("upstream %s broke off a response: %r", label, exc)
+        if on_broken is not None:
+            on_broken()
         if length is None:
             await response.write_eof()  # a chunked body ends cleanly
         elif request.transport is not None:
@@ -242,52 +279,17 @@ async def _forward_aiohttp(
     except (aiohttp.ClientError, TimeoutError) as exc:
         raise ProxyError(502, f"upstream {label} failed before answering: {exc!r}") from exc
     try:
-        return await _relay(request, upstream, label)
+        return await _relay(
+            request,
+            upstream.status,
+            upstream.reason,
+            upstream_headers(upstream.headers.items(), _RESPONSE_DROP),
+            upstream.content_length,
+            upstream.read,
+            upstream.content.iter_any,
+            (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError, TimeoutError),
+            label,
+            on_broken=upstream.close,
+        )
     finally:
         upstream.release()
-
-
-async def _relay(
-    request: web.Request, upstream: aiohttp.ClientResponse, label: str
-) -> web.StreamResponse:
-    out_headers = upstream_headers(upstream.headers.items(), _RESPONSE_DROP)
-    length = upstream.content_length
-    status = upstream.status
-    if (
-        length is not None
-        and length <= SMALL_BODY
-        and request.method != "HEAD"
-        and status not in (204, 304)
-    ):
-        try:
-            data = await upstream.read()
-        except (aiohttp.ClientError, TimeoutError) as exc:
-            raise ProxyError(502, f"upstream {label} failed mid-response: {exc!r}") from exc
-        return web.Response(status=status, reason=upstream.reason, headers=out_headers, body=data)
-
-    response = web.StreamResponse(status=status, reason=upstream.reason, headers=out_headers)
-    if length is not None:
-        response.content_length = length
-    if out_headers.get("Content-Type", "").startswith("text/event-stream"):
-        response.headers["X-Accel-Buffering"] = "no"
-    await response.prepare(request)
-    if request.method == "HEAD" or status in (204, 304):
-        await response.write_eof()
-        return response
-    try:
-        async for chunk in upstream.content.iter_any():
-            await response.write(chunk)
-    except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError, TimeoutError) as exc:
-        if isinstance(exc, aiohttp.ClientConnectionResetError | ConnectionResetError) and (
-            request.transport is None or request.transport.is_closing()
-        ):
-            raise  # the client went away: nothing to terminate
-        log.warning("upstream %s broke off a response: %r", label, exc)
-        upstream.close()
-        if length is None:
-            await response.write_eof()  # a chunked body ends cleanly
-        elif request.transport is not None:
-            request.transport.close()
-        return response
-    await response.write_eof()
-    return response
