@@ -37,6 +37,7 @@ import psutil
 from swapd.daemon import health, pid_watch, watcher_names
 from swapd.daemon.circus_client import CircusClient, CircusError
 from swapd.daemon.config import ModelConfig
+from swapd.daemon.scheduler import EnsureError
 from swapd.ipc.messages import LingeringProcess
 
 log = logging.getLogger("swapd.lifecycle")
@@ -58,17 +59,8 @@ ENV_PORT = "SWAPD_PORT"
 ENV_HASH = "SWAPD_MODEL_HASH"
 
 
-class StartFailed(Exception):
-    """A start that did not reach `ready`. `status` is the HTTP status the proxy answers with."""
-
-    def __init__(
-        self, status: int, code: str, message: str, log_tail: tuple[str, ...] = ()
-    ) -> None:
-        super().__init__(message)
-        self.status = status
-        self.code = code
-        self.message = message
-        self.log_tail = log_tail
+class StartFailed(EnsureError):
+    """A start that did not reach `ready`: the scheduler answers the waiting requests with it."""
 
 
 @dataclass

@@ -345,14 +345,13 @@ class Scheduler:
             if rec.failures >= BACKOFF_AFTER:
                 delay = min(self.backoff_base * 2 ** (rec.failures - BACKOFF_AFTER), BACKOFF_MAX)
                 rec.retry_at = self.clock() + delay
-            message = getattr(exc, "message", None) or f"{type(exc).__name__}: {exc}"
-            self._set(rec, "failed", message)
-            raise EnsureError(
-                getattr(exc, "status", 502),
-                getattr(exc, "code", "start_failed"),
-                message,
-                tuple(getattr(exc, "log_tail", ())),
-            ) from exc
+            if isinstance(exc, EnsureError):
+                self._set(rec, "failed", exc.message)
+                raise
+            # A bug in the machinery: still an answer to the waiters, never a hang.
+            error = EnsureError(502, "start_failed", f"{type(exc).__name__}: {exc}")
+            self._set(rec, "failed", error.message)
+            raise error from exc
         finally:
             swap.starting = None
             swap.model = None

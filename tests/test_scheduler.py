@@ -39,13 +39,11 @@ class Handle:
     pid: int
 
 
-class StartError(Exception):
+class StartError(EnsureError):
+    """Like `lifecycle.StartFailed`: an `EnsureError` that carries the log tail."""
+
     def __init__(self, message: str) -> None:
-        super().__init__(message)
-        self.status = 502
-        self.code = "start_failed"
-        self.message = message
-        self.log_tail = ("line 1", "line 2")
+        super().__init__(502, "start_failed", message, ("line 1", "line 2"))
 
 
 class FakeEffects:
@@ -236,6 +234,20 @@ async def test_failed_start_then_backoff_then_retry_after_the_delay() -> None:
     fx.fail.clear()
     await sched.ensure("a")
     assert sched.record("a").failures == 0
+
+
+async def test_an_unexpected_error_in_a_start_still_answers_every_waiter() -> None:
+    sched, fx, _ = setup("a")
+
+    async def broken_start(m: ModelConfig) -> Handle:
+        raise RuntimeError("bug in the machinery")
+
+    fx.start = broken_start  # type: ignore[method-assign]
+    results = await asyncio.gather(*(sched.ensure("a") for _ in range(3)), return_exceptions=True)
+    assert all(isinstance(r, EnsureError) for r in results), results
+    assert {r.status for r in results if isinstance(r, EnsureError)} == {502}
+    assert "RuntimeError: bug in the machinery" in str(results[0])
+    assert sched.record("a").state == "failed"
 
 
 async def test_backoff_grows() -> None:
