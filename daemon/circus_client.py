@@ -7,14 +7,14 @@ the daemon uses this one: any number of concurrent calls, each with its own dead
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import uuid
 from typing import Any
 
-import zmq
 import zmq.asyncio
+
+from swapd.ipc.dealer import Dealer
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +40,11 @@ class CircusUnavailable(Exception):
     """circusd did not answer in time."""
 
 
+def _decode(frame: bytes) -> tuple[str, dict[str, Any]]:
+    reply = json.loads(frame)
+    return str(reply.get("id")), reply
+
+
 class CircusClient:
     def __init__(
         self,
@@ -50,44 +55,22 @@ class CircusClient:
     ) -> None:
         self.endpoint = endpoint
         self.timeout = timeout
-        self._ctx = context or zmq.asyncio.Context.instance()
-        self._sock = self._ctx.socket(zmq.DEALER)
-        self._sock.setsockopt(zmq.LINGER, 0)
-        self._sock.connect(endpoint)
-        self._pending: dict[str, asyncio.Future[dict[str, Any]]] = {}
-        self._reader: asyncio.Task[None] | None = None
-
-    async def _read_loop(self) -> None:
-        while True:
-            frames = await self._sock.recv_multipart()
-            try:
-                reply = json.loads(frames[-1])
-            except ValueError:
-                log.warning("undecodable reply from circusd: %r", frames[-1][:200])
-                continue
-            future = self._pending.pop(str(reply.get("id")), None)
-            if future is not None and not future.done():
-                future.set_result(reply)
+        self._dealer: Dealer[dict[str, Any]] = Dealer(endpoint, _decode, context=context)
 
     async def call(
         self, command: str, *, timeout: float | None = None, **properties: Any
     ) -> dict[str, Any]:
         """One command: the reply on `ok`; CircusError on `error`, CircusUnavailable on timeout."""
-        if self._reader is None or self._reader.done():
-            self._reader = asyncio.get_running_loop().create_task(self._read_loop())
         call_id = uuid.uuid4().hex
-        future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
-        self._pending[call_id] = future
         message = {"id": call_id, "command": command, "properties": properties}
         try:
-            await self._sock.send(json.dumps(message).encode())
-            reply = await asyncio.wait_for(future, timeout or self.timeout)
+            reply = await self._dealer.request(
+                call_id, json.dumps(message).encode(), timeout or self.timeout
+            )
         except TimeoutError as exc:
             raise CircusUnavailable(
                 f"circusd did not answer {command!r} within {timeout or self.timeout:g}s"
             ) from exc
-        finally:
-            self._pending.pop(call_id, None)
         if reply.get("status") != "ok":
             raise CircusError(
                 command, str(reply.get("reason", "unknown error")), reply.get("errno")
@@ -112,11 +95,4 @@ class CircusClient:
             delay = min(delay * 2, 0.2)
 
     def close(self) -> None:
-        if self._reader is not None:
-            self._reader.cancel()
-        for future in self._pending.values():
-            if not future.done():
-                future.cancel()
-        self._pending.clear()
-        with contextlib.suppress(zmq.ZMQError):
-            self._sock.close(linger=0)
+        self._dealer.close()
