@@ -8,15 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-import logging
 import uuid
 from typing import Any
 
 import zmq.asyncio
 
 from swapd.ipc.dealer import Dealer
-
-log = logging.getLogger(__name__)
 
 # circus's answer while another lifecycle command holds its arbiter-wide lock.
 _LOCK_BUSY = ("already running", "arbiter is restarting", "arbiter is stopping")
