@@ -1,13 +1,16 @@
-"""Shared fixtures. `stack_factory` starts real swapd stacks (tests/stack.py) and stops every one
-of them at the end of the test, failing the test if one did not exit 0 or left a process behind."""
+"""Shared fixtures: `session` (an aiohttp client session), and `stack_factory`, which starts real
+swapd stacks (tests/stack.py) and stops every one of them at the end of the test, failing the test
+if one did not exit 0 or left a process behind."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
+import aiohttp
 import pytest
 
+from tests.comfyui_support import ComfyUpstream, Running
 from tests.stack import Stack
 
 
@@ -29,3 +32,21 @@ def stack_factory() -> Iterator[Callable[..., Stack]]:
             problems.append(str(exc))
     if problems:
         pytest.fail("\n\n".join(problems), pytrace=False)
+
+
+@pytest.fixture
+async def session() -> AsyncIterator[aiohttp.ClientSession]:
+    async with aiohttp.ClientSession() as session:
+        yield session
+
+
+# For the ComfyUI modules, whose module-scoped `stack` fixture carries its ComfyUI-like upstream
+# as `stack.up`.
+@pytest.fixture
+def swapd(stack: Stack) -> Running:
+    return Running(stack)
+
+
+@pytest.fixture
+def up(stack: Stack) -> ComfyUpstream:
+    return stack.up  # type: ignore[attr-defined,no-any-return]

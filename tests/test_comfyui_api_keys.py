@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 
 import aiohttp
 import pytest
@@ -51,12 +51,6 @@ def stack() -> Iterator[Stack]:
         yield stack.start()
     finally:
         stack.stop()
-
-
-@pytest.fixture
-async def session() -> AsyncIterator[aiohttp.ClientSession]:
-    async with aiohttp.ClientSession() as session:
-        yield session
 
 
 async def _unload(stack: Stack) -> None:

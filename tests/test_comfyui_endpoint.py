@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import subprocess
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 
 import aiohttp
 import pytest
@@ -68,22 +68,6 @@ def stack() -> Iterator[Stack]:
         yield stack.start()
     finally:
         stack.stop()
-
-
-@pytest.fixture
-async def swapd(stack: Stack) -> Running:
-    return Running(stack)
-
-
-@pytest.fixture
-def up(stack: Stack) -> ComfyUpstream:
-    return stack.up  # type: ignore[attr-defined,no-any-return]
-
-
-@pytest.fixture
-async def session() -> AsyncIterator[aiohttp.ClientSession]:
-    async with aiohttp.ClientSession() as session:
-        yield session
 
 
 async def _stopped(swapd: Running) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import subprocess
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 
 import aiohttp
 import pytest
@@ -33,12 +33,6 @@ NOT_FOUND_REQUESTS = [
     ("POST", "/comfyui/api/prompt", False),
     ("GET", "/comfyui/ws", True),
 ]
-
-
-@pytest.fixture
-async def session() -> AsyncIterator[aiohttp.ClientSession]:
-    async with aiohttp.ClientSession() as session:
-        yield session
 
 
 # --------------------------------------------------------------------------------------------------

@@ -11,7 +11,7 @@ whose websocket should not count."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 
 import aiohttp
 import pytest
@@ -75,22 +75,6 @@ def stack() -> Iterator[Stack]:
         yield stack.start()
     finally:
         stack.stop()
-
-
-@pytest.fixture
-def swapd(stack: Stack) -> Running:
-    return Running(stack)
-
-
-@pytest.fixture
-def up(stack: Stack) -> ComfyUpstream:
-    return stack.up  # type: ignore[attr-defined,no-any-return]
-
-
-@pytest.fixture
-async def session() -> AsyncIterator[aiohttp.ClientSession]:
-    async with aiohttp.ClientSession() as session:
-        yield session
 
 
 async def _stopped(swapd: Running, model: str = OTHER) -> None:
