@@ -86,6 +86,17 @@ def free_port_range(count: int) -> int:
     raise RuntimeError(f"no {count} consecutive free ports found")
 
 
+def docker_like_force_stop(name: str, state: str) -> None:
+    """Test cleanup: stop a docker-like "container" whatever the test left behind (`docker stop -t
+    0`, standing for the docker engine this machine lacks)."""
+    subprocess.run(
+        [PYTHON, str(UPSTREAMS / "docker_like.py"), "stop", "-t", "0", name],
+        env={**os.environ, "DOCKER_LIKE_STATE": state},
+        capture_output=True,
+        check=False,
+    )
+
+
 def fake_model_cmd(name: str, *extra: str, port: str = "${PORT}") -> str:
     """A config `cmd` that runs tests/upstreams/fake_model.py (stands for llama-server)."""
     parts = [PYTHON, str(FAKE_MODEL), "--port", port, "--name", name, *extra]

@@ -6,13 +6,19 @@ cmdStop it lingers after an unload; with cmdStop (`docker stop`, ${PID} filled) 
 from __future__ import annotations
 
 import os
-import subprocess
 import uuid
 
 import psutil
 import pytest
 
-from tests.stack import PYTHON, UPSTREAMS, fake_model_cmd, http_get, wait_for
+from tests.stack import (
+    PYTHON,
+    UPSTREAMS,
+    docker_like_force_stop,
+    fake_model_cmd,
+    http_get,
+    wait_for,
+)
 from tests.test_daemon_lifecycle import _alive, config
 from tests.test_daemon_swap import chat
 
@@ -72,10 +78,5 @@ def test_cmd_stop_reaches_a_container_circus_cannot(stack_factory, tmp_path) -> 
         assert f"stop {with_stop} requested for pid {boxed_cli}" in stack.model_log("boxed")
     finally:
         for name in (without_stop, with_stop):
-            subprocess.run(
-                [PYTHON, str(UPSTREAMS / "docker_like.py"), "stop", "-t", "0", name],
-                env={**os.environ, "DOCKER_LIKE_STATE": state},
-                capture_output=True,
-                check=False,
-            )
+            docker_like_force_stop(name, state)
     wait_for(lambda: not _alive(loose["pid"]), timeout=5, what="the lingering container to go")

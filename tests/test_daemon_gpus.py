@@ -6,14 +6,12 @@ them all, and a process still holding a GPU after a stop is reported as lingerin
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import urllib.request
 import uuid
 
 import pytest
 
-from tests.stack import PYTHON, UPSTREAMS, fake_model_cmd
+from tests.stack import PYTHON, UPSTREAMS, docker_like_force_stop, fake_model_cmd
 from tests.test_daemon_lifecycle import config
 from tests.test_daemon_swap import chat
 
@@ -84,9 +82,4 @@ def test_a_process_still_on_the_gpu_after_a_stop_is_reported(stack_factory, tmp_
         assert f"LINGERING pid {container}" in stack.swapd("status").stdout
         assert "GPU memory is still held" in stack.output()
     finally:
-        subprocess.run(
-            [PYTHON, str(UPSTREAMS / "docker_like.py"), "stop", "-t", "0", name],
-            env={**os.environ, "DOCKER_LIKE_STATE": state},
-            capture_output=True,
-            check=False,
-        )
+        docker_like_force_stop(name, state)

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import threading
 import time
 import urllib.error
@@ -16,7 +15,15 @@ from typing import Any
 
 import pytest
 
-from tests.stack import PYTHON, UPSTREAMS, Stack, fake_model_cmd, free_port, wait_for
+from tests.stack import (
+    PYTHON,
+    UPSTREAMS,
+    Stack,
+    docker_like_force_stop,
+    fake_model_cmd,
+    free_port,
+    wait_for,
+)
 from tests.test_daemon_lifecycle import _alive, config
 from tests.test_daemon_swap import chat
 
@@ -123,12 +130,7 @@ def test_shutdown_while_starting_runs_cmd_stop(tmp_path) -> None:
         )
     finally:
         stack.stop(check=False)
-        subprocess.run(
-            [PYTHON, str(UPSTREAMS / "docker_like.py"), "stop", "-t", "0", name],
-            env={**os.environ, "DOCKER_LIKE_STATE": state},
-            capture_output=True,
-            check=False,
-        )
+        docker_like_force_stop(name, state)
     assert stack.processes() == []
 
 

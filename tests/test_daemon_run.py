@@ -18,7 +18,7 @@ import pynvml
 import pytest
 
 from swapd.daemon import cli
-from tests.stack import PYTHON, UPSTREAMS, Stack, fake_model_cmd, free_port
+from tests.stack import PYTHON, UPSTREAMS, Stack, docker_like_force_stop, fake_model_cmd, free_port
 from tests.test_daemon_lifecycle import _alive, config
 from tests.test_daemon_swap import chat
 from tests.test_gpu import StubNvml
@@ -118,12 +118,7 @@ def test_signal_stops_everything_including_cmd_stop(tmp_path, signum) -> None:
         assert not _alive(plain)
     finally:
         stack.stop(check=False)
-        subprocess.run(
-            [PYTHON, str(UPSTREAMS / "docker_like.py"), "stop", "-t", "0", name],
-            env={**os.environ, "DOCKER_LIKE_STATE": state},
-            capture_output=True,
-            check=False,
-        )
+        docker_like_force_stop(name, state)
     assert stack.processes() == []
 
 
