@@ -20,7 +20,7 @@ from typing import Any
 import pynvml
 import pytest
 
-from swapd.daemon.config import Config, ModelConfig
+from swapd.daemon.config import Config
 from swapd.daemon.gpu import (
     GpuError,
     NullBackend,
@@ -33,6 +33,7 @@ from swapd.daemon.gpu import (
 from swapd.daemon.gpu_fake import FakeBackend, fake_uuid
 from swapd.daemon.gpu_nvml import NvmlBackend
 from swapd.ipc.messages import GpuInfo
+from tests.test_eviction import model
 
 FAKE = {"SWAPD_GPU_BACKEND": "fake", "SWAPD_FAKE_GPUS": "2"}
 
@@ -381,21 +382,6 @@ def test_env_picks_the_backend_when_auto(monkeypatch: pytest.MonkeyPatch) -> Non
 
 # ------------------------------------------------------------------------------------------------
 # Broken NVML, and gpus that name no GPU.
-
-
-def model(model_id: str, gpus: tuple[str, ...] | None) -> ModelConfig:
-    return ModelConfig(
-        id=model_id,
-        cmd=("true",),
-        cmd_stop=None,
-        proxy="http://localhost:1",
-        check_endpoint="/health",
-        ttl=0,
-        unload_timeout=10,
-        health_check_timeout=15,
-        concurrency_limit=10,
-        gpus=gpus,
-    )
 
 
 def config(models: dict[str, tuple[str, ...] | None]) -> Config:
