@@ -277,6 +277,18 @@ class Stack:
         out = self.circusctl("list", watcher, check=False).strip()
         return [int(p) for p in out.replace(",", " ").split() if p.isdigit()]
 
+    def kill_watcher(self, watcher: str, sig: int = signal.SIGKILL, timeout: float = 15) -> int:
+        """Signal the one process of `watcher` (`swapd-daemon`, `swapd-proxy`) and wait until
+        circusd has respawned it; returns the new pid."""
+        (old,) = self.watcher_pids(watcher)
+        os.kill(old, sig)
+        new: list[int] = wait_for(
+            lambda: [p for p in self.watcher_pids(watcher) if p != old],
+            timeout=timeout,
+            what=f"circusd to restart {watcher}",
+        )
+        return new[0]
+
     def processes(self) -> list[psutil.Process]:
         """Every live process started by this stack (it carries the stack's token)."""
         found = []

@@ -138,14 +138,8 @@ def test_a_daemon_restarted_alone_leaves_a_starting_model_to_the_next_one(stack_
     stack = stack_factory(config({"slow": {"cmd": fake_model_cmd("slow", "--health-delay", "2")}}))
     thread, outcome = _request_in_background(stack.url, "slow")
     pid = _starting_pid(stack, "slow")
-    (daemon_pid,) = stack.watcher_pids("swapd-daemon")
     # SIGTERM to the daemon alone (as `circusctl restart swapd-daemon` does): circusd goes on.
-    os.kill(daemon_pid, signal.SIGTERM)
-    wait_for(
-        lambda: [p for p in stack.watcher_pids("swapd-daemon") if p != daemon_pid],
-        timeout=15,
-        what="circusd to restart the daemon",
-    )
+    stack.kill_watcher("swapd-daemon", signal.SIGTERM, timeout=15)
     assert stack.wait_state("slow", "ready", timeout=15)["pid"] == pid
     thread.join(15)
     assert outcome and isinstance(outcome[0], dict), outcome
@@ -175,13 +169,7 @@ def test_a_request_waiting_for_a_swap_is_answered_after_the_daemon_is_killed(
     wait_for(lambda: stack.model("first")["in_flight"] == 1, what="the stream to be in flight")
     thread, outcome = _request_in_background(stack.url, "second")
     stack.wait_state("first", "draining")
-    (daemon_pid,) = stack.watcher_pids("swapd-daemon")
-    os.kill(daemon_pid, signal.SIGKILL)
-    wait_for(
-        lambda: [p for p in stack.watcher_pids("swapd-daemon") if p != daemon_pid],
-        timeout=10,
-        what="circusd to restart the daemon",
-    )
+    stack.kill_watcher("swapd-daemon", signal.SIGKILL, timeout=10)
     thread.join(30)
     streamer.join(30)
     # The proxy sent the Ensure again to the new daemon, which adopted `first`, drained it (the

@@ -3,7 +3,6 @@ keep running (same pid), and requests keep being served."""
 
 from __future__ import annotations
 
-import os
 import signal
 import threading
 
@@ -19,7 +18,6 @@ pytestmark = pytest.mark.processes
 def test_daemon_kill9_adopts_running_models(stack_factory) -> None:
     stack = stack_factory(config({"keep": {"cmd": fake_model_cmd("keep")}}))
     model_pid = chat(stack.url, "keep")["served_by"]["pid"]
-    (daemon_pid,) = stack.watcher_pids("swapd-daemon")
     (proxy_pid,) = stack.watcher_pids("swapd-proxy")
 
     # Requests keep flowing while the daemon is dead and while it comes back.
@@ -37,12 +35,7 @@ def test_daemon_kill9_adopts_running_models(stack_factory) -> None:
     thread = threading.Thread(target=traffic)
     thread.start()
     try:
-        os.kill(daemon_pid, signal.SIGKILL)
-        new_daemon = wait_for(
-            lambda: [p for p in stack.watcher_pids("swapd-daemon") if p != daemon_pid],
-            timeout=10,
-            what="circusd to restart the daemon",
-        )[0]
+        new_daemon = stack.kill_watcher("swapd-daemon", signal.SIGKILL, timeout=10)
         entry = stack.wait_state("keep", "ready")
         count = len(served)
         wait_for(lambda: len(served) > count + 5, timeout=10, what="more requests served")
@@ -62,13 +55,7 @@ def test_proxy_kill9_keeps_models_loaded(stack_factory) -> None:
     stack = stack_factory(config({"keep": {"cmd": fake_model_cmd("keep")}}))
     model_pid = chat(stack.url, "keep")["served_by"]["pid"]
     (daemon_pid,) = stack.watcher_pids("swapd-daemon")
-    (proxy_pid,) = stack.watcher_pids("swapd-proxy")
-    os.kill(proxy_pid, signal.SIGKILL)
-    wait_for(
-        lambda: [p for p in stack.watcher_pids("swapd-proxy") if p != proxy_pid],
-        timeout=10,
-        what="circusd to restart the proxy",
-    )
+    stack.kill_watcher("swapd-proxy", signal.SIGKILL, timeout=10)
     served = wait_for(lambda: chat(stack.url, "keep"), timeout=10, what="the new proxy to serve")
     assert served["served_by"]["pid"] == model_pid
     assert stack.model("keep")["pid"] == model_pid
@@ -85,13 +72,7 @@ def test_restarted_daemon_stops_what_no_longer_matches_its_config(stack_factory)
     # The file changes while the daemon is down (no reload): the next daemon reads the new one.
     cfg["models"]["edited"]["cmd"] = fake_model_cmd("edited", "--health-delay", "0")
     stack.write_config(cfg)
-    (daemon_pid,) = stack.watcher_pids("swapd-daemon")
-    os.kill(daemon_pid, signal.SIGKILL)
-    wait_for(
-        lambda: [p for p in stack.watcher_pids("swapd-daemon") if p != daemon_pid],
-        timeout=10,
-        what="circusd to restart the daemon",
-    )
+    stack.kill_watcher("swapd-daemon", signal.SIGKILL, timeout=10)
     assert stack.wait_state("same", "ready")["pid"] == same
     assert stack.wait_state("edited", "stopped")["pid"] is None
     wait_for(lambda: not _alive(edited), timeout=5, what="the outdated process to stop")
@@ -100,18 +81,12 @@ def test_restarted_daemon_stops_what_no_longer_matches_its_config(stack_factory)
 
 def test_a_model_starting_when_the_daemon_died_is_adopted_once_healthy(stack_factory) -> None:
     stack = stack_factory(config({"slow": {"cmd": fake_model_cmd("slow", "--health-delay", "2")}}))
-    (daemon_pid,) = stack.watcher_pids("swapd-daemon")
     answers: list[dict[str, object]] = []
     client = threading.Thread(target=lambda: answers.append(chat(stack.url, "slow")), daemon=True)
     client.start()
     stack.wait_state("slow", "starting")
     (model_pid,) = wait_for(lambda: stack.watcher_pids("model-slow"), what="the model's pid")
-    os.kill(daemon_pid, signal.SIGKILL)
-    wait_for(
-        lambda: [p for p in stack.watcher_pids("swapd-daemon") if p != daemon_pid],
-        timeout=10,
-        what="circusd to restart the daemon",
-    )
+    stack.kill_watcher("swapd-daemon", signal.SIGKILL, timeout=10)
     entry = stack.wait_state("slow", "ready", timeout=15)
     assert entry["pid"] == model_pid
     assert stack.model_log("slow").count("--- swapd") == 1

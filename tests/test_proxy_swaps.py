@@ -88,13 +88,7 @@ async def test_connection_refused_by_a_dead_upstream_is_502_json(stack: Stack) -
 
 
 async def test_daemon_restart_is_picked_up(stack: Stack) -> None:
-    (old,) = stack.watcher_pids("swapd-daemon")
-    os.kill(old, signal.SIGKILL)
-    wait_for(
-        lambda: (pids := stack.watcher_pids("swapd-daemon")) and pids[0] != old,
-        15,
-        what="circus to respawn the daemon",
-    )
+    stack.kill_watcher("swapd-daemon")
     async with aiohttp.ClientSession() as session:
         for model in ("alpha", "beta", "alpha"):
             async with session.post(
