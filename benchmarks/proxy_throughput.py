@@ -35,12 +35,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import aiohttp
+import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from running_swapd import RunningSwapd, free_port, wait_http_ok
 
 REPO = Path(__file__).resolve().parent.parent
 FAKE_MODEL = REPO / "tests" / "upstreams" / "fake_model.py"
+SSE_EVENTS = 50_000
 BODY = '{"model":"bench","messages":[{"role":"user","content":"hi"}]}'
 WRK_SCRIPT = f"""
 wrk.method = "POST"
@@ -91,6 +93,7 @@ def nginx(tmp: Path) -> Iterator[tuple[str, str]]:
 BARE_PROXY = """
 import sys
 import aiohttp
+import psutil
 from aiohttp import web
 
 UPSTREAM = sys.argv[2]
@@ -119,7 +122,7 @@ web.run_app(app, host="127.0.0.1", port=int(sys.argv[1]), access_log=None, print
 
 
 @contextlib.contextmanager
-def bare_proxy(tmp: Path, upstream: str) -> Iterator[str]:
+def bare_proxy(tmp: Path, upstream: str) -> Iterator[tuple[str, int]]:
     script = tmp / "bare_proxy.py"
     script.write_text(BARE_PROXY)
     port = free_port()
@@ -127,7 +130,7 @@ def bare_proxy(tmp: Path, upstream: str) -> Iterator[str]:
     try:
         url = f"http://127.0.0.1:{port}"
         wait_http_ok(url + "/", 15)
-        yield url
+        yield url, proc.pid
     finally:
         proc.terminate()
         proc.wait(10)
@@ -146,6 +149,21 @@ def fake_model(port: int) -> Iterator[str]:
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+def proxy_pid(circusd_pid: int) -> int:
+    """The swapd proxy process under circusd."""
+    for child in psutil.Process(circusd_pid).children(recursive=True):
+        if "swapd.proxy" in " ".join(child.cmdline()):
+            return child.pid
+    raise RuntimeError("no swapd proxy process found")
+
+
+def cpu_seconds(pid: int | None) -> float:
+    if pid is None:
+        return 0.0
+    times = psutil.Process(pid).cpu_times()
+    return times.user + times.system
 
 
 def wrk(url: str, connections: int, seconds: float, script: Path) -> tuple[float, float]:
@@ -234,7 +252,7 @@ def main() -> int:
         with (
             nginx(tmp) as (direct, via_nginx),
             fake_model(free_port()) as sse_direct,
-            bare_proxy(tmp, direct) as via_bare,
+            bare_proxy(tmp, direct) as (via_bare, bare_pid),
         ):
             upstream_port = direct.rsplit(":", 1)[1]
             config = f"""
@@ -266,8 +284,12 @@ groups:
                 }
                 path = "/v1/chat/completions"
 
+                # The proxy processes whose CPU time per request is reported (user + system:
+                # the kernel's loopback delivery is charged to the sender).
+                proxies = {"aiohttp": bare_pid, "swapd": proxy_pid(swapd.pid)}
                 rps: dict[str, list[float]] = {t: [] for t in targets}
                 p50: dict[str, list[float]] = {t: [] for t in targets}
+                cpu: dict[str, list[float]] = {t: [] for t in proxies}
                 ratio_rounds = []
                 for _ in range(args.rounds):
                     this_round = {}
@@ -275,15 +297,20 @@ groups:
                         rate, _ = wrk(base + path, 32, args.seconds, script)
                         rps[name].append(rate)
                         this_round[name] = rate
-                        _, latency = wrk(base + path, 1, args.seconds, script)
+                        before = cpu_seconds(proxies.get(name))
+                        rate, latency = wrk(base + path, 1, args.seconds, script)
                         p50[name].append(latency)
+                        if name in proxies:
+                            used = cpu_seconds(proxies[name]) - before
+                            cpu[name].append(used / (rate * args.seconds) * 1e6)
                     ratio_rounds.append(this_round["swapd"] / this_round["nginx"])
 
                 sse: dict[str, list[float]] = {"direct": [], "swapd": []}
-                for _ in range(args.rounds):
-                    sse["direct"].append(asyncio.run(sse_rate(sse_direct + "/sse", 20000)))
+                # One stream is short and noisy here: more rounds than the rest, alternating.
+                for _ in range(max(7, args.rounds)):
+                    sse["direct"].append(asyncio.run(sse_rate(sse_direct + "/sse", SSE_EVENTS)))
                     sse["swapd"].append(
-                        asyncio.run(sse_rate(via_swapd + "/upstream/sse/sse", 20000))
+                        asyncio.run(sse_rate(via_swapd + "/upstream/sse/sse", SSE_EVENTS))
                     )
 
                 streams_url = f"{via_swapd}/upstream/sse/slow?n=3&delay=1"
@@ -309,8 +336,12 @@ groups:
         f"  swapd adds {added:.3f} ms over direct (target <= 0.15); nginx adds "
         f"{lat['nginx'] - lat['direct']:.3f} ms"
     )
+    print(
+        "  proxy CPU per request at 1 connection: "
+        + ", ".join(f"{name} {statistics.median(v):.0f} us" for name, v in cpu.items())
+    )
     sse_med = {k: statistics.median(v) for k, v in sse.items()}
-    print("SSE relay (20,000 events of 64 bytes):")
+    print(f"SSE relay ({len(sse['swapd'])} rounds of {SSE_EVENTS:,} events of 64 bytes):")
     print(
         f"  direct {sse_med['direct']:,.0f} events/s, swapd {sse_med['swapd']:,.0f} events/s, "
         f"ratio {sse_med['swapd'] / sse_med['direct']:.3f} (target >= 0.9)"

@@ -24,6 +24,10 @@ from pathlib import Path
 from aiohttp import web
 
 from swapd.proxy.app import make_app
+from swapd.proxy.context import CTX
+from swapd.proxy.hot_path import KEEPALIVE_S, HotPath
+
+_SHUTDOWN_TIMEOUT_S = 5.0
 
 
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -54,25 +58,35 @@ async def _serve(args: argparse.Namespace) -> None:
     # handler_cancellation: a client that disconnects cancels its handler, which closes the upstream
     # request and takes a waiting request out of the daemon's queue.
     runner = web.AppRunner(
-        app, access_log=None, handle_signals=False, shutdown_timeout=5.0, handler_cancellation=True
+        app,
+        access_log=None,
+        handle_signals=False,
+        shutdown_timeout=_SHUTDOWN_TIMEOUT_S,
+        handler_cancellation=True,
+        keepalive_timeout=KEEPALIVE_S,
     )
     await runner.setup()
+    assert runner.server is not None
+    # Connections start on the hot path, which lends aiohttp's own request handler every request
+    # it does not serve itself (hot_path.py).
+    hot = HotPath(app[CTX], runner.server, keepalive_s=KEEPALIVE_S)
+    loop = asyncio.get_running_loop()
     if args.fd is not None:
         sock = socket.socket(fileno=args.fd)
         sock.setblocking(False)
-        site: web.BaseSite = web.SockSite(runner, sock)
+        server = await loop.create_server(hot, sock=sock, backlog=4096)
     else:
         host, port = _split_host_port(args.listen)
-        site = web.TCPSite(runner, host, port, reuse_address=True, backlog=4096)
-    await site.start()
+        server = await loop.create_server(hot, host, port, reuse_address=True, backlog=4096)
 
     stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     try:
         await stop.wait()
     finally:
+        server.close()
+        await hot.shutdown(_SHUTDOWN_TIMEOUT_S)
         await runner.cleanup()
 
 

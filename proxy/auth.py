@@ -22,7 +22,11 @@ UNAUTHORIZED = "unauthorized: invalid or missing API key"
 
 def presented_key(request: web.Request) -> bytes | None:
     headers = request.headers
-    authorization = headers.get("Authorization", "")
+    return key_from(headers.get("Authorization", ""), headers.get("x-api-key"))
+
+
+def key_from(authorization: str, x_api_key: str | None) -> bytes | None:
+    """The key a client presents, from its `Authorization` and `x-api-key` header values."""
     scheme, _, credentials = authorization.partition(" ")
     scheme = scheme.lower()
     credentials = credentials.strip()
@@ -36,22 +40,24 @@ def presented_key(request: web.Request) -> bytes | None:
             return password
     if scheme == "bearer" and credentials:
         return credentials.encode()
-    key = headers.get("x-api-key")
-    return key.encode() if key else None
+    return x_api_key.encode() if x_api_key else None
 
 
 def check_api_key(request: web.Request, keys: tuple[bytes, ...]) -> None:
     """Raise 401 unless `request` carries one of `keys` (no-op when `keys` is empty)."""
     if not keys:
         return
-    presented = presented_key(request)
-    if presented is None:
+    if not key_ok(presented_key(request), keys):
         raise unauthorized()
+
+
+def key_ok(presented: bytes | None, keys: tuple[bytes, ...]) -> bool:
+    if presented is None:
+        return False
     ok = False
     for key in keys:
         ok |= hmac.compare_digest(presented, key)
-    if not ok:
-        raise unauthorized()
+    return ok
 
 
 def unauthorized() -> ProxyError:

@@ -86,14 +86,7 @@ async def read_model(request: web.Request) -> RequestModel:
     ctype = request.headers.get("Content-Type", "")
     if request.method not in ("GET", "HEAD") and request.body_exists:
         if "json" in ctype:
-            body = await read_body(request)
-            try:
-                model = _model_decoder.decode(body).model
-            except msgspec.ValidationError as exc:
-                raise ProxyError(400, f"the JSON body must be an object: {exc}") from exc
-            except msgspec.DecodeError as exc:
-                raise ProxyError(400, f"malformed JSON body: {exc}") from exc
-            return RequestModel(_model_name(model), "json", body)
+            return json_model(await read_body(request))
         if "multipart/form-data" in ctype:
             body = await read_body(request)
             boundary = parse_mimetype(ctype).parameters.get("boundary", "")
@@ -117,6 +110,17 @@ async def read_model(request: web.Request) -> RequestModel:
             name = values[0] if values else _query_model(request)
             return RequestModel(_model_name(name), "form", body)
     return RequestModel(_query_model(request), "query", None)
+
+
+def json_model(body: bytes) -> RequestModel:
+    """The model of a JSON body (its top-level `"model"` string)."""
+    try:
+        model = _model_decoder.decode(body).model
+    except msgspec.ValidationError as exc:
+        raise ProxyError(400, f"the JSON body must be an object: {exc}") from exc
+    except msgspec.DecodeError as exc:
+        raise ProxyError(400, f"malformed JSON body: {exc}") from exc
+    return RequestModel(_model_name(model), "json", body)
 
 
 def _query_model(request: web.Request) -> str:

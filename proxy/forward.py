@@ -47,7 +47,7 @@ HOP_BY_HOP = frozenset(
 # `Expect: 100-continue` was already answered by the proxy's own server.
 _REQUEST_DROP = HOP_BY_HOP | {"host", "content-length", "expect"}
 _REQUEST_DROP_BYTES = frozenset(name.encode() for name in _REQUEST_DROP)
-_RESPONSE_DROP = HOP_BY_HOP | {"content-length"}
+RESPONSE_DROP = HOP_BY_HOP | {"content-length"}
 SMALL_BODY = 256 * 1024
 
 
@@ -85,7 +85,7 @@ def upstream_headers(
 _hostports: dict[str, tuple[str, str, int]] = {}
 
 
-def _split_url(url: str) -> tuple[str, str, int, str]:
+def split_url(url: str) -> tuple[str, str, int, str]:
     """`http://host:port/path?q` -> (host:port, host, port, /path?q), cached per host:port."""
     rest = url[7:]
     slash = rest.find("/")
@@ -100,36 +100,53 @@ def _split_url(url: str) -> tuple[str, str, int, str]:
     return cached[0], cached[1], cached[2], path_qs
 
 
-async def _forward_lean(
-    request: web.Request, pool: UpstreamPool, url: str, body: bytes | None, label: str
-) -> web.StreamResponse:
-    hostport, host, port, path_qs = _split_url(url)
-    # The head is built from the raw header bytes as received: no decoding and re-encoding.
-    parts = [
-        b"%s %s HTTP/1.1\r\nHost: %s\r\n"
-        % (request.method.encode(), path_qs.encode("utf-8", "surrogateescape"), hostport.encode())
-    ]
-    connection = request.headers.get("Connection")
+def request_head(
+    method: bytes,
+    path_qs: bytes,
+    hostport: bytes,
+    raw_headers: Iterable[tuple[bytes, bytes]],
+    connection: str | None,
+    framing: bytes,
+) -> bytes:
+    """The head of a request to a local upstream, built from the client's raw header bytes (no
+    decoding and re-encoding): hop-by-hop headers and those the client's `Connection` names are
+    dropped, `framing` (a Content-Length or Transfer-Encoding line, or b"") ends it."""
+    parts = [b"%s %s HTTP/1.1\r\nHost: %s\r\n" % (method, path_qs, hostport)]
     drop = _REQUEST_DROP_BYTES
     if connection:
         drop = drop | {t.strip().lower().encode() for t in connection.split(",")}
-    for key, value in request.raw_headers:
+    for key, value in raw_headers:
         if key.lower() not in drop:
             parts += (key, b": ", value, b"\r\n")
+    parts += (framing, b"\r\n")
+    return b"".join(parts)
+
+
+async def _forward_lean(
+    request: web.Request, pool: UpstreamPool, url: str, body: bytes | None, label: str
+) -> web.StreamResponse:
+    hostport, host, port, path_qs = split_url(url)
     stream = None
     chunked = False
     if body is not None:
-        parts.append(b"Content-Length: %d\r\n\r\n" % len(body))
+        framing = b"Content-Length: %d\r\n" % len(body)
     elif request.body_exists:
         stream = request.content.iter_any()
         if request.content_length is not None:
-            parts.append(b"Content-Length: %d\r\n\r\n" % request.content_length)
+            framing = b"Content-Length: %d\r\n" % request.content_length
         else:
             chunked = True
-            parts.append(b"Transfer-Encoding: chunked\r\n\r\n")
+            framing = b"Transfer-Encoding: chunked\r\n"
     else:
-        parts.append(b"\r\n")
-    head = b"".join(parts)
+        framing = b""
+    head = request_head(
+        request.method.encode(),
+        path_qs.encode("utf-8", "surrogateescape"),
+        hostport.encode(),
+        request.raw_headers,
+        request.headers.get("Connection"),
+        framing,
+    )
     try:
         upstream = await pool.request(
             host,
@@ -140,11 +157,19 @@ async def _forward_lean(
             chunked=chunked,
         )
     except UpstreamError as exc:
-        raise ProxyError(502, f"upstream {label} is not reachable: {exc}") from exc
+        raise unreachable(label, exc) from exc
     try:
         return await _relay_lean(request, upstream, label)
     finally:
         upstream.close()
+
+
+def unreachable(label: str, exc: UpstreamError) -> ProxyError:
+    return ProxyError(502, f"upstream {label} is not reachable: {exc}")
+
+
+def broke_off(label: str, exc: BaseException) -> ProxyError:
+    return ProxyError(502, f"upstream {label} failed mid-response: {exc!r}")
 
 
 async def _relay_lean(
@@ -152,7 +177,7 @@ async def _relay_lean(
 ) -> web.StreamResponse:
     out_headers: CIMultiDict[str] = CIMultiDict()
     for key, value in upstream.headers:
-        if key.lower() not in _RESPONSE_DROP:
+        if key.lower() not in RESPONSE_DROP:
             out_headers.add(key, value)
     return await _relay(
         request,
@@ -191,7 +216,7 @@ async def _relay(
         try:
             data = await read_all()
         except broken as exc:
-            raise ProxyError(502, f"upstream {label} failed mid-response: {exc!r}") from exc
+            raise broke_off(label, exc) from exc
         return web.Response(status=status, reason=reason, headers=out_headers, body=data)
 
     response = web.StreamResponse(status=status, reason=reason, headers=out_headers)
@@ -283,7 +308,7 @@ async def _forward_aiohttp(
             request,
             upstream.status,
             upstream.reason,
-            upstream_headers(upstream.headers.items(), _RESPONSE_DROP),
+            upstream_headers(upstream.headers.items(), RESPONSE_DROP),
             upstream.content_length,
             upstream.read,
             upstream.content.iter_any,

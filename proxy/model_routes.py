@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from swapd.proxy.body import filter_json, read_model, replace_span
+from swapd.ipc.messages import RouteModel
+from swapd.proxy.body import RequestModel, filter_json, read_model, replace_span
 from swapd.proxy.context import CTX
 from swapd.proxy.dispatch import serve_local
 from swapd.proxy.errors import ProxyError
@@ -48,8 +49,19 @@ async def handle_model_request(request: web.Request) -> web.StreamResponse:
     if route is None:
         peer = routes.peers.get(found.name)
         if peer is None:
-            raise ProxyError(404, f"model {found.name} not found")
+            raise model_not_found(found.name)
         return await serve_peer(request, ctx, peer, request.raw_path, found=found)
+    return await serve_local(
+        request, ctx, ctx.state.runtimes[route.id], request.raw_path, body=local_body(found, route)
+    )
+
+
+def model_not_found(name: str) -> ProxyError:
+    return ProxyError(404, f"model {name} not found")
+
+
+def local_body(found: RequestModel, route: RouteModel) -> bytes | None:
+    """The body to send to a local model: `useModelName` and the JSON filters applied."""
     body = found.body
     if body is not None:
         rename = route.use_model_name
@@ -61,6 +73,4 @@ async def handle_model_request(request: web.Request) -> web.StreamResponse:
                 )
         elif found.kind == "multipart" and rename and found.model_span is not None:
             body = replace_span(body, found.model_span, rename)
-    return await serve_local(
-        request, ctx, ctx.state.runtimes[route.id], request.raw_path, body=body
-    )
+    return body

@@ -20,7 +20,7 @@ import asyncio
 import contextlib
 import socket
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from httptools import HttpParserError, HttpParserUpgrade, HttpResponseParser
@@ -38,6 +38,23 @@ class UpstreamBroken(Exception):
     """The upstream broke off the response body."""
 
 
+def set_nodelay(transport: asyncio.BaseTransport) -> None:
+    """Small writes (a request head, an SSE event) go out at once, not after Nagle's wait."""
+    sock = transport.get_extra_info("socket")
+    if sock is not None:
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+
+def head_error(error: BaseException) -> UpstreamError:
+    """What a failure before the response head means, in the words both proxy paths use."""
+    if isinstance(error, UpstreamError):
+        return error
+    if isinstance(error, OSError):
+        return UpstreamError(str(error))
+    return UpstreamError(f"malformed response: {error}")
+
+
 class _OutOfStep(Exception):
     """Bytes from the upstream that answer no request: the connection cannot be trusted."""
 
@@ -52,13 +69,23 @@ class UpstreamResponse:
         "content_length",
         "done",
         "error",
+        "head_done",
         "headers",
+        "listener",
         "reason",
+        "reused",
         "status",
     )
 
-    def __init__(self, conn: _Conn) -> None:
+    def __init__(self, conn: _Conn, reused: bool) -> None:
         self._conn = conn
+        # Sent on a kept-alive connection: one that fails before any byte of the response is the
+        # keep-alive race, worth one retry on a fresh connection.
+        self.reused = reused
+        # Callback mode (`UpstreamPool.send_nowait`): called on the head, on each piece of body
+        # and at the end, instead of waking a reader.
+        self.listener: Callable[[], None] | None = None
+        self.head_done = False
         self.status = 0
         self.reason = ""
         self.headers: list[tuple[str, str]] = []
@@ -84,6 +111,9 @@ class UpstreamResponse:
         self._wake()
 
     def _wake(self) -> None:
+        if self.listener is not None:
+            self.listener()
+            return
         waiter = self._waiter
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
@@ -106,6 +136,19 @@ class UpstreamResponse:
         self._size = 0
         self._conn.resume()
         return data
+
+    def take(self) -> bytes:
+        """Everything that has arrived and not been read yet (callback mode)."""
+        data = b"".join(self._parts)
+        self._parts.clear()
+        self._size = 0
+        self._conn.resume()
+        return data
+
+    @property
+    def retryable(self) -> bool:
+        """Failed before any byte of the response arrived on a kept-alive connection."""
+        return self.reused and not self._conn.received_any
 
     async def read(self) -> bytes:
         parts = []
@@ -153,10 +196,7 @@ class _Conn(asyncio.Protocol):
     # --- asyncio.Protocol -----------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
-        sock = transport.get_extra_info("socket")
-        if sock is not None:
-            with contextlib.suppress(OSError):
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        set_nodelay(transport)
 
     def pause_writing(self) -> None:
         if self.write_paused is None:
@@ -173,7 +213,7 @@ class _Conn(asyncio.Protocol):
         self.resume_writing()
         error = exc or ConnectionResetError("upstream closed the connection")
         if self.head_waiter is not None and not self.head_waiter.done():
-            self.head_waiter.set_exception(UpstreamError(str(error)))
+            self.head_waiter.set_exception(head_error(error))
         response = self.response
         if response is not None and not response.done:
             # httptools has no end-of-input call: a body without Content-Length or chunked
@@ -244,9 +284,13 @@ class _Conn(asyncio.Protocol):
         response.chunked = chunked
         self.keep_alive = self.parser.should_keep_alive()
         self.until_close = length is None and not chunked and not self.head_request
+        response.head_done = True
         waiter, self.head_waiter = self.head_waiter, None
-        if waiter is not None and not waiter.done():
-            waiter.set_result(response)
+        if waiter is not None:
+            if not waiter.done():
+                waiter.set_result(response)
+        else:
+            response._wake()
         if self.head_request:
             self.parser_spent = True
             self._complete()
@@ -277,10 +321,7 @@ class _Conn(asyncio.Protocol):
     def _fail(self, error: Exception) -> None:
         waiter, self.head_waiter = self.head_waiter, None
         if waiter is not None and not waiter.done():
-            if isinstance(error, UpstreamError):
-                waiter.set_exception(error)
-            else:
-                waiter.set_exception(UpstreamError(f"malformed response: {error}"))
+            waiter.set_exception(head_error(error))
         response = self.response
         if response is not None and not response.done:
             response._finish(error)
@@ -344,6 +385,25 @@ class UpstreamPool:
             raise UpstreamError(f"cannot connect to {key[0]}:{key[1]}: {exc}") from exc
         return conn
 
+    def send_nowait(
+        self, host: str, port: int, head: bytes, body: bytes, listener: Callable[[], None]
+    ) -> UpstreamResponse | None:
+        """Send a request with a bytes body on an idle kept-alive connection, without waiting.
+
+        The response is in callback mode: `listener` is called when its head has arrived, on each
+        piece of body, and at its end (`done`, with `error` set if it failed). None when no
+        connection is idle: then `request` must be used, which connects.
+        """
+        idle = self._idle.get((host, port))
+        while idle:
+            conn = idle.pop()
+            if not conn.closed and conn.transport is not None:
+                response = self._start(conn, False)
+                response.listener = listener
+                conn.transport.write(head + body)
+                return response
+        return None
+
     async def request(
         self,
         host: str,
@@ -366,7 +426,6 @@ class UpstreamPool:
             idle = self._idle.get(key)
             conn = idle.pop() if idle else await self._connect(key)
             reused = conn.reused
-            conn.reused = True
             try:
                 return await self._exchange(conn, head, body, head_request, chunked)
             except UpstreamError:
@@ -375,12 +434,8 @@ class UpstreamPool:
                     continue
                 raise
 
-    async def _exchange(
-        self, conn: _Conn, head: bytes, body: Any, head_request: bool, chunked: bool
-    ) -> UpstreamResponse:
-        if conn.closed or conn.transport is None:
-            raise UpstreamError("connection closed")
-        loop = asyncio.get_running_loop()
+    def _start(self, conn: _Conn, head_request: bool) -> UpstreamResponse:
+        """Make `conn` ready for the response to a request about to be written on it."""
         if conn.parser_spent:
             conn.parser = HttpResponseParser(conn)
             conn.parser_spent = False
@@ -389,9 +444,18 @@ class UpstreamPool:
         conn.head_size = 0
         conn.interim = False
         conn.until_close = False
-        response = UpstreamResponse(conn)
+        response = UpstreamResponse(conn, conn.reused)
+        conn.reused = True
         conn.response = response
-        waiter: asyncio.Future[UpstreamResponse] = loop.create_future()
+        return response
+
+    async def _exchange(
+        self, conn: _Conn, head: bytes, body: Any, head_request: bool, chunked: bool
+    ) -> UpstreamResponse:
+        if conn.closed or conn.transport is None:
+            raise UpstreamError("connection closed")
+        self._start(conn, head_request)
+        waiter: asyncio.Future[UpstreamResponse] = asyncio.get_running_loop().create_future()
         conn.head_waiter = waiter
         transport = conn.transport
         try:

@@ -15,6 +15,7 @@ from yarl import URL
 
 from swapd.proxy.model_routes import MODEL_ROUTES
 from tests.proxy_helpers import (
+    in_flight,
     local_model,
     model_log_has,
     model_ports,
@@ -409,17 +410,9 @@ async def test_concurrency_limit_answers_429(stack: Stack) -> None:
             first.close()
             second.close()
         # The slots come back once those requests are gone.
-        wait_for(lambda: _in_flight(stack, "limited") == 0, 10, what="slots released")
+        wait_for(lambda: in_flight(stack, "limited") == 0, 10, what="slots released")
         async with session.get(stack.url + "/upstream/limited/slow?n=1&delay=0") as resp:
             assert resp.status == 200
-
-
-def _in_flight(stack: Stack, model: str) -> int:
-    import urllib.request
-
-    with urllib.request.urlopen(stack.url + "/running", timeout=5) as resp:
-        running = {m["model"]: m for m in json.load(resp)["running"]}
-    return int(running.get(model, {}).get("in_flight", 0))
 
 
 async def test_a_client_that_leaves_while_waiting_frees_its_slot(stack: Stack) -> None:
@@ -451,7 +444,7 @@ async def test_client_disconnect_cancels_the_upstream_request(stack: Stack) -> N
         resp.close()  # the client goes away mid-stream
     log = model_log_has(stack, "alpha", "slow gone: client gone after")
     assert "slow gone: finished" not in log
-    wait_for(lambda: _in_flight(stack, "alpha") == 0, 10, what="alpha idle")
+    wait_for(lambda: in_flight(stack, "alpha") == 0, 10, what="alpha idle")
 
 
 async def test_requests_to_a_ready_model_make_no_ipc(stack: Stack) -> None:

@@ -42,20 +42,32 @@ async def chat(request: web.Request) -> web.StreamResponse:
     body = await _json_body(request)
     chunks = int(body.get("x_chunks", request.query.get("chunks", 5)))  # type: ignore[arg-type]
     delay = float(body.get("x_delay", request.query.get("delay", 0)))  # type: ignore[arg-type]
+    if "x_blob" in body:
+        # A large body of known length: `x_blob` bytes of a repeating 0..255 pattern.
+        n = int(body["x_blob"])  # type: ignore[call-overload]
+        return web.Response(body=(bytes(range(256)) * (n // 256 + 1))[:n])
     if body.get("stream"):
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await resp.prepare(request)
-        for i in range(chunks):
-            event = {
-                "id": "chatcmpl-fake",
-                "object": "chat.completion.chunk",
-                "created": int(time.time()),
-                "model": body.get("model"),
-                "choices": [{"index": 0, "delta": {"content": f"tok{i} "}, "finish_reason": None}],
-            }
-            await resp.write(f"data: {json.dumps(event)}\n\n".encode())
-            if delay:
-                await asyncio.sleep(delay)
+        tag = body.get("x_tag", "")
+        try:
+            for i in range(chunks):
+                event = {
+                    "id": "chatcmpl-fake",
+                    "object": "chat.completion.chunk",
+                    "created": int(time.time()),
+                    "model": body.get("model"),
+                    "choices": [
+                        {"index": 0, "delta": {"content": f"tok{i} "}, "finish_reason": None}
+                    ],
+                }
+                await resp.write(f"data: {json.dumps(event)}\n\n".encode())
+                if delay:
+                    await asyncio.sleep(delay)
+        except (asyncio.CancelledError, ConnectionError):
+            # What tests look for in the model's log to prove a client disconnect reached here.
+            print(f"chat {tag}: client gone after {i + 1} chunks", flush=True)
+            raise
         done = {
             "id": "chatcmpl-fake",
             "object": "chat.completion.chunk",

@@ -1,0 +1,736 @@
+"""The hot path: model requests with a JSON body, served without aiohttp's server.
+
+Every connection on the listening socket starts here. Its requests are parsed with httptools
+(llhttp, the parser the upstream client uses too). One that is a POST of HTTP/1.1 to a
+model-dispatched route (`model_routes.MODEL_ROUTES`) with a JSON body of known length (no chunked
+body, no `Expect`, no upgrade) of at most 1 MiB, for a local model at a plain `http://` upstream,
+is served here from start to end:
+* the checks and errors of the aiohttp path, from the same functions (API key 401, malformed
+  body or no model 400, unknown model 404, concurrency limit 429, the filters);
+* a model that is ready and not draining is counted in flight (`admission.py`) and the request
+  sent on a pooled upstream connection and answered from that connection's callbacks: no task
+  and no round trip through the event loop, unless it has to wait (for a new connection, or a
+  body too large or too long to hold, which then streams);
+* any other model waits for the daemon's `Ensure` in a task (`dispatch.acquire`), like on the
+  aiohttp path.
+
+Anything else (other routes, peers' models, other framings, a request that is not yet routable)
+hands the connection to aiohttp before a byte of it is answered: aiohttp's request handler is
+attached to the transport and given every byte received since the start of the current request,
+and keeps the connection from then on. The cost of that: a keep-alive connection that once
+carried such a request is served by aiohttp for the rest of its life (docs/architecture.md).
+
+Pipelined requests are served one at a time: bytes that arrive while a response is under way wait
+until it is done. A hot request must also end exactly where the received bytes end; when another
+request follows it in the same read, the connection goes to aiohttp, which can split them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+from collections.abc import Callable
+from http import HTTPStatus
+
+from aiohttp.helpers import rfc822_formatted_time
+from aiohttp.http import SERVER_SOFTWARE
+from httptools import HttpParserError, HttpParserUpgrade, HttpRequestParser
+
+from swapd.proxy.auth import key_from, key_ok, unauthorized
+from swapd.proxy.body import json_model
+from swapd.proxy.context import ProxyContext
+from swapd.proxy.dispatch import acquire
+from swapd.proxy.errors import ProxyError, error_body
+from swapd.proxy.forward import (
+    RESPONSE_DROP,
+    SMALL_BODY,
+    broke_off,
+    request_head,
+    split_url,
+    unreachable,
+)
+from swapd.proxy.lent_transport import LentTransport
+from swapd.proxy.model_routes import MODEL_ROUTES, local_body, model_not_found
+from swapd.proxy.state import ModelRuntime
+from swapd.proxy.upstream_client import (
+    UpstreamBroken,
+    UpstreamError,
+    UpstreamResponse,
+    head_error,
+    set_nodelay,
+)
+
+log = logging.getLogger(__name__)
+
+HOT_ROUTES = frozenset(path.encode() for method, path in MODEL_ROUTES if method == "POST")
+MAX_HOT_BODY = 1024 * 1024
+_MAX_HEAD = 64 * 1024
+# Bytes a pipelining client may send ahead while a response is under way before reading pauses.
+_MAX_AHEAD = 256 * 1024
+# An idle keep-alive connection is closed after this long (nginx's default), on either path.
+KEEPALIVE_S = float(os.environ.get("SWAPD_PROXY_KEEPALIVE_S", "75"))
+
+# Factory of aiohttp's protocol for one connection: the AppRunner's `web.Server`.
+HandlerFactory = Callable[[], asyncio.Protocol]
+
+
+class HotPath:
+    """The protocol factory for the listening socket, and the set of connections it holds."""
+
+    def __init__(
+        self, ctx: ProxyContext, aiohttp_handler: HandlerFactory, keepalive_s: float = KEEPALIVE_S
+    ) -> None:
+        self.ctx = ctx
+        self.aiohttp_handler = aiohttp_handler
+        self.keepalive_s = keepalive_s
+        self.connections: set[HotConnection] = set()
+        self.busy = 0  # requests being served
+        self.closing = False
+        self._all_done = asyncio.Event()
+
+    def __call__(self) -> HotConnection:
+        return HotConnection(self)
+
+    def exchange_done(self) -> None:
+        self.busy -= 1
+        if self.busy == 0:
+            self._all_done.set()
+
+    async def shutdown(self, timeout: float) -> None:
+        """Close idle connections now; let responses under way finish, for `timeout` at most."""
+        self.closing = True
+        for conn in list(self.connections):
+            if conn.exchange is None and conn.borrower is None:
+                conn.close()
+        if self.busy:
+            self._all_done.clear()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(timeout):
+                    await self._all_done.wait()
+        for conn in list(self.connections):
+            conn.close()
+
+
+class _Exchange:
+    """One request being served, from the moment it is admitted until its response is sent."""
+
+    __slots__ = (
+        "begun",
+        "body",
+        "connection",
+        "head",
+        "headers",
+        "host",
+        "keep_alive",
+        "port",
+        "rt",
+        "task",
+        "upstream",
+        "url",
+    )
+
+    def __init__(
+        self,
+        rt: ModelRuntime,
+        url: bytes,
+        headers: list[tuple[bytes, bytes]],
+        connection: str | None,
+        body: bytes,
+        keep_alive: bool,
+    ) -> None:
+        self.rt = rt
+        self.url = url
+        self.headers = headers
+        self.connection = connection
+        self.body = body
+        self.keep_alive = keep_alive
+        self.begun = False  # counted in flight (admission.begin)
+        self.host = ""
+        self.port = 0
+        self.head = b""
+        self.upstream: UpstreamResponse | None = None
+        # Set once the exchange needs to wait (for the daemon, a connection, a retry, a body to
+        # stream); until then it runs on the upstream connection's callbacks alone, with no task
+        # and no round trip through the event loop.
+        self.task: asyncio.Task[None] | None = None
+
+    def address(self, base: str) -> None:
+        """Build the upstream request for the model at `base` (its `http://host:port[/path]`)."""
+        hostport, self.host, self.port, base_path = split_url(base)
+        path_qs = self.url if base_path == "/" else base_path.rstrip("/").encode() + self.url
+        framing = b"Content-Length: %d\r\n" % len(self.body)
+        self.head = request_head(
+            b"POST", path_qs, hostport.encode(), self.headers, self.connection, framing
+        )
+
+
+class HotConnection(asyncio.Protocol):
+    """One client connection, until it is handed to aiohttp (or closed)."""
+
+    def __init__(self, hot: HotPath) -> None:
+        self.hot = hot
+        self.loop = asyncio.get_running_loop()
+        self.transport: asyncio.Transport | None = None
+        self.parser = HttpRequestParser(self)
+        self.exchange: _Exchange | None = None
+        self.idle_timer: asyncio.TimerHandle | None = None
+        self.last_seen = 0.0
+        self.write_paused: asyncio.Future[None] | None = None
+        self.closed = False
+        # Every byte received since the current request began (what aiohttp gets on a handover).
+        self.raw: list[bytes] = []
+        self.raw_size = 0
+        # Bytes received while a response is under way.
+        self.ahead: list[bytes] = []
+        self.ahead_size = 0
+        self.reading_paused = False
+        # A request lent to aiohttp: its handler, and the transport it was given.
+        self.borrower: asyncio.Protocol | None = None
+        self.lent: LentTransport | None = None
+        self.given = False  # the loan turned into a gift (a websocket, say)
+        self.loan_ending = False
+        self._reset()
+
+    def _reset(self) -> None:
+        self.url = b""
+        self.headers: list[tuple[bytes, bytes]] = []
+        self.body: list[bytes] = []
+        self.body_size = 0
+        self.handover: str | None = None  # why, once decided
+        self.keep_lent = False  # aiohttp keeps the connection (the parser lost track of it)
+        self.complete = False
+        self.extra = False  # another request began after this one, in the same read
+        self.keep_alive = True
+        self.content_type = ""
+        self.connection: str | None = None
+        self.authorization = ""
+        self.x_api_key: str | None = None
+        self.unauthorized = False
+
+    # --- asyncio.Protocol -----------------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        set_nodelay(transport)
+        self.hot.connections.add(self)
+        self._arm_idle_timer()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        self.hot.connections.discard(self)
+        self._cancel_idle_timer()
+        self._wake_writer()
+        borrower = self.borrower
+        if borrower is not None:
+            self.borrower = self.lent = None
+            borrower.connection_lost(exc)
+            if not self.given:
+                self.hot.exchange_done()
+        ex = self.exchange
+        if ex is None:
+            return
+        # The client went away: the upstream request is abandoned (its connection closed).
+        if ex.task is not None:
+            ex.task.cancel()  # the task finishes the exchange
+        else:
+            if ex.upstream is not None:
+                ex.upstream.listener = None
+                ex.upstream.close()
+            self._finish(False)
+
+    def pause_writing(self) -> None:
+        if self.borrower is not None:
+            self.borrower.pause_writing()
+        if self.write_paused is None:  # kept across a loan: the next hot response waits too
+            self.write_paused = self.loop.create_future()
+
+    def resume_writing(self) -> None:
+        if self.borrower is not None:
+            self.borrower.resume_writing()
+        self._wake_writer()
+
+    def _wake_writer(self) -> None:
+        waiter, self.write_paused = self.write_paused, None
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def data_received(self, data: bytes) -> None:
+        if self.borrower is not None and not self.loan_ending:
+            self._lend_more(data)
+            return
+        if self.exchange is not None or self.loan_ending:
+            self.ahead.append(data)
+            self.ahead_size += len(data)
+            if self.ahead_size > _MAX_AHEAD and not self.reading_paused:
+                self.reading_paused = True
+                self.transport.pause_reading()  # type: ignore[union-attr]
+            return
+        self.last_seen = self.loop.time()
+        self.raw.append(data)
+        self.raw_size += len(data)
+        try:
+            self.parser.feed_data(data)
+        except HttpParserUpgrade:
+            self.handover = self.handover or "upgrade"
+            self.keep_lent = True
+        except HttpParserError as exc:
+            # A request aiohttp's parser answers with a 400.
+            self.handover = self.handover or f"malformed: {exc}"
+            self.keep_lent = True
+        if self.handover is None:
+            if self.complete:
+                self._serve_or_hand_over()
+                return
+            if self.raw_size - self.body_size > _MAX_HEAD:
+                self.handover = "request head too large"
+                self.keep_lent = True
+        if self.handover is not None:
+            self._hand_over(self.handover)
+
+    def eof_received(self) -> bool:
+        return False  # a half-closed client cannot read a keep-alive answer: close
+
+    # --- httptools callbacks ----------------------------------------------------------------------
+    def on_message_begin(self) -> None:
+        if self.complete:
+            self.extra = True
+
+    def on_url(self, url: bytes) -> None:
+        if self.borrower is None:
+            self.url += url
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        if self.borrower is None:
+            self.headers.append((name, value))
+
+    def on_headers_complete(self) -> None:
+        if self.complete or self.handover is not None or self.borrower is not None:
+            return
+        self.handover = self._head_refused()
+
+    def on_body(self, body: bytes) -> None:
+        if self.borrower is None:  # a lent request's body is aiohttp's alone
+            self.body.append(body)
+            self.body_size += len(body)
+
+    def on_message_complete(self) -> None:
+        self.complete = True
+
+    # --- deciding -------------------------------------------------------------------------------
+    def _head_refused(self) -> str | None:
+        """Why this request head is not for the hot path, or None."""
+        parser = self.parser
+        if parser.get_method() != b"POST" or parser.get_http_version() != "1.1":
+            return "not a POST of HTTP/1.1"
+        path, _, _ = self.url.partition(b"?")
+        if path not in HOT_ROUTES:
+            return "not a model route"
+        length: int | None = None
+        for name, value in self.headers:
+            lower = name.lower()
+            if lower == b"content-type":
+                self.content_type = value.decode("latin-1")
+            elif lower == b"content-length":
+                length = int(value)  # llhttp accepts one decimal number only
+            elif lower == b"connection":
+                self.connection = value.decode("latin-1")
+            elif lower == b"authorization":
+                self.authorization = value.decode("latin-1")
+            elif lower == b"x-api-key":
+                self.x_api_key = value.decode("latin-1")
+            elif lower in (b"transfer-encoding", b"expect", b"upgrade"):
+                return lower.decode()
+        if "json" not in self.content_type:
+            return "not a JSON body"
+        if length is None or length > MAX_HOT_BODY:
+            return "no body of known, small length"
+        state = self.hot.ctx.state
+        if not state.synced.is_set():
+            return "routing table not yet received"
+        keys = state.routes.api_keys
+        if keys:
+            self.unauthorized = not key_ok(key_from(self.authorization, self.x_api_key), keys)
+        self.keep_alive = parser.should_keep_alive()
+        return None
+
+    def _serve_or_hand_over(self) -> None:
+        raw = b"".join(self.raw) if len(self.raw) > 1 else self.raw[0]
+        head_end = raw.find(b"\r\n\r\n")
+        if head_end < 0 or head_end + 4 + self.body_size != len(raw):
+            # More than this request was received (or it had leading line breaks): only aiohttp
+            # can split the bytes.
+            self.keep_lent = True
+            self._hand_over("more bytes than one request")
+            return
+        routes = self.hot.ctx.state.routes
+        keep_alive = self.keep_alive
+        try:
+            if self.unauthorized:
+                raise unauthorized()
+            found = json_model(b"".join(self.body))
+            route = routes.by_name.get(found.name)
+            if route is None and found.name in routes.peers:
+                self._hand_over("a peer's model")
+                return
+            if route is None:
+                raise model_not_found(found.name)
+            if not route.upstream.startswith("http://"):
+                self._hand_over("not a plain http upstream")
+                return
+            rt = self.hot.ctx.state.runtimes[route.id]
+            body = local_body(found, route)
+            assert body is not None
+            self.hot.ctx.admission.reserve(rt)  # 429 past the limit
+        except ProxyError as exc:
+            self._answered()
+            self._write_error(exc, keep_alive)
+            if not keep_alive:
+                self.close()
+            return
+        ex = _Exchange(rt, self.url, self.headers, self.connection, body, keep_alive)
+        self._answered()
+        self.exchange = ex
+        self.hot.busy += 1
+        if not rt.hot:
+            # Started, joined or queued by the daemon: that waits, so in a task.
+            ex.task = self.loop.create_task(self._serve_async(ex))
+            return
+        # Ready and not draining, checked with nothing awaited before `begin`: a drain that
+        # arrives later sees this request in flight.
+        self.hot.ctx.admission.begin(rt)
+        ex.begun = True
+        ex.address(rt.base_url)
+        ex.upstream = self.hot.ctx.pool.send_nowait(
+            ex.host, ex.port, ex.head, ex.body, self._on_upstream
+        )
+        if ex.upstream is None:
+            ex.task = self.loop.create_task(self._serve_async(ex))
+
+    def _answered(self) -> None:
+        """The request is taken (served or answered here): drop its bytes and parse state."""
+        self.raw = []
+        self.raw_size = 0
+        self._reset()
+
+    # --- lending to aiohttp ----------------------------------------------------------------------
+    def _hand_over(self, why: str) -> None:
+        """Lend the current request to aiohttp; keep the connection there when the parser can no
+        longer follow it (the request was malformed, an upgrade, or pipelined)."""
+        transport = self.transport
+        assert transport is not None
+        keep = self.keep_lent or self.extra
+        if log.isEnabledFor(logging.DEBUG):
+            path = self.url.partition(b"?")[0].decode("latin-1")  # no query: it may carry secrets
+            verb = "handed" if keep else "lent"
+            log.debug("hot path: connection %s to aiohttp (%s): %s", verb, why, path)
+        data = b"".join(self.raw)
+        self.raw = []
+        if self.hot.closing:
+            transport.close()
+            return
+        handler = self.hot.aiohttp_handler()
+        if keep:
+            self.hot.connections.discard(self)
+            self._cancel_idle_timer()
+            transport.set_protocol(handler)
+            handler.connection_made(transport)
+            if data:
+                handler.data_received(data)
+            if self.reading_paused:
+                transport.resume_reading()
+            return
+        head_request = self.parser.get_method() == b"HEAD"
+        self.lent = LentTransport(transport, head_request=head_request, on_change=self._loan_moved)
+        self.borrower = handler
+        self.hot.busy += 1
+        handler.connection_made(self.lent)
+        handler.data_received(data)
+        self._loan_moved()
+
+    def _lend_more(self, data: bytes) -> None:
+        """Bytes of a lent request: aiohttp's, and read here too only to find where it ends."""
+        assert self.borrower is not None and self.lent is not None
+        self.borrower.data_received(data)
+        if self.given:
+            return
+        try:
+            self.parser.feed_data(data)
+        except (HttpParserError, HttpParserUpgrade):
+            self.extra = True
+        self._loan_moved()
+
+    def _loan_moved(self) -> None:
+        """The lent request or its response moved on: end the loan once both are complete."""
+        lent = self.lent
+        if lent is None or self.loan_ending or self.given:
+            return
+        if lent.for_good or self.extra:
+            # A websocket, or bytes the parser cannot split: aiohttp keeps the connection.
+            self.given = True
+            self.hot.exchange_done()
+            if log.isEnabledFor(logging.DEBUG):
+                log.debug("hot path: connection left to aiohttp")
+            return
+        if lent.response_done and self.complete:
+            # Not from within aiohttp's write: it finishes its turn first.
+            self.loan_ending = True
+            self.loop.call_soon(self._end_loan)
+
+    def _end_loan(self) -> None:
+        lent, borrower = self.lent, self.borrower
+        self.loan_ending = False
+        if lent is None or borrower is None:
+            return  # the connection was lost meanwhile
+        self.lent = self.borrower = None
+        lent.detached = True
+        try:
+            borrower.connection_lost(None)  # aiohttp's handler lets go of it
+        except Exception:
+            log.exception("hot path: aiohttp did not let go of a connection")
+            self.close()
+        self.hot.exchange_done()
+        if self.closed or self.hot.closing:
+            self.close()
+            return
+        if lent.reading_paused:
+            self.transport.resume_reading()  # type: ignore[union-attr]
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("hot path: connection back from aiohttp")
+        self._answered()
+        self.last_seen = self.loop.time()
+        self._next_request()
+
+    # --- serving --------------------------------------------------------------------------------
+    def _on_upstream(self) -> None:
+        """The upstream's response moved on (callback mode): answer once it is complete, or hand
+        it to a task when it must wait (a retry, a body to stream)."""
+        ex = self.exchange
+        if ex is None or ex.upstream is None:
+            return
+        try:
+            self._advance(ex, ex.upstream)
+        except Exception:
+            # Runs inside the upstream connection's callbacks: whatever went wrong must end this
+            # exchange here, not take that connection down with an unanswered client.
+            log.exception("hot path: request to %s failed", ex.rt.id)
+            ex.upstream.listener = None
+            ex.upstream.close()
+            self.close()
+            self._finish(False)
+
+    def _advance(self, ex: _Exchange, upstream: UpstreamResponse) -> None:
+        if not upstream.head_done:
+            if upstream.done:  # failed before its head
+                upstream.listener = None
+                if upstream.retryable:
+                    # The keep-alive race: the upstream had closed the idle connection.
+                    ex.upstream = None
+                    ex.task = self.loop.create_task(self._serve_async(ex))
+                    return
+                assert upstream.error is not None
+                error = head_error(upstream.error)
+                self._write_error(unreachable(ex.rt.id, error), ex.keep_alive)
+                self._finish(ex.keep_alive)
+            return
+        length = upstream.content_length
+        if length is not None and length <= SMALL_BODY:
+            if not upstream.done:
+                return  # the rest of the body is on its way
+            upstream.listener = None
+            if upstream.error is not None:
+                self._write_error(broke_off(ex.rt.id, upstream.error), ex.keep_alive)
+            else:
+                data = upstream.take()
+                self._write(self._response_head(upstream, ex.keep_alive, len(data)) + data)
+            self._finish(ex.keep_alive)
+            return
+        upstream.listener = None
+        ex.task = self.loop.create_task(self._serve_async(ex))
+
+    async def _serve_async(self, ex: _Exchange) -> None:
+        keep_alive = ex.keep_alive
+        pool = self.hot.ctx.pool
+        try:
+            if not ex.begun:
+                base = await acquire(self.hot.ctx, ex.rt)  # counts it in flight once ready
+                ex.begun = True
+                ex.address(base)
+            if ex.upstream is None:
+                try:
+                    ex.upstream = await pool.request(ex.host, ex.port, ex.head, ex.body)
+                except UpstreamError as exc:
+                    raise unreachable(ex.rt.id, exc) from exc
+            keep_alive = await self._relay(ex.rt.id, ex.upstream, keep_alive)
+        except ProxyError as exc:
+            self._write_error(exc, keep_alive)
+        except asyncio.CancelledError:
+            keep_alive = False  # the client went away
+        except Exception:
+            log.exception("hot path: request to %s failed", ex.rt.id)
+            keep_alive = False
+        if ex.upstream is not None:
+            ex.upstream.close()
+        self._finish(keep_alive)
+
+    async def _relay(self, label: str, upstream: UpstreamResponse, keep_alive: bool) -> bool:
+        """Relay a response; whether the connection may be kept."""
+        length = upstream.content_length
+        if length is not None and length <= SMALL_BODY:
+            try:
+                data = await upstream.read()
+            except UpstreamBroken as exc:
+                raise broke_off(label, exc) from exc
+            self._write(self._response_head(upstream, keep_alive, len(data)) + data)
+            return keep_alive
+        chunked = length is None
+        self._write(self._response_head(upstream, keep_alive, length))
+        try:
+            while chunk := await upstream.read_chunk():
+                self._write(b"%x\r\n%b\r\n" % (len(chunk), chunk) if chunked else chunk)
+                if self.write_paused is not None:
+                    await self.write_paused
+        except UpstreamBroken as exc:
+            log.warning("upstream %s broke off a response: %r", label, exc)
+            if not chunked:
+                return False  # a body of fixed length can only say "truncated" by closing
+        if chunked:
+            self._write(b"0\r\n\r\n")
+        return keep_alive
+
+    @staticmethod
+    def _response_head(upstream: UpstreamResponse, keep_alive: bool, length: int | None) -> bytes:
+        """The head aiohttp would have sent for this upstream response: its headers minus
+        hop-by-hop ones, then the framing (`length` None: chunked) and aiohttp's defaults."""
+        status = upstream.status
+        out = [b"HTTP/1.1 %d %s\r\n" % (status, upstream.reason.encode("latin-1"))]
+        has_type = has_date = has_server = sse = False
+        for key, value in upstream.headers:
+            lower = key.lower()
+            if lower in RESPONSE_DROP:
+                continue
+            if lower == "content-type":
+                has_type = True
+                sse = value.startswith("text/event-stream")
+            elif lower == "date":
+                has_date = True
+            elif lower == "server":
+                has_server = True
+            out.append(b"%s: %s\r\n" % (key.encode("latin-1"), value.encode("latin-1")))
+        empty = status in (204, 304)
+        if not empty and length != 0 and not has_type:
+            # What aiohttp's responses say of a body of unknown type (RFC 9110 §8.3).
+            out.append(b"Content-Type: application/octet-stream\r\n")
+        if not has_date:
+            out.append(b"Date: %s\r\n" % rfc822_formatted_time().encode())
+        if not has_server:
+            out.append(_SERVER)
+        if sse:
+            out.append(b"X-Accel-Buffering: no\r\n")
+        if not keep_alive:
+            out.append(b"Connection: close\r\n")
+        if empty:
+            out.append(b"\r\n")
+        elif length is None:
+            out.append(b"Transfer-Encoding: chunked\r\n\r\n")
+        else:
+            out.append(b"Content-Length: %d\r\n\r\n" % length)
+        return b"".join(out)
+
+    def _write_error(self, exc: ProxyError, keep_alive: bool) -> None:
+        body = error_body(exc.status, exc.message, exc.code, exc.log_tail)
+        out = [b"HTTP/1.1 %d %s\r\n" % (exc.status, _reason(exc.status))]
+        for key, value in (exc.headers or {}).items():
+            out.append(b"%s: %s\r\n" % (key.encode("latin-1"), value.encode("latin-1")))
+        out.append(b"Content-Type: application/json\r\n")
+        out.append(b"Date: %s\r\n" % rfc822_formatted_time().encode())
+        out.append(_SERVER)
+        if not keep_alive:
+            out.append(b"Connection: close\r\n")
+        out.append(b"Content-Length: %d\r\n\r\n" % len(body))
+        out.append(body)
+        self._write(b"".join(out))
+
+    def _write(self, data: bytes) -> None:
+        transport = self.transport
+        if transport is not None and not self.closed and not transport.is_closing():
+            transport.write(data)
+
+    def _finish(self, keep_alive: bool) -> None:
+        """The exchange is over: count it out, then keep the connection for the next request or
+        close it."""
+        ex = self.exchange
+        if ex is None:
+            return
+        self.exchange = None
+        admission = self.hot.ctx.admission
+        if ex.begun:
+            admission.end(ex.rt)
+        admission.release(ex.rt)
+        self.hot.exchange_done()
+        if self.closed:
+            return
+        if not keep_alive or self.hot.closing:
+            self.close()
+            return
+        self.last_seen = self.loop.time()
+        if self.ahead or self.reading_paused:
+            # Not from within the upstream's callbacks: the next request may need its connection.
+            self.loop.call_soon(self._next_request)
+
+    def _next_request(self) -> None:
+        if self.closed or self.exchange is not None:
+            return
+        if self.reading_paused:
+            self.reading_paused = False
+            self.transport.resume_reading()  # type: ignore[union-attr]
+        if self.ahead:
+            ahead = b"".join(self.ahead)
+            self.ahead = []
+            self.ahead_size = 0
+            self.data_received(ahead)
+
+    # --- idle connections -----------------------------------------------------------------------
+    def _arm_idle_timer(self) -> None:
+        # One timer per connection, re-armed when it fires, rather than one per request.
+        if self.hot.keepalive_s > 0:
+            self.last_seen = self.loop.time()
+            self.idle_timer = self.loop.call_later(self.hot.keepalive_s, self._check_idle)
+
+    def _check_idle(self) -> None:
+        """Close the connection once it has been idle (or stalled mid-request) for keepalive_s."""
+        self.idle_timer = None
+        if self.closed:
+            return
+        keepalive = self.hot.keepalive_s
+        if self.exchange is not None or self.borrower is not None:
+            # A response under way (a generation may stream for minutes) is not idleness; a
+            # connection aiohttp has is aiohttp's to time out.
+            self.idle_timer = self.loop.call_later(keepalive, self._check_idle)
+            return
+        left = self.last_seen + keepalive - self.loop.time()
+        if left <= 0:
+            self.close()
+        else:
+            self.idle_timer = self.loop.call_later(left, self._check_idle)
+
+    def _cancel_idle_timer(self) -> None:
+        if self.idle_timer is not None:
+            self.idle_timer.cancel()
+            self.idle_timer = None
+
+    def close(self) -> None:
+        self._cancel_idle_timer()
+        if self.transport is not None and not self.closed:
+            with contextlib.suppress(RuntimeError):
+                self.transport.close()
+
+
+_SERVER = b"Server: %s\r\n" % SERVER_SOFTWARE.encode()
+
+
+def _reason(status: int) -> bytes:
+    try:
+        return HTTPStatus(status).phrase.encode()
+    except ValueError:
+        return b""
