@@ -61,6 +61,34 @@ async def test_a_swap_waits_for_streams_to_the_old_model(stack: Stack) -> None:
     assert "client gone" not in stack.model_log("alpha")
 
 
+async def test_a_swap_waits_for_hot_path_streams_to_the_old_model(stack: Stack) -> None:
+    # JSON chat requests with a body of known length: served by the proxies' hot path, which must
+    # hold the drain back just the same.
+    async with aiohttp.ClientSession() as session:
+        async with session.post(stack.url + "/v1/chat/completions", json={"model": "alpha"}) as r:
+            assert r.status == 200
+        body = {"model": "alpha", "stream": True, "x_chunks": 12, "x_delay": 0.1}
+        streams = [
+            await session.post(stack.url + "/v1/chat/completions", json={**body, "x_tag": f"h{i}"})
+            for i in range(4)
+        ]
+        readers = [asyncio.ensure_future(_read_lines(s)) for s in streams]
+        loop = asyncio.get_running_loop()
+        async with session.post(stack.url + "/v1/chat/completions", json={"model": "beta"}) as r:
+            beta_done = loop.time()
+            assert r.status == 200
+            assert (await r.json())["served_by"]["name"] == "beta"
+        results = await asyncio.gather(*readers)
+        for lines, _ in results:
+            assert lines[-2:] == [b"data: [DONE]\n", b"\n"]  # none cut off
+            assert sum(b"tok" in line for line in lines) == 12
+        for stream in streams:
+            stream.close()
+        assert beta_done >= max(ended for _, ended in results)
+    assert stack.model("alpha")["state"] == "stopped"
+    assert "client gone" not in stack.model_log("alpha")
+
+
 async def test_an_upstream_killed_mid_stream_ends_the_response(stack: Stack) -> None:
     async with aiohttp.ClientSession() as session:
         async with session.get(stack.url + "/upstream/beta/slow?n=200&delay=0.05") as resp:
