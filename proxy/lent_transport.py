@@ -40,20 +40,23 @@ class LentTransport(asyncio.Transport):
 
     # --- what aiohttp calls ---------------------------------------------------------------------
     def write(self, data: bytes | bytearray | memoryview) -> None:
-        if self.detached:
-            return
-        self._transport.write(data)
+        if not self.detached:
+            self._transport.write(data)
+            self._see(data)
+
+    def writelines(self, list_of_data: Iterable[bytes | bytearray | memoryview]) -> None:
+        if not self.detached:
+            pieces = list(list_of_data)
+            self._transport.writelines(pieces)  # one send, as aiohttp meant (chunk framing)
+            for data in pieces:
+                self._see(data)
+
+    def _see(self, data: bytes | bytearray | memoryview) -> None:
         if self._watching:
             try:
                 self._watch.feed_data(bytes(data))
-            except HttpParserUpgrade:
+            except (HttpParserError, HttpParserUpgrade):
                 self._give()
-            except HttpParserError:
-                self._give()
-
-    def writelines(self, list_of_data: Iterable[bytes | bytearray | memoryview]) -> None:
-        for data in list_of_data:
-            self.write(data)
 
     def is_closing(self) -> bool:
         return self.detached or self._transport.is_closing()
