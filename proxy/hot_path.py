@@ -1,24 +1,29 @@
-"""The hot path: model requests with a JSON body, served without aiohttp's server.
+"""The hot path: model requests with a JSON body, and GETs through `/upstream/`, served without
+aiohttp's server.
 
 Every connection on the listening socket starts here. Its requests are parsed with httptools
-(llhttp, the parser the upstream client uses too). One that is a POST of HTTP/1.1 to a
-model-dispatched route (`model_routes.MODEL_ROUTES`) with a JSON body of known length (no chunked
-body, no `Expect`, no upgrade) of at most 1 MiB, for a local model at a plain `http://` upstream,
-is served here from start to end:
+(llhttp, the parser the upstream client uses too). Two kinds are served here from start to end,
+for a local model at a plain `http://` upstream, on HTTP/1.1:
+* a POST to a model-dispatched route (`model_routes.MODEL_ROUTES`) with a JSON body of known
+  length (no chunked body, no `Expect`, no upgrade) of at most 1 MiB;
+* a GET without a body to `/upstream/<model>/<path>` for a model that is ready, on a path
+  `upstream.ignorePaths` does not match (what streams SSE or serves a model's own API).
+How:
 * the checks and errors of the aiohttp path, from the same functions (API key 401, malformed
   body or no model 400, unknown model 404, concurrency limit 429, the filters);
 * a model that is ready and not draining is counted in flight (`admission.py`) and the request
   sent on a pooled upstream connection and answered from that connection's callbacks: no task
   and no round trip through the event loop, unless it has to wait (for a new connection, or a
   body too large or too long to hold, which then streams);
-* any other model waits for the daemon's `Ensure` in a task (`dispatch.acquire`), like on the
-  aiohttp path.
+* any other model (model routes only) waits for the daemon's `Ensure` in a task
+  (`dispatch.acquire`), like on the aiohttp path.
 
-Anything else (other routes, peers' models, other framings, a request that is not yet routable)
-hands the connection to aiohttp before a byte of it is answered: aiohttp's request handler is
-attached to the transport and given every byte received since the start of the current request,
-and keeps the connection from then on. The cost of that: a keep-alive connection that once
-carried such a request is served by aiohttp for the rest of its life (docs/architecture.md).
+Anything else (other routes, peers' models, other framings, `/upstream/` redirects and 409s and
+ignored paths, a request that is not yet routable) is lent to aiohttp before a byte of it is
+answered: aiohttp's request handler gets a `LentTransport` (lent_transport.py) and every byte
+received since the start of the request, and once the request and its response are complete the
+connection is back here. Websockets, requests the parser rejects, pipelined requests that arrive in
+one read and responses that close the connection leave it with aiohttp for good.
 
 Pipelined requests are served one at a time: bytes that arrive while a response is under way wait
 until it is done. A hot request must also end exactly where the received bytes end; when another
@@ -31,6 +36,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import urllib.parse
 from collections.abc import Callable
 from http import HTTPStatus
 
@@ -53,6 +59,7 @@ from swapd.proxy.forward import (
 )
 from swapd.proxy.lent_transport import LentTransport
 from swapd.proxy.model_routes import MODEL_ROUTES, local_body, model_not_found
+from swapd.proxy.passthrough import upstream_target
 from swapd.proxy.state import ModelRuntime
 from swapd.proxy.upstream_client import (
     UpstreamBroken,
@@ -65,6 +72,7 @@ from swapd.proxy.upstream_client import (
 log = logging.getLogger(__name__)
 
 HOT_ROUTES = frozenset(path.encode() for method, path in MODEL_ROUTES if method == "POST")
+UPSTREAM_PREFIX = b"/upstream/"
 MAX_HOT_BODY = 1024 * 1024
 _MAX_HEAD = 64 * 1024
 # Bytes a pipelining client may send ahead while a response is under way before reading pauses.
@@ -124,24 +132,27 @@ class _Exchange:
         "headers",
         "host",
         "keep_alive",
+        "method",
+        "path_qs",
         "port",
         "rt",
         "task",
         "upstream",
-        "url",
     )
 
     def __init__(
         self,
         rt: ModelRuntime,
-        url: bytes,
+        method: bytes,
+        path_qs: bytes,
         headers: list[tuple[bytes, bytes]],
         connection: str | None,
-        body: bytes,
+        body: bytes | None,
         keep_alive: bool,
     ) -> None:
         self.rt = rt
-        self.url = url
+        self.method = method
+        self.path_qs = path_qs
         self.headers = headers
         self.connection = connection
         self.body = body
@@ -159,10 +170,12 @@ class _Exchange:
     def address(self, base: str) -> None:
         """Build the upstream request for the model at `base` (its `http://host:port[/path]`)."""
         hostport, self.host, self.port, base_path = split_url(base)
-        path_qs = self.url if base_path == "/" else base_path.rstrip("/").encode() + self.url
-        framing = b"Content-Length: %d\r\n" % len(self.body)
+        path_qs = self.path_qs
+        if base_path != "/":
+            path_qs = base_path.rstrip("/").encode() + path_qs
+        framing = b"" if self.body is None else b"Content-Length: %d\r\n" % len(self.body)
         self.head = request_head(
-            b"POST", path_qs, hostport.encode(), self.headers, self.connection, framing
+            self.method, path_qs, hostport.encode(), self.headers, self.connection, framing
         )
 
 
@@ -208,6 +221,7 @@ class HotConnection(asyncio.Protocol):
         self.authorization = ""
         self.x_api_key: str | None = None
         self.unauthorized = False
+        self.passthrough = False  # a GET to /upstream/, not a model route
 
     # --- asyncio.Protocol -----------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -321,11 +335,16 @@ class HotConnection(asyncio.Protocol):
     def _head_refused(self) -> str | None:
         """Why this request head is not for the hot path, or None."""
         parser = self.parser
-        if parser.get_method() != b"POST" or parser.get_http_version() != "1.1":
-            return "not a POST of HTTP/1.1"
+        if parser.get_http_version() != "1.1":
+            return "not HTTP/1.1"
+        method = parser.get_method()
         path, _, _ = self.url.partition(b"?")
-        if path not in HOT_ROUTES:
-            return "not a model route"
+        if method == b"POST" and path in HOT_ROUTES:
+            self.passthrough = False
+        elif method == b"GET" and path.startswith(UPSTREAM_PREFIX):
+            self.passthrough = True
+        else:
+            return "not a route of the hot path"
         length: int | None = None
         for name, value in self.headers:
             lower = name.lower()
@@ -341,9 +360,12 @@ class HotConnection(asyncio.Protocol):
                 self.x_api_key = value.decode("latin-1")
             elif lower in (b"transfer-encoding", b"expect", b"upgrade"):
                 return lower.decode()
-        if "json" not in self.content_type:
+        if self.passthrough:
+            if length:
+                return "a GET with a body"
+        elif "json" not in self.content_type:
             return "not a JSON body"
-        if length is None or length > MAX_HOT_BODY:
+        elif length is None or length > MAX_HOT_BODY:
             return "no body of known, small length"
         state = self.hot.ctx.state
         if not state.synced.is_set():
@@ -363,24 +385,17 @@ class HotConnection(asyncio.Protocol):
             self.keep_lent = True
             self._hand_over("more bytes than one request")
             return
-        routes = self.hot.ctx.state.routes
         keep_alive = self.keep_alive
         try:
             if self.unauthorized:
                 raise unauthorized()
-            found = json_model(b"".join(self.body))
-            route = routes.by_name.get(found.name)
-            if route is None and found.name in routes.peers:
-                self._hand_over("a peer's model")
-                return
-            if route is None:
-                raise model_not_found(found.name)
-            if not route.upstream.startswith("http://"):
-                self._hand_over("not a plain http upstream")
-                return
-            rt = self.hot.ctx.state.runtimes[route.id]
-            body = local_body(found, route)
-            assert body is not None
+            if self.passthrough:
+                taken = self._passthrough_request()
+            else:
+                taken = self._model_request()
+            if taken is None:
+                return  # lent to aiohttp
+            rt, ex = taken
             self.hot.ctx.admission.reserve(rt)  # 429 past the limit
         except ProxyError as exc:
             self._answered()
@@ -388,7 +403,6 @@ class HotConnection(asyncio.Protocol):
             if not keep_alive:
                 self.close()
             return
-        ex = _Exchange(rt, self.url, self.headers, self.connection, body, keep_alive)
         self._answered()
         self.exchange = ex
         self.hot.busy += 1
@@ -402,10 +416,51 @@ class HotConnection(asyncio.Protocol):
         ex.begun = True
         ex.address(rt.base_url)
         ex.upstream = self.hot.ctx.pool.send_nowait(
-            ex.host, ex.port, ex.head, ex.body, self._on_upstream
+            ex.host, ex.port, ex.head, ex.body or b"", self._on_upstream
         )
         if ex.upstream is None:
             ex.task = self.loop.create_task(self._serve_async(ex))
+
+    def _model_request(self) -> tuple[ModelRuntime, _Exchange] | None:
+        """A model route: the model named in the JSON body, with its filters applied."""
+        routes = self.hot.ctx.state.routes
+        found = json_model(b"".join(self.body))
+        route = routes.by_name.get(found.name)
+        if route is None and found.name in routes.peers:
+            self._hand_over("a peer's model")
+            return None
+        if route is None:
+            raise model_not_found(found.name)
+        if not route.upstream.startswith("http://"):
+            self._hand_over("not a plain http upstream")
+            return None
+        rt = self.hot.ctx.state.runtimes[route.id]
+        body = local_body(found, route)
+        ex = _Exchange(rt, b"POST", self.url, self.headers, self.connection, body, self.keep_alive)
+        return rt, ex
+
+    def _passthrough_request(self) -> tuple[ModelRuntime, _Exchange] | None:
+        """A GET to `/upstream/<model>/<path>` for a local model that is ready, on a path
+        `upstream.ignorePaths` does not match; anything else has rules of its own (redirects,
+        409s, ignored paths served outside admission) and is lent to aiohttp."""
+        routes = self.hot.ctx.state.routes
+        path, sep, query = self.url.partition(b"?")
+        target = upstream_target(routes, path.decode("utf-8", "surrogateescape"))
+        route = routes.by_name.get(target[0]) if target is not None else None
+        if target is None or target[2] is None or route is None:
+            self._hand_over("no local model, or a redirect")
+            return None
+        rest = target[2]
+        rt = self.hot.ctx.state.runtimes[route.id]
+        if not rt.hot or not route.upstream.startswith("http://"):
+            self._hand_over("model not ready, or not a plain http upstream")
+            return None
+        if routes.path_ignored(urllib.parse.unquote(rest)):
+            self._hand_over("an ignored path")
+            return None
+        path_qs = rest.encode("utf-8", "surrogateescape") + sep + query
+        ex = _Exchange(rt, b"GET", path_qs, self.headers, self.connection, None, self.keep_alive)
+        return rt, ex
 
     def _answered(self) -> None:
         """The request is taken (served or answered here): drop its bytes and parse state."""

@@ -114,20 +114,30 @@ async def passthrough(
     return await serve_local(request, ctx, rt, path_qs)
 
 
-async def handle_upstream(request: web.Request) -> web.StreamResponse:
-    """`/upstream/<model>/<path>`: the longest leading run of segments naming a model wins, so ids
-    with `/` work, escaped (`a%2Fb`) or not."""
-    ctx: ProxyContext = request.app[CTX]
-    routes = await routes_of(ctx)
-    path = request.raw_path.partition("?")[0]
+def upstream_target(routes: Routes, path: str) -> tuple[str, str, str | None] | None:
+    """Split `/upstream/<model>/<rest>` (raw, without the query): (model name as given, its
+    escaped form, "/<rest>" or None when the slash after the model is missing), or None when no
+    model or peer is named. The longest leading run of segments naming one wins, so ids with `/`
+    work, escaped (`a%2Fb`) or not."""
     segments = path[len(UPSTREAM_PREFIX) :].split("/")
     for n in range(len(segments), 0, -1):
         typed = "/".join(segments[:n])
         name = urllib.parse.unquote(typed)
         if name and (name in routes.by_name or name in routes.peers):
-            break
-    else:
+            rest = None if n == len(segments) else "/" + "/".join(segments[n:])
+            return name, typed, rest
+    return None
+
+
+async def handle_upstream(request: web.Request) -> web.StreamResponse:
+    """`/upstream/<model>/<path>`."""
+    ctx: ProxyContext = request.app[CTX]
+    routes = await routes_of(ctx)
+    path = request.raw_path.partition("?")[0]
+    target = upstream_target(routes, path)
+    if target is None:
         raise ProxyError(404, f"model not found in {path!r}")
-    if n == len(segments):
+    name, typed, rest = target
+    if rest is None:
         return redirect_with_slash(request, f"{UPSTREAM_PREFIX}{typed}/")
-    return await passthrough(request, name, "/" + "/".join(segments[n:]))
+    return await passthrough(request, name, rest)

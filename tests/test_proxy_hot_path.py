@@ -166,7 +166,7 @@ async def test_requests_to_a_ready_model_stay_on_the_hot_path(
     assert "alpha" in {m["id"] for m in json.loads(listed.body)["data"]}
     await conn.send(post_json(CHAT, {"model": "alpha"}))
     assert (await conn.response()).status == 200
-    assert await events_since(stack, before) == ["lent: not a POST of HTTP/1.1", "back"]
+    assert await events_since(stack, before) == ["lent: not a route of the hot path", "back"]
 
 
 async def test_a_request_sent_in_pieces(stack: Stack, conn: RawConnection) -> None:
@@ -223,6 +223,40 @@ async def test_a_stream_arrives_as_it_is_produced(stack: Stack, conn: RawConnect
     assert await events_since(stack, before) == []
 
 
+async def test_a_get_through_upstream_to_a_ready_model_stays_on_the_hot_path(
+    stack: Stack, conn: RawConnection
+) -> None:
+    await _ready(stack, "alpha")
+    before = mark(stack)
+    await conn.send(b"GET /upstream/alpha/sse?n=50&size=8 HTTP/1.1\r\nHost: swapd\r\n\r\n")
+    resp = await conn.response()
+    assert resp.status == 200 and resp.chunked
+    assert resp.header("X-Accel-Buffering") == "no"
+    assert resp.body.count(b"data: xxxxxxxx\n\n") == 50 and resp.body.endswith(b"[DONE]\n\n")
+    await conn.send(b"GET /upstream/alpha/a%2Fb/c?x=%20 HTTP/1.1\r\nHost: swapd\r\n\r\n")
+    echoed = json.loads((await conn.response()).body)
+    assert (echoed["method"], echoed["raw_path"]) == ("GET", "/a%2Fb/c?x=%20")
+    assert await events_since(stack, before) == []
+
+
+@pytest.mark.parametrize(
+    ("path", "status", "reason"),
+    [
+        ("/upstream/alpha", 301, "no local model, or a redirect"),
+        ("/upstream/nosuch/x", 404, "no local model, or a redirect"),
+        ("/upstream/alpha/static/app.js", 200, "an ignored path"),
+    ],
+)
+async def test_other_gets_through_upstream_are_lent_to_aiohttp(
+    stack: Stack, conn: RawConnection, path: str, status: int, reason: str
+) -> None:
+    await _ready(stack, "alpha")
+    before = mark(stack)
+    await conn.send(f"GET {path} HTTP/1.1\r\nHost: swapd\r\n\r\n".encode())
+    assert (await conn.response()).status == status
+    assert await events_since(stack, before) == [f"lent: {reason}", "back"]
+
+
 async def test_a_large_body_of_known_length_streams_through(
     stack: Stack, conn: RawConnection
 ) -> None:
@@ -266,7 +300,7 @@ DECLINED = [
     ),
     pytest.param(
         post_json(CHAT, {"model": "alpha"}, version="1.0"), 200, "hello from alpha",
-        ["lent: not a POST of HTTP/1.1"],
+        ["lent: not HTTP/1.1"],
         id="http-1.0",
     ),
     pytest.param(
@@ -277,7 +311,7 @@ DECLINED = [
     ),
     pytest.param(
         post_json("/upstream/alpha/v1/chat/completions", {"model": "alpha"}), 200,
-        "hello from alpha", ["lent: not a model route", "back"],
+        "hello from alpha", ["lent: not a route of the hot path", "back"],
         id="upstream-route",
     ),
     pytest.param(
@@ -329,7 +363,7 @@ async def test_a_lent_request_that_ends_the_connection_leaves_it_to_aiohttp(
     resp = await conn.response()
     assert resp.status == 200 and resp.header("Connection") == "close"
     assert await conn.closed_by_server(10)
-    assert await events_since(stack, before) == ["lent: not a POST of HTTP/1.1", "left"]
+    assert await events_since(stack, before) == ["lent: not a route of the hot path", "left"]
 
 
 async def test_a_websocket_is_handed_to_aiohttp(stack: Stack) -> None:
@@ -340,7 +374,7 @@ async def test_a_websocket_is_handed_to_aiohttp(stack: Stack) -> None:
             assert json.loads((await ws.receive(timeout=10)).data)["hello"] == "alpha"
             await ws.send_str("ping")
             assert (await ws.receive(timeout=10)).data == "echo:ping"
-    assert await events_since(stack, before) == ["handed: not a POST of HTTP/1.1"]
+    assert await events_since(stack, before) == ["handed: upgrade"]
 
 
 async def test_a_model_that_is_not_ready_is_started_from_the_hot_path(
