@@ -346,6 +346,8 @@ groups:
         f"  direct {sse_med['direct']:,.0f} events/s, swapd {sse_med['swapd']:,.0f} events/s, "
         f"ratio {sse_med['swapd'] / sse_med['direct']:.3f} (target >= 0.9)"
     )
+    for name, values in sse.items():
+        print(f"  {name:7s} per round: " + ", ".join(f"{v:,.0f}" for v in values))
     print(
         f"concurrent streams: {done} of {args.streams} completed, {failed} failed; all "
         f"{args.streams} were open at once after {held:.2f}s"
