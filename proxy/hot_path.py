@@ -62,7 +62,6 @@ from swapd.proxy.model_routes import MODEL_ROUTES, local_body, model_not_found
 from swapd.proxy.passthrough import upstream_target
 from swapd.proxy.state import ModelRuntime
 from swapd.proxy.upstream_client import (
-    UpstreamBroken,
     UpstreamError,
     UpstreamResponse,
     head_error,
@@ -127,6 +126,7 @@ class _Exchange:
     __slots__ = (
         "begun",
         "body",
+        "chunked",
         "connection",
         "head",
         "headers",
@@ -136,6 +136,7 @@ class _Exchange:
         "path_qs",
         "port",
         "rt",
+        "streaming",
         "task",
         "upstream",
     )
@@ -162,6 +163,8 @@ class _Exchange:
         self.port = 0
         self.head = b""
         self.upstream: UpstreamResponse | None = None
+        self.streaming = False  # the response head is sent, the body follows as it arrives
+        self.chunked = False  # ... re-framed as chunks (its length is unknown)
         # Set once the exchange needs to wait (for the daemon, a connection, a retry, a body to
         # stream); until then it runs on the upstream connection's callbacks alone, with no task
         # and no round trip through the event loop.
@@ -190,7 +193,7 @@ class HotConnection(asyncio.Protocol):
         self.exchange: _Exchange | None = None
         self.idle_timer: asyncio.TimerHandle | None = None
         self.last_seen = 0.0
-        self.write_paused: asyncio.Future[None] | None = None
+        self.writing_paused = False  # the client reads slower than we send
         self.closed = False
         # Every byte received since the current request began (what aiohttp gets on a handover).
         self.raw: list[bytes] = []
@@ -234,7 +237,6 @@ class HotConnection(asyncio.Protocol):
         self.closed = True
         self.hot.connections.discard(self)
         self._cancel_idle_timer()
-        self._wake_writer()
         borrower = self.borrower
         if borrower is not None:
             self.borrower = self.lent = None
@@ -256,18 +258,15 @@ class HotConnection(asyncio.Protocol):
     def pause_writing(self) -> None:
         if self.borrower is not None:
             self.borrower.pause_writing()
-        if self.write_paused is None:  # kept across a loan: the next hot response waits too
-            self.write_paused = self.loop.create_future()
+        self.writing_paused = True  # kept across a loan: a hot response after it holds too
 
     def resume_writing(self) -> None:
         if self.borrower is not None:
             self.borrower.resume_writing()
-        self._wake_writer()
-
-    def _wake_writer(self) -> None:
-        waiter, self.write_paused = self.write_paused, None
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
+        self.writing_paused = False
+        ex = self.exchange
+        if ex is not None and ex.upstream is not None and ex.upstream.held:
+            ex.upstream.release()
 
     def data_received(self, data: bytes) -> None:
         if self.borrower is not None and not self.loan_ending:
@@ -600,12 +599,31 @@ class HotConnection(asyncio.Protocol):
                 self._write(self._response_head(upstream, ex.keep_alive, len(data)) + data)
             self._finish(ex.keep_alive)
             return
-        upstream.listener = None
-        ex.task = self.loop.create_task(self._serve_async(ex))
+        # A body to stream: relayed from the upstream connection's callbacks as it arrives, with
+        # no task in between (each token of a generation reaches the client one turn sooner).
+        if not ex.streaming:
+            ex.streaming = True
+            ex.chunked = length is None
+            self._write(self._response_head(upstream, ex.keep_alive, length))
+        data = upstream.take()
+        if data:
+            self._write(b"%x\r\n%b\r\n" % (len(data), data) if ex.chunked else data)
+        if upstream.done:
+            upstream.listener = None
+            keep_alive = ex.keep_alive
+            if upstream.error is not None:
+                log.warning("upstream %s broke off a response: %r", ex.rt.id, upstream.error)
+                # A body of fixed length can only say "truncated" by closing; a chunked one ends.
+                keep_alive = keep_alive and ex.chunked
+            if ex.chunked:
+                self._write(b"0\r\n\r\n")
+            self._finish(keep_alive)
+        elif self.writing_paused and not upstream.held:
+            upstream.hold()  # the client is slower than the upstream: resume_writing releases
 
     async def _serve_async(self, ex: _Exchange) -> None:
-        keep_alive = ex.keep_alive
-        pool = self.hot.ctx.pool
+        """The parts of an exchange that wait (the daemon's `Ensure`, a new upstream connection);
+        once the response head is in, the upstream connection's callbacks take over."""
         try:
             if not ex.begun:
                 base = await acquire(self.hot.ctx, ex.rt)  # counts it in flight once ready
@@ -613,45 +631,26 @@ class HotConnection(asyncio.Protocol):
                 ex.address(base)
             if ex.upstream is None:
                 try:
-                    ex.upstream = await pool.request(ex.host, ex.port, ex.head, ex.body)
+                    ex.upstream = await self.hot.ctx.pool.request(
+                        ex.host, ex.port, ex.head, ex.body
+                    )
                 except UpstreamError as exc:
                     raise unreachable(ex.rt.id, exc) from exc
-            keep_alive = await self._relay(ex.rt.id, ex.upstream, keep_alive)
         except ProxyError as exc:
-            self._write_error(exc, keep_alive)
-        except asyncio.CancelledError:
-            keep_alive = False  # the client went away
+            self._write_error(exc, ex.keep_alive)
+            self._finish(ex.keep_alive)
+            return
+        except asyncio.CancelledError:  # the client went away
+            self._finish(False)
+            return
         except Exception:
             log.exception("hot path: request to %s failed", ex.rt.id)
-            keep_alive = False
-        if ex.upstream is not None:
-            ex.upstream.close()
-        self._finish(keep_alive)
-
-    async def _relay(self, label: str, upstream: UpstreamResponse, keep_alive: bool) -> bool:
-        """Relay a response; whether the connection may be kept."""
-        length = upstream.content_length
-        if length is not None and length <= SMALL_BODY:
-            try:
-                data = await upstream.read()
-            except UpstreamBroken as exc:
-                raise broke_off(label, exc) from exc
-            self._write(self._response_head(upstream, keep_alive, len(data)) + data)
-            return keep_alive
-        chunked = length is None
-        self._write(self._response_head(upstream, keep_alive, length))
-        try:
-            while chunk := await upstream.read_chunk():
-                self._write(b"%x\r\n%b\r\n" % (len(chunk), chunk) if chunked else chunk)
-                if self.write_paused is not None:
-                    await self.write_paused
-        except UpstreamBroken as exc:
-            log.warning("upstream %s broke off a response: %r", label, exc)
-            if not chunked:
-                return False  # a body of fixed length can only say "truncated" by closing
-        if chunked:
-            self._write(b"0\r\n\r\n")
-        return keep_alive
+            self.close()
+            self._finish(False)
+            return
+        ex.task = None
+        ex.upstream.listener = self._on_upstream
+        self._on_upstream()  # what has arrived already; the rest through the callbacks
 
     @staticmethod
     def _response_head(upstream: UpstreamResponse, keep_alive: bool, length: int | None) -> bytes:

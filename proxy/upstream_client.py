@@ -71,6 +71,7 @@ class UpstreamResponse:
         "error",
         "head_done",
         "headers",
+        "held",
         "listener",
         "reason",
         "reused",
@@ -86,6 +87,7 @@ class UpstreamResponse:
         # and at the end, instead of waking a reader.
         self.listener: Callable[[], None] | None = None
         self.head_done = False
+        self.held = False
         self.status = 0
         self.reason = ""
         self.headers: list[tuple[str, str]] = []
@@ -134,7 +136,8 @@ class UpstreamResponse:
         data = self._parts[0] if len(self._parts) == 1 else b"".join(self._parts)
         self._parts.clear()
         self._size = 0
-        self._conn.resume()
+        if not self.held:
+            self._conn.resume()
         return data
 
     def take(self) -> bytes:
@@ -142,8 +145,18 @@ class UpstreamResponse:
         data = b"".join(self._parts)
         self._parts.clear()
         self._size = 0
-        self._conn.resume()
+        if not self.held:
+            self._conn.resume()
         return data
+
+    def hold(self) -> None:
+        """Stop reading the upstream until `release` (the client reads slower than it sends)."""
+        self.held = True
+        self._conn.pause()
+
+    def release(self) -> None:
+        self.held = False
+        self._conn.resume()
 
     @property
     def retryable(self) -> bool:

@@ -525,7 +525,9 @@ async def test_an_upstream_killed_mid_stream_ends_the_response(
 class ScriptedUpstream:
     """An HTTP upstream on a loopback port whose answers each test writes byte for byte. It stands
     for an inference server that drops kept-alive connections or breaks off its answers. An
-    answer of None closes the connection without answering; `close_after` closes it after."""
+    answer of None closes the connection without answering; `close_after` closes it after. An
+    answer of an int n is a body of n bytes written piece by piece, each piece waiting until the
+    socket takes it (`sent` counts them)."""
 
     OK = (
         b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 11\r\n\r\n"
@@ -534,12 +536,14 @@ class ScriptedUpstream:
 
     def __init__(self, port: int) -> None:
         self.port = port
-        self.script: deque[tuple[bytes | None, bool]] = deque()
+        self.script: deque[tuple[bytes | int | None, bool]] = deque()
         self.requests = 0
+        self.sent = 0
+        self.all_sent = asyncio.Event()
         self._server: asyncio.Server | None = None
         self._writers: set[asyncio.StreamWriter] = set()
 
-    def answer(self, data: bytes | None, *, close_after: bool = False) -> None:
+    def answer(self, data: bytes | int | None, *, close_after: bool = False) -> None:
         self.script.append((data, close_after))
 
     async def __aenter__(self) -> ScriptedUpstream:
@@ -570,14 +574,27 @@ class ScriptedUpstream:
                 data, close_after = self.script.popleft() if self.script else (self.OK, False)
                 if data is None:
                     break
-                writer.write(data)
-                await writer.drain()
+                if isinstance(data, int):
+                    await self._stream(writer, data)
+                else:
+                    writer.write(data)
+                    await writer.drain()
                 if close_after:
                     break
         except (asyncio.IncompleteReadError, ConnectionError):
             pass
         self._writers.discard(writer)
         writer.close()
+
+    async def _stream(self, writer: asyncio.StreamWriter, size: int) -> None:
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % size)
+        piece = b"x" * 65536
+        while self.sent < size:
+            part = piece[: size - self.sent]
+            writer.write(part)
+            await writer.drain()
+            self.sent += len(part)
+        self.all_sent.set()
 
 
 @pytest.fixture
@@ -604,6 +621,24 @@ async def test_a_dropped_keep_alive_connection_is_retried(
         assert resp.status == 200 and resp.body == b'{"ok":true}'
     assert scripted.requests == 3  # the second request, sent again on a fresh connection
     assert await events_since(stack, before) == []
+
+
+async def test_a_slow_client_holds_the_upstream_back(
+    stack: Stack, conn: RawConnection, scripted: ScriptedUpstream
+) -> None:
+    size = 64 * 1024 * 1024
+    scripted.answer(size)
+    await conn.send(post_json(CHAT, {"model": "scripted"}))
+    received = len(await conn.body_piece())  # the response has begun; the client stops reading
+    # Unread, the response can fill the sockets' buffers and little more: the proxy stops
+    # reading the upstream instead of holding the rest itself. Were it not, the upstream would
+    # send all 64 MiB in well under a second. (The upstream runs on this test's event loop.)
+    with pytest.raises(TimeoutError):
+        await asyncio.wait_for(scripted.all_sent.wait(), 3)
+    assert scripted.sent < size // 2
+    while received < size:
+        received += len(await conn.body_piece(30))
+    assert received == size and scripted.sent == size
 
 
 async def test_a_short_body_broken_off_is_a_502(
