@@ -12,9 +12,9 @@ How:
 * the checks and errors of the aiohttp path, from the same functions (API key 401, malformed
   body or no model 400, unknown model 404, concurrency limit 429, the filters);
 * a model that is ready and not draining is counted in flight (`admission.py`) and the request
-  sent on a pooled upstream connection and answered from that connection's callbacks: no task
-  and no round trip through the event loop, unless it has to wait (for a new connection, or a
-  body too large or too long to hold, which then streams);
+  sent on a pooled upstream connection and answered from that connection's callbacks, streamed
+  bodies included: no task and no round trip through the event loop, unless it has to wait (for
+  a new connection, or a retry), and the upstream held back while the client reads slower;
 * any other model (model routes only) waits for the daemon's `Ensure` in a task
   (`dispatch.acquire`), like on the aiohttp path.
 
