@@ -557,8 +557,8 @@ class HotConnection(asyncio.Protocol):
 
     # --- serving --------------------------------------------------------------------------------
     def _on_upstream(self) -> None:
-        """The upstream's response moved on (callback mode): answer once it is complete, or hand
-        it to a task when it must wait (a retry, a body to stream)."""
+        """The upstream's response moved on (callback mode): relay what it can, and hand the
+        exchange to a task only when it must wait (the retry of a kept-alive connection)."""
         ex = self.exchange
         if ex is None or ex.upstream is None:
             return
