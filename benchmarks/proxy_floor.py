@@ -1,0 +1,157 @@
+"""Where the latency a proxy adds at one connection comes from, layer by layer, in one run.
+
+Side by side at one connection (wrk, small JSON POSTs, median latency), against the same nginx
+upstream answering `return 200`:
+* direct, and nginx as a reverse proxy (as in proxy_throughput.py);
+* a uvloop byte relay (no HTTP parsing at all): the floor of one more loopback hop in Python;
+* aiohttp's low-level server answering a fixed body itself, with no upstream: aiohttp's own cost;
+* aiohttp's low-level server forwarding through swapd's pooled upstream client;
+* swapd (circusd + daemon + proxy, the hot path serving the request).
+
+Run: `python benchmarks/proxy_floor.py [--seconds 3] [--rounds 5]` (needs wrk and nginx).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from proxy_throughput import WRK_SCRIPT, nginx, wrk
+from running_swapd import RunningSwapd, free_port, wait_http_ok
+
+# Each runs as `python SCRIPT LISTEN_PORT UPSTREAM_PORT`.
+REFERENCES = {
+    "byte relay": """
+import asyncio, sys, uvloop
+UP = int(sys.argv[2])
+class Upstream(asyncio.Protocol):
+    def __init__(self, client): self.client = client
+    def data_received(self, data): self.client.write(data)
+class Client(asyncio.Protocol):
+    def connection_made(self, transport):
+        self.transport, self.upstream, self.early = transport, None, []
+        asyncio.get_running_loop().create_task(self.connect())
+    async def connect(self):
+        loop = asyncio.get_running_loop()
+        self.upstream, _ = await loop.create_connection(
+            lambda: Upstream(self.transport), "127.0.0.1", UP)
+        for data in self.early: self.upstream.write(data)
+    def data_received(self, data):
+        if self.upstream is None: self.early.append(data)
+        else: self.upstream.write(data)
+async def main():
+    await asyncio.get_running_loop().create_server(Client, "127.0.0.1", int(sys.argv[1]))
+    await asyncio.Event().wait()
+uvloop.run(main())
+""",
+    "aiohttp, no upstream": """
+import asyncio, sys, uvloop
+from aiohttp import web
+async def handler(request):
+    await request.read()
+    return web.Response(text="ok")
+async def main():
+    server = web.Server(handler, access_log=None)
+    await asyncio.get_running_loop().create_server(server, "127.0.0.1", int(sys.argv[1]))
+    await asyncio.Event().wait()
+uvloop.run(main())
+""",
+    "aiohttp + pool": """
+import asyncio, sys, uvloop
+from aiohttp import web
+from swapd.proxy.upstream_client import UpstreamPool
+UP = int(sys.argv[2])
+pool = UpstreamPool()
+async def handler(request):
+    body = await request.read()
+    head = (b"POST /v1/chat/completions HTTP/1.1\\r\\nHost: 127.0.0.1:%d\\r\\n"
+            b"Content-Type: application/json\\r\\nContent-Length: %d\\r\\n\\r\\n" % (UP, len(body)))
+    upstream = await pool.request("127.0.0.1", UP, head, body)
+    data = await upstream.read()
+    return web.Response(status=upstream.status, body=data, headers=upstream.headers)
+async def main():
+    server = web.Server(handler, access_log=None)
+    await asyncio.get_running_loop().create_server(server, "127.0.0.1", int(sys.argv[1]))
+    await asyncio.Event().wait()
+uvloop.run(main())
+""",
+}
+
+
+@contextlib.contextmanager
+def reference(tmp: Path, name: str, source: str, upstream_port: str) -> Iterator[str]:
+    script = tmp / (name.replace(" ", "_").replace(",", "").replace("+", "plus") + ".py")
+    script.write_text(source)
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, str(script), str(port), upstream_port])
+    try:
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 15
+        while True:  # the byte relay answers only what its upstream answers: probe with wrk
+            try:
+                wrk(url + "/v1/chat/completions", 1, 1, tmp / "post.lua")
+                break
+            except (subprocess.CalledProcessError, RuntimeError):
+                if time.monotonic() > deadline:
+                    raise
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--seconds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=5)
+    args = parser.parse_args()
+    for tool in ("wrk", "nginx"):
+        if shutil.which(tool) is None:
+            print(f"{tool} not found (Debian: apt-get install wrk nginx-light)", file=sys.stderr)
+            return 2
+    with tempfile.TemporaryDirectory(prefix="swapd-bench-floor-") as tmp_name:
+        tmp = Path(tmp_name)
+        script = tmp / "post.lua"
+        script.write_text(WRK_SCRIPT)
+        with contextlib.ExitStack() as stack:
+            direct, via_nginx = stack.enter_context(nginx(tmp))
+            upstream_port = direct.rsplit(":", 1)[1]
+            targets = {"direct": direct, "nginx": via_nginx}
+            for name, source in REFERENCES.items():
+                targets[name] = stack.enter_context(reference(tmp, name, source, upstream_port))
+            config = f"""
+models:
+  bench:
+    cmd: sleep 1000000
+    proxy: http://127.0.0.1:{upstream_port}
+    checkEndpoint: /
+    concurrencyLimit: 100000
+"""
+            swapd = stack.enter_context(RunningSwapd(config))
+            wait_http_ok(swapd.url + "/upstream/bench/", 30)
+            targets["swapd"] = swapd.url
+            latency: dict[str, list[float]] = {name: [] for name in targets}
+            for _ in range(args.rounds):
+                for name, base in targets.items():
+                    _, p50 = wrk(base + "/v1/chat/completions", 1, args.seconds, script)
+                    latency[name].append(p50)
+    direct_ms = statistics.median(latency["direct"])
+    print(f"median latency at 1 connection, {args.rounds} rounds of {args.seconds} s:")
+    for name, values in latency.items():
+        median = statistics.median(values)
+        rounds = ", ".join(f"{v:.3f}" for v in values)
+        print(f"  {name:22s} {median:.3f} ms   adds {median - direct_ms:+.3f} ms   ({rounds})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
