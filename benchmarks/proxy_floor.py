@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import shutil
 import statistics
 import subprocess
 import sys
@@ -25,7 +24,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from proxy_throughput import WRK_SCRIPT, nginx, wrk
+from proxy_throughput import nginx, post_script, tools_found, wrk
 from running_swapd import RunningSwapd, free_port, wait_http_ok
 
 # Each runs as `python SCRIPT LISTEN_PORT UPSTREAM_PORT`.
@@ -88,17 +87,17 @@ uvloop.run(main())
 
 
 @contextlib.contextmanager
-def reference(tmp: Path, name: str, source: str, upstream_port: str) -> Iterator[str]:
-    script = tmp / (name.replace(" ", "_").replace(",", "").replace("+", "plus") + ".py")
-    script.write_text(source)
+def reference(tmp: Path, script: Path, name: str, source: str, upstream_port: str) -> Iterator[str]:
+    program = tmp / (name.replace(" ", "_").replace(",", "").replace("+", "plus") + ".py")
+    program.write_text(source)
     port = free_port()
-    proc = subprocess.Popen([sys.executable, str(script), str(port), upstream_port])
+    proc = subprocess.Popen([sys.executable, str(program), str(port), upstream_port])
     try:
         url = f"http://127.0.0.1:{port}"
         deadline = time.monotonic() + 15
         while True:  # the byte relay answers only what its upstream answers: probe with wrk
             try:
-                wrk(url + "/v1/chat/completions", 1, 1, tmp / "post.lua")
+                wrk(url + "/v1/chat/completions", 1, 1, script)
                 break
             except (subprocess.CalledProcessError, RuntimeError):
                 if time.monotonic() > deadline:
@@ -114,20 +113,19 @@ def main() -> int:
     parser.add_argument("--seconds", type=int, default=3)
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
-    for tool in ("wrk", "nginx"):
-        if shutil.which(tool) is None:
-            print(f"{tool} not found (Debian: apt-get install wrk nginx-light)", file=sys.stderr)
-            return 2
+    if not tools_found():
+        return 2
     with tempfile.TemporaryDirectory(prefix="swapd-bench-floor-") as tmp_name:
         tmp = Path(tmp_name)
-        script = tmp / "post.lua"
-        script.write_text(WRK_SCRIPT)
+        script = post_script(tmp)
         with contextlib.ExitStack() as stack:
             direct, via_nginx = stack.enter_context(nginx(tmp))
             upstream_port = direct.rsplit(":", 1)[1]
             targets = {"direct": direct, "nginx": via_nginx}
             for name, source in REFERENCES.items():
-                targets[name] = stack.enter_context(reference(tmp, name, source, upstream_port))
+                targets[name] = stack.enter_context(
+                    reference(tmp, script, name, source, upstream_port)
+                )
             config = f"""
 models:
   bench:

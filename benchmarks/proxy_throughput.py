@@ -69,6 +69,22 @@ http {{
 """
 
 
+def tools_found() -> bool:
+    """wrk and nginx are on PATH; says what to install when not."""
+    for tool in ("wrk", "nginx"):
+        if shutil.which(tool) is None:
+            print(f"{tool} not found (Debian: apt-get install wrk nginx-light)", file=sys.stderr)
+            return False
+    return True
+
+
+def post_script(tmp: Path) -> Path:
+    """wrk's Lua script for the small JSON POSTs every target is measured with."""
+    script = tmp / "post.lua"
+    script.write_text(WRK_SCRIPT)
+    return script
+
+
 @contextlib.contextmanager
 def nginx(tmp: Path) -> Iterator[tuple[str, str]]:
     upstream, proxy = free_port(), free_port()
@@ -239,15 +255,12 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--streams", type=int, default=1000)
     args = parser.parse_args()
-    for tool in ("wrk", "nginx"):
-        if shutil.which(tool) is None:
-            print(f"{tool} not found (Debian: apt-get install wrk nginx-light)", file=sys.stderr)
-            return 2
+    if not tools_found():
+        return 2
 
     with tempfile.TemporaryDirectory(prefix="swapd-bench-nginx-") as tmp_name:
         tmp = Path(tmp_name)
-        script = tmp / "post.lua"
-        script.write_text(WRK_SCRIPT)
+        script = post_script(tmp)
         sse_port = free_port()
         with (
             nginx(tmp) as (direct, via_nginx),
