@@ -13,7 +13,7 @@ import socket
 from dataclasses import dataclass
 from pathlib import Path
 
-from swapd.ipc.endpoints import Endpoints
+from ..ipc.endpoints import Endpoints
 
 DAEMON_WATCHER = "swapd-daemon"
 PROXY_WATCHER = "swapd-proxy"

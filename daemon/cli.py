@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from swapd.ipc.endpoints import default_run_dir
+from ..ipc.endpoints import default_run_dir
 
 
 def _add_run_dir(parser: argparse.ArgumentParser) -> None:
@@ -89,11 +89,11 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "check-config":
-        from swapd.daemon.check_config import main as command
+        from .config.check import main as command
     elif args.command == "run":
-        from swapd.daemon.run import main as command
+        from .run import main as command
     else:
-        from swapd.daemon.operator import main as command
+        from .operator import main as command
     return command(args)
 
 

@@ -17,9 +17,9 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping
 
-from swapd.daemon.config import Config
-from swapd.daemon.eviction_gpus import gpu_set, gpus_overlap
-from swapd.daemon.eviction_groups import group_evicts, membership_of, memberships
+from .config import Config
+from .eviction_gpus import gpu_set, gpus_overlap
+from .eviction_groups import group_evicts, membership_of, memberships
 
 
 def evict_for(

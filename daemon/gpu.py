@@ -21,8 +21,8 @@ from typing import Protocol
 
 import msgspec
 
-from swapd.daemon.config import Config
-from swapd.ipc.messages import GpuInfo, LingeringProcess
+from ..ipc.messages import GpuInfo, LingeringProcess
+from .config import Config
 
 log = logging.getLogger("swapd.gpu")
 
@@ -94,13 +94,13 @@ def make_backend(
     if mode not in MODES:
         raise GpuError(f"unknown GPU backend {mode!r} (valid: {', '.join(MODES)})")
     if mode == "fake":
-        from swapd.daemon.gpu_fake import FakeBackend
+        from .gpu_fake import FakeBackend
 
         return FakeBackend.from_env(env)
     if mode == "none":
         return NullBackend("GPU backend disabled")
 
-    from swapd.daemon.gpu_nvml import NvmlBackend
+    from .gpu_nvml import NvmlBackend
 
     if mode == "nvml":
         return NvmlBackend()

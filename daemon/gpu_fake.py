@@ -21,8 +21,8 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
-from swapd.daemon.gpu import GpuError, GpuProcess
-from swapd.ipc.messages import GpuInfo
+from ..ipc.messages import GpuInfo
+from .gpu import GpuError, GpuProcess
 
 CUDA_ENV = "CUDA_VISIBLE_DEVICES"
 GPUS_ENV = "SWAPD_FAKE_GPUS"

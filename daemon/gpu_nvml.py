@@ -5,8 +5,8 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from swapd.daemon.gpu import GpuError, GpuProcess
-from swapd.ipc.messages import GpuInfo
+from ..ipc.messages import GpuInfo
+from .gpu import GpuError, GpuProcess
 
 
 def _text(value: str | bytes) -> str:

@@ -34,11 +34,12 @@ import aiohttp
 import msgspec
 import psutil
 
-from swapd.daemon import health, pid_watch, watcher_names
-from swapd.daemon.circus_client import CircusClient, CircusError
-from swapd.daemon.config import ModelConfig
-from swapd.daemon.scheduler import EnsureError
-from swapd.ipc.messages import LingeringProcess
+from ..ipc import watcher_names
+from ..ipc.messages import LingeringProcess
+from . import health, pid_watch
+from .circus_client import CircusClient, CircusError
+from .config import ModelConfig
+from .scheduler import EnsureError
 
 log = logging.getLogger("swapd.lifecycle")
 
@@ -567,7 +568,7 @@ class Lifecycle:
     ) -> tuple[LingeringProcess, ...]:
         if self.gpu_backend is None:
             return ()
-        from swapd.daemon import gpu
+        from . import gpu
 
         try:
             lingering = await gpu.wait_released(

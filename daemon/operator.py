@@ -12,9 +12,9 @@ from typing import Any
 
 import msgspec
 
-from swapd.ipc.client import DaemonClient, DaemonUnavailable
-from swapd.ipc.endpoints import Endpoints, default_run_dir
-from swapd.ipc.messages import Error, ModelStatus, Ok, Reload, Status, StatusReply, Unload
+from ..ipc.client import DaemonClient, DaemonUnavailable
+from ..ipc.endpoints import Endpoints, default_run_dir
+from ..ipc.messages import Error, ModelStatus, Ok, Reload, Status, StatusReply, Unload
 
 STATUS_TIMEOUT = 5.0
 # An unload waits for drains (a long stream is never cut) and for cmdStop.

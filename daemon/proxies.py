@@ -8,17 +8,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-# A proxy that sent nothing for this long is gone: its counts no longer hold a TTL or a drain.
-SILENT_AFTER = 3.0
-# Proxies heartbeat every second: a daemon that just (re)started has heard from all of them only
-# after this long, so a drain that early first waits for it (a restarted daemon must not stop a
-# model under a request it has not heard of).
-HEARTBEAT_GRACE = 1.5
-# A proxy casts Activity at most once per second per model, so a report (a request that began, or
-# the idle edge) may reach the daemon up to 1 s after the fact. The TTL does not unload a model
-# this soon after its last report or Ready reply: a request the proxy has not reported yet may be
-# under way.
-REPORT_GRACE = 1.5
+from ..ipc.timings import HEARTBEAT_GRACE, SILENT_AFTER
 
 
 @dataclass

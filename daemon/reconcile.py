@@ -16,11 +16,12 @@ from typing import TYPE_CHECKING
 
 import psutil
 
-from swapd.daemon import health, lifecycle, pid_watch, watcher_names
-from swapd.daemon.circus_client import CircusError, CircusUnavailable
+from ..ipc import watcher_names
+from . import health, lifecycle, pid_watch
+from .circus_client import CircusError, CircusUnavailable
 
 if TYPE_CHECKING:
-    from swapd.daemon.server import Daemon
+    from .server import Daemon
 
 log = logging.getLogger("swapd.reconcile")
 

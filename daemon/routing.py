@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from swapd.daemon.config import Config, Filters
-from swapd.ipc.messages import RouteFilters, RouteModel, RoutePeer, RoutingTable
+from ..ipc.messages import RouteFilters, RouteModel, RoutePeer, RoutingTable
+from .config import Config, Filters
 
 
 def _filters(filters: Filters) -> RouteFilters:

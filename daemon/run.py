@@ -14,9 +14,9 @@ import socket
 import sys
 from pathlib import Path
 
-from swapd.daemon import circus_config, embedded, gpu
-from swapd.daemon.config import Config
-from swapd.ipc.endpoints import Endpoints, default_run_dir, ensure_private_dir
+from ..ipc.endpoints import Endpoints, default_run_dir, ensure_private_dir
+from . import circus_config, gpu
+from .config import Config, embedded
 
 # circusd must outlast the daemon's own shutdown (cmdStop of every model, in parallel).
 _SHUTDOWN_MARGIN = 10.0
@@ -76,7 +76,7 @@ def _check_gpus(config: Config) -> str | None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from swapd.daemon.config_loader import ConfigError, load_config
+    from .config import ConfigError, load_config
 
     try:
         host, port = circus_config.parse_listen(args.listen)

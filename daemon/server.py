@@ -27,26 +27,9 @@ import psutil
 import zmq
 import zmq.asyncio
 
-from swapd.daemon import (
-    circus_config,
-    eviction,
-    gpu,
-    lifecycle,
-    notify,
-    pid_watch,
-    reconcile,
-    routing,
-    ttl,
-    watcher_names,
-)
-from swapd.daemon.circus_client import CircusClient, CircusError, CircusUnavailable
-from swapd.daemon.circus_events import CircusEvents
-from swapd.daemon.config import Config, ModelConfig
-from swapd.daemon.proxies import ProxyRegistry
-from swapd.daemon.scheduler import EnsureError, ModelRecord, Scheduler
-from swapd.ipc import codec
-from swapd.ipc.endpoints import Endpoints
-from swapd.ipc.messages import (
+from ..ipc import codec, watcher_names
+from ..ipc.endpoints import Endpoints
+from ..ipc.messages import (
     Activity,
     Drained,
     Draining,
@@ -67,6 +50,22 @@ from swapd.ipc.messages import (
     TableChanged,
     Unload,
 )
+from . import (
+    circus_config,
+    eviction,
+    gpu,
+    lifecycle,
+    notify,
+    pid_watch,
+    reconcile,
+    routing,
+    ttl,
+)
+from .circus_client import CircusClient, CircusError, CircusUnavailable
+from .circus_events import CircusEvents
+from .config import Config, ModelConfig
+from .proxies import ProxyRegistry
+from .scheduler import EnsureError, ModelRecord, Scheduler
 
 log = logging.getLogger("swapd.daemon")
 
@@ -81,7 +80,7 @@ GPU_RELEASE_ENV = "SWAPD_GPU_RELEASE_TIMEOUT"
 
 
 def load(path: Path) -> Config:
-    from swapd.daemon.config_loader import load_config
+    from .config import load_config
 
     return load_config(path)
 

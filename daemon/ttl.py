@@ -5,9 +5,10 @@ REPORT_GRACE of its last report or Ready reply."""
 
 from __future__ import annotations
 
-from swapd.daemon.config import Config
-from swapd.daemon.proxies import REPORT_GRACE, ProxyRegistry
-from swapd.daemon.scheduler import ModelRecord
+from ..ipc.timings import REPORT_GRACE
+from .config import Config
+from .proxies import ProxyRegistry
+from .scheduler import ModelRecord
 
 
 def last_used(rec: ModelRecord, registry: ProxyRegistry) -> float:

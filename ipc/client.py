@@ -9,9 +9,9 @@ from collections.abc import Callable
 import msgspec
 import zmq.asyncio
 
-from swapd.ipc import codec
-from swapd.ipc.dealer import Dealer
-from swapd.ipc.messages import Reply, Request
+from . import codec
+from .dealer import Dealer
+from .messages import Reply, Request
 
 
 class DaemonUnavailable(Exception):

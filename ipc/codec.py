@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import msgspec
 
-from swapd.ipc.messages import Event, Inbound, Reply
+from .messages import Event, Inbound, Reply
 
 _encoder = msgspec.msgpack.Encoder()
 _inbound = msgspec.msgpack.Decoder(Inbound)

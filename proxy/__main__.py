@@ -23,9 +23,9 @@ from pathlib import Path
 
 from aiohttp import web
 
-from swapd.proxy.app import make_app
-from swapd.proxy.context import CTX
-from swapd.proxy.hot_path import KEEPALIVE_S, HotPath
+from .app import make_app
+from .context import CTX
+from .hot_path import KEEPALIVE_S, HotPath
 
 _SHUTDOWN_TIMEOUT_S = 5.0
 

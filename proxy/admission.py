@@ -21,13 +21,13 @@ import asyncio
 import logging
 import time
 
-from swapd.proxy.daemon_link import DaemonLink
-from swapd.proxy.errors import ProxyError
-from swapd.proxy.state import ModelRuntime, ProxyState
+from ..ipc.timings import ACTIVITY_INTERVAL_S
+from .daemon_link import DaemonLink
+from .errors import ProxyError
+from .state import ModelRuntime, ProxyState
 
 log = logging.getLogger(__name__)
 
-ACTIVITY_INTERVAL_S = 1.0
 _STOPPED_STATES = frozenset({"stopping", "stopped", "failed"})
 
 

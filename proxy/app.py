@@ -10,19 +10,19 @@ from pathlib import Path
 import zmq.asyncio
 from aiohttp import web
 
-from swapd.ipc.client import DaemonClient
-from swapd.ipc.endpoints import Endpoints
-from swapd.proxy import comfyui, logs, model_routes, models_list, ops, passthrough
-from swapd.proxy.admission import Admission
-from swapd.proxy.auth import check_api_key
-from swapd.proxy.context import CTX, ProxyContext
-from swapd.proxy.daemon_link import DaemonLink
-from swapd.proxy.errors import ProxyError, error_response
-from swapd.proxy.forward import make_session
-from swapd.proxy.log_hub import LogHub
-from swapd.proxy.state import ProxyState, StateSync
-from swapd.proxy.sync_wait import routes_of
-from swapd.proxy.upstream_client import UpstreamPool
+from ..ipc.client import DaemonClient
+from ..ipc.endpoints import Endpoints
+from . import comfyui, logs, model_routes, models_list, ops, passthrough
+from .admission import Admission
+from .auth import check_api_key
+from .context import CTX, ProxyContext
+from .daemon_link import DaemonLink
+from .errors import ProxyError, error_response
+from .forward import make_session
+from .log_hub import LogHub
+from .state import ProxyState, StateSync
+from .sync_wait import routes_of
+from .upstream_client import UpstreamPool
 
 log = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ import hmac
 
 from aiohttp import web
 
-from swapd.proxy.errors import ProxyError
+from .errors import ProxyError
 
 REALM = 'Basic realm="swapd"'
 UNAUTHORIZED = "unauthorized: invalid or missing API key"

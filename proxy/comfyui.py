@@ -20,8 +20,8 @@ import urllib.parse
 
 from aiohttp import web
 
-from swapd.daemon.config import COMFYUI_MODEL_ID
-from swapd.proxy.passthrough import passthrough, redirect_with_slash
+from ..ipc.reserved import COMFYUI_MODEL_ID
+from .passthrough import passthrough, redirect_with_slash
 
 PREFIX = "/comfyui"
 IGNORED_PATH = "ignored ComfyUI paths cannot start it"

@@ -11,11 +11,11 @@ from pathlib import Path
 import aiohttp
 from aiohttp import web
 
-from swapd.proxy.admission import Admission
-from swapd.proxy.daemon_link import DaemonLink
-from swapd.proxy.log_hub import LogHub
-from swapd.proxy.state import ProxyState
-from swapd.proxy.upstream_client import UpstreamPool
+from .admission import Admission
+from .daemon_link import DaemonLink
+from .log_hub import LogHub
+from .state import ProxyState
+from .upstream_client import UpstreamPool
 
 
 @dataclass(slots=True)

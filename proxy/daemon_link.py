@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
-from swapd.ipc.client import DaemonClient
-from swapd.ipc.messages import (
+from ..ipc.client import DaemonClient
+from ..ipc.messages import (
     Activity,
     Drained,
     Ensure,
@@ -33,7 +33,7 @@ from swapd.ipc.messages import (
 )
 
 if TYPE_CHECKING:
-    from swapd.proxy.state import ProxyState
+    from .state import ProxyState
 
 log = logging.getLogger(__name__)
 

@@ -12,12 +12,12 @@ import asyncio
 from aiohttp import web
 from multidict import CIMultiDict
 
-from swapd.ipc.messages import Error
-from swapd.proxy.context import ProxyContext
-from swapd.proxy.errors import ProxyError
-from swapd.proxy.forward import forward
-from swapd.proxy.state import ModelRuntime
-from swapd.proxy.websocket import is_websocket, relay_websocket
+from ..ipc.messages import Error
+from .context import ProxyContext
+from .errors import ProxyError
+from .forward import forward
+from .state import ModelRuntime
+from .websocket import is_websocket, relay_websocket
 
 # How long a request that got `Ready` for a model this process still sees draining waits for the
 # event stream to catch up before asking again (the reply and the broadcast travel on different

@@ -19,8 +19,8 @@ from aiohttp import web
 from multidict import CIMultiDict
 from yarl import URL
 
-from swapd.proxy.errors import ProxyError
-from swapd.proxy.upstream_client import (
+from .errors import ProxyError
+from .upstream_client import (
     UpstreamBroken,
     UpstreamError,
     UpstreamPool,

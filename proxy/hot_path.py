@@ -44,12 +44,12 @@ from aiohttp.helpers import rfc822_formatted_time
 from aiohttp.http import SERVER_SOFTWARE
 from httptools import HttpParserError, HttpParserUpgrade, HttpRequestParser
 
-from swapd.proxy.auth import key_from, key_ok, unauthorized
-from swapd.proxy.body import json_model
-from swapd.proxy.context import ProxyContext
-from swapd.proxy.dispatch import acquire
-from swapd.proxy.errors import ProxyError, error_body
-from swapd.proxy.forward import (
+from .auth import key_from, key_ok, unauthorized
+from .body import json_model
+from .context import ProxyContext
+from .dispatch import acquire
+from .errors import ProxyError, error_body
+from .forward import (
     RESPONSE_DROP,
     SMALL_BODY,
     broke_off,
@@ -57,11 +57,11 @@ from swapd.proxy.forward import (
     split_url,
     unreachable,
 )
-from swapd.proxy.lent_transport import LentTransport
-from swapd.proxy.model_routes import MODEL_ROUTES, local_body, model_not_found
-from swapd.proxy.passthrough import upstream_target
-from swapd.proxy.state import ModelRuntime
-from swapd.proxy.upstream_client import (
+from .lent_transport import LentTransport
+from .model_routes import MODEL_ROUTES, local_body, model_not_found
+from .passthrough import upstream_target
+from .state import ModelRuntime
+from .upstream_client import (
     UpstreamError,
     UpstreamResponse,
     head_error,

@@ -3,7 +3,7 @@
 * proxy: this proxy process's own log records, kept in a 100 KiB ring and fanned out live. (With
   several proxy processes each answers with its own.)
 * a model: its process output, which circus writes to one file per model in the routing table's
-  `log_dir` (`<watcher name>.log`, the name `swapd.daemon.watcher_names` gives the id); the history
+  `log_dir` (`<watcher name>.log`, the name `swapd.ipc.watcher_names` gives the id); the history
   is the file's last 100 KiB, then the file is followed (rotation and truncation are noticed).
 * upstream: every model's output, each line prefixed with `[<model id>] `.
 * combined (`/logs`, `/logs/stream`): proxy, then upstream.
@@ -21,11 +21,11 @@ from pathlib import Path
 
 from aiohttp import web
 
-from swapd.daemon.watcher_names import watcher_name
-from swapd.proxy.context import CTX
-from swapd.proxy.errors import ProxyError
-from swapd.proxy.log_hub import HISTORY_BYTES, QUEUE_CHUNKS, offer
-from swapd.proxy.sync_wait import routes_of
+from ..ipc.watcher_names import watcher_name
+from .context import CTX
+from .errors import ProxyError
+from .log_hub import HISTORY_BYTES, QUEUE_CHUNKS, offer
+from .sync_wait import routes_of
 
 FOLLOW_POLL_S = 0.2
 

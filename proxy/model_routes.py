@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from swapd.ipc.messages import RouteModel
-from swapd.proxy.body import RequestModel, filter_json, read_model, replace_span
-from swapd.proxy.context import CTX
-from swapd.proxy.dispatch import serve_local
-from swapd.proxy.errors import ProxyError
-from swapd.proxy.peers import serve_peer
-from swapd.proxy.sync_wait import routes_of
+from ..ipc.messages import RouteModel
+from .body import RequestModel, filter_json, read_model, replace_span
+from .context import CTX
+from .dispatch import serve_local
+from .errors import ProxyError
+from .peers import serve_peer
+from .sync_wait import routes_of
 
 # (method, path): the model comes from a JSON body, a multipart form, or ?model= (body.py).
 MODEL_ROUTES: tuple[tuple[str, str], ...] = (

@@ -14,10 +14,10 @@ from typing import Any
 import msgspec
 from aiohttp import web
 
-from swapd.ipc.messages import RouteModel
-from swapd.proxy.context import CTX
-from swapd.proxy.state import LOADED_STATES
-from swapd.proxy.sync_wait import routes_of
+from ..ipc.messages import RouteModel
+from .context import CTX
+from .state import LOADED_STATES
+from .sync_wait import routes_of
 
 OWNED_BY = "swapd"
 _encode = msgspec.json.Encoder().encode

@@ -5,10 +5,10 @@ from __future__ import annotations
 import msgspec
 from aiohttp import web
 
-from swapd.ipc.messages import Error, Ok
-from swapd.proxy.context import CTX
-from swapd.proxy.errors import ProxyError
-from swapd.proxy.sync_wait import routes_of
+from ..ipc.messages import Error, Ok
+from .context import CTX
+from .errors import ProxyError
+from .sync_wait import routes_of
 
 _encode = msgspec.json.Encoder().encode
 

@@ -41,14 +41,14 @@ from collections.abc import Callable
 
 from aiohttp import web
 
-from swapd.proxy.context import CTX, ProxyContext
-from swapd.proxy.dispatch import not_loaded, serve_local
-from swapd.proxy.errors import ProxyError
-from swapd.proxy.forward import forward
-from swapd.proxy.peers import serve_peer
-from swapd.proxy.state import Routes
-from swapd.proxy.sync_wait import routes_of
-from swapd.proxy.websocket import is_websocket
+from .context import CTX, ProxyContext
+from .dispatch import not_loaded, serve_local
+from .errors import ProxyError
+from .forward import forward
+from .peers import serve_peer
+from .state import Routes
+from .sync_wait import routes_of
+from .websocket import is_websocket
 
 IGNORED_PATH = "path matches upstream.ignorePaths"
 IGNORED_WEBSOCKET = "ignored websocket requests cannot start it"

@@ -14,12 +14,12 @@ import urllib.parse
 
 from aiohttp import web
 
-from swapd.proxy.body import RequestModel, filter_json, replace_span
-from swapd.proxy.context import ProxyContext
-from swapd.proxy.errors import ProxyError
-from swapd.proxy.forward import forward, upstream_headers
-from swapd.proxy.state import PeerTarget
-from swapd.proxy.websocket import is_websocket, relay_websocket
+from .body import RequestModel, filter_json, replace_span
+from .context import ProxyContext
+from .errors import ProxyError
+from .forward import forward, upstream_headers
+from .state import PeerTarget
+from .websocket import is_websocket, relay_websocket
 
 
 def _with_query_model(path_qs: str, model: str) -> str:

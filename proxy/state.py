@@ -27,8 +27,8 @@ from typing import TYPE_CHECKING
 import zmq
 import zmq.asyncio
 
-from swapd.ipc import codec
-from swapd.ipc.messages import (
+from ..ipc import codec
+from ..ipc.messages import (
     Draining,
     Event,
     ModelStatus,
@@ -40,13 +40,13 @@ from swapd.ipc.messages import (
     StateChanged,
     TableChanged,
 )
+from ..ipc.timings import HEARTBEAT_S
 
 if TYPE_CHECKING:
-    from swapd.proxy.daemon_link import DaemonLink
+    from .daemon_link import DaemonLink
 
 log = logging.getLogger(__name__)
 
-HEARTBEAT_S = 1.0
 # States in which a model counts as "loaded" for /v1/models (llama-swap: any non-stopped state).
 LOADED_STATES = frozenset({"starting", "ready", "draining", "stopping"})
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import asyncio
 
-from swapd.proxy.context import ProxyContext
-from swapd.proxy.errors import ProxyError
-from swapd.proxy.state import Routes
+from .context import ProxyContext
+from .errors import ProxyError
+from .state import Routes
 
 FIRST_TABLE_WAIT_S = 30.0
 

@@ -15,12 +15,12 @@ import aiohttp
 from aiohttp import WSMsgType, web
 from yarl import URL
 
-from swapd.proxy.errors import ProxyError
-from swapd.proxy.forward import HOP_BY_HOP, upstream_headers
+from .errors import ProxyError
+from .forward import HOP_BY_HOP, upstream_headers
 
 if TYPE_CHECKING:
-    from swapd.proxy.context import ProxyContext
-    from swapd.proxy.state import ModelRuntime
+    from .context import ProxyContext
+    from .state import ModelRuntime
 
 log = logging.getLogger(__name__)
 

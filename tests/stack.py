@@ -218,7 +218,7 @@ class Stack:
             return ""
 
     def model_log(self, model_id: str) -> str:
-        from swapd.daemon.watcher_names import watcher_name
+        from swapd.ipc.watcher_names import watcher_name
 
         path = self.log_dir / f"{watcher_name(model_id)}.log"
         return path.read_text(errors="replace") if path.exists() else ""

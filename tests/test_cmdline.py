@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from swapd.daemon.cmdline import join_continuations, split_command, strip_comment_lines
-from swapd.daemon.config_loader import load, load_config_text
+from swapd.daemon.config.cmdline import join_continuations, split_command, strip_comment_lines
+from swapd.daemon.config.loader import load, load_config_text
 
 
 def test_llama_swap_sanitize_example_gives_its_twelve_tokens() -> None:

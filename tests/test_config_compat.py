@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from swapd.daemon import config as c
-from swapd.daemon.config_loader import load, load_config
+from swapd.daemon.config import model as c
+from swapd.daemon.config.loader import load, load_config
 
 CONFIGS = Path(__file__).parent / "configs"
 # The seed page sits beside the checkout (../shared/seed/), as DESIGN.md refers to it.

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from swapd.daemon.config_loader import load_config_text
+from swapd.daemon.config.loader import load_config_text
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "configuration.md"
 

@@ -6,7 +6,7 @@ import textwrap
 
 import pytest
 
-from swapd.daemon.config_loader import ConfigError, ConfigIssue, load_config_text
+from swapd.daemon.config.loader import ConfigError, ConfigIssue, load_config_text
 
 
 def issues(text: str, source: str = "config.yaml") -> list[ConfigIssue]:

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from swapd.daemon import config as c
-from swapd.daemon.config_loader import ConfigError, load, load_config, load_config_text
+from swapd.daemon.config import model as c
+from swapd.daemon.config.loader import ConfigError, load, load_config, load_config_text
 
 MINIMAL = """
 models:

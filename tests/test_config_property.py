@@ -16,8 +16,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from swapd.daemon.config import Config
-from swapd.daemon.config_loader import ConfigError, load_config_text
-from swapd.daemon.config_schema import FILTERS, GROUP, MODEL, PEER, TOP_LEVEL
+from swapd.daemon.config.loader import ConfigError, load_config_text
+from swapd.daemon.config.schema import FILTERS, GROUP, MODEL, PEER, TOP_LEVEL
 
 CONFIGS = Path(__file__).parent / "configs"
 ENVIRON = {"HOME": "/home/u", "SWAPD_TEST_API_KEY": "k", "SWAPD_TEST_OPENROUTER_KEY": "o"}

@@ -11,12 +11,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from swapd.daemon import circus_config, ttl, watcher_names
+from swapd.daemon import circus_config, ttl
 from swapd.daemon.circus_events import parse
 from swapd.daemon.config import Config, ModelConfig
-from swapd.daemon.proxies import HEARTBEAT_GRACE, REPORT_GRACE, ProxyRegistry
+from swapd.daemon.proxies import ProxyRegistry
 from swapd.daemon.scheduler import ModelRecord
+from swapd.ipc import watcher_names
 from swapd.ipc.endpoints import Endpoints
+from swapd.ipc.timings import HEARTBEAT_GRACE, REPORT_GRACE
 
 
 @given(st.text(min_size=1))

@@ -15,7 +15,7 @@ import aiohttp
 import openai
 import pytest
 
-from swapd.daemon.embedded import default_config_path, demo_environ, describe_default
+from swapd.daemon.config.embedded import default_config_path, demo_environ, describe_default
 
 
 def _free_port() -> int:
@@ -129,7 +129,7 @@ def test_describe_default_names_the_models_and_a_curl_line() -> None:
 
 def test_default_config_loads_and_its_cmd_runs() -> None:
     config_loader = pytest.importorskip(
-        "swapd.daemon.config_loader", reason="the config loader (issue 2) is not there yet"
+        "swapd.daemon.config.loader", reason="the config loader (issue 2) is not there yet"
     )
     config = config_loader.load_config(default_config_path(), environ=demo_environ())
     assert sorted(config.models) == ["demo-large", "demo-small"]

@@ -6,9 +6,8 @@ import textwrap
 
 import pytest
 
-from swapd.daemon import macros
-from swapd.daemon.config import Config
-from swapd.daemon.config_loader import ConfigError, load_config_text
+from swapd.daemon.config import Config, macros
+from swapd.daemon.config.loader import ConfigError, load_config_text
 
 ENV = {"HOME": "/home/u", "SWAPD_PORT_BASE": "7000"}
 

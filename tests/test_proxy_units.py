@@ -438,7 +438,8 @@ class _RecordingLink:
 
 async def test_activity_sends_the_idle_edge_at_once_and_folds_the_rest_into_one_cast() -> None:
     from swapd.ipc.messages import ModelStatus
-    from swapd.proxy.admission import ACTIVITY_INTERVAL_S, Admission
+    from swapd.ipc.timings import ACTIVITY_INTERVAL_S
+    from swapd.proxy.admission import Admission
     from swapd.proxy.state import ModelRuntime, ProxyState
 
     link = _RecordingLink()

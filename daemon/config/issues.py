@@ -6,7 +6,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from swapd.daemon.yaml_nodes import Document, Path
+from .yaml_nodes import Document, Path
 
 
 @dataclass(frozen=True)

@@ -9,9 +9,9 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from swapd.daemon.config_issues import Report, describe
-from swapd.daemon.macros import as_text
-from swapd.daemon.yaml_nodes import Path
+from .issues import Report, describe
+from .macros import as_text
+from .yaml_nodes import Path
 
 # msgpack, which carries the config to the proxy, holds integers in 64 bits.
 MIN_INT = -(2**63)

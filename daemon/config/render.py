@@ -11,7 +11,7 @@ from typing import Any
 
 import yaml
 
-from swapd.daemon.config import Config, Filters, Forced, ModelConfig
+from .model import Config, Filters, Forced, ModelConfig
 
 HIDDEN = "(hidden)"
 _KEY_LINE = re.compile(r"^( *)([A-Za-z_][A-Za-z0-9_]*):")

@@ -11,8 +11,8 @@ import difflib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from swapd.daemon.config_issues import Report
-from swapd.daemon.yaml_nodes import Path
+from .issues import Report
+from .yaml_nodes import Path
 
 # Top-level keys starting with this are the user's own (docker compose's convention): ignored.
 EXTENSION_PREFIX = "x-"

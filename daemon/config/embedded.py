@@ -15,7 +15,7 @@ CONFIG_NAME = "default_config.yaml"
 
 def default_config_path() -> Path:
     """The packaged default_config.yaml (a real file: the package is installed unzipped)."""
-    return Path(str(resources.files("swapd.daemon").joinpath(CONFIG_NAME)))
+    return Path(str(resources.files("swapd.daemon.config").joinpath(CONFIG_NAME)))
 
 
 def demo_environ() -> dict[str, str]:

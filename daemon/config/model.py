@@ -20,8 +20,6 @@ DEFAULT_UNLOAD_TIMEOUT = 10
 DEFAULT_CONCURRENCY_LIMIT = 10
 DEFAULT_IGNORE_PATHS: tuple[str, ...] = (r".*\.(js|json|css|png|gif|jpg|jpeg|ico|txt)$",)
 
-# The reserved ComfyUI model (shared/seed/comfyui-endpoint.txt).
-COMFYUI_MODEL_ID = "comfyui_auto"
 COMFYUI_MIN_CONCURRENCY = 999
 
 

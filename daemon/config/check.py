@@ -6,8 +6,8 @@ import argparse
 import os
 import sys
 
-from swapd.daemon.config_loader import ConfigError, load
-from swapd.daemon.config_render import render
+from .loader import ConfigError, load
+from .render import render
 
 
 def _plural(count: int, word: str) -> str:

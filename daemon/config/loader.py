@@ -18,13 +18,14 @@ from pathlib import Path as FsPath
 from typing import Any
 from urllib.parse import urlsplit
 
-from swapd.daemon import config as c
-from swapd.daemon import macros
-from swapd.daemon.cmdline import split_command, strip_comment_lines
-from swapd.daemon.config_issues import ConfigError, ConfigIssue, Report, describe
-from swapd.daemon.config_schema import TOP_LEVEL, KeyCheck, suggest
-from swapd.daemon.config_values import Reader
-from swapd.daemon.yaml_nodes import Document, Path, YamlSyntaxError, parse
+from ...ipc.reserved import COMFYUI_MODEL_ID
+from . import macros
+from . import model as c
+from .cmdline import split_command, strip_comment_lines
+from .issues import ConfigError, ConfigIssue, Report, describe
+from .schema import TOP_LEVEL, KeyCheck, suggest
+from .values import Reader
+from .yaml_nodes import Document, Path, YamlSyntaxError, parse
 
 __all__ = ["ConfigError", "ConfigIssue", "Loaded", "load", "load_config", "load_config_text"]
 
@@ -525,7 +526,7 @@ class _Builder:
 
         limit = concurrency or c.DEFAULT_CONCURRENCY_LIMIT
         forced: list[c.Forced] = []
-        if model.id == c.COMFYUI_MODEL_ID:
+        if model.id == COMFYUI_MODEL_ID:
             if not ignore_websockets:
                 ignore_websockets = True
                 forced.append(c.Forced("compat.ignoreWebsockets", True, COMFYUI_WEBSOCKETS_REASON))

@@ -13,8 +13,8 @@ import re
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from swapd.daemon.config_issues import Report, describe
-from swapd.daemon.yaml_nodes import Document, Path, resolve_plain
+from .issues import Report, describe
+from .yaml_nodes import Document, Path, resolve_plain
 
 Macro = tuple[str, Any]
 

@@ -1,0 +1,1 @@
+"""The daemon's decisions as plain logic: the scheduler, eviction policies, TTL, proxy liveness."""

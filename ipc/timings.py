@@ -1,0 +1,22 @@
+"""The protocol's timings: what the proxy promises to send, and how long the daemon waits for it.
+
+Both sides import these, so a change to one number moves its partner with it.
+"""
+
+from __future__ import annotations
+
+# The proxy sends Hello this often.
+HEARTBEAT_S = 1.0
+# The proxy casts Activity at most this often per model (and at once on the busy->idle edge).
+ACTIVITY_INTERVAL_S = 1.0
+
+# A proxy that sent nothing for this long is gone: its counts no longer hold a TTL or a drain.
+SILENT_AFTER = 3 * HEARTBEAT_S
+# A daemon that just (re)started has heard from every proxy only after a heartbeat and a half, so a
+# drain that early first waits for it (a restarted daemon must not stop a model under a request it
+# has not heard of).
+HEARTBEAT_GRACE = 1.5 * HEARTBEAT_S
+# An Activity report (a request that began, or the idle edge) may reach the daemon up to
+# ACTIVITY_INTERVAL_S after the fact, so the TTL does not unload a model this soon after its last
+# report or Ready reply: a request the proxy has not reported yet may be under way.
+REPORT_GRACE = 1.5 * ACTIVITY_INTERVAL_S
