@@ -1,51 +1,32 @@
-"""Config -> the routing table the daemon publishes to proxies (they never read the config file)."""
+"""Config -> the routing table the daemon publishes to proxies (they never read the config file).
+
+A model's routing fields are `ipc.messages.ModelRouting`, which `ModelConfig` extends, and a peer
+is the ipc struct itself: nothing here is copied field by field.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from ..ipc.messages import RouteFilters, RouteModel, RoutePeer, RoutingTable
-from .config import Config, Filters
+from ..ipc.messages import ModelRouting, RouteModel, RoutingTable
+from .config import Config, ModelConfig
+from .config.patterns import search_form
+
+_ROUTING_FIELDS = ModelRouting.__struct_fields__
 
 
-def _filters(filters: Filters) -> RouteFilters:
-    return RouteFilters(strip_params=filters.strip_params, set_params=dict(filters.set_params))
+def route(model: ModelConfig) -> RouteModel:
+    shared = {name: getattr(model, name) for name in _ROUTING_FIELDS}
+    return RouteModel(**shared, upstream=model.proxy)
 
 
 def routing_table(config: Config, generation: int, log_dir: Path | None = None) -> RoutingTable:
-    models = tuple(
-        RouteModel(
-            id=m.id,
-            upstream=m.proxy,
-            concurrency_limit=m.concurrency_limit,
-            ttl=m.ttl,
-            aliases=m.aliases,
-            unlisted=m.unlisted,
-            use_model_name=m.use_model_name,
-            ignore_websockets=m.ignore_websockets,
-            name=m.name,
-            description=m.description,
-            metadata=dict(m.metadata),
-            filters=_filters(m.filters),
-        )
-        for m in config.models.values()
-    )
-    peers = tuple(
-        RoutePeer(
-            id=pid,
-            proxy=p.proxy,
-            models=p.models,
-            api_key=p.api_key,
-            filters=_filters(p.filters),
-        )
-        for pid, p in config.peers.items()
-    )
     return RoutingTable(
         generation=generation,
-        models=models,
-        peers=peers,
+        models=tuple(route(m) for m in config.models.values()),
+        peers=tuple(config.peers.values()),
         api_keys=config.api_keys,
-        ignore_paths=config.ignore_paths,
+        ignore_paths=tuple(search_form(p) for p in config.ignore_paths),
         include_aliases_in_list=config.include_aliases_in_list,
         log_dir=str(log_dir) if log_dir is not None else "",
     )

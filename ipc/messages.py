@@ -30,14 +30,18 @@ class _Msg(msgspec.Struct, frozen=True, tag=True, tag_field="type"):
 # The routing table: what a proxy needs to route and admit requests without asking the daemon.
 
 
-class RouteFilters(msgspec.Struct, frozen=True):
+class Filters(msgspec.Struct, frozen=True):
+    """Body rewrites before a request is forwarded (a model's or a peer's `filters`)."""
+
     strip_params: tuple[str, ...] = ()
     set_params: dict[str, Any] = msgspec.field(default_factory=dict)
 
 
-class RouteModel(msgspec.Struct, frozen=True):
+class ModelRouting(msgspec.Struct, frozen=True, kw_only=True):
+    """What a proxy routes and admits a local model by. Declared once: the daemon's `ModelConfig`
+    extends it with what only the daemon needs, and `RouteModel` adds the upstream address."""
+
     id: str
-    upstream: str  # the model's `proxy` URL, e.g. http://localhost:5800
     concurrency_limit: int
     ttl: int
     aliases: tuple[str, ...] = ()
@@ -47,15 +51,21 @@ class RouteModel(msgspec.Struct, frozen=True):
     name: str | None = None
     description: str | None = None
     metadata: dict[str, Any] = msgspec.field(default_factory=dict)
-    filters: RouteFilters = msgspec.field(default_factory=RouteFilters)
+    filters: Filters = msgspec.field(default_factory=Filters)
+
+
+class RouteModel(ModelRouting, frozen=True, kw_only=True):
+    upstream: str  # the model's `proxy` URL, e.g. http://localhost:5800
 
 
 class RoutePeer(msgspec.Struct, frozen=True):
+    """A `peers` entry; the config holds these very structs."""
+
     id: str
     proxy: str
     models: tuple[str, ...]
     api_key: str | None = None
-    filters: RouteFilters = msgspec.field(default_factory=RouteFilters)
+    filters: Filters = msgspec.field(default_factory=Filters)
 
 
 class RoutingTable(msgspec.Struct, frozen=True):

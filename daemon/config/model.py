@@ -1,7 +1,9 @@
 """The resolved swapd configuration: typed, immutable, defaults filled, macros expanded.
 
-`config_loader.load_config()` builds these from a llama-swap YAML file; nothing else constructs them
-except tests. Field names are Python's; `docs/configuration.md` maps them to the YAML keys.
+`loader.load_config()` builds these from a llama-swap YAML file; nothing else constructs them
+except tests. Field names are Python's; `shape.py` declares the YAML keys they come from. What the
+proxy needs of a model or a peer is the ipc structs themselves (`ModelRouting`, `RoutePeer`,
+`Filters`), so the routing table is never a field-by-field copy.
 """
 
 from __future__ import annotations
@@ -9,6 +11,18 @@ from __future__ import annotations
 from typing import Any
 
 import msgspec
+
+from ...ipc.messages import Filters, ModelRouting, RoutePeer
+
+__all__ = [
+    "Config",
+    "Filters",
+    "Forced",
+    "GroupConfig",
+    "ModelConfig",
+    "ModelRouting",
+    "PeerConfig",
+]
 
 # llama-swap's defaults (shared/reference/llama-swap.md §1.2, §1.3).
 DEFAULT_HEALTH_CHECK_TIMEOUT = 120
@@ -18,7 +32,9 @@ DEFAULT_CHECK_ENDPOINT = "/health"
 DEFAULT_PROXY = "http://localhost:${PORT}"
 DEFAULT_UNLOAD_TIMEOUT = 10
 DEFAULT_CONCURRENCY_LIMIT = 10
-DEFAULT_IGNORE_PATHS: tuple[str, ...] = (r".*\.(js|json|css|png|gif|jpg|jpeg|ico|txt)$",)
+# llama-swap writes this `.*\.(js|...)$`; under `re.search` the leading `.*` matches the same
+# paths and makes each search quadratic in the path's length.
+DEFAULT_IGNORE_PATHS: tuple[str, ...] = (r"\.(js|json|css|png|gif|jpg|jpeg|ico|txt)$",)
 
 COMFYUI_MIN_CONCURRENCY = 999
 
@@ -31,13 +47,9 @@ class Forced(msgspec.Struct, frozen=True):
     reason: str
 
 
-class Filters(msgspec.Struct, frozen=True):
-    strip_params: tuple[str, ...] = ()
-    set_params: dict[str, Any] = msgspec.field(default_factory=dict)
+class ModelConfig(ModelRouting, frozen=True, kw_only=True):
+    """A local model: `ModelRouting`'s fields (id, aliases, limits, filters, ...) and these."""
 
-
-class ModelConfig(msgspec.Struct, frozen=True):
-    id: str
     # argv, already comment-stripped, continuation-joined, macro-expanded and shell-split.
     cmd: tuple[str, ...]
     # argv of cmdStop with the literal "${PID}" left in place; the daemon fills it at stop time.
@@ -45,20 +57,10 @@ class ModelConfig(msgspec.Struct, frozen=True):
     proxy: str
     # None when the file says `none`: the model is ready as soon as its process runs.
     check_endpoint: str | None
-    # Effective TTL in seconds (globalTTL applied when the model sets none); 0 = never unload.
-    ttl: int
+    # ttl (in ModelRouting) is the effective TTL: globalTTL applied when the model sets none.
     unload_timeout: float
     health_check_timeout: float
-    concurrency_limit: int
-    ignore_websockets: bool = False
-    aliases: tuple[str, ...] = ()
     env: dict[str, str] = msgspec.field(default_factory=dict)
-    unlisted: bool = False
-    use_model_name: str | None = None
-    name: str | None = None
-    description: str | None = None
-    metadata: dict[str, Any] = msgspec.field(default_factory=dict)
-    filters: Filters = msgspec.field(default_factory=Filters)
     # GPU indices or UUIDs as written; None = every GPU (llama-swap's one-at-a-time default).
     gpus: tuple[str, ...] | None = None
     # The allocated ${PORT}, when the model's cmd uses it.
@@ -73,11 +75,8 @@ class GroupConfig(msgspec.Struct, frozen=True):
     persistent: bool = False
 
 
-class PeerConfig(msgspec.Struct, frozen=True):
-    proxy: str
-    models: tuple[str, ...]
-    api_key: str | None = None
-    filters: Filters = msgspec.field(default_factory=Filters)
+# A peer needs nothing the proxy does not: the config holds the routing table's struct.
+PeerConfig = RoutePeer
 
 
 class Config(msgspec.Struct, frozen=True):

@@ -1,4 +1,5 @@
-"""The config keys swapd knows: what it acts on, and what it accepts from llama-swap and ignores.
+"""The config keys swapd knows (derived from `shape.py`): what it acts on, and what it accepts from
+llama-swap and ignores.
 
 Anything else is an error, with a "did you mean" when a known key is close. llama-swap itself
 ignores unknown keys silently, which turns a typo such as `checkEndPoint` into a default nobody
@@ -10,8 +11,14 @@ from __future__ import annotations
 import difflib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from types import UnionType
+from typing import Annotated, Any, Union, get_args, get_origin
 
+import msgspec
+
+from . import shape
 from .issues import Report
+from .shape import Ignored
 from .yaml_nodes import Path
 
 # Top-level keys starting with this are the user's own (docker compose's convention): ignored.
@@ -30,85 +37,43 @@ class Key:
     note: str = ""
 
 
-def _keys(*names: str, **nested: Key) -> dict[str, Key]:
-    table = {name: Key() for name in names}
-    table.update(nested)
+def keys_of(section: type[msgspec.Struct]) -> dict[str, Key]:
+    """The key table of a section of `shape.py`, nested sections and entry mappings included."""
+    table: dict[str, Key] = {}
+    for info in msgspec.structs.fields(section):
+        base, extras = unwrap(info.type)
+        ignored = next((x for x in extras if isinstance(x, Ignored)), None)
+        if ignored is not None:
+            table[info.encode_name] = Key(ignored=True, note=ignored.note)
+        elif is_section(base):
+            table[info.encode_name] = Key(children=keys_of(base))
+        elif get_origin(base) is dict and is_section(get_args(base)[1]):
+            table[info.encode_name] = Key(entries=keys_of(get_args(base)[1]))
+        else:
+            table[info.encode_name] = Key()
     return table
 
 
-def _ignored(note: str = "") -> Key:
-    return Key(ignored=True, note=note)
+def unwrap(annotation: Any) -> tuple[Any, tuple[Any, ...]]:
+    """`X | None` and `Annotated[X, ...]` to X and the annotations' extras (Meta left out)."""
+    if get_origin(annotation) in (Union, UnionType):
+        others = [arg for arg in get_args(annotation) if arg is not type(None)]
+        annotation = others[0] if len(others) == 1 else annotation
+    if get_origin(annotation) is Annotated:
+        base, *extras = get_args(annotation)
+        return base, tuple(x for x in extras if not isinstance(x, msgspec.Meta))
+    return annotation, ()
 
 
-FILTERS = _keys(
-    "stripParams",
-    "setParams",
-    strip_params=Key(),  # llama-swap's legacy spelling, still read
-    setParamsByID=_ignored("swapd applies stripParams and setParams only"),
-)
+def is_section(value: Any) -> bool:
+    return isinstance(value, type) and issubclass(value, shape.Section)
 
-MODEL = _keys(
-    "cmd",
-    "cmdStop",
-    "proxy",
-    "checkEndpoint",
-    "ttl",
-    "unloadTimeout",
-    "aliases",
-    "env",
-    "unlisted",
-    "useModelName",
-    "concurrencyLimit",
-    "name",
-    "description",
-    "metadata",
-    "macros",
-    "gpus",
-    compat=Key(children=_keys("ignoreWebsockets")),
-    filters=Key(children=FILTERS),
-    sendLoadingState=_ignored("swapd sends no loading-state stream"),
-    timeouts=_ignored("swapd's proxy uses its own upstream timeouts"),
-    capabilities=_ignored("swapd does not report capabilities in /v1/models"),
-)
 
-GROUP = _keys("swap", "exclusive", "persistent", "members")
-
-PEER = _keys(
-    "proxy",
-    "apiKey",
-    "models",
-    filters=Key(children=_keys("stripParams", "setParams", strip_params=Key())),
-    timeouts=_ignored("swapd's proxy uses its own upstream timeouts"),
-)
-
-TOP_LEVEL = _keys(
-    "healthCheckTimeout",
-    "logLevel",
-    "startPort",
-    "globalTTL",
-    "unloadTimeout",
-    "macros",
-    "apiKeys",
-    "includeAliasesInList",
-    models=Key(entries=MODEL),
-    groups=Key(entries=GROUP),
-    peers=Key(entries=PEER),
-    upstream=Key(children=_keys("ignorePaths")),
-    hooks=Key(children=_keys(on_startup=Key(children=_keys("preload")))),
-    logTimeFormat=_ignored("swapd's log lines have their own format"),
-    logToStdout=_ignored("model output goes to per-model log files"),
-    logRequests=_ignored("deprecated in llama-swap too"),
-    metricsMaxInMemory=_ignored("swapd keeps no in-memory activity database"),
-    captureBuffer=_ignored("swapd does not capture requests"),
-    sendLoadingState=_ignored("swapd sends no loading-state stream"),
-    store=_ignored("swapd keeps no activity database"),
-    ui=_ignored("swapd has no web UI"),
-    performance=_ignored("swapd does not sample performance"),
-    profiles=_ignored("profiles are not implemented; requests are routed by model id and alias"),
-    selectors=_ignored("selectors are not implemented"),
-    routing=_ignored("swapd routes with groups and gpus; set groups at the top level"),
-    matrix=_ignored("the matrix router is not implemented; use groups or gpus"),
-)
+TOP_LEVEL = keys_of(shape.Top)
+MODEL = keys_of(shape.Model)
+FILTERS = keys_of(shape.ModelFilters)
+GROUP = keys_of(shape.Group)
+PEER = keys_of(shape.Peer)
 
 
 @dataclass

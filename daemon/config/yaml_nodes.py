@@ -9,6 +9,7 @@ still joins lines). Composing with the SafeLoader keeps the marks; PyYAML constr
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,6 +21,10 @@ Path = tuple[str | int, ...]
 # Aliases are materialised into copies (as llama-swap does), so a "billion laughs" document would
 # expand without bound; past this many values the document is refused.
 MAX_VALUES = 100_000
+# PyYAML composes nodes recursively; a config needs a handful of levels, and refusing past this
+# depth (with the line where it happens) keeps every later walk far from Python's recursion limit.
+MAX_DEPTH = 100
+NESTED_TOO_DEEPLY = "YAML document is nested too deeply"
 
 _STR_TAG = "tag:yaml.org,2002:str"
 _MERGE_TAG = "tag:yaml.org,2002:merge"
@@ -34,6 +39,13 @@ _CONSTRUCTED_TAGS = frozenset(
         "tag:yaml.org,2002:null",
     }
 )
+# The YAML 1.1 tags PyYAML's safe loader knows; any other (`!custom`, `!!python/...`) is refused
+# rather than read as a plain value, which would turn `models: !custom {...}` into no models.
+_YAML_TAG = "tag:yaml.org,2002:"
+_KNOWN_TAGS = _CONSTRUCTED_TAGS | {
+    f"{_YAML_TAG}{name}" for name in ("map", "seq", "set", "omap", "pairs", "timestamp", "binary")
+}
+_TOKEN = re.compile(r"\$\{[^}]*\}")
 
 
 class YamlSyntaxError(Exception):
@@ -59,6 +71,9 @@ class Document:
     # First and last line of scalars written over several lines, and the source lines themselves.
     spans: dict[Path, tuple[int, int]] = field(default_factory=dict)
     source_lines: list[str] = field(default_factory=list)
+    # Per multi-line scalar, the first line of each `${...}` in it: a 2 MB cmd full of unknown
+    # macros costs one pass over its lines, not one pass per macro.
+    _tokens: dict[Path, dict[str, int]] = field(default_factory=dict, repr=False)
 
     def line(self, path: Path, *, key: bool = False) -> int | None:
         """The line of the value at `path` (or of its key); for a key that is not there, the line
@@ -79,10 +94,41 @@ class Document:
         """The line inside a multi-line scalar that holds `needle`, else the scalar's line."""
         if path in self.spans:
             first, last = self.spans[path]
+            if _TOKEN.fullmatch(needle):
+                found = self._token_lines(path, first, last).get(needle)
+                return found if found is not None else self.line(path)
             for number in range(first, last + 1):
                 if needle in self.source_lines[number - 1]:
                     return number
         return self.line(path)
+
+    def _token_lines(self, path: Path, first: int, last: int) -> dict[str, int]:
+        lines = self._tokens.get(path)
+        if lines is None:
+            lines = {}
+            for number in range(first, last + 1):
+                for token in _TOKEN.findall(self.source_lines[number - 1]):
+                    lines.setdefault(token, number)
+            self._tokens[path] = lines
+        return lines
+
+
+def show_tag(tag: str) -> str:
+    """A tag as it is written in the file: `!!python/name:x`, `!custom`."""
+    return f"!!{tag.removeprefix(_YAML_TAG)}" if tag.startswith(_YAML_TAG) else tag
+
+
+class _DepthLimitedLoader(yaml.SafeLoader):
+    depth = 0
+
+    def compose_node(self, parent: Node | None, index: Any) -> Node | None:
+        self.depth += 1
+        try:
+            if self.depth > MAX_DEPTH:
+                raise YamlSyntaxError(self.peek_event().start_mark.line + 1, NESTED_TOO_DEEPLY)
+            return super().compose_node(parent, index)
+        finally:
+            self.depth -= 1
 
 
 def resolve_plain(text: str) -> Any:
@@ -104,7 +150,7 @@ def parse(text: str) -> Document:
     loader: yaml.SafeLoader | None = None
     try:
         # The reader already rejects unprintable characters here, before any parsing.
-        loader = yaml.SafeLoader(text)
+        loader = _DepthLimitedLoader(text)
         root = loader.get_single_node()
         document = Document(None, source_lines=text.splitlines())
         if root is not None:
@@ -125,7 +171,9 @@ def parse(text: str) -> Document:
     except yaml.YAMLError as error:
         raise YamlSyntaxError(None, f"YAML syntax error: {error}") from None
     except RecursionError:
-        raise YamlSyntaxError(None, "YAML document is nested too deeply") from None
+        # Only when the caller's own stack was already deep; the reader's line is where it stopped.
+        line = loader.line + 1 if loader is not None else None
+        raise YamlSyntaxError(line, NESTED_TOO_DEEPLY) from None
     finally:
         if loader is not None:
             loader.dispose()
@@ -148,6 +196,14 @@ class _Converter:
                 f"YAML document is too large (over {MAX_VALUES} values with aliases expanded)",
             )
         self.document.value_lines.setdefault(path, node.start_mark.line + 1)
+        if node.tag not in _KNOWN_TAGS:
+            self.document.problems.append(
+                (
+                    node.start_mark.line + 1,
+                    path,
+                    f"unknown YAML tag {show_tag(node.tag)!r} (swapd reads plain YAML values)",
+                )
+            )
         if isinstance(node, ScalarNode):
             return self._scalar(node, path)
         if id(node) in self.active:

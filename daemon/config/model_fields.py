@@ -1,0 +1,281 @@
+"""One model's typed section (`shape.Model`) to a `ModelConfig`: llama-swap's per-model quirks.
+
+What is plain typing was checked by `typed.py`; what is left here is what llama-swap means by a
+value: `cmd` text to argv, the default `proxy` that needs `${PORT}`, `checkEndpoint: none`,
+`ttl: -1`, `0` meaning "the default", `env` as `NAME=value` strings, the mapping form of an
+alias, `stripParams` as a comma list, `gpus` as indices or UUIDs, and the settings forced on
+`comfyui_auto`.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+from ...ipc.reserved import COMFYUI_MODEL_ID
+from . import model as c
+from . import shape
+from .cmdline import split_command
+from .issues import Report, describe
+from .typed import Converter
+from .yaml_nodes import Path
+
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+# Linux refuses to exec an argument over 128 KiB (MAX_ARG_STRLEN); a longer command is a mistake,
+# and refusing it up front keeps shlex (quadratic on one long quoted word) out of the way.
+MAX_COMMAND_LENGTH = 128 * 1024
+
+# The seed page's reasons (seed/comfyui-endpoint.txt, "What llama-swap forces on comfyui_auto").
+COMFYUI_WEBSOCKETS_REASON = (
+    "comfyui_auto: a websocket connection does not start or queue the model, and does not count "
+    "toward concurrency, in-flight requests, TTL activity, or swap decisions"
+)
+COMFYUI_CONCURRENCY_REASON = (
+    "comfyui_auto: the per-model default is 10; one open ComfyUI tab makes many parallel asset "
+    "and API requests"
+)
+
+
+@dataclass(frozen=True)
+class ModelDefaults:
+    ttl: int
+    unload_timeout: float
+    health_check_timeout: float
+
+
+def name_problem(name: str, what: str) -> str | None:
+    """Why a model id or alias can never be named by a request, if it cannot."""
+    if not name.strip():
+        return f"{what} cannot be empty"
+    control = _CONTROL.search(name)
+    if control is not None:
+        return (
+            f"{what} {name!r} holds the control character U+{ord(control.group()):04X}; "
+            "no request can name it"
+        )
+    return None
+
+
+def build(
+    model_id: str,
+    spec: shape.Model,
+    raw: dict[str, Any],
+    *,
+    port: int | None,
+    gpus: tuple[str, ...] | None,
+    defaults: ModelDefaults,
+    aliases: list[str],
+    report: Report,
+    errors_before: int,
+) -> c.ModelConfig | None:
+    """The model, or None when any of its settings was reported as an error since
+    `errors_before` (its typed section and aliases are read first, by the caller)."""
+    path = ("models", model_id)
+    if raw.get("cmd") is None:
+        report.error((*path, "cmd"), "cmd is required: the command that starts the model's server")
+    cmd = command(spec.cmd, (*path, "cmd"), report, stop=False)
+    cmd_stop = command(spec.cmd_stop, (*path, "cmdStop"), report, stop=True)
+    proxy = spec.proxy
+    if proxy is None:
+        proxy = c.DEFAULT_PROXY.replace("${PORT}", str(port)) if port else None
+        if proxy is None and cmd is not None:
+            report.error(
+                (*path, "proxy"),
+                "the default proxy http://localhost:${PORT} needs ${PORT} in cmd; "
+                "use ${PORT} in cmd or set proxy",
+            )
+    elif "${" not in proxy:
+        check_url(proxy, (*path, "proxy"), report)
+    check_endpoint = _check_endpoint(spec.check_endpoint, path, report)
+    if spec.ttl is not None and spec.ttl < -1:
+        report.error(
+            (*path, "ttl"),
+            f"must be 0 (never unload), seconds to stay idle, or -1 (use globalTTL), "
+            f"got {spec.ttl}",
+        )
+    env = _env(raw.get("env"), path, report)
+    filters = filters_of(spec.filters, (*path, "filters"), report)
+    if len(report.errors) > errors_before or cmd is None or proxy is None:
+        return None
+
+    ignore_websockets = bool(spec.compat and spec.compat.ignore_websockets)
+    limit = spec.concurrency_limit or c.DEFAULT_CONCURRENCY_LIMIT
+    forced: list[c.Forced] = []
+    if model_id == COMFYUI_MODEL_ID:
+        if not ignore_websockets:
+            ignore_websockets = True
+            forced.append(c.Forced("compat.ignoreWebsockets", True, COMFYUI_WEBSOCKETS_REASON))
+        if limit < c.COMFYUI_MIN_CONCURRENCY:
+            limit = c.COMFYUI_MIN_CONCURRENCY
+            forced.append(
+                c.Forced("concurrencyLimit", c.COMFYUI_MIN_CONCURRENCY, COMFYUI_CONCURRENCY_REASON)
+            )
+    return c.ModelConfig(
+        id=model_id,
+        cmd=cmd,
+        cmd_stop=cmd_stop,
+        proxy=proxy,
+        check_endpoint=check_endpoint,
+        ttl=defaults.ttl if spec.ttl is None or spec.ttl == -1 else spec.ttl,
+        unload_timeout=spec.unload_timeout or defaults.unload_timeout,
+        health_check_timeout=defaults.health_check_timeout,
+        concurrency_limit=limit,
+        ignore_websockets=ignore_websockets,
+        aliases=tuple(aliases),
+        env=env,
+        unlisted=bool(spec.unlisted),
+        # Empty means unset, as in llama-swap (omitted from /v1/models, no rename upstream).
+        use_model_name=spec.use_model_name or None,
+        name=spec.name or None,
+        description=spec.description or None,
+        metadata=spec.metadata or {},
+        filters=filters,
+        gpus=gpus,
+        port=port,
+        forced=tuple(forced),
+    )
+
+
+def command(text: str | None, where: Path, report: Report, *, stop: bool) -> tuple[str, ...] | None:
+    if text is None:
+        return None
+    if stop and not text.strip():
+        return None  # llama-swap's default: "" means no cmdStop
+    if len(text) > MAX_COMMAND_LENGTH:
+        report.error(
+            where,
+            f"is {len(text)} characters long, over the limit of {MAX_COMMAND_LENGTH} "
+            "(Linux refuses to start a command with an argument over 128 KiB)",
+        )
+        return None
+    try:
+        argv = split_command(text)
+    except ValueError as error:
+        report.error(where, f"cannot split into words: {error}")
+        return None
+    if not argv:
+        report.error(where, "is empty (only blanks or comment lines)")
+        return None
+    return tuple(argv)
+
+
+def check_url(url: str, where: Path, report: Report) -> None:
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - raises ValueError on a bad port
+    except ValueError as error:
+        report.error(where, f"invalid URL {url!r}: {error}")
+        return
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        report.error(where, f"expected an http:// or https:// URL with a host, got {url!r}")
+
+
+def _check_endpoint(value: str | None, path: Path, report: Report) -> str | None:
+    if value is None:
+        return c.DEFAULT_CHECK_ENDPOINT
+    value = value.strip()
+    if value == "none":
+        return None
+    if not value.startswith("/"):
+        report.error(
+            (*path, "checkEndpoint"),
+            f"expected a path starting with '/' or 'none', got {value!r}",
+        )
+    return value
+
+
+def aliases_of(model_id: str, raw: Any, report: Report) -> list[str]:
+    """A model's aliases as names; the newer llama-swap form `{id, name, unlisted}` keeps its id."""
+    where = ("models", model_id, "aliases")
+    aliases: list[str] = []
+    if raw is not None and not isinstance(raw, list):
+        report.error(where, f"expected a list of alias names, got {describe(raw)}")
+    texts = Converter(report)
+    for index, item in enumerate(raw if isinstance(raw, list) else []):
+        if isinstance(item, dict):
+            extra = sorted(set(item) - {"id"})
+            if extra:
+                report.warn(
+                    (*where, index), f"alias {', '.join(extra)} accepted but ignored by swapd"
+                )
+            if item.get("id") is None:
+                report.error((*where, index), "an alias written as a mapping needs an id")
+                continue
+            item = item["id"]
+        text = texts.text(item, (*where, index)) if item is not None else ""
+        if text is None:
+            continue
+        if not text.strip():
+            report.error((*where, index), "an alias cannot be empty")
+            continue
+        problem = name_problem(text, "an alias")
+        if problem is not None:
+            report.error((*where, index), problem)
+            continue
+        aliases.append(text)
+    return aliases
+
+
+def _env(raw: Any, path: Path, report: Report) -> dict[str, str]:
+    where = (*path, "env")
+    if raw is None:
+        return {}
+    if isinstance(raw, dict):
+        report.error(
+            where, "expected a list of NAME=value strings (write `- NAME=value`), got a mapping"
+        )
+        return {}
+    env: dict[str, str] = {}
+    for index, entry in Converter(report).text_list(raw, where):
+        name, sep, val = entry.partition("=")
+        if not sep or not _ENV_NAME.match(name):
+            report.error(
+                (*where, index), f"expected NAME=value with a variable name, got {entry!r}"
+            )
+            continue
+        env[name] = val  # later entries win, as in llama-swap
+    return env
+
+
+def filters_of(spec: shape.PeerFilters | None, where: Path, report: Report) -> c.Filters:
+    if spec is None:
+        return c.Filters()
+    strip = spec.strip_params if spec.strip_params is not None else spec.strip_params_legacy
+    params = sorted({p.strip() for p in (strip or "").split(",")} - {"", "model"})
+    set_params = dict(spec.set_params or {})
+    if "model" in set_params:
+        report.warn((*where, "setParams", "model"), "'model' cannot be set; ignored")
+        del set_params["model"]
+    return c.Filters(strip_params=tuple(params), set_params=set_params)
+
+
+def gpus_of(value: Any, where: Path, report: Report) -> tuple[str, ...] | None:
+    if value is None:
+        return None
+    if not isinstance(value, list):
+        report.error(
+            where, f"expected a list of GPU indices or UUIDs such as [0, 1], got {describe(value)}"
+        )
+        return None
+    if not value:
+        report.error(where, "lists no GPU; leave gpus out to use every GPU")
+        return None
+    gpus: list[str] = []
+    for index, item in enumerate(value):
+        if isinstance(item, int) and not isinstance(item, bool) and item >= 0:
+            gpu = str(item)
+        elif isinstance(item, str) and item.strip() and "," not in item:
+            gpu = item.strip()
+        else:
+            report.error(
+                (*where, index), f"expected a GPU index (0, 1, ...) or UUID, got {describe(item)}"
+            )
+            continue
+        if gpu in gpus:
+            report.error((*where, index), f"GPU {gpu} is listed twice")
+            continue
+        gpus.append(gpu)
+    return tuple(gpus)

@@ -1,0 +1,150 @@
+"""The text stages before typing (llama-swap's order, reference §1.1 and §1.5): comment lines out
+of `cmd`/`cmdStop`, per model the macro scope, then `${GPUS}`, then `${PORT}` (allocated from
+`startPort` in sorted id order, only for models whose cmd uses it), and the leftover-macro check.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import macros
+from .cmdline import strip_comment_lines
+from .issues import Report, describe
+from .model_fields import gpus_of
+from .schema import suggest
+from .shape import MAX_PORT
+from .yaml_nodes import Document, Path
+
+_ENV_REF_NAME = re.compile(r"^env\.[A-Za-z_][A-Za-z0-9_]*$")
+
+
+@dataclass
+class Staged:
+    """A model between macro expansion and its typed form."""
+
+    id: str
+    path: Path
+    body: dict[str, Any]
+    cmd_text: str | None = None
+    gpus: tuple[str, ...] | None = None
+    port: int | None = None
+    scope: list[macros.Macro] = field(default_factory=list)
+
+
+def strip_cmd_comments(
+    models: dict[str, Any], document: Document, report: Report
+) -> dict[str, Any]:
+    """Each model's body with comment lines out of its commands; a body that is no mapping is
+    reported and left out."""
+    result: dict[str, Any] = {}
+    for model_id, body in models.items():
+        path = ("models", model_id)
+        if not isinstance(body, dict):
+            report.error(path, f"expected a mapping with at least cmd, got {describe(body)}")
+            continue
+        body = dict(body)
+        for key in ("cmd", "cmdStop"):
+            value = body.get(key)
+            if not isinstance(value, str):
+                continue
+            unfolded = document.unfolded.get((*path, key))
+            if unfolded is None:
+                body[key] = strip_comment_lines(value)
+                continue
+            # A folded scalar's lines were joined by YAML, so a `#` line there is an
+            # argument; its unfolded text only serves to keep `\` continuations working.
+            body[key] = unfolded
+            hashed = next((ln for ln in unfolded.split("\n") if ln.lstrip()[:1] == "#"), None)
+            if hashed is not None:
+                report.warn(
+                    (*path, key),
+                    "a '#' line in a folded (>) block is passed as arguments, not dropped "
+                    "as a comment; write the block with | for comment lines",
+                    line=document.find_line((*path, key), hashed.strip()),
+                )
+        result[model_id] = body
+    return result
+
+
+def expand_model(
+    model_id: str, body: dict[str, Any], global_macros: list[macros.Macro], report: Report
+) -> Staged:
+    path = ("models", model_id)
+    own = macros.declare(body.get("macros"), (*path, "macros"), report)
+    scope = macros.scope(model_id, global_macros, own)
+    model = Staged(model_id, path, _expand_fields(body, scope), scope=scope)
+    model.gpus = gpus_of(model.body.get("gpus"), (*path, "gpus"), report)
+    if model.gpus is not None:
+        model.body = _expand_fields(model.body, [("GPUS", ",".join(model.gpus))])
+    cmd = model.body.get("cmd")
+    if isinstance(cmd, str):
+        model.cmd_text = cmd
+    return model
+
+
+def _expand_fields(body: dict[str, Any], scope: list[macros.Macro]) -> dict[str, Any]:
+    return {
+        key: value if key == "macros" else macros.expand(value, scope)
+        for key, value in body.items()
+    }
+
+
+def allocate_ports(staged: list[Staged], start_port: int, report: Report) -> None:
+    port = start_port
+    for model in sorted(staged, key=lambda m: m.id):
+        if model.cmd_text is None or "${PORT}" not in model.cmd_text:
+            continue
+        if port > MAX_PORT:
+            report.error(
+                (*model.path, "cmd"),
+                f"no ${{PORT}} left: allocation from startPort {start_port} passed {MAX_PORT}",
+            )
+            continue
+        model.port = port
+        model.body = _expand_fields(model.body, [("PORT", port)])
+        cmd = model.body.get("cmd")
+        model.cmd_text = cmd if isinstance(cmd, str) else None
+        port += 1
+
+
+def check_leftovers(
+    value: Any,
+    path: Path,
+    known: list[macros.Macro],
+    document: Document,
+    report: Report,
+    *,
+    model: bool,
+) -> None:
+    """Report every `${...}` that no macro filled; `known` gives the "did you mean"."""
+    known_names = [name for name, _ in known]
+    for where, name in macros.references(value, path):
+        top_key = where[len(path)] if len(where) > len(path) else ""
+        if _ENV_REF_NAME.match(name):
+            continue  # already reported as an unset environment variable
+        if name == "PID" and model and top_key == "cmdStop":
+            continue
+        if name == "PID":
+            message = "${PID} is only available in cmdStop"
+        elif name == "PORT" and model and top_key == "proxy":
+            message = (
+                "proxy uses ${PORT} but cmd does not - ${PORT} is only available when used in cmd"
+            )
+        elif name == "PORT" and model:
+            message = "${PORT} is only available when the model's cmd uses it"
+        elif name == "GPUS" and model:
+            message = "${GPUS} is only available when the model sets gpus"
+        elif name in ("PORT", "GPUS", "MODEL_ID"):
+            message = f"${{{name}}} is only available inside a model's settings"
+        elif name in known_names:
+            message = (
+                f"${{{name}}} is left over: macro {name!r} is defined after the macro that uses it"
+            )
+        else:
+            guess = suggest(name, known_names)
+            hint = f"; did you mean '${{{guess}}}'?" if guess else ""
+            message = f"unknown macro '${{{name}}}'{hint}"
+        line = document.find_line(where, f"${{{name}}}")
+        report.error(where, message, line=line)
