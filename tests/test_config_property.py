@@ -31,6 +31,8 @@ def check(text: str) -> None:
         config = load_config_text(text, environ=ENVIRON)
     except ConfigError as error:
         assert error.issues, "a ConfigError always names at least one problem"
+        unplaced = [str(issue) for issue in error.issues if issue.line is None]
+        assert not unplaced, "every problem in a text names its line"
         assert str(error)
         return
     assert isinstance(config, Config)
@@ -84,7 +86,7 @@ def near(table: dict[str, Any]) -> st.SearchStrategy[dict[str, Any]]:
 
 
 models = st.dictionaries(
-    st.sampled_from(["a", "b", "comfyui_auto", "org/m:q4", "1.0"]),
+    st.sampled_from(["a", "b", "comfyui_auto", "org/m:q4", "1.0", "", "a\x00b", "a\nb"]),
     st.one_of(
         near(MODEL).map(lambda d: {"cmd": "srv --port ${PORT}", **d}),
         st.fixed_dictionaries(
@@ -138,6 +140,33 @@ def test_near_valid_configs(config: dict[str, Any]) -> None:
 
 
 REAL = [p.read_text() for p in sorted(CONFIGS.glob("*.yaml"))]
+TAGS = ["!custom ", "!!python/object:x ", "!!str ", "!!map ", "!!seq ", "!!set ", "!!binary ", ""]
+
+
+@FAST
+@given(configs, st.lists(st.tuples(st.floats(0, 1), st.sampled_from(TAGS)), max_size=3))
+def test_near_valid_configs_with_tags(
+    config: dict[str, Any], tags: list[tuple[float, str]]
+) -> None:
+    text = yaml.safe_dump(config, allow_unicode=True, sort_keys=False)
+    for where, tag in tags:
+        # A tag goes right after a `: ` (before a value), where YAML allows one.
+        spots = [i + 2 for i in range(len(text) - 1) if text[i : i + 2] == ": "]
+        if spots:
+            at = spots[int(where * (len(spots) - 1))]
+            text = text[:at] + tag + text[at:]
+    check(text)
+
+
+@FAST
+@given(st.integers(1, 400), st.sampled_from(["[", "{a: ", "- "]))
+def test_deep_nesting_is_a_config_error_or_a_config(depth: int, opener: str) -> None:
+    if opener == "- ":
+        text = "".join(f"{'  ' * i}- \n" for i in range(depth)) + "  " * depth + "x\n"
+    else:
+        closer = "]" if opener == "[" else "}"
+        text = "x-deep: " + opener * depth + "1" + closer * depth + "\n"
+    check(text)
 
 
 @FAST
