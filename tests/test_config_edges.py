@@ -60,6 +60,16 @@ def test_many_unknown_macros_in_a_long_block_each_get_their_own_line() -> None:
     assert str(found[-1]) == "config.yaml:2004 models.m.cmd: unknown macro '${nope1999}'"
 
 
+def test_macros_that_multiply_are_refused_before_they_take_the_memory() -> None:
+    # Each macro uses the one before ten times: ${m11} would be 10^12 characters.
+    declared = "".join(f'  m{i}: "{f"${{m{i - 1}}}" * 10}"\n' for i in range(1, 12))
+    text = f"macros:\n  m0: xxxxxxxxxx\n{declared}models:\n  a:\n    cmd: srv ${{PORT}} ${{m11}}\n"
+    assert messages(text) == [
+        "config.yaml:16 models.a.cmd: expanding ${m6} makes this value longer than 1048576 "
+        "characters"
+    ]
+
+
 # -- model ids that no request can name ------------------------------------------------------
 
 

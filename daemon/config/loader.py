@@ -87,6 +87,10 @@ def load_text(
     builder = _Build(document, source, os.environ if environ is None else environ)
     try:
         config = builder.build()
+    except macros.ExpansionTooLarge as error:
+        # Nothing after this value can be trusted to expand in bounded memory: stop here.
+        builder.report.error(error.path, str(error))
+        builder.report.raise_if_errors()
     except RecursionError:
         # Deep values that parsed with room to spare can still exhaust a deeper caller's stack.
         issue = ConfigIssue(source, None, "", NESTED_TOO_DEEPLY)
@@ -136,7 +140,7 @@ class _Build:
         data = macros.substitute_env({**data, "models": models}, (), self.environ, document, report)
         global_macros = macros.declare(data.get("macros"), ("macros",), report)
         top_raw = {
-            key: macros.expand(value, global_macros)
+            key: macros.expand(value, global_macros, (key,))
             for key, value in data.items()
             if key not in ("models", "macros")
         }

@@ -20,6 +20,9 @@ Macro = tuple[str, Any]
 
 RESERVED = ("PORT", "PID", "MODEL_ID", "GPUS")
 MAX_NAME_LENGTH = 63
+# Macros that use macros multiply (ten uses of a macro of ten uses of ...): a value that grows past
+# this is refused before it can take the machine's memory.
+MAX_EXPANDED_LENGTH = 1 << 20
 _NAME = re.compile(r"^[a-zA-Z0-9_-]+$")
 _ENV_REF = re.compile(r"\$\{env\.([A-Za-z_][A-Za-z0-9_]*)\}")
 _ANY_REF = re.compile(r"\$\{([^}]*)\}")
@@ -120,12 +123,23 @@ def scope(
     return effective
 
 
-def expand(value: Any, macros: Sequence[Macro]) -> Any:
-    """Substitute macros into every string of a value (map keys are left alone)."""
+class ExpansionTooLarge(Exception):
+    """A value grew past MAX_EXPANDED_LENGTH while its macros were substituted."""
+
+    def __init__(self, path: Path, name: str) -> None:
+        super().__init__(
+            f"expanding ${{{name}}} makes this value longer than {MAX_EXPANDED_LENGTH} characters"
+        )
+        self.path = path
+
+
+def expand(value: Any, macros: Sequence[Macro], path: Path = ()) -> Any:
+    """Substitute macros into every string of a value (map keys are left alone).
+    Raises ExpansionTooLarge, naming `path` or the path below it."""
     if isinstance(value, dict):
-        return {k: expand(v, macros) for k, v in value.items()}
+        return {k: expand(v, macros, (*path, k)) for k, v in value.items()}
     if isinstance(value, list):
-        return [expand(v, macros) for v in value]
+        return [expand(v, macros, (*path, i)) for i, v in enumerate(value)]
     if not isinstance(value, str) or "${" not in value:
         return value
     current: Any = value
@@ -136,7 +150,11 @@ def expand(value: Any, macros: Sequence[Macro]) -> Any:
         if current == token:
             current = replacement
         elif token in current:
-            current = current.replace(token, as_text(replacement))
+            text = as_text(replacement)
+            grown = len(current) + current.count(token) * (len(text) - len(token))
+            if grown > max(len(current), MAX_EXPANDED_LENGTH):  # only growth counts
+                raise ExpansionTooLarge(path, name)
+            current = current.replace(token, text)
     return current
 
 

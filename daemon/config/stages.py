@@ -74,19 +74,19 @@ def expand_model(
     path = ("models", model_id)
     own = macros.declare(body.get("macros"), (*path, "macros"), report)
     scope = macros.scope(model_id, global_macros, own)
-    model = Staged(model_id, path, _expand_fields(body, scope), scope=scope)
+    model = Staged(model_id, path, _expand_fields(body, scope, path), scope=scope)
     model.gpus = gpus_of(model.body.get("gpus"), (*path, "gpus"), report)
     if model.gpus is not None:
-        model.body = _expand_fields(model.body, [("GPUS", ",".join(model.gpus))])
+        model.body = _expand_fields(model.body, [("GPUS", ",".join(model.gpus))], path)
     cmd = model.body.get("cmd")
     if isinstance(cmd, str):
         model.cmd_text = cmd
     return model
 
 
-def _expand_fields(body: dict[str, Any], scope: list[macros.Macro]) -> dict[str, Any]:
+def _expand_fields(body: dict[str, Any], scope: list[macros.Macro], path: Path) -> dict[str, Any]:
     return {
-        key: value if key == "macros" else macros.expand(value, scope)
+        key: value if key == "macros" else macros.expand(value, scope, (*path, key))
         for key, value in body.items()
     }
 
@@ -103,7 +103,7 @@ def allocate_ports(staged: list[Staged], start_port: int, report: Report) -> Non
             )
             continue
         model.port = port
-        model.body = _expand_fields(model.body, [("PORT", port)])
+        model.body = _expand_fields(model.body, [("PORT", port)], model.path)
         cmd = model.body.get("cmd")
         model.cmd_text = cmd if isinstance(cmd, str) else None
         port += 1
