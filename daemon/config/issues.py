@@ -64,6 +64,8 @@ class Report:
         self.document = document
         self.errors: list[ConfigIssue] = []
         self.warnings: list[ConfigIssue] = []
+        # What is already listed: a file with thousands of problems costs no search per problem.
+        self._seen: set[tuple[bool, ConfigIssue]] = set()
 
     def _issue(self, path: Path, message: str, key: bool, line: int | None) -> ConfigIssue:
         if line is None and self.document is not None:
@@ -74,12 +76,14 @@ class Report:
         self, path: Path, message: str, *, key: bool = False, line: int | None = None
     ) -> None:
         issue = self._issue(path, message, key, line)
-        if issue not in self.errors:
+        if (True, issue) not in self._seen:
+            self._seen.add((True, issue))
             self.errors.append(issue)
 
     def warn(self, path: Path, message: str, *, key: bool = False, line: int | None = None) -> None:
         issue = self._issue(path, message, key, line)
-        if issue not in self.warnings:
+        if (False, issue) not in self._seen:
+            self._seen.add((False, issue))
             self.warnings.append(issue)
 
     def raise_if_errors(self) -> None:
