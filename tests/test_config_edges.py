@@ -172,6 +172,14 @@ def test_a_file_that_is_not_utf8_names_the_byte_and_line(tmp_path: Path) -> None
     )
 
 
+def test_a_file_that_never_ends_is_refused_by_its_size() -> None:
+    result = swapd("check-config", "-c", "/dev/zero")  # gives up after 60 s
+    assert result.returncode == 1
+    assert result.stderr.splitlines()[0] == (
+        "/dev/zero: cannot read config file: larger than 16 MiB"
+    )
+
+
 # -- upstream.ignorePaths ----------------------------------------------------------------------
 
 

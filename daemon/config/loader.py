@@ -14,7 +14,6 @@ import logging
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path as FsPath
 from typing import Any
 
 from . import macros, model_fields, shape, stages, top_fields
@@ -27,6 +26,9 @@ from .yaml_nodes import NESTED_TOO_DEEPLY, Document, Path, YamlSyntaxError, pars
 __all__ = ["ConfigError", "ConfigIssue", "Loaded", "load", "load_config", "load_config_text"]
 
 log = logging.getLogger("swapd.config")
+
+# Far above any real config (PyYAML reads about 1 MB a second here), and a bound on what is read.
+MAX_FILE_BYTES = 16 * 2**20
 
 
 @dataclass(frozen=True)
@@ -57,12 +59,16 @@ def load(path: str | os.PathLike[str], *, environ: Mapping[str, str] | None = No
     """Load a config file, keeping the warnings."""
     source = os.fspath(path)
     try:
-        data = FsPath(source).read_bytes()
+        with open(source, "rb") as file:
+            data = file.read(MAX_FILE_BYTES + 1)  # bounded: `-c /dev/zero` is an error, not a hang
     except OSError as error:
         reason = error.strerror or str(error)
         raise ConfigError(
             [ConfigIssue(source, None, "", f"cannot read config file: {reason}")]
         ) from None
+    if len(data) > MAX_FILE_BYTES:
+        message = f"cannot read config file: larger than {MAX_FILE_BYTES // 2**20} MiB"
+        raise ConfigError([ConfigIssue(source, None, "", message)])
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as error:
