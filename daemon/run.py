@@ -15,8 +15,9 @@ import sys
 from pathlib import Path
 
 from ..ipc.endpoints import Endpoints, default_run_dir, ensure_private_dir
-from . import circus_config, gpu
+from . import circus_config
 from .config import Config, embedded
+from .machinery import gpu
 
 # circusd must outlast the daemon's own shutdown (cmdStop of every model, in parallel).
 _SHUTDOWN_MARGIN = 10.0

@@ -50,22 +50,14 @@ from ..ipc.messages import (
     TableChanged,
     Unload,
 )
-from . import (
-    circus_config,
-    eviction,
-    gpu,
-    lifecycle,
-    notify,
-    pid_watch,
-    reconcile,
-    routing,
-    ttl,
-)
-from .circus_client import CircusClient, CircusError, CircusUnavailable
-from .circus_events import CircusEvents
+from . import circus_config, routing
 from .config import Config, ModelConfig
-from .proxies import ProxyRegistry
-from .scheduler import EnsureError, ModelRecord, Scheduler
+from .machinery import gpu, lifecycle, notify, pid_watch, reconcile
+from .machinery.circus_client import CircusClient, CircusError, CircusUnavailable
+from .machinery.circus_events import CircusEvents
+from .policy import eviction, ttl
+from .policy.proxies import ProxyRegistry
+from .policy.scheduler import EnsureError, ModelRecord, Scheduler
 
 log = logging.getLogger("swapd.daemon")
 

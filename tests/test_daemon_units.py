@@ -11,11 +11,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from swapd.daemon import circus_config, ttl
-from swapd.daemon.circus_events import parse
+from swapd.daemon import circus_config
 from swapd.daemon.config import Config, ModelConfig
-from swapd.daemon.proxies import ProxyRegistry
-from swapd.daemon.scheduler import ModelRecord
+from swapd.daemon.machinery.circus_events import parse
+from swapd.daemon.policy import ttl
+from swapd.daemon.policy.proxies import ProxyRegistry
+from swapd.daemon.policy.scheduler import ModelRecord
 from swapd.ipc import watcher_names
 from swapd.ipc.endpoints import Endpoints
 from swapd.ipc.timings import HEARTBEAT_GRACE, REPORT_GRACE
@@ -205,7 +206,7 @@ def test_ttl_with_activity_reports_held_back_by_the_proxy() -> None:
 
 
 def test_model_logs_rotate_between_runs(tmp_path: Path) -> None:
-    from swapd.daemon.lifecycle import LOG_MAX_BYTES, rotate_log
+    from swapd.daemon.machinery.lifecycle import LOG_MAX_BYTES, rotate_log
 
     log = tmp_path / "model-m.log"
     rotate_log(log)  # no file yet: nothing to do

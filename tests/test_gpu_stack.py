@@ -14,7 +14,7 @@ from collections.abc import Iterator
 import psutil
 import pytest
 
-from swapd.daemon.gpu_fake import fake_uuid
+from swapd.daemon.machinery.gpu_fake import fake_uuid
 from tests.stack import FAKE_GPU_SCOPE_ENV, fake_model_cmd, free_ports
 
 pytestmark = pytest.mark.processes

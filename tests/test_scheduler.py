@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from swapd.daemon import eviction
 from swapd.daemon.config import Config, GroupConfig, ModelConfig
-from swapd.daemon.scheduler import BACKOFF_AFTER, EnsureError, ModelRecord, Scheduler
+from swapd.daemon.policy import eviction
+from swapd.daemon.policy.scheduler import BACKOFF_AFTER, EnsureError, ModelRecord, Scheduler
 
 
 def model(mid: str, **kw: Any) -> ModelConfig:

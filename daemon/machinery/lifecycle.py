@@ -34,12 +34,12 @@ import aiohttp
 import msgspec
 import psutil
 
-from ..ipc import watcher_names
-from ..ipc.messages import LingeringProcess
+from ...ipc import watcher_names
+from ...ipc.messages import LingeringProcess
+from ..config import ModelConfig
+from ..policy.scheduler import EnsureError
 from . import health, pid_watch
 from .circus_client import CircusClient, CircusError
-from .config import ModelConfig
-from .scheduler import EnsureError
 
 log = logging.getLogger("swapd.lifecycle")
 

@@ -21,8 +21,8 @@ from typing import Protocol
 
 import msgspec
 
-from ..ipc.messages import GpuInfo, LingeringProcess
-from .config import Config
+from ...ipc.messages import GpuInfo, LingeringProcess
+from ..config import Config
 
 log = logging.getLogger("swapd.gpu")
 

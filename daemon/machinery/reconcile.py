@@ -16,12 +16,12 @@ from typing import TYPE_CHECKING
 
 import psutil
 
-from ..ipc import watcher_names
+from ...ipc import watcher_names
 from . import health, lifecycle, pid_watch
 from .circus_client import CircusError, CircusUnavailable
 
 if TYPE_CHECKING:
-    from .server import Daemon
+    from ..server import Daemon
 
 log = logging.getLogger("swapd.reconcile")
 

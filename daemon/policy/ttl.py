@@ -5,8 +5,8 @@ REPORT_GRACE of its last report or Ready reply."""
 
 from __future__ import annotations
 
-from ..ipc.timings import REPORT_GRACE
-from .config import Config
+from ...ipc.timings import REPORT_GRACE
+from ..config import Config
 from .proxies import ProxyRegistry
 from .scheduler import ModelRecord
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import zmq.asyncio
 
-from ..ipc.dealer import Dealer
+from ...ipc.dealer import Dealer
 
 # circus's answer while another lifecycle command holds its arbiter-wide lock.
 _LOCK_BUSY = ("already running", "arbiter is restarting", "arbiter is stopping")

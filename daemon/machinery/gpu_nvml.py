@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from ..ipc.messages import GpuInfo
+from ...ipc.messages import GpuInfo
 from .gpu import GpuError, GpuProcess
 
 

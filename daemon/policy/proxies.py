@@ -8,7 +8,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-from ..ipc.timings import HEARTBEAT_GRACE, SILENT_AFTER
+from ...ipc.timings import HEARTBEAT_GRACE, SILENT_AFTER
 
 
 @dataclass

@@ -31,8 +31,8 @@ from collections.abc import Callable, Coroutine, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from ..ipc.messages import ModelState
-from .config import Config, ModelConfig
+from ...ipc.messages import ModelState
+from ..config import Config, ModelConfig
 
 log = logging.getLogger("swapd.scheduler")
 

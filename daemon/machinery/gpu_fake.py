@@ -21,7 +21,7 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
-from ..ipc.messages import GpuInfo
+from ...ipc.messages import GpuInfo
 from .gpu import GpuError, GpuProcess
 
 CUDA_ENV = "CUDA_VISIBLE_DEVICES"
