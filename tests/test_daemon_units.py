@@ -16,7 +16,7 @@ from swapd.daemon.config import Config, ModelConfig
 from swapd.daemon.machinery.circus_events import parse
 from swapd.daemon.policy import ttl
 from swapd.daemon.policy.proxies import ProxyRegistry
-from swapd.daemon.policy.scheduler import ModelRecord
+from swapd.daemon.policy.records import ModelRecord
 from swapd.ipc import watcher_names
 from swapd.ipc.endpoints import Endpoints
 from swapd.ipc.timings import HEARTBEAT_GRACE, REPORT_GRACE
@@ -64,7 +64,7 @@ def test_circus_ini(tmp_path: Path) -> None:
     assert proxy["cmd"].endswith("--fd $(circus.sockets.swapd)")
     daemon = ini["watcher:swapd-daemon"]
     assert daemon["copy_env"] == "True"
-    assert "-m swapd.daemon.server" in daemon["cmd"]
+    assert "-m swapd.daemon.main" in daemon["cmd"]
     assert f"'{tmp_path}/my config.yaml'" in daemon["cmd"]
     assert ini["env:swapd-daemon"]["SWAPD_PYTHON"] == "/venv/bin/python"
 
@@ -206,7 +206,7 @@ def test_ttl_with_activity_reports_held_back_by_the_proxy() -> None:
 
 
 def test_model_logs_rotate_between_runs(tmp_path: Path) -> None:
-    from swapd.daemon.machinery.lifecycle import LOG_MAX_BYTES, rotate_log
+    from swapd.daemon.machinery.model_log import LOG_MAX_BYTES, rotate_log
 
     log = tmp_path / "model-m.log"
     rotate_log(log)  # no file yet: nothing to do

@@ -10,7 +10,6 @@ from typing import Any
 import pytest
 
 from swapd.daemon.config import Config, GroupConfig, ModelConfig
-from swapd.daemon.policy import eviction
 from swapd.daemon.policy.scheduler import BACKOFF_AFTER, EnsureError, ModelRecord, Scheduler
 
 
@@ -43,7 +42,7 @@ class StartError(EnsureError):
     """Like `lifecycle.StartFailed`: an `EnsureError` that carries the log tail."""
 
     def __init__(self, message: str) -> None:
-        super().__init__(502, "start_failed", message, ("line 1", "line 2"))
+        super().__init__(message, status=502, code="start_failed", log_tail=("line 1", "line 2"))
 
 
 class FakeEffects:
@@ -87,14 +86,13 @@ class FakeEffects:
         if gate is not None:
             await gate.wait()
 
-    async def stop(self, model_id: str, handle: Any, m: ModelConfig | None) -> None:
+    async def stop(
+        self, model_id: str, handle: Handle, m: ModelConfig | None, *, start_follows: bool
+    ) -> None:
         self.log.append(("stop", model_id))
         self.running.discard(model_id)
 
-    def evict_for(self, target: str, running: frozenset[str]) -> frozenset[str]:
-        return eviction.evict_for(target, running, self.config)
-
-    def changed(self, record: ModelRecord) -> None:
+    def changed(self, record: ModelRecord[Handle], model: ModelConfig | None) -> None:
         self.states.append((record.id, record.state))
 
 

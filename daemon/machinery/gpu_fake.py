@@ -22,7 +22,8 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from ...ipc.messages import GpuInfo
-from .gpu import GpuError, GpuProcess
+from ..errors import GpuError
+from .gpu_backend import GpuProcess
 
 CUDA_ENV = "CUDA_VISIBLE_DEVICES"
 GPUS_ENV = "SWAPD_FAKE_GPUS"

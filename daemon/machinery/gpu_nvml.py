@@ -6,7 +6,8 @@ import threading
 from typing import Any
 
 from ...ipc.messages import GpuInfo
-from .gpu import GpuError, GpuProcess
+from ..errors import GpuError
+from .gpu_backend import GpuProcess
 
 
 def _text(value: str | bytes) -> str:

@@ -4,6 +4,7 @@ in flight per model and when each model was last used (activity casts), and the 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -134,3 +135,20 @@ class ProxyRegistry:
                 await asyncio.wait_for(changed.wait(), tick)
             except TimeoutError:
                 pass
+
+    def busy(self) -> bool:
+        """Whether some live proxy has a request in flight, for any model."""
+        return any(n > 0 for p in self.live() for n in p.in_flight.values())
+
+    async def wait_idle(self, timeout: float, tick: float = 0.25) -> bool:
+        """Until no live proxy has a request in flight (True), or `timeout` passed (False)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while self.busy():
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return False
+            changed = self._changed
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(changed.wait(), min(tick, remaining))
+        return True
