@@ -46,7 +46,7 @@ from .config import Config, ModelConfig
 from .effects import DaemonEffects
 from .endpoint import Endpoint
 from .errors import CircusError, CircusUnavailable, DaemonError, EnsureError, InvalidConfig
-from .machinery import gpu, notify, reconcile
+from .machinery import gpu, notify, ports, reconcile
 from .machinery.circus_client import CircusClient
 from .machinery.exit_watch import ExitWatch
 from .machinery.lifecycle import GPU_RELEASE_TIMEOUT, Lifecycle
@@ -66,6 +66,8 @@ ANNOUNCE_HELLOS = 3
 WATCHDOG_DEFAULT = 10.0
 # How long a stop waits for NVML to show the model's GPU memory released (default 10 s).
 GPU_RELEASE_ENV = "SWAPD_GPU_RELEASE_TIMEOUT"
+# How long a start waits for a port its model's last stop left in use (default 10 s).
+LINGERING_START_WAIT_ENV = "SWAPD_LINGERING_START_WAIT"
 
 
 class Daemon:
@@ -92,6 +94,9 @@ class Daemon:
             self.endpoints.log_dir,
             gpu_backend=self.gpu_backend,
             gpu_release_timeout=float(os.environ.get(GPU_RELEASE_ENV) or GPU_RELEASE_TIMEOUT),
+            lingering_start_wait=float(
+                os.environ.get(LINGERING_START_WAIT_ENV) or ports.START_WAIT
+            ),
             shutdown_grace=shutdown_grace,
         )
         self.registry = ProxyRegistry()

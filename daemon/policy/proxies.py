@@ -9,7 +9,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-from ...ipc.timings import HEARTBEAT_GRACE, SILENT_AFTER
+from ...ipc.timings import HEARTBEAT_GRACE, REPORT_GRACE, SILENT_AFTER
 
 
 @dataclass
@@ -141,10 +141,15 @@ class ProxyRegistry:
         return any(n > 0 for p in self.live() for n in p.in_flight.values())
 
     async def wait_idle(self, timeout: float, tick: float = 0.25) -> bool:
-        """Until no live proxy has a request in flight (True), or `timeout` passed (False)."""
+        """Until no live proxy has a request in flight (True), or `timeout` passed (False).
+
+        A request that began may reach the daemon's counts up to a report interval late, so
+        "idle" also needs REPORT_GRACE to have passed since the last report or Ready reply."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
-        while self.busy():
+        while (
+            self.busy() or self.wall() - max(self.last_report.values(), default=0.0) < REPORT_GRACE
+        ):
             remaining = deadline - loop.time()
             if remaining <= 0:
                 return False
