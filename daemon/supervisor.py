@@ -20,7 +20,6 @@ from typing import Any
 import psutil
 import zmq.asyncio
 
-from ..ipc import watcher_names
 from ..ipc.endpoints import Endpoints
 from ..ipc.messages import (
     Activity,
@@ -41,7 +40,7 @@ from ..ipc.messages import (
     TableChanged,
     Unload,
 )
-from . import circus_config, reloading, routing, status
+from . import circus_config, reloading, routing, status, stopping
 from .config import Config, ModelConfig
 from .effects import DaemonEffects
 from .endpoint import Endpoint
@@ -373,54 +372,11 @@ class Daemon:
             log.error("preload of %s failed: %s", model_id, exc.message)
 
     async def shutdown(self) -> None:
-        """SIGTERM: what `policy/shutdown.py` decides, done."""
-        notify.stopping()
-        records = list(self.scheduler.records.values())
-        loaded = [r for r in records if r.handle is not None]
-        starting = [r for r in records if r.state == "starting"]
-        if not loaded and not starting:
-            await self.scheduler.shutdown()
-            self.lifecycle.closing = True
-            return
-        try:
-            reply = await self.circus.call("status", timeout=2.0)
-            statuses: dict[str, str] | None = reply.get("statuses") or None
-        except (CircusUnavailable, CircusError):
-            statuses = None
-        if not shutdown.everything_stops(
-            statuses,
-            circus_config.PROXY_WATCHER,
-            [watcher_names.watcher_name(r.id) for r in loaded],
-            [watcher_names.watcher_name(r.id) for r in starting],
-        ):
-            # A start cancelled when the loop closes must leave its process to the next daemon.
-            self.lifecycle.detached = True
-            log.info("daemon stopping alone; %d models keep running", len(loaded) + len(starting))
-            return
-        await self.scheduler.shutdown()  # no new requests admitted
-        self.lifecycle.closing = True
-        log.info(
-            "circusd is shutting down: %d models (%d starting); waiting up to %gs for the "
-            "requests in flight",
-            len(loaded) + len(starting),
-            len(starting),
-            self.shutdown_grace,
-        )
-        aborting = asyncio.ensure_future(self.scheduler.abort_starts())
-        if not await self.registry.wait_idle(self.shutdown_grace):
-            log.warning("shutdown grace of %gs over: stopping models under requests in flight",
-                        self.shutdown_grace)  # fmt: skip
-        await asyncio.gather(
-            aborting, *(self._stop_on_shutdown(rec) for rec in loaded), return_exceptions=True
-        )
-
-    async def _stop_on_shutdown(self, rec: ModelRecord[Running]) -> None:
-        handle = rec.handle
-        if handle is None:
-            return
-        self.exits.unwatch(rec.id)
-        model = rec.model or self.scheduler.config.models.get(rec.id)
-        await self.lifecycle.stop(handle, model, remove=False)
+        """SIGTERM: what `policy/shutdown.py` decides, done (`stopping.py`)."""
+        await stopping.stop(
+            self.scheduler, self.lifecycle, self.registry, self.circus, self.exits,
+            grace=self.shutdown_grace,
+        )  # fmt: skip
 
     def close(self) -> None:
         self.circus.close()
