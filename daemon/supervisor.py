@@ -44,8 +44,8 @@ from . import circus_config, reloading, routing, status, stopping
 from .config import Config, ModelConfig
 from .effects import DaemonEffects
 from .endpoint import Endpoint
-from .errors import CircusError, CircusUnavailable, DaemonError, EnsureError, InvalidConfig
-from .machinery import gpu, notify, ports, reconcile
+from .errors import DaemonError, EnsureError, InvalidConfig
+from .machinery import gpu, ports, readiness, reconcile
 from .machinery.circus_client import CircusClient
 from .machinery.exit_watch import ExitWatch
 from .machinery.lifecycle import GPU_RELEASE_TIMEOUT, Lifecycle
@@ -62,7 +62,6 @@ TICK = 0.25
 LINGER_RECHECK = 2.0
 # How many of each proxy's first heartbeats re-announce this daemon instance (see _announce).
 ANNOUNCE_HELLOS = 3
-WATCHDOG_DEFAULT = 10.0
 # How long a stop waits for NVML to show the model's GPU memory released (default 10 s).
 GPU_RELEASE_ENV = "SWAPD_GPU_RELEASE_TIMEOUT"
 # How long a start waits for a port its model's last stop left in use (default 10 s).
@@ -299,21 +298,6 @@ class Daemon:
                 for model_id in self.lifecycle.recheck_lingering():
                     self._publish_state(self.scheduler.record(model_id))
 
-    async def readiness(self) -> None:
-        await self.registry.first_hello.wait()
-        notify.ready()
-        notify.status(f"swapd: serving on {os.environ.get('SWAPD_LISTEN', '?')}")
-        interval = notify.watchdog_interval()
-        while True:
-            await asyncio.sleep(interval or WATCHDOG_DEFAULT)
-            try:
-                await self.circus.call("status", timeout=5.0)
-            except (CircusUnavailable, CircusError) as exc:
-                log.error("circusd does not answer (%s): withholding WATCHDOG=1", exc)
-                continue
-            if interval:
-                notify.watchdog()
-
     async def run(self) -> None:
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
@@ -334,7 +318,7 @@ class Daemon:
         )
         await self._publish_table()
         loops = [self.spawn(self.endpoint.serve()), self.spawn(self.tick_loop()), events]
-        loops.append(self.spawn(self.readiness()))
+        loops.append(self.spawn(readiness.serve(self.registry.first_hello, self.circus)))
         self._preload()
         await self._stop.wait()
         await self.shutdown()
