@@ -12,6 +12,7 @@ from typing import Any
 
 import msgspec
 
+from ...ipc import aliases
 from ...ipc.messages import Filters, ModelRouting, RoutePeer
 
 __all__ = [
@@ -98,10 +99,4 @@ class Config(msgspec.Struct, frozen=True):
 
     def resolve(self, name: str) -> ModelConfig | None:
         """A local model by id or alias (ids win, as in llama-swap)."""
-        model = self.models.get(name)
-        if model is not None:
-            return model
-        for candidate in self.models.values():
-            if name in candidate.aliases:
-                return candidate
-        return None
+        return aliases.resolve(name, ((m.id, m.aliases, m) for m in self.models.values()))
