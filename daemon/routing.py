@@ -23,6 +23,7 @@ def routing_table(config: Config, generation: int, log_dir: Path | None = None) 
             unlisted=m.unlisted,
             use_model_name=m.use_model_name,
             ignore_websockets=m.ignore_websockets,
+            host_header=m.host_header,
             name=m.name,
             description=m.description,
             metadata=dict(m.metadata),

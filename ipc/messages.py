@@ -44,6 +44,8 @@ class RouteModel(msgspec.Struct, frozen=True):
     unlisted: bool = False
     use_model_name: str | None = None
     ignore_websockets: bool = False
+    # "client": the client's Host goes upstream unchanged; "upstream": the upstream's host:port.
+    host_header: str = "client"
     name: str | None = None
     description: str | None = None
     metadata: dict[str, Any] = msgspec.field(default_factory=dict)

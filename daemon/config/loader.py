@@ -521,6 +521,13 @@ class _Builder:
         description = read.text(body, path, "description") or None
         metadata = read.free_mapping(body, path, "metadata") or {}
         filters = self._filters(body, path)
+        host_header = read.text(body, path, "hostHeader") or "client"
+        if host_header not in ("client", "upstream"):
+            self.report.error(
+                (*path, "hostHeader"),
+                "must be client (forward the client's Host, the default) or upstream "
+                f"(send the upstream's own host:port), got {host_header!r}",
+            )
         if len(self.report.errors) > errors_before or cmd is None or proxy is None:
             return None
 
@@ -548,6 +555,7 @@ class _Builder:
             health_check_timeout=defaults.health_check_timeout,
             concurrency_limit=limit,
             ignore_websockets=ignore_websockets,
+            host_header=host_header,
             aliases=tuple(aliases),
             env=env,
             unlisted=unlisted,

@@ -51,6 +51,8 @@ class ModelConfig(msgspec.Struct, frozen=True):
     health_check_timeout: float
     concurrency_limit: int
     ignore_websockets: bool = False
+    # "client": upstreams get the client's Host; "upstream": their own host:port.
+    host_header: str = "client"
     aliases: tuple[str, ...] = ()
     env: dict[str, str] = msgspec.field(default_factory=dict)
     unlisted: bool = False

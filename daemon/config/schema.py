@@ -64,6 +64,7 @@ MODEL = _keys(
     "metadata",
     "macros",
     "gpus",
+    "hostHeader",
     compat=Key(children=_keys("ignoreWebsockets")),
     filters=Key(children=FILTERS),
     sendLoadingState=_ignored("swapd sends no loading-state stream"),
