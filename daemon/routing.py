@@ -10,7 +10,6 @@ from pathlib import Path
 
 from ..ipc.messages import ModelRouting, RouteModel, RoutingTable
 from .config import Config, ModelConfig
-from .config.patterns import search_form
 
 _ROUTING_FIELDS = ModelRouting.__struct_fields__
 
@@ -26,7 +25,9 @@ def routing_table(config: Config, generation: int, log_dir: Path | None = None) 
         models=tuple(route(m) for m in config.models.values()),
         peers=tuple(config.peers.values()),
         api_keys=config.api_keys,
-        ignore_paths=tuple(search_form(p) for p in config.ignore_paths),
+        # As written: the proxy compiles them in their search form (ipc/path_patterns.py).
+        ignore_paths=config.ignore_paths,
         include_aliases_in_list=config.include_aliases_in_list,
         log_dir=str(log_dir) if log_dir is not None else "",
+        log_level=config.log_level,
     )

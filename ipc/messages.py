@@ -48,6 +48,8 @@ class ModelRouting(msgspec.Struct, frozen=True, kw_only=True):
     unlisted: bool = False
     use_model_name: str | None = None
     ignore_websockets: bool = False
+    # "client": the client's Host goes upstream unchanged; "upstream": the upstream's host:port.
+    host_header: str = "client"
     name: str | None = None
     description: str | None = None
     metadata: dict[str, Any] = msgspec.field(default_factory=dict)
@@ -76,6 +78,8 @@ class RoutingTable(msgspec.Struct, frozen=True):
     ignore_paths: tuple[str, ...] = ()
     include_aliases_in_list: bool = False
     log_dir: str = ""
+    # The config's `logLevel` (debug, info, warn, error): the proxy's access log follows it.
+    log_level: str = "info"
 
 
 class LingeringProcess(msgspec.Struct, frozen=True):

@@ -1,5 +1,6 @@
 """Entry point of the proxy process:
-`python -m swapd.proxy --run-dir DIR (--fd N | --listen HOST:PORT) [--processes N]`.
+`python -m swapd.proxy --run-dir DIR (--fd N | --listen HOST:PORT) [--processes N]
+[--shutdown-grace SECONDS]`.
 
 Under circus every proxy process gets the same already-bound listening socket as fd N (the
 watcher's `$(circus.sockets.swapd)`), so `numprocesses` proxies share one port and the kernel
@@ -21,13 +22,9 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from aiohttp import web
-
 from .app import make_app
 from .context import CTX
-from .hot_path import KEEPALIVE_S, HotPath
-
-_SHUTDOWN_TIMEOUT_S = 5.0
+from .server import serve
 
 
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -43,6 +40,13 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="how many proxy processes share the port (splits concurrencyLimit); "
         "default $SWAPD_PROXY_PROCESSES or 1",
     )
+    parser.add_argument(
+        "--shutdown-grace",
+        type=float,
+        default=float(os.environ.get("SWAPD_PROXY_SHUTDOWN_GRACE", "30") or 30),
+        help="on SIGTERM, how long requests under way may run before they are ended; "
+        "default $SWAPD_PROXY_SHUTDOWN_GRACE or 30",
+    )
     parser.add_argument("--log-level", default=os.environ.get("SWAPD_PROXY_LOG_LEVEL", "INFO"))
     return parser.parse_args(argv)
 
@@ -54,40 +58,20 @@ def _split_host_port(value: str) -> tuple[str, int]:
 
 async def _serve(args: argparse.Namespace) -> None:
     app = make_app(run_dir=args.run_dir, processes=max(1, args.processes))
-    # No access log: a log line per request is the single most expensive thing on the hot path.
-    # handler_cancellation: a client that disconnects cancels its handler, which closes the upstream
-    # request and takes a waiting request out of the daemon's queue.
-    runner = web.AppRunner(
-        app,
-        access_log=None,
-        handle_signals=False,
-        shutdown_timeout=_SHUTDOWN_TIMEOUT_S,
-        handler_cancellation=True,
-        keepalive_timeout=KEEPALIVE_S,
-    )
-    await runner.setup()
-    assert runner.server is not None
-    # Connections start on the hot path, which lends aiohttp's own request handler every request
-    # it does not serve itself (hot_path.py).
-    hot = HotPath(app[CTX], runner.server, keepalive_s=KEEPALIVE_S)
     loop = asyncio.get_running_loop()
-    if args.fd is not None:
-        sock = socket.socket(fileno=args.fd)
-        sock.setblocking(False)
-        server = await loop.create_server(hot, sock=sock, backlog=4096)
-    else:
+
+    async def create_server(factory: Callable[[], asyncio.Protocol]) -> asyncio.Server:
+        if args.fd is not None:
+            sock = socket.socket(fileno=args.fd)
+            sock.setblocking(False)
+            return await loop.create_server(factory, sock=sock, backlog=4096)
         host, port = _split_host_port(args.listen)
-        server = await loop.create_server(hot, host, port, reuse_address=True, backlog=4096)
+        return await loop.create_server(factory, host, port, reuse_address=True, backlog=4096)
 
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    try:
-        await stop.wait()
-    finally:
-        server.close()
-        await hot.shutdown(_SHUTDOWN_TIMEOUT_S)
-        await runner.cleanup()
+    await serve(app, lambda a: a[CTX], create_server, stop, max(0.0, args.shutdown_grace))
 
 
 def _raise_fd_limit() -> None:

@@ -1,5 +1,7 @@
-"""The proxy's aiohttp application: the app factory, the route table and the one middleware
-(CORS preflight, API keys, `ProxyError` -> JSON error)."""
+"""The proxy's aiohttp application: the app factory, the route table and the one middleware,
+`front`, the first stage of every request (shutting down -> 503, CORS preflight, ambiguous
+credentials -> 400, API keys -> 401, `ProxyError` -> JSON error). The forwarding routes are
+`pipeline.py`'s."""
 
 from __future__ import annotations
 
@@ -12,16 +14,19 @@ from aiohttp import web
 
 from ..ipc.client import DaemonClient
 from ..ipc.endpoints import Endpoints
-from . import comfyui, logs, model_routes, models_list, ops, passthrough
+from . import access_log, logs, models_list, ops, pipeline
 from .admission import Admission
-from .auth import check_api_key
+from .auth import check_api_key, check_single_credentials
 from .context import CTX, ProxyContext
 from .daemon_link import DaemonLink
 from .errors import ProxyError, error_response
-from .forward import make_session
 from .log_hub import LogHub
-from .state import ProxyState, StateSync
+from .model_routes import MODEL_ROUTES
+from .state import ProxyState
+from .state_sync import StateSync
+from .stats import STATS
 from .sync_wait import routes_of
+from .upstream import make_session
 from .upstream_client import UpstreamPool
 
 log = logging.getLogger(__name__)
@@ -53,11 +58,18 @@ def _preflight(request: web.Request) -> web.Response:
 
 @web.middleware
 async def front(request: web.Request, handler: Handler) -> web.StreamResponse:
+    ctx = request.app[CTX]
+    if ctx.closing:
+        STATS.refused += 1
+        response = error_response(503, "swapd is shutting down", "shutting_down")
+        response.force_close()
+        return response
     if request.method == "OPTIONS":
         return _preflight(request)
+    ctx.enter()
     try:
+        check_single_credentials(request)
         if request.path not in _OPEN_PATHS:
-            ctx = request.app[CTX]
             if not ctx.state.synced.is_set():
                 # No table yet means no keys known yet: wait for it rather than let anyone in.
                 await routes_of(ctx)
@@ -66,6 +78,7 @@ async def front(request: web.Request, handler: Handler) -> web.StreamResponse:
                 check_api_key(request, keys)
         return await handler(request)
     except ProxyError as exc:
+        STATS.refused += 1
         return exc.response()
     except web.HTTPException as exc:
         if exc.status >= 400 and exc.text and not exc.content_type.endswith("json"):
@@ -76,6 +89,8 @@ async def front(request: web.Request, handler: Handler) -> web.StreamResponse:
             }
             return error_response(exc.status, exc.text.strip(), headers=kept)
         raise
+    finally:
+        ctx.leave()
 
 
 def make_app(*, run_dir: Path, processes: int = 1, proxy_id: str | None = None) -> web.Application:
@@ -89,6 +104,7 @@ def make_app(*, run_dir: Path, processes: int = 1, proxy_id: str | None = None) 
         link = DaemonLink(DaemonClient(endpoints.daemon, context=context), state, proxy_id)
         hub = LogHub()
         logging.getLogger().addHandler(hub)
+        access_log.BATCH.hub = hub
         app[CTX] = ProxyContext(
             run_dir=run_dir,
             processes=processes,
@@ -110,6 +126,8 @@ def make_app(*, run_dir: Path, processes: int = 1, proxy_id: str | None = None) 
         await ctx.session.close()
         ctx.pool.close()
         ctx.link.close()
+        access_log.BATCH.flush()
+        access_log.BATCH.hub = None
         logging.getLogger().removeHandler(ctx.logs)
 
     app.on_startup.append(startup)
@@ -117,13 +135,13 @@ def make_app(*, run_dir: Path, processes: int = 1, proxy_id: str | None = None) 
 
     router = app.router
     router.add_get("/health", ops.handle_health)
-    for method, path in model_routes.MODEL_ROUTES:
-        router.add_route(method, path, model_routes.handle_model_request)
+    for method, path in MODEL_ROUTES:
+        router.add_route(method, path, pipeline.handle_model_route)
     router.add_get("/v1/models", models_list.handle_models)
     router.add_get("/models", models_list.handle_models)
-    router.add_route("*", "/upstream/{tail:.*}", passthrough.handle_upstream)
-    router.add_route("*", "/comfyui", comfyui.redirect)
-    router.add_route("*", "/comfyui/{tail:.*}", comfyui.handle)
+    router.add_route("*", "/upstream/{tail:.*}", pipeline.handle_upstream)
+    router.add_route("*", "/comfyui", pipeline.handle_comfyui)
+    router.add_route("*", "/comfyui/{tail:.*}", pipeline.handle_comfyui)
     router.add_get("/running", ops.handle_running)
     router.add_post("/api/models/unload", ops.handle_unload_all)
     router.add_post("/api/models/unload/{model:.+}", ops.handle_unload_one)

@@ -43,6 +43,15 @@ def key_from(authorization: str, x_api_key: str | None) -> bytes | None:
     return x_api_key.encode() if x_api_key else None
 
 
+def check_single_credentials(request: web.Request) -> None:
+    """400 for a request with more than one `Authorization` or `x-api-key` header, on every
+    route: servers disagree on which of several counts (first or last), so none does."""
+    headers = request.headers
+    for name in ("Authorization", "x-api-key"):
+        if len(headers.getall(name, ())) > 1:
+            raise ProxyError(400, f"more than one {name} header: ambiguous credentials")
+
+
 def check_api_key(request: web.Request, keys: tuple[bytes, ...]) -> None:
     """Raise 401 unless `request` carries one of `keys` (no-op when `keys` is empty)."""
     if not keys:

@@ -8,7 +8,11 @@ Where the model comes from (llama-swap's rules, with 400 instead of 404 when the
   to the upstream.
 
 A body that must be read to find the model is held in memory, so it is bounded: `MAX_BODY_BYTES`
-(64 MiB, or `$SWAPD_PROXY_MAX_BODY_MB` MiB); past it the answer is 413. Filters
+(64 MiB, or `$SWAPD_PROXY_MAX_BODY_MB` MiB); past it the answer is 413. The proxy's server does not
+decompress request bodies: a body with a `Content-Encoding` (gzip, deflate) is decoded here only to
+find the model, with the same bound on what decoding produces (a gzip bomb is a 413, a body that is
+not what its label says a 400), and goes upstream as the bytes the client sent unless a filter
+rewrote it (then as the rewritten plain JSON, without the `Content-Encoding`). Filters
 (`useModelName`, `filters.stripParams`, `filters.setParams`, a peer's model rewrite) apply to JSON
 bodies; multipart bodies get only the `model` rewrite, done in place so the rest of the form is sent
 byte for byte.
@@ -18,6 +22,7 @@ from __future__ import annotations
 
 import os
 import urllib.parse
+import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -49,21 +54,24 @@ _json_encode = msgspec.json.Encoder().encode
 
 @dataclass(slots=True)
 class RequestModel:
-    """What `read_model` found. `body` is None when the body was not read (it streams up)."""
+    """What `read_model` found. `body` is None when the body was not read (it streams up);
+    otherwise it is the decoded body, and `raw` the bytes exactly as the client sent them."""
 
     name: str
     kind: str  # "json" | "multipart" | "form" | "query"
     body: bytes | None
     boundary: bytes = b""
     model_span: tuple[int, int] | None = None  # multipart: where the model value sits in `body`
+    raw: bytes | None = None
 
 
 async def read_body(request: web.Request, limit: int = MAX_BODY_BYTES) -> bytes:
+    """The body as the client sent it, never more than `limit` bytes read (413 past it)."""
     length = request.content_length
     if length is not None:
         if length > limit:
             raise _too_large(limit)
-        return await request.read()
+        return await request.read()  # never more than the Content-Length
     chunks: list[bytes] = []
     size = 0
     async for chunk in request.content.iter_any():
@@ -72,6 +80,44 @@ async def read_body(request: web.Request, limit: int = MAX_BODY_BYTES) -> bytes:
             raise _too_large(limit)
         chunks.append(chunk)
     return b"".join(chunks)
+
+
+def content_codings(request: web.Request) -> list[str]:
+    """The request's `Content-Encoding` codings, in the order they were applied."""
+    values = ",".join(request.headers.getall("Content-Encoding", ()))
+    return [c for c in (t.strip().lower() for t in values.split(",")) if c and c != "identity"]
+
+
+def decode_body(raw: bytes, codings: list[str], limit: int = MAX_BODY_BYTES) -> bytes:
+    """Undo `codings` (gzip, deflate) with at most `limit` bytes produced by each step."""
+    data = raw
+    for coding in reversed(codings):
+        if coding in ("gzip", "x-gzip"):
+            wbits = 16 + zlib.MAX_WBITS
+        elif coding == "deflate":
+            wbits = zlib.MAX_WBITS  # zlib-wrapped, as RFC 9110 defines it
+        else:
+            raise ProxyError(
+                415, f"Content-Encoding {coding} is not supported here (gzip and deflate are)"
+            )
+        inflate = zlib.decompressobj(wbits)
+        try:
+            out = inflate.decompress(data, limit + 1)
+        except zlib.error as exc:
+            raise ProxyError(400, f"the request body is not valid {coding} data") from exc
+        if len(out) > limit or inflate.unconsumed_tail:
+            raise _too_large(limit)
+        if not inflate.eof:
+            raise ProxyError(400, f"the request body is truncated {coding} data")
+        data = out
+    return data
+
+
+async def read_decoded(request: web.Request) -> tuple[bytes, bytes]:
+    """(the decoded body, the body as sent): both bounded by `MAX_BODY_BYTES`."""
+    raw = await read_body(request)
+    codings = content_codings(request)
+    return (decode_body(raw, codings) if codings else raw), raw
 
 
 def _too_large(limit: int) -> ProxyError:
@@ -86,9 +132,12 @@ async def read_model(request: web.Request) -> RequestModel:
     ctype = request.headers.get("Content-Type", "")
     if request.method not in ("GET", "HEAD") and request.body_exists:
         if "json" in ctype:
-            return json_model(await read_body(request))
+            body, raw = await read_decoded(request)
+            found = json_model(body)
+            found.raw = raw
+            return found
         if "multipart/form-data" in ctype:
-            body = await read_body(request)
+            body, raw = await read_decoded(request)
             boundary = parse_mimetype(ctype).parameters.get("boundary", "")
             if not boundary:
                 raise ProxyError(400, "could not parse multipart form: no boundary")
@@ -98,17 +147,21 @@ async def read_model(request: web.Request) -> RequestModel:
                     name = body[span[0] : span[1]].decode()
                 except UnicodeDecodeError as exc:
                     raise ProxyError(400, "the form field model is not UTF-8") from exc
-                return RequestModel(_model_name(name), "multipart", body, boundary.encode(), span)
-            return RequestModel(_query_model(request), "multipart", body, boundary.encode())
+                return RequestModel(
+                    _model_name(name), "multipart", body, boundary.encode(), span, raw
+                )
+            return RequestModel(
+                _query_model(request), "multipart", body, boundary.encode(), raw=raw
+            )
         if "application/x-www-form-urlencoded" in ctype:
-            body = await read_body(request)
+            body, raw = await read_decoded(request)
             try:
                 fields = urllib.parse.parse_qs(body.decode(), strict_parsing=False)
             except UnicodeDecodeError as exc:
                 raise ProxyError(400, "could not parse the urlencoded form: not UTF-8") from exc
             values = fields.get("model")
             name = values[0] if values else _query_model(request)
-            return RequestModel(_model_name(name), "form", body)
+            return RequestModel(_model_name(name), "form", body, raw=raw)
     return RequestModel(_query_model(request), "query", None)
 
 
@@ -120,7 +173,13 @@ def json_model(body: bytes) -> RequestModel:
         raise ProxyError(400, f"the JSON body must be an object: {exc}") from exc
     except msgspec.DecodeError as exc:
         raise ProxyError(400, f"malformed JSON body: {exc}") from exc
+    except RecursionError as exc:
+        raise too_deep() from exc
     return RequestModel(_model_name(model), "json", body)
+
+
+def too_deep() -> ProxyError:
+    return ProxyError(400, "malformed JSON body: nested too deeply")
 
 
 def _query_model(request: web.Request) -> str:
@@ -194,7 +253,10 @@ def filter_json(
     Keys may be dotted paths into nested objects (`a.b`), as llama-swap's sjson paths are. `model`
     itself is protected from strip and set.
     """
-    doc = _json_decoder.decode(body)
+    try:
+        doc = _json_decoder.decode(body)
+    except RecursionError as exc:
+        raise too_deep() from exc
     if not isinstance(doc, dict):
         raise ProxyError(400, "the JSON body must be an object")
     if model is not None:

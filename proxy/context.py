@@ -1,11 +1,12 @@
 """The per-process objects every handler needs, stored on the app under `CTX`.
 
-Other proxy modules (and `comfyui.py`) get them with `request.app[CTX]`.
+Other proxy modules get them with `request.app[CTX]`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import asyncio
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import aiohttp
@@ -15,6 +16,7 @@ from .admission import Admission
 from .daemon_link import DaemonLink
 from .log_hub import LogHub
 from .state import ProxyState
+from .upstream import AiohttpTransport, LeanTransport
 from .upstream_client import UpstreamPool
 
 
@@ -28,6 +30,26 @@ class ProxyContext:
     session: aiohttp.ClientSession
     pool: UpstreamPool
     logs: LogHub
+    lean: LeanTransport = field(init=False)
+    aiohttp: AiohttpTransport = field(init=False)
+    # Set on SIGTERM (server.py): new requests get 503 and `Connection: close`.
+    closing: bool = False
+    # Requests under way, for the shutdown grace; `idle` is set when the last one ends.
+    active: int = 0
+    idle: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def enter(self) -> None:
+        self.active += 1
+        self.idle.clear()
+
+    def leave(self) -> None:
+        self.active -= 1
+        if self.active == 0:
+            self.idle.set()
+
+    def __post_init__(self) -> None:
+        self.lean = LeanTransport(self.pool)
+        self.aiohttp = AiohttpTransport(self.session)
 
 
 CTX: web.AppKey[ProxyContext] = web.AppKey("swapd_proxy", ProxyContext)

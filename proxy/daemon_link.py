@@ -15,7 +15,6 @@ import secrets
 import socket
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 import msgspec
 
@@ -31,9 +30,7 @@ from ..ipc.messages import (
     Request,
     Unload,
 )
-
-if TYPE_CHECKING:
-    from .state import ProxyState
+from .state import ProxyState
 
 log = logging.getLogger(__name__)
 

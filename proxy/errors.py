@@ -1,6 +1,8 @@
 """The one error shape the proxy answers with: OpenAI's `{"error": {"message", "type", "code"}}`.
 
 Upstream error responses are passed through untouched; only errors swapd itself generates use this.
+`ProxyError` is an `ipc.errors.Failure` (the daemon's `EnsureError` is another), and the status ->
+(type, default code) mapping happens here only, in `kind_of`.
 """
 
 from __future__ import annotations
@@ -9,6 +11,9 @@ from collections.abc import Mapping, Sequence
 
 import msgspec
 from aiohttp import web
+
+from ..ipc.errors import Failure
+from ..ipc.messages import Error
 
 # Status -> (type, default code), as llama-swap's envelope does (reference §6).
 _KINDS: dict[int, tuple[str, str]] = {
@@ -28,15 +33,20 @@ _KINDS: dict[int, tuple[str, str]] = {
 _encode = msgspec.json.Encoder().encode
 
 
+def kind_of(status: int) -> tuple[str, str]:
+    """OpenAI's error `type` and the default `code` for an HTTP status."""
+    found = _KINDS.get(status)
+    if found is not None:
+        return found
+    if 400 <= status < 500:
+        return "invalid_request_error", "invalid_request"
+    return "server_error", "internal_error"
+
+
 def error_body(
     status: int, message: str, code: str | None = None, log_tail: Sequence[str] = ()
 ) -> bytes:
-    kind, default_code = _KINDS.get(
-        status,
-        ("invalid_request_error", "invalid_request")
-        if 400 <= status < 500
-        else ("server_error", "internal_error"),
-    )
+    kind, default_code = kind_of(status)
     error: dict[str, object] = {"message": message, "type": kind, "code": code or default_code}
     if log_tail:
         error["log_tail"] = list(log_tail)
@@ -59,7 +69,7 @@ def error_response(
     )
 
 
-class ProxyError(Exception):
+class ProxyError(Failure):
     """Raised anywhere below a handler; `app.py`'s middleware turns it into `error_response`."""
 
     def __init__(
@@ -71,12 +81,13 @@ class ProxyError(Exception):
         headers: Mapping[str, str] | None = None,
         log_tail: Sequence[str] = (),
     ) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-        self.code = code
+        super().__init__(message, status=status, code=code or kind_of(status)[1], log_tail=log_tail)
         self.headers = headers
-        self.log_tail = tuple(log_tail)
+
+    @classmethod
+    def from_reply(cls, reply: Error) -> ProxyError:
+        """A daemon's `Error` reply, raised again on this side."""
+        return cls(reply.status, reply.message, reply.code, log_tail=reply.log_tail)
 
     def response(self) -> web.Response:
         return error_response(

@@ -125,7 +125,7 @@ async def handle_stream(request: web.Request) -> web.StreamResponse:
     if which in ("", "upstream"):
         models = [(m.id, True) for m in routes.table.models]
     elif which != "proxy":
-        route = routes.by_name.get(which)
+        route = routes.model(which)
         if route is None:
             raise ProxyError(400, "invalid logger. Use 'proxy', 'upstream' or a model's ID")
         models = [(route.id, False)]

@@ -15,8 +15,8 @@ import msgspec
 from aiohttp import web
 
 from ..ipc.messages import RouteModel
+from ..ipc.states import LOADED_STATES
 from .context import CTX
-from .state import LOADED_STATES
 from .sync_wait import routes_of
 
 OWNED_BY = "swapd"

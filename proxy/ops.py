@@ -5,10 +5,15 @@ from __future__ import annotations
 import msgspec
 from aiohttp import web
 
-from ..ipc.messages import Error, Ok
-from .context import CTX
+from ..ipc.messages import Error, Ok, Status, StatusReply
+from .context import CTX, ProxyContext
+from .decide import model_not_found
 from .errors import ProxyError
+from .stats import STATS
 from .sync_wait import routes_of
+
+# How long `/running` waits for the daemon's `Status` before it answers from its own copy.
+_STATUS_WAIT_S = 1.0
 
 _encode = msgspec.json.Encoder().encode
 
@@ -17,10 +22,25 @@ async def handle_health(_request: web.Request) -> web.Response:
     return web.Response(text="OK")
 
 
+async def _ttl_left(ctx: ProxyContext) -> dict[str, float | None] | None:
+    """Each model's `ttl_left` now, from the daemon (the TTL's owner: what `swapd status` says),
+    or None when it does not answer in time. The state broadcasts carry the value of the moment
+    of the change only, which does not count down."""
+    try:
+        reply = await ctx.link.request(lambda i: Status(id=i), timeout=_STATUS_WAIT_S)
+    except Exception:  # the daemon is restarting: answer from the local copy
+        return None
+    if not isinstance(reply, StatusReply):
+        return None
+    return {m.model: m.ttl_left for m in reply.models}
+
+
 async def handle_running(request: web.Request) -> web.Response:
-    """Models in any state but `stopped`, as this proxy last heard from the daemon."""
+    """Models in any state but `stopped`, as this proxy last heard from the daemon, with the
+    TTL left as the daemon counts it, and this proxy process's counters under `"proxy"`."""
     ctx = request.app[CTX]
     await routes_of(ctx)
+    ttl_left = await _ttl_left(ctx)
     running = []
     for rt in sorted(ctx.state.runtimes.values(), key=lambda r: r.id):
         if rt.state == "stopped":
@@ -32,7 +52,7 @@ async def handle_running(request: web.Request) -> web.Response:
             "pid": status.pid,
             "port": status.port,
             "ttl": rt.route.ttl,
-            "ttl_left": status.ttl_left,
+            "ttl_left": ttl_left.get(rt.id) if ttl_left is not None else status.ttl_left,
             "proxy": rt.base_url,
             "in_flight": rt.in_flight,
         }
@@ -50,14 +70,15 @@ async def handle_running(request: web.Request) -> web.Response:
         if rt.status.lingering is not None
     ]
     return web.Response(
-        body=_encode({"running": running, "lingering": lingering}), content_type="application/json"
+        body=_encode({"running": running, "lingering": lingering, "proxy": STATS.as_dict()}),
+        content_type="application/json",
     )
 
 
 async def _unload(request: web.Request, model: str | None) -> None:
     reply = await request.app[CTX].link.unload(model)
     if isinstance(reply, Error):
-        raise ProxyError(reply.status, reply.message, reply.code, log_tail=reply.log_tail)
+        raise ProxyError.from_reply(reply)
     if not isinstance(reply, Ok):
         raise ProxyError(502, f"unexpected reply from the daemon: {type(reply).__name__}")
 
@@ -79,11 +100,11 @@ async def handle_unload_one(request: web.Request) -> web.Response:
     ctx = request.app[CTX]
     routes = await routes_of(ctx)
     name = request.match_info["model"]
-    route = routes.by_name.get(name)
+    route = routes.model(name)
     if route is None:
         if name in routes.peers:
             raise ProxyError(404, f"no local server found for requested model {name}")
-        raise ProxyError(404, f"model {name} not found")
+        raise model_not_found(name).error()
     await _unload(request, route.id)
     return web.Response(
         body=_encode({"msg": "ok", "model": route.id}), content_type="application/json"

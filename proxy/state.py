@@ -7,27 +7,20 @@ route a request to a ready model without any IPC:
   request).
 * `ModelRuntime`: one per model id, mutable, carried across table generations: the daemon's state
   and upstream plus this process's own counters (reserved, in flight, pending drain).
-* `StateSync`: SUB to the daemon's events, a `Snapshot` to start from, events applied in `seq`
-  order; a gap, a new daemon `instance` or a (re)connect of the event socket triggers a fresh
-  snapshot. It also sends the `Hello` heartbeat.
+
+`state_sync.StateSync` feeds it from the daemon's events.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import math
-import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
-import zmq
-import zmq.asyncio
-
-from ..ipc import codec
+from ..ipc import aliases
 from ..ipc.messages import (
     Draining,
     Event,
@@ -35,26 +28,21 @@ from ..ipc.messages import (
     RouteModel,
     RoutePeer,
     RoutingTable,
-    Snapshot,
     SnapshotReply,
     StateChanged,
     TableChanged,
 )
-from ..ipc.timings import HEARTBEAT_S
-
-if TYPE_CHECKING:
-    from .daemon_link import DaemonLink
+from .address import NOWHERE, UpstreamAddress
+from .matching import compile_path_pattern
 
 log = logging.getLogger(__name__)
-
-# States in which a model counts as "loaded" for /v1/models (llama-swap: any non-stopped state).
-LOADED_STATES = frozenset({"starting", "ready", "draining", "stopping"})
 
 
 @dataclass(frozen=True, slots=True)
 class PeerTarget:
     peer: RoutePeer
     model: str  # the id the peer knows the model by
+    address: UpstreamAddress
 
 
 class Routes:
@@ -68,6 +56,8 @@ class Routes:
         "ignore_paths",
         "include_aliases_in_list",
         "log_dir",
+        "longest_name",
+        "max_name_parts",
         "peers",
         "table",
     )
@@ -75,20 +65,15 @@ class Routes:
     def __init__(self, table: RoutingTable) -> None:
         self.table = table
         self.generation = table.generation
-        by_name: dict[str, RouteModel] = {}
-        # Aliases first so an id always wins over another model's alias of the same text.
-        for model in table.models:
-            for alias in model.aliases:
-                by_name.setdefault(alias, model)
-        for model in table.models:
-            by_name[model.id] = model
+        by_name = aliases.name_index((m.id, m.aliases, m) for m in table.models)
         self.by_name = by_name
         self.by_id = {model.id: model for model in table.models}
         peers: dict[str, PeerTarget] = {}
         bare: dict[str, list[PeerTarget]] = {}
         for peer in table.peers:
+            address = UpstreamAddress.parse(peer.proxy)
             for name in peer.models:
-                target = PeerTarget(peer, name)
+                target = PeerTarget(peer, name, address)
                 peers.setdefault(f"{peer.id}/{name}", target)
                 bare.setdefault(name, []).append(target)
         for name, targets in bare.items():
@@ -96,29 +81,24 @@ class Routes:
             if len({t.peer.id for t in targets}) == 1 and name not in peers:
                 peers[name] = targets[0]
         self.peers = peers
+        # The most `/`-separated parts any model or peer name has: `/upstream/` resolution never
+        # needs to try more leading path segments than that (decide.py).
+        self.max_name_parts = max((n.count("/") + 1 for n in (*by_name, *peers)), default=1)
+        self.longest_name = max((len(n) for n in (*by_name, *peers)), default=0)
         self.api_keys = tuple(key.encode() for key in table.api_keys)
-        self.ignore_paths = tuple(_compile(p) for p in table.ignore_paths)
+        self.ignore_paths = tuple(compile_path_pattern(p) for p in table.ignore_paths)
         self.include_aliases_in_list = table.include_aliases_in_list
         self.log_dir = table.log_dir
 
     def model(self, name: str) -> RouteModel | None:
+        """The alias rule, in one place: an id, else an alias (ids win over aliases)."""
         return self.by_name.get(name)
 
     def peer(self, name: str) -> PeerTarget | None:
         return self.peers.get(name)
 
-    def path_ignored(self, stripped_path: str) -> bool:
-        return any(p.search(stripped_path) for p in self.ignore_paths)
-
-
-def _compile(pattern: str) -> re.Pattern[str]:
-    try:
-        return re.compile(pattern)
-    except re.error:
-        # The config loader validates these; a pattern Python cannot compile matches nothing rather
-        # than taking the proxy down.
-        log.error("ignorePaths pattern %r does not compile; ignoring it", pattern)
-        return re.compile(r"(?!)")
+    def path_ignored(self, decoded_path: str) -> bool:
+        return any(p.search(decoded_path) for p in self.ignore_paths)
 
 
 @dataclass(slots=True, eq=False)
@@ -129,7 +109,7 @@ class ModelRuntime:
     route: RouteModel
     limit: int
     status: ModelStatus
-    base_url: str = ""
+    address: UpstreamAddress = NOWHERE
     state: str = "stopped"
     # Requests admitted and not finished (waiting for ensure, or being served): the 429 counter.
     reserved: int = 0
@@ -146,6 +126,10 @@ class ModelRuntime:
     activity_sent_in_flight: int = 0
     activity_timer: asyncio.TimerHandle | None = None
     last_activity: float = 0.0
+
+    @property
+    def base_url(self) -> str:
+        return self.address.url
 
     @property
     def hot(self) -> bool:
@@ -231,20 +215,20 @@ class ProxyState:
                     route=route,
                     limit=limit,
                     status=ModelStatus(model=model_id, state="stopped", ttl=route.ttl),
-                    base_url=route.upstream.rstrip("/"),
+                    address=UpstreamAddress.parse(route.upstream),
                 )
             else:
                 existing.route = route
                 existing.limit = limit
                 if not existing.status.upstream:
-                    existing.base_url = route.upstream.rstrip("/")
+                    existing.address = UpstreamAddress.parse(route.upstream)
 
     def _apply_status(self, status: ModelStatus) -> None:
         rt = self.runtimes.get(status.model)
         if rt is None:
             return  # a model of a table generation we have not seen yet; the table event follows
         rt.status = status
-        rt.base_url = (status.upstream or rt.route.upstream).rstrip("/")
+        rt.address = UpstreamAddress.parse(status.upstream or rt.route.upstream)
         self._set_state(rt, status.state)
 
     def _set_state(self, rt: ModelRuntime, state: str) -> None:
@@ -255,113 +239,3 @@ class ProxyState:
             rt.drain_epoch = None
         if old != state:
             self.on_state(rt, old)
-
-
-class StateSync:
-    """Keeps a `ProxyState` in step with the daemon (see the module docstring)."""
-
-    def __init__(
-        self,
-        state: ProxyState,
-        link: DaemonLink,
-        events_endpoint: str,
-        *,
-        context: zmq.asyncio.Context,
-    ) -> None:
-        self._state = state
-        self._link = link
-        self._sub = context.socket(zmq.SUB)
-        self._sub.setsockopt(zmq.LINGER, 0)
-        self._sub.setsockopt(zmq.SUBSCRIBE, b"")
-        # Events published while the SUB is not connected are lost without a trace (zmq's slow
-        # joiner: at start the daemon may not have bound yet, and a reconnect waits up to 100 ms).
-        # A missed *last* event (say `ready`) would leave the mirror wrong until the next event, and
-        # every request would take the slow `Ensure` path; so every (re)connect takes a snapshot.
-        self._monitor = self._sub.get_monitor_socket(zmq.EVENT_HANDSHAKE_SUCCEEDED)
-        self._sub.connect(events_endpoint)
-        self._tasks: list[asyncio.Task[None]] = []
-
-    def start(self) -> None:
-        loop = asyncio.get_running_loop()
-        self._tasks = [loop.create_task(self._sync_loop()), loop.create_task(self._heartbeat())]
-
-    async def close(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-        self._sub.disable_monitor()
-        self._monitor.close(linger=0)
-        self._sub.close(linger=0)
-
-    async def _snapshot(self) -> None:
-        delay = 0.05
-        while True:
-            try:
-                reply = await self._link.request(lambda i: Snapshot(id=i), timeout=2.0)
-            except Exception as exc:  # the daemon is not up yet, or restarting
-                log.debug("snapshot failed (%s); retrying", exc)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 1.0)
-                continue
-            if isinstance(reply, SnapshotReply):
-                self._state.apply_snapshot(reply)
-                log.info(
-                    "routing table generation %d from daemon %s (seq %d)",
-                    reply.table.generation,
-                    reply.instance,
-                    reply.seq,
-                )
-                return
-            log.warning("unexpected reply to Snapshot: %r", reply)
-            await asyncio.sleep(delay)
-
-    async def _sync_loop(self) -> None:
-        # The mirror must never silently stop following the daemon: on any unexpected error, log
-        # it and start over from a fresh snapshot.
-        while True:
-            try:
-                await self._follow()
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.exception("following the daemon's events failed; resynchronising")
-                await asyncio.sleep(0.5)
-
-    async def _follow(self) -> None:
-        state = self._state
-        await self._snapshot()
-        poller = zmq.asyncio.Poller()
-        poller.register(self._sub, zmq.POLLIN)
-        poller.register(self._monitor, zmq.POLLIN)
-        while True:
-            ready = dict(await poller.poll())
-            if self._monitor in ready:
-                # Events already queued in the SUB are older than this snapshot or newer: the
-                # seq checks below skip the former and apply the latter.
-                await self._monitor.recv_multipart()
-                await self._snapshot()
-                continue
-            if self._sub not in ready:
-                continue
-            data = await self._sub.recv()
-            try:
-                event = codec.decode_event(data)
-            except codec.DecodeError as exc:
-                log.warning("undecodable event from daemon: %s", exc)
-                continue
-            if event.instance != state.instance or event.seq > state.seq + 1:
-                log.info("daemon restarted or events were missed; taking a new snapshot")
-                await self._link.hello()
-                await self._snapshot()
-                continue
-            if event.seq <= state.seq:
-                continue  # already contained in the snapshot
-            state.apply_event(event)
-
-    async def _heartbeat(self) -> None:
-        while True:
-            with contextlib.suppress(Exception):
-                await self._link.hello()
-            await asyncio.sleep(HEARTBEAT_S)

@@ -1,4 +1,4 @@
-"""A lean HTTP/1.1 client for local `http://` upstreams: the proxy's hot path.
+"""A lean HTTP/1.1 client for local `http://` upstreams (`upstream.LeanTransport`).
 
 aiohttp's client is general (cookies, redirects, tracing, auth, proxies, ...) and costs most of the
 proxy's CPU per request; this one does only what a reverse proxy needs: pooled keep-alive
@@ -6,7 +6,8 @@ connections per upstream, the request head and a bytes body in one write (or a s
 chunked, with write flow control), and the body handed over as it arrives, with read flow control
 so a slow client slows the upstream instead of filling memory. Parsing the response (status line,
 headers, content-length, chunked or until-close framing, trailers) is llhttp's, through httptools.
-Websockets, TLS and peers use aiohttp.
+Websockets, TLS and peers use aiohttp. A response head is limited to `_MAX_HEAD` bytes however
+it arrives (counted in llhttp's callbacks, and per read while the head is incomplete).
 
 A kept-alive connection the upstream closed while idle is retried once on a fresh one when nothing
 of the response had arrived (the usual keep-alive race); anything else surfaces as
@@ -19,23 +20,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
-from collections import deque
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 from httptools import HttpParserError, HttpParserUpgrade, HttpResponseParser
 
-_HIGH_WATER = 1024 * 1024  # pause reading the upstream past this much undelivered body
+from .upstream_response import UpstreamBroken, UpstreamError, UpstreamResponse
+
+__all__ = ["UpstreamBroken", "UpstreamError", "UpstreamPool", "UpstreamResponse"]
+
 _MAX_HEAD = 64 * 1024  # llhttp sets no limit of its own
 _IDLE_PER_HOST = 256
-
-
-class UpstreamError(Exception):
-    """The upstream failed before sending a complete response head."""
-
-
-class UpstreamBroken(Exception):
-    """The upstream broke off the response body."""
 
 
 def set_nodelay(transport: asyncio.BaseTransport) -> None:
@@ -47,7 +42,7 @@ def set_nodelay(transport: asyncio.BaseTransport) -> None:
 
 
 def head_error(error: BaseException) -> UpstreamError:
-    """What a failure before the response head means, in the words both proxy paths use."""
+    """What a failure before the response head means, as the client's 502 says it."""
     if isinstance(error, UpstreamError):
         return error
     if isinstance(error, OSError):
@@ -59,124 +54,9 @@ class _OutOfStep(Exception):
     """Bytes from the upstream that answer no request: the connection cannot be trusted."""
 
 
-class UpstreamResponse:
-    __slots__ = (
-        "_conn",
-        "_parts",
-        "_size",
-        "_waiter",
-        "chunked",
-        "content_length",
-        "done",
-        "error",
-        "head_done",
-        "headers",
-        "held",
-        "listener",
-        "reason",
-        "reused",
-        "status",
-    )
-
-    def __init__(self, conn: _Conn, reused: bool) -> None:
-        self._conn = conn
-        # Sent on a kept-alive connection: one that fails before any byte of the response is the
-        # keep-alive race, worth one retry on a fresh connection.
-        self.reused = reused
-        # Callback mode (`UpstreamPool.send_nowait`): called on the head, on each piece of body
-        # and at the end, instead of waking a reader.
-        self.listener: Callable[[], None] | None = None
-        self.head_done = False
-        self.held = False
-        self.status = 0
-        self.reason = ""
-        self.headers: list[tuple[str, str]] = []
-        self.content_length: int | None = None
-        self.chunked = False
-        self._parts: deque[bytes] = deque()
-        self._size = 0
-        self._waiter: asyncio.Future[None] | None = None
-        self.done = False
-        self.error: Exception | None = None
-
-    # called by the connection
-    def _feed(self, data: bytes) -> None:
-        self._parts.append(data)
-        self._size += len(data)
-        if self._size > _HIGH_WATER:
-            self._conn.pause()
-        self._wake()
-
-    def _finish(self, error: Exception | None = None) -> None:
-        self.done = True
-        self.error = error
-        self._wake()
-
-    def _wake(self) -> None:
-        if self.listener is not None:
-            self.listener()
-            return
-        waiter = self._waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
-
-    # used by the proxy
-    async def read_chunk(self) -> bytes:
-        """Everything that has arrived since the last call; b"" at the end of the body."""
-        while not self._parts:
-            if self.done:
-                if self.error is not None:
-                    raise UpstreamBroken(str(self.error)) from self.error
-                return b""
-            self._waiter = asyncio.get_running_loop().create_future()
-            try:
-                await self._waiter
-            finally:
-                self._waiter = None
-        data = self._parts[0] if len(self._parts) == 1 else b"".join(self._parts)
-        self._parts.clear()
-        self._size = 0
-        if not self.held:
-            self._conn.resume()
-        return data
-
-    def take(self) -> bytes:
-        """Everything that has arrived and not been read yet (callback mode)."""
-        data = b"".join(self._parts)
-        self._parts.clear()
-        self._size = 0
-        if not self.held:
-            self._conn.resume()
-        return data
-
-    def hold(self) -> None:
-        """Stop reading the upstream until `release` (the client reads slower than it sends)."""
-        self.held = True
-        self._conn.pause()
-
-    def release(self) -> None:
-        self.held = False
-        self._conn.resume()
-
-    @property
-    def retryable(self) -> bool:
-        """Failed before any byte of the response arrived on a kept-alive connection."""
-        return self.reused and not self._conn.received_any
-
-    async def read(self) -> bytes:
-        parts = []
-        while chunk := await self.read_chunk():
-            parts.append(chunk)
-        return b"".join(parts)
-
-    async def iter_chunks(self) -> AsyncIterator[bytes]:
-        while chunk := await self.read_chunk():
-            yield chunk
-
-    def close(self) -> None:
-        """Abandon the response: the connection cannot be reused unless the body was complete."""
-        if not self.done:
-            self._conn.abort()
+class _HeadTooLarge(UpstreamError):
+    def __init__(self) -> None:
+        super().__init__(f"response head larger than {_MAX_HEAD} bytes")
 
 
 class _Conn(asyncio.Protocol):
@@ -194,6 +74,7 @@ class _Conn(asyncio.Protocol):
         self.head_waiter: asyncio.Future[UpstreamResponse] | None = None
         self.in_head = False
         self.head_size = 0
+        self.head_read = 0
         self.reason = b""
         self.raw_headers: list[tuple[bytes, bytes]] = []
         self.interim = False
@@ -243,12 +124,14 @@ class _Conn(asyncio.Protocol):
             return
         except HttpParserError as exc:
             cause = exc.__context__  # what a callback raised
-            self._fail(cause if isinstance(cause, _OutOfStep) else exc)
+            self._fail(cause if isinstance(cause, _OutOfStep | _HeadTooLarge) else exc)
             return
         if self.head_waiter is not None:
-            self.head_size += len(data)
-            if self.head_size > _MAX_HEAD:
-                self._fail(UpstreamError("response head too large"))
+            self.head_read += len(data)
+        if self.head_waiter is not None and self.head_read > _MAX_HEAD:
+            # A head still incomplete after more than the limit (llhttp reports a header only
+            # once it is whole; complete ones are counted in the callbacks, whatever the reads).
+            self._fail(_HeadTooLarge())
 
     # --- httptools callbacks ----------------------------------------------------------------------
     def on_message_begin(self) -> None:
@@ -258,10 +141,17 @@ class _Conn(asyncio.Protocol):
         self.reason = b""
         self.raw_headers = []
 
+    def _count_head(self, size: int) -> None:
+        self.head_size += size
+        if self.head_size > _MAX_HEAD:
+            raise _HeadTooLarge()
+
     def on_status(self, reason: bytes) -> None:
+        self._count_head(len(reason))
         self.reason += reason
 
     def on_header(self, name: bytes, value: bytes) -> None:
+        self._count_head(len(name) + len(value) + 4)
         if self.in_head:  # not a trailer: those are dropped
             self.raw_headers.append((name, value))
 
@@ -297,13 +187,9 @@ class _Conn(asyncio.Protocol):
         response.chunked = chunked
         self.keep_alive = self.parser.should_keep_alive()
         self.until_close = length is None and not chunked and not self.head_request
-        response.head_done = True
         waiter, self.head_waiter = self.head_waiter, None
-        if waiter is not None:
-            if not waiter.done():
-                waiter.set_result(response)
-        else:
-            response._wake()
+        if waiter is not None and not waiter.done():
+            waiter.set_result(response)
         if self.head_request:
             self.parser_spent = True
             self._complete()
@@ -398,25 +284,6 @@ class UpstreamPool:
             raise UpstreamError(f"cannot connect to {key[0]}:{key[1]}: {exc}") from exc
         return conn
 
-    def send_nowait(
-        self, host: str, port: int, head: bytes, body: bytes, listener: Callable[[], None]
-    ) -> UpstreamResponse | None:
-        """Send a request with a bytes body on an idle kept-alive connection, without waiting.
-
-        The response is in callback mode: `listener` is called when its head has arrived, on each
-        piece of body, and at its end (`done`, with `error` set if it failed). None when no
-        connection is idle: then `request` must be used, which connects.
-        """
-        idle = self._idle.get((host, port))
-        while idle:
-            conn = idle.pop()
-            if not conn.closed and conn.transport is not None:
-                response = self._start(conn, False)
-                response.listener = listener
-                conn.transport.write(head + body)
-                return response
-        return None
-
     async def request(
         self,
         host: str,
@@ -455,6 +322,7 @@ class UpstreamPool:
         conn.received_any = False
         conn.head_request = head_request
         conn.head_size = 0
+        conn.head_read = 0
         conn.interim = False
         conn.until_close = False
         response = UpstreamResponse(conn, conn.reused)

@@ -13,10 +13,12 @@ from typing import TYPE_CHECKING
 
 import aiohttp
 from aiohttp import WSMsgType, web
+from multidict import CIMultiDict
 from yarl import URL
 
+from .address import UpstreamAddress
 from .errors import ProxyError
-from .forward import HOP_BY_HOP, upstream_headers
+from .forward import upstream_headers
 
 if TYPE_CHECKING:
     from .context import ProxyContext
@@ -24,15 +26,16 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-_WS_DROP = HOP_BY_HOP | {
-    "host",
-    "content-length",
-    "sec-websocket-key",
-    "sec-websocket-version",
-    "sec-websocket-extensions",
-    "sec-websocket-protocol",
-    "sec-websocket-accept",
-}
+# aiohttp's client makes its own handshake headers; the client's subprotocols are passed on.
+_WS_DROP = frozenset(
+    {
+        b"sec-websocket-key",
+        b"sec-websocket-version",
+        b"sec-websocket-extensions",
+        b"sec-websocket-protocol",
+        b"sec-websocket-accept",
+    }
+)
 GOING_AWAY = 1001
 INTERNAL_ERROR = 1011
 
@@ -41,21 +44,19 @@ AnyWS = web.WebSocketResponse | aiohttp.ClientWebSocketResponse
 
 def is_websocket(request: web.Request) -> bool:
     """llama-swap's detection: `Connection` has the token `upgrade`, `Upgrade` has `websocket`
-    (case-insensitive, comma lists and repeated headers accepted)."""
+    (case-insensitive, comma lists and repeated headers accepted); and, as RFC 6455 says, only a
+    GET upgrades (a POST that asks to is an ordinary POST, its Upgrade dropped as hop-by-hop)."""
     headers = request.headers
-    if "Upgrade" not in headers:
+    if request.method != "GET" or "Upgrade" not in headers:
         return False
     upgrade = ",".join(headers.getall("Upgrade")).lower()
     connection = ",".join(headers.getall("Connection", ())).lower()
     return "websocket" in upgrade and "upgrade" in {t.strip() for t in connection.split(",")}
 
 
-def _ws_url(url: str) -> URL:
-    if url.startswith("https://"):
-        url = "wss://" + url[len("https://") :]
-    elif url.startswith("http://"):
-        url = "ws://" + url[len("http://") :]
-    return URL(url, encoded=True)
+def _ws_url(address: UpstreamAddress, path_qs: str) -> URL:
+    scheme = "wss" if address.scheme == "https" else "ws"
+    return URL(f"{scheme}://{address.hostport}{address.base}{path_qs}", encoded=True)
 
 
 class WebSocketRelay:
@@ -123,14 +124,17 @@ async def _pump(src: AnyWS, dst: AnyWS) -> None:
 async def relay_websocket(
     request: web.Request,
     ctx: ProxyContext,
-    url: str,
+    address: UpstreamAddress,
+    path_qs: str,
     label: str,
     *,
+    host: str | None,
     ignored_in: ModelRuntime | None = None,
     replace_headers: dict[str, str] | None = None,
 ) -> web.StreamResponse:
-    """Relay the websocket `request` to `url` (http(s) form, with raw path and query).
+    """Relay the websocket `request` to `address` at `path_qs` (raw path and query).
 
+    `host`: the Host for the handshake (None: the client's, as for HTTP; forward.py).
     `ignored_in`: the model of an ignored websocket, which is closed when that model stops.
     `replace_headers`: headers set on the upstream handshake over the client's (a peer's key).
     """
@@ -140,12 +144,13 @@ async def relay_websocket(
         for p in value.split(",")
         if p.strip()
     ]
-    headers = upstream_headers(request.headers.items(), _WS_DROP)
-    for key, value in (replace_headers or {}).items():
-        headers[key] = value
+    headers: CIMultiDict[str] = CIMultiDict(
+        (k.decode("latin-1"), v.decode("latin-1"))
+        for k, v in upstream_headers(request, host, drop=_WS_DROP, replace=replace_headers)
+    )
     try:
         upstream = await ctx.session.ws_connect(
-            _ws_url(url),
+            _ws_url(address, path_qs),
             protocols=protocols,
             headers=headers,
             autoclose=False,

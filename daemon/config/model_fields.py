@@ -124,6 +124,7 @@ def build(
         health_check_timeout=defaults.health_check_timeout,
         concurrency_limit=limit,
         ignore_websockets=ignore_websockets,
+        host_header=spec.host_header or "client",
         aliases=tuple(aliases),
         env=env,
         unlisted=bool(spec.unlisted),

@@ -9,7 +9,6 @@ exponentially on a path that almost matches: `check-config` warns about it.
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 try:  # the parser `re` itself uses; private, so a Python without it just gets no warning
@@ -23,18 +22,6 @@ NESTED_QUANTIFIER_WARNING = (
     "(a+)+$): on a path that almost matches it can take exponential time, and it runs on every "
     "/upstream/ request path"
 )
-
-
-def search_form(pattern: str) -> str:
-    """The pattern without a redundant leading `.*`: the same paths match under `re.search`."""
-    if not pattern.startswith(".*") or pattern[2:3] in ("+", "*", "?", "{"):
-        return pattern  # `.*?` and `.*+` are other operators: keep them as written
-    shorter = pattern[2:]
-    try:
-        re.compile(shorter)
-    except re.error:
-        return pattern
-    return shorter
 
 
 def has_nested_quantifier(pattern: str) -> bool:

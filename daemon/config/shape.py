@@ -11,7 +11,7 @@ A null value is the same as leaving the key out, as when llama-swap decodes onto
 
 from __future__ import annotations
 
-from typing import Annotated, Any, ClassVar
+from typing import Annotated, Any, ClassVar, Literal
 
 import msgspec
 from msgspec import Meta, field
@@ -93,6 +93,8 @@ class Model(Section, frozen=True):
     metadata: Free | None = None
     macros: Any = None
     gpus: Any = None
+    # client: the client's Host goes upstream (the default); upstream: the upstream's host:port.
+    host_header: Literal["client", "upstream"] | None = None
     compat: Compat | None = None
     filters: ModelFilters | None = None
     send_loading_state: _ignored(_NO_LOADING_STATE) = None

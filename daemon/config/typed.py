@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Iterator, Mapping
-from typing import Any, TypeVar, get_args, get_origin
+from typing import Any, Literal, TypeVar, get_args, get_origin
 
 import msgspec
 
@@ -151,7 +151,7 @@ class Converter:
         except msgspec.ValidationError as error:
             bound = _BOUND.match(str(error))
             if bound is None:
-                return self._wrong(where, words or _WORDS.get(base, str(base)), raw)
+                return self._wrong(where, words or _words_for(base), raw)
             meta = next(x for x in get_args(unwrap_meta(annotation)) if isinstance(x, msgspec.Meta))
             if bound.group(1) == ">=":
                 limit = f"{meta.ge:g}" if base is float else f"{meta.ge}"
@@ -163,6 +163,12 @@ class Converter:
     def _wrong(self, where: Path, words: str, raw: Any) -> Any:
         self.report.error(where, f"expected {words}, got {describe(raw)}")
         return _BAD
+
+
+def _words_for(base: Any) -> str:
+    if get_origin(base) is Literal:
+        return "one of " + ", ".join(str(choice) for choice in get_args(base))
+    return _WORDS.get(base, str(base))
 
 
 def unwrap_meta(annotation: Any) -> Any:

@@ -14,6 +14,12 @@ It behaves as the real server does for what swapd cares about:
   `--step-delay` seconds each, that reports `execution_start`, `progress` and `executing` messages
   over the websocket).
 
+Like ComfyUI (its `origin_only_middleware`, on unless `--enable-cors-header`), it answers 403 to a
+request whose `Origin` names another host:port than its `Host`, when that Host is a loopback
+name or address (a port missing on either side compares host names only), and 403 to
+`Sec-Fetch-Site: cross-site`; an OPTIONS request gets an empty 200. That is the check a browser's
+module scripts, CSS, fetch POSTs and websocket trip over when a proxy rewrites Host.
+
 Every request that reaches it is printed to stdout as one `comfyui-like request {json}` line (and
 appended to `--request-log` as a JSON line, when given), so tests can prove what reached it and
 what did not. `--hold-file` keeps it "loading" (not yet listening) while that file exists, so a
@@ -29,12 +35,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import ipaddress
 import itertools
 import json
 import os
 import signal
+import socket
 import sys
 import time
+import urllib.parse
 import uuid
 from pathlib import Path
 from typing import Any
@@ -82,6 +91,56 @@ async def log_requests(request: web.Request, handler: Any) -> web.StreamResponse
         upgrade=request.headers.get("Upgrade", ""),
         headers={k: v for k, v in request.headers.items() if k.lower() != "authorization"},
     )
+    return await handler(request)
+
+
+def _is_loopback(host: str | None) -> bool:
+    """An address on loopback, or a name that resolves to loopback addresses only."""
+    if not host:
+        return False
+    with contextlib.suppress(ValueError):
+        return ipaddress.ip_address(host).is_loopback
+    found = False
+    for family in (socket.AF_INET, socket.AF_INET6):
+        try:
+            infos = socket.getaddrinfo(host, None, family, socket.SOCK_STREAM)
+        except socket.gaierror:
+            continue
+        for *_, sockaddr in infos:
+            if not ipaddress.ip_address(sockaddr[0]).is_loopback:
+                return False
+            found = True
+    return found
+
+
+def origin_refused(headers: Any) -> str | None:
+    """Why ComfyUI would refuse a request with these headers (None: it would not)."""
+    if headers.get("Sec-Fetch-Site") == "cross-site":
+        return "cross-site"
+    host, origin = headers.get("Host"), headers.get("Origin")
+    if host is None or origin is None:
+        return None
+    host_seen = host.lower()
+    parsed_origin = urllib.parse.urlparse(origin)
+    origin_seen = parsed_origin.netloc.lower()
+    parsed_host = urllib.parse.urlsplit("//" + host_seen)
+    if parsed_origin.port is None:
+        host_seen = parsed_host.hostname or ""
+    if parsed_host.port is None:
+        origin_seen = parsed_origin.hostname or ""
+    if not _is_loopback(parsed_host.hostname) or not host_seen or not origin_seen:
+        return None
+    return None if host_seen == origin_seen else f"{host_seen} != {origin_seen}"
+
+
+@web.middleware
+async def origin_only(request: web.Request, handler: Any) -> web.StreamResponse:
+    reason = origin_refused(request.headers)
+    if reason is not None:
+        record("origin_refused", path=request.path, reason=reason)
+        return web.Response(status=403)
+    if request.method == "OPTIONS":
+        return web.Response()
     return await handler(request)
 
 
@@ -226,7 +285,7 @@ async def _close_sockets(app: web.Application) -> None:
 
 
 def _make_app() -> web.Application:
-    app = web.Application(middlewares=[log_requests])
+    app = web.Application(middlewares=[log_requests, origin_only])
     app[SOCKETS] = {}
     app[JOBS] = {}
     app[QUEUE] = asyncio.Queue()

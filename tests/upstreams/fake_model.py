@@ -2,17 +2,24 @@
 
 Run as `python fake_model.py --port N [--name ID] [options]`. Every response says which instance
 served it (`served_by`, the `--name` and pid), so tests can tell models apart.
+
+`--request-log FILE` appends one JSON line per request that reaches it (method, raw path, headers
+in order, the body's bytes as they came in base64), with request bodies left compressed, as a
+server that does not decompress them receives them: a test proves from it what the proxy sent,
+byte for byte, including any request nobody asked the proxy for.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import json
 import os
 import signal
 import sys
 import time
+from typing import Any
 
 from aiohttp import WSMsgType, web
 
@@ -205,6 +212,26 @@ async def echo(request: web.Request) -> web.Response:
     )
 
 
+@web.middleware
+async def log_requests(request: web.Request, handler: Any) -> web.StreamResponse:
+    body = await request.read()
+    entry = {
+        "method": request.method,
+        "raw_path": request.raw_path,
+        "version": f"{request.version.major}.{request.version.minor}",
+        "headers": [[k, v] for k, v in request.headers.items()],
+        "body_b64": base64.b64encode(body).decode(),
+    }
+    _append(ARGS.request_log, json.dumps(entry))
+    return await handler(request)
+
+
+def _append(path: str, line: str) -> None:
+    # Written before the request is handled, so the line is there once the answer is.
+    with open(path, "a", encoding="utf-8") as log:
+        log.write(line + "\n")
+
+
 def main() -> None:
     global ARGS
     parser = argparse.ArgumentParser()
@@ -217,6 +244,7 @@ def main() -> None:
     parser.add_argument("--exit-code", type=int, default=3)
     parser.add_argument("--fail", action="store_true", help="print an error and exit at once")
     parser.add_argument("--ignore-sigterm", action="store_true")
+    parser.add_argument("--request-log", default=None, help="append each request here (JSON)")
     ARGS = parser.parse_args()
 
     print(f"fake model {ARGS.name} starting on port {ARGS.port} pid {os.getpid()}", flush=True)
@@ -228,7 +256,8 @@ def main() -> None:
     if ARGS.listen_delay:
         time.sleep(ARGS.listen_delay)
 
-    app = web.Application(client_max_size=1024**3)
+    middlewares = [log_requests] if ARGS.request_log else []
+    app = web.Application(client_max_size=1024**3, middlewares=middlewares)
     app.router.add_get("/health", health)
     app.router.add_post("/v1/chat/completions", chat)
     app.router.add_post("/v1/embeddings", embeddings)
@@ -258,6 +287,8 @@ def main() -> None:
         print=None,
         access_log=None,
         handler_cancellation=True,
+        # What reaches it is what the proxy sent: a compressed body stays compressed in the log.
+        auto_decompress=not ARGS.request_log,
     )
 
 

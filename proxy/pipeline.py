@@ -1,0 +1,265 @@
+"""The request pipeline for every route that forwards: model routes, `/upstream/`, `/comfyui/`.
+
+A request's way, top to bottom (the API key check and the access log, the first and last stages,
+are `app.front` and `access_log.py`, around every route):
+
+1. keys (`app.front`)
+2. the route decision: the model named (body or query, bounded: `body.py`), then `decide.py`,
+   a pure function of method, path, headers, model and routing table -> serve, refuse, redirect
+3. admission (`admission.py`): the per-model limit (429); a ready model is served at once with no
+   IPC, any other waits for the daemon's `Ensure` (a start, a swap, a drain) as long as the client
+   stays; ignored paths and websockets of a ready model skip admission
+4. forward (`forward.py`): the client's request, Host and body as sent, on the lean pool for
+   `http://` upstreams or aiohttp's client for the rest (`upstream.py`)
+5. relay (`relay.py`, `websocket.py`)
+6. accounting: in-flight counts and TTL activity (`admission.py`), counters (`stats.py`), the
+   access line (`access_log.py`)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import urllib.parse
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from aiohttp import web
+
+from ..ipc.messages import Error
+from . import decide
+from .address import UpstreamAddress
+from .body import RequestModel, filter_json, read_model, replace_span
+from .context import CTX, ProxyContext
+from .errors import ProxyError
+from .forward import forward, outgoing
+from .state import ModelRuntime
+from .stats import STATS
+from .sync_wait import routes_of
+from .websocket import is_websocket, relay_websocket
+
+# How long a request that got `Ready` for a model this process still sees draining waits for the
+# event stream to catch up before asking again (the reply and the broadcast travel on different
+# sockets, so either may arrive first).
+_DRAIN_RECHECK_S = 0.02
+
+ACCOUNT = "swapd.account"
+
+
+@dataclass(slots=True)
+class Account:
+    """What the access line says about a request beyond its status and size."""
+
+    model: str = "-"
+    waited: float = 0.0  # seconds spent waiting for the daemon (a start, a swap, a drain)
+
+
+def account(request: web.Request) -> Account:
+    found = request.get(ACCOUNT)
+    if found is None:
+        found = request[ACCOUNT] = Account()
+    return found
+
+
+def target(request: web.Request) -> tuple[str, str]:
+    """(raw path, `?query` or ""), exactly as sent. An absolute-form target
+    (`POST http://host/v1/... HTTP/1.1`, RFC 9112 §3.2.2) counts by its path and query."""
+    raw = request.raw_path
+    if not raw.startswith("/"):
+        rel = request.rel_url
+        query = rel.raw_query_string
+        raw = rel.raw_path + ("?" + query if query else "")
+    path, sep, query = raw.partition("?")
+    return path, sep + query
+
+
+async def handle_model_route(request: web.Request) -> web.StreamResponse:
+    return await _pipeline(request, decide.for_model, by_body=True)
+
+
+async def handle_upstream(request: web.Request) -> web.StreamResponse:
+    return await _pipeline(request, decide.for_upstream)
+
+
+async def handle_comfyui(request: web.Request) -> web.StreamResponse:
+    return await _pipeline(request, decide.for_comfyui)
+
+
+async def _pipeline(
+    request: web.Request, decide_for: Callable[..., decide.Decision], *, by_body: bool = False
+) -> web.StreamResponse:
+    ctx = request.app[CTX]
+    routes = await routes_of(ctx)
+    found = await read_model(request) if by_body else None
+    path, query = target(request)
+    ask = decide.Ask(
+        request.method, path, query, is_websocket(request), found.name if found else None
+    )
+    runtimes = ctx.state.runtimes
+
+    def ready(model_id: str) -> bool:
+        rt = runtimes.get(model_id)
+        return rt is not None and rt.hot
+
+    decision = decide_for(ask, routes, ready)
+    if isinstance(decision, decide.Refuse):
+        raise decision.error()
+    if isinstance(decision, decide.Redirect):
+        return web.Response(status=decision.status, headers={"Location": decision.location})
+    if decision.peer is not None:
+        return await _serve_peer(request, ctx, decision, found)
+    assert decision.route is not None
+    return await _serve_local(request, ctx, runtimes[decision.route.id], decision, found)
+
+
+# --------------------------------------------------------------------------------------------------
+# local models
+
+
+async def _serve_local(
+    request: web.Request,
+    ctx: ProxyContext,
+    rt: ModelRuntime,
+    decision: decide.Serve,
+    found: RequestModel | None,
+) -> web.StreamResponse:
+    account(request).model = rt.id
+    body, plain, path_qs = _body(found, decision)
+    if not decision.admitted:
+        STATS.outside_admission += 1
+        return await _send(request, ctx, rt, rt.address, path_qs, body, plain, decision)
+    admission = ctx.admission
+    admission.reserve(rt)
+    try:
+        address = await _admit(request, ctx, rt)
+        try:
+            return await _send(request, ctx, rt, address, path_qs, body, plain, decision)
+        finally:
+            admission.end(rt)
+    finally:
+        admission.release(rt)
+
+
+async def _admit(request: web.Request, ctx: ProxyContext, rt: ModelRuntime) -> UpstreamAddress:
+    """Wait until `rt`'s model may serve and count the request in flight; the caller ends it."""
+    STATS.forwarded += 1
+    if rt.hot:
+        STATS.served_without_ipc += 1
+        ctx.admission.begin(rt)
+        return rt.address
+    STATS.waited_for_start += 1
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    try:
+        while True:
+            reply = await ctx.link.ensure(rt.id)
+            if isinstance(reply, Error):
+                raise ProxyError.from_reply(reply)
+            if rt.drain_epoch is None or rt.hot:
+                # Between the check and begin() nothing can run: a Draining that arrives later
+                # sees this request in flight and waits for it.
+                ctx.admission.begin(rt)
+                upstream = reply.upstream
+                if upstream and upstream.rstrip("/") != rt.base_url:
+                    return UpstreamAddress.parse(upstream)
+                return rt.address
+            await asyncio.sleep(_DRAIN_RECHECK_S)
+    finally:
+        account(request).waited = loop.time() - started
+
+
+async def _send(
+    request: web.Request,
+    ctx: ProxyContext,
+    rt: ModelRuntime,
+    address: UpstreamAddress,
+    path_qs: str,
+    body: bytes | None,
+    plain: bool,
+    decision: decide.Serve,
+) -> web.StreamResponse:
+    host = address.hostport if rt.route.host_header == "upstream" else None
+    if decision.websocket:
+        STATS.websockets += 1
+        ignored_in = rt if not decision.admitted else None
+        return await relay_websocket(
+            request, ctx, address, path_qs, rt.id, host=host, ignored_in=ignored_in
+        )
+    out = outgoing(request, address, path_qs, host=host, body=body, plain=plain)
+    transport = ctx.lean if address.lean else ctx.aiohttp
+    return await forward(request, transport, out, rt.id)
+
+
+# --------------------------------------------------------------------------------------------------
+# peers
+
+
+async def _serve_peer(
+    request: web.Request, ctx: ProxyContext, decision: decide.Serve, found: RequestModel | None
+) -> web.StreamResponse:
+    """A peer's model: never starts, swaps or counts against anything local. The peer's
+    `apiKey` (if set) replaces both `Authorization` and `x-api-key`."""
+    target_ = decision.peer
+    assert target_ is not None
+    peer = target_.peer
+    account(request).model = f"{peer.id}/{target_.model}"
+    STATS.peer += 1
+    body, plain, path_qs = _body(found, decision)
+    keys = (
+        {"Authorization": f"Bearer {peer.api_key}", "x-api-key": peer.api_key}
+        if peer.api_key
+        else None
+    )
+    host = target_.address.hostport
+    label = f"peer {peer.id}"
+    if decision.websocket:
+        STATS.websockets += 1
+        return await relay_websocket(
+            request, ctx, target_.address, path_qs, label, host=host, replace_headers=keys
+        )
+    out = outgoing(
+        request, target_.address, path_qs, host=host, body=body, plain=plain, replace=keys
+    )
+    try:
+        return await forward(request, ctx.aiohttp, out, label)
+    except ProxyError as exc:
+        if exc.status == 502:
+            raise ProxyError(502, f"peer proxy error: {exc.message}") from exc
+        raise
+
+
+# --------------------------------------------------------------------------------------------------
+# the body rewrite a decision asks for
+
+
+def _body(found: RequestModel | None, decision: decide.Serve) -> tuple[bytes | None, bool, str]:
+    """(body to send or None to stream it, whether it is a rewrite, path and query to send).
+
+    JSON bodies get the rename and the filters; multipart bodies the rename, in place; a peer's
+    `?model=` the rename. Anything not rewritten goes as the client sent it."""
+    path_qs = decision.path_qs
+    if found is None:
+        return None, False, path_qs
+    rename = decision.rename
+    if found.kind == "query" and rename and decision.rename_query:
+        return None, False, _with_query_model(path_qs, rename)
+    if found.body is None:
+        return None, False, path_qs
+    filters = decision.filters
+    if found.kind == "json" and (
+        rename or (filters is not None and (filters.strip_params or filters.set_params))
+    ):
+        strip = filters.strip_params if filters is not None else ()
+        params = filters.set_params if filters is not None else None
+        return filter_json(found.body, model=rename, strip=strip, set_params=params), True, path_qs
+    if found.kind == "multipart" and rename and found.model_span is not None:
+        return replace_span(found.body, found.model_span, rename), True, path_qs
+    return found.raw, False, path_qs
+
+
+def _with_query_model(path_qs: str, model: str) -> str:
+    path, sep, query = path_qs.partition("?")
+    pairs = [
+        (k, model if k == "model" else v)
+        for k, v in urllib.parse.parse_qsl(query, keep_blank_values=True)
+    ]
+    return path + "?" + urllib.parse.urlencode(pairs) if sep else path

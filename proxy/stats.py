@@ -1,0 +1,36 @@
+"""This proxy process's counters: how its requests were served, for operators and for tests (which
+observe the pipeline through these, never through log lines). `GET /running` shows them under
+`"proxy"` (docs/endpoints.md).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass
+
+
+@dataclass(slots=True)
+class Stats:
+    # Every request the proxy answered, whatever the route (bad requests included).
+    requests: int = 0
+    # Requests forwarded to a local model, and how many of those went out at once because the
+    # model was ready (no IPC at all) or first sent `Ensure` to the daemon and waited for it.
+    forwarded: int = 0
+    served_without_ipc: int = 0
+    waited_for_start: int = 0
+    # Served outside admission: ignored paths and ignored websockets of a ready model.
+    outside_admission: int = 0
+    # Forwarded to a peer.
+    peer: int = 0
+    # Websockets relayed (any upstream).
+    websockets: int = 0
+    # Requests refused by a route decision, the API key check or admission (4xx/5xx of swapd's own).
+    refused: int = 0
+    # Requests the HTTP parser rejected (malformed, over the head limits, too slow a head).
+    bad_requests: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        return {"pid": os.getpid(), **asdict(self)}
+
+
+STATS = Stats()
