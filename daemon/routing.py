@@ -49,4 +49,5 @@ def routing_table(config: Config, generation: int, log_dir: Path | None = None) 
         ignore_paths=config.ignore_paths,
         include_aliases_in_list=config.include_aliases_in_list,
         log_dir=str(log_dir) if log_dir is not None else "",
+        log_level=config.log_level,
     )

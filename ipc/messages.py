@@ -68,6 +68,8 @@ class RoutingTable(msgspec.Struct, frozen=True):
     ignore_paths: tuple[str, ...] = ()
     include_aliases_in_list: bool = False
     log_dir: str = ""
+    # The config's `logLevel` (debug, info, warn, error): the proxy's access log follows it.
+    log_level: str = "info"
 
 
 class LingeringProcess(msgspec.Struct, frozen=True):

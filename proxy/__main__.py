@@ -43,8 +43,9 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--shutdown-grace",
         type=float,
-        default=30.0,
-        help="on SIGTERM, how long requests under way may run before they are ended (default 30)",
+        default=float(os.environ.get("SWAPD_PROXY_SHUTDOWN_GRACE", "30") or 30),
+        help="on SIGTERM, how long requests under way may run before they are ended; "
+        "default $SWAPD_PROXY_SHUTDOWN_GRACE or 30",
     )
     parser.add_argument("--log-level", default=os.environ.get("SWAPD_PROXY_LOG_LEVEL", "INFO"))
     return parser.parse_args(argv)

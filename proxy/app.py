@@ -14,7 +14,7 @@ from aiohttp import web
 
 from ..ipc.client import DaemonClient
 from ..ipc.endpoints import Endpoints
-from . import logs, models_list, ops, pipeline
+from . import access_log, logs, models_list, ops, pipeline
 from .admission import Admission
 from .auth import check_api_key, check_single_credentials
 from .context import CTX, ProxyContext
@@ -104,6 +104,7 @@ def make_app(*, run_dir: Path, processes: int = 1, proxy_id: str | None = None) 
         link = DaemonLink(DaemonClient(endpoints.daemon, context=context), state, proxy_id)
         hub = LogHub()
         logging.getLogger().addHandler(hub)
+        access_log.BATCH.hub = hub
         app[CTX] = ProxyContext(
             run_dir=run_dir,
             processes=processes,
@@ -125,6 +126,8 @@ def make_app(*, run_dir: Path, processes: int = 1, proxy_id: str | None = None) 
         await ctx.session.close()
         ctx.pool.close()
         ctx.link.close()
+        access_log.BATCH.flush()
+        access_log.BATCH.hub = None
         logging.getLogger().removeHandler(ctx.logs)
 
     app.on_startup.append(startup)

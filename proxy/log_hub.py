@@ -28,6 +28,10 @@ class LogHub(logging.Handler):
             line = (self.format(record) + "\n").encode()
         except Exception:
             return
+        self.feed(line)
+
+    def feed(self, line: bytes) -> None:
+        """Text already formatted (the access log's batches)."""
         self._ring += line
         if len(self._ring) > HISTORY_BYTES:
             del self._ring[: len(self._ring) - HISTORY_BYTES]

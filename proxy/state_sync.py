@@ -15,8 +15,9 @@ import zmq
 import zmq.asyncio
 
 from ..ipc import codec
-from ..ipc.messages import Snapshot, SnapshotReply
+from ..ipc.messages import Snapshot, SnapshotReply, TableChanged
 from ..ipc.timings import HEARTBEAT_S
+from .access_log import follow_config
 from .daemon_link import DaemonLink
 from .state import ProxyState
 
@@ -73,6 +74,7 @@ class StateSync:
                 continue
             if isinstance(reply, SnapshotReply):
                 self._state.apply_snapshot(reply)
+                follow_config(reply.table.log_level)
                 log.info(
                     "routing table generation %d from daemon %s (seq %d)",
                     reply.table.generation,
@@ -125,6 +127,8 @@ class StateSync:
             if event.seq <= state.seq:
                 continue  # already contained in the snapshot
             state.apply_event(event)
+            if isinstance(event, TableChanged):
+                follow_config(event.table.log_level)
 
     async def _heartbeat(self) -> None:
         while True:

@@ -20,23 +20,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
-from collections import deque
 from collections.abc import AsyncIterator
 from typing import Any
 
 from httptools import HttpParserError, HttpParserUpgrade, HttpResponseParser
 
-_HIGH_WATER = 1024 * 1024  # pause reading the upstream past this much undelivered body
+from .upstream_response import UpstreamBroken, UpstreamError, UpstreamResponse
+
+__all__ = ["UpstreamBroken", "UpstreamError", "UpstreamPool", "UpstreamResponse"]
+
 _MAX_HEAD = 64 * 1024  # llhttp sets no limit of its own
 _IDLE_PER_HOST = 256
-
-
-class UpstreamError(Exception):
-    """The upstream failed before sending a complete response head."""
-
-
-class UpstreamBroken(Exception):
-    """The upstream broke off the response body."""
 
 
 def set_nodelay(transport: asyncio.BaseTransport) -> None:
@@ -63,96 +57,6 @@ class _OutOfStep(Exception):
 class _HeadTooLarge(UpstreamError):
     def __init__(self) -> None:
         super().__init__(f"response head larger than {_MAX_HEAD} bytes")
-
-
-class UpstreamResponse:
-    __slots__ = (
-        "_conn",
-        "_parts",
-        "_size",
-        "_waiter",
-        "chunked",
-        "content_length",
-        "done",
-        "error",
-        "headers",
-        "reason",
-        "reused",
-        "status",
-    )
-
-    def __init__(self, conn: _Conn, reused: bool) -> None:
-        self._conn = conn
-        # Sent on a kept-alive connection: one that fails before any byte of the response is the
-        # keep-alive race, worth one retry on a fresh connection.
-        self.reused = reused
-        self.status = 0
-        self.reason = ""
-        self.headers: list[tuple[str, str]] = []
-        self.content_length: int | None = None
-        self.chunked = False
-        self._parts: deque[bytes] = deque()
-        self._size = 0
-        self._waiter: asyncio.Future[None] | None = None
-        self.done = False
-        self.error: Exception | None = None
-
-    # called by the connection
-    def _feed(self, data: bytes) -> None:
-        self._parts.append(data)
-        self._size += len(data)
-        if self._size > _HIGH_WATER:
-            self._conn.pause()
-        self._wake()
-
-    def _finish(self, error: Exception | None = None) -> None:
-        self.done = True
-        self.error = error
-        self._wake()
-
-    def _wake(self) -> None:
-        waiter = self._waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
-
-    # used by the proxy
-    async def read_chunk(self) -> bytes:
-        """Everything that has arrived since the last call; b"" at the end of the body."""
-        while not self._parts:
-            if self.done:
-                if self.error is not None:
-                    raise UpstreamBroken(str(self.error)) from self.error
-                return b""
-            self._waiter = asyncio.get_running_loop().create_future()
-            try:
-                await self._waiter
-            finally:
-                self._waiter = None
-        data = self._parts[0] if len(self._parts) == 1 else b"".join(self._parts)
-        self._parts.clear()
-        self._size = 0
-        self._conn.resume()
-        return data
-
-    @property
-    def retryable(self) -> bool:
-        """Failed before any byte of the response arrived on a kept-alive connection."""
-        return self.reused and not self._conn.received_any
-
-    async def read(self) -> bytes:
-        parts = []
-        while chunk := await self.read_chunk():
-            parts.append(chunk)
-        return b"".join(parts)
-
-    async def iter_chunks(self) -> AsyncIterator[bytes]:
-        while chunk := await self.read_chunk():
-            yield chunk
-
-    def close(self) -> None:
-        """Abandon the response: the connection cannot be reused unless the body was complete."""
-        if not self.done:
-            self._conn.abort()
 
 
 class _Conn(asyncio.Protocol):
