@@ -76,7 +76,7 @@ async def _echo_paths(stack: Stack, count: int) -> list[tuple[str, str]]:
     found = []
     for i in range(count):
         path = f"/echo/after-{uuid.uuid4().hex[:8]}-{i}"
-        got = await exchange(stack, _head(f"GET /upstream/rec{path} HTTP/1.1"))
+        got = await exchange(stack, _head(f"GET /upstream/rec{path} HTTP/1.1"), linger=0)
         assert got.statuses == [200], got
         answer = json.loads(got.responses[0].body)
         found.append((path, answer.get("raw_path", got.responses[0].body.decode())))

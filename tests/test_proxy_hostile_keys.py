@@ -27,7 +27,7 @@ pytestmark = pytest.mark.processes
 KEY = f"sk-hostile-{uuid.uuid4().hex}"
 AUTH = {"Authorization": f"Bearer {KEY}"}
 FUZZ_SEED = 9
-FUZZ_CASES = 260
+FUZZ_CASES = 600
 FUZZ_SECONDS = 90.0
 
 
