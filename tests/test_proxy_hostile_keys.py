@@ -11,7 +11,9 @@ for llama-server.
 from __future__ import annotations
 
 import asyncio
+import json
 import time
+import urllib.request
 import uuid
 from collections.abc import Iterator
 
@@ -44,6 +46,13 @@ def stack() -> Iterator[Stack]:
         ready = asyncio.run(exchange(running, first, wait=30))
         assert ready.statuses == [200], ready
         yield running
+
+
+def _bad_requests(stack: Stack) -> int:
+    """The proxy's count of requests its HTTP parser rejected (`GET /running`, "proxy")."""
+    request = urllib.request.Request(stack.url + "/running", headers=AUTH)
+    with urllib.request.urlopen(request, timeout=10) as resp:
+        return int(json.load(resp)["proxy"]["bad_requests"])
 
 
 def _auth(key: str = KEY) -> str:
@@ -99,23 +108,29 @@ async def test_fuzzed_malformed_heads_get_4xx_or_a_close(stack: Stack) -> None:
     logs = ProxyLogs(stack, AUTH)
     deadline = time.monotonic() + FUZZ_SECONDS
     findings = []
+    sent = 0
     limit = asyncio.Semaphore(8)
 
     async def one(name: str, data: bytes) -> None:
         if time.monotonic() > deadline:
             return
+        nonlocal sent
         async with limit:
+            sent += 1
             got = await exchange(stack, data, wait=10)
         ok = got.closed if not got.responses else 400 <= got.statuses[0] < 500
         if not ok:
             findings.append(f"{name} {data[:80]!r} -> {got.statuses} closed={got.closed}")
 
+    bad_before = _bad_requests(stack)
     batch = cases(FUZZ_SEED, FUZZ_CASES)
     for start in range(0, len(batch), 40):
         await asyncio.gather(*(one(name, data) for name, data in batch[start : start + 40]))
         health = await exchange(stack, _get("/health"), wait=5)
         assert health.statuses == [200], f"/health after {start + 40} fuzzed heads: {health}"
     assert findings == []
+    # Each was a client's bad request, counted as one, and not a server error.
+    assert _bad_requests(stack) - bad_before == sent
     errors = logs.server_errors()
     assert errors == [], f"{len(errors)} error lines, first: {errors[:3]}"
     assert not SERVER_ERROR.search(logs.new_ring())
