@@ -67,6 +67,7 @@ REQUESTS = {
     "chat": lambda *h: post_json("/v1/chat/completions", {"model": "alpha"}, *h),
     "upstream": lambda *h: _get("/upstream/alpha/anything", *h),
     "models": lambda *h: _get("/v1/models", *h),
+    "running": lambda *h: _get("/running", *h),
 }
 
 
