@@ -68,8 +68,10 @@ class RequestModel:
 async def read_body(request: web.Request, limit: int = MAX_BODY_BYTES) -> bytes:
     """The body as the client sent it, never more than `limit` bytes read (413 past it)."""
     length = request.content_length
-    if length is not None and length > limit:
-        raise _too_large(limit)
+    if length is not None:
+        if length > limit:
+            raise _too_large(limit)
+        return await request.read()  # never more than the Content-Length
     chunks: list[bytes] = []
     size = 0
     async for chunk in request.content.iter_any():
