@@ -34,16 +34,21 @@ class Exchange:
         return [r.status for r in self.responses]
 
 
-async def exchange(stack: Stack, data: bytes, *, wait: float = 5.0, expect: int = 1) -> Exchange:
-    """Send `data` on a new connection; collect answers until `expect` came and the proxy either
-    closed the connection or stayed silent for a moment, or until `wait` seconds passed."""
+async def exchange(
+    stack: Stack, data: bytes, *, wait: float = 5.0, expect: int = 1, linger: float = 0.5
+) -> Exchange:
+    """Send `data` on a new connection; collect answers until `expect` came and then the proxy
+    either closed the connection or sent nothing more for `linger` seconds (answers nobody
+    asked for show up there), or until `wait` seconds passed without the expected answers."""
     conn = await RawConnection.open(stack.url)
     responses: list[RawResponse] = []
     try:
         await conn.send(data)
         while True:
+            if len(responses) >= expect and linger <= 0:
+                return Exchange(responses, False)
             try:
-                responses.append(await conn.response(wait if len(responses) < expect else 0.5))
+                responses.append(await conn.response(wait if len(responses) < expect else linger))
             except ConnectionError:
                 return Exchange(responses, True)
             except TimeoutError:

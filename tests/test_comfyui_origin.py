@@ -110,6 +110,8 @@ async def test_the_websocket_with_an_origin_is_served(
     handshake = _last_request(up, mark, "/ws")["headers"]
     assert handshake["Host"] == stack.url.removeprefix("http://")
     assert handshake["Origin"] == _origin(stack)
+    assert handshake["X-Forwarded-For"] == "127.0.0.1"
+    assert handshake["X-Forwarded-Host"] == stack.url.removeprefix("http://")
 
 
 @pytest.mark.parametrize("prefix", PREFIXES)
@@ -139,6 +141,26 @@ async def test_forwarded_headers_reach_comfyui(
     assert arrived["X-Forwarded-For"] == "127.0.0.1"
     assert arrived["X-Forwarded-Proto"] == "http"
     assert arrived["X-Forwarded-Host"] == stack.url.removeprefix("http://")
+
+
+@pytest.mark.parametrize("prefix", PREFIXES)
+async def test_forwarded_headers_the_client_sent_are_extended_or_replaced(
+    stack: Stack, session: aiohttp.ClientSession, prefix: str
+) -> None:
+    up: ComfyUpstream = stack.ups[prefix]  # type: ignore[attr-defined]
+    mark = up.mark()
+    sent = {
+        "X-Forwarded-For": "10.0.0.7",
+        "X-Forwarded-Host": "spoofed.example",
+        "X-Forwarded-Proto": "https",
+    }
+    async with session.get(stack.url + prefix + "/api/system_stats", headers=sent) as resp:
+        assert resp.status == 200
+    arrived = _last_request(up, mark, "/api/system_stats")["headers"]
+    # As Go's reverse proxy does: this hop appended to the chain, the rest describe this hop.
+    assert arrived["X-Forwarded-For"] == "10.0.0.7, 127.0.0.1"
+    assert arrived["X-Forwarded-Host"] == stack.url.removeprefix("http://")
+    assert arrived["X-Forwarded-Proto"] == "http"
 
 
 # ------------------------------------------------------------------------------------------------

@@ -11,7 +11,9 @@ for llama-server.
 from __future__ import annotations
 
 import asyncio
+import json
 import time
+import urllib.request
 import uuid
 from collections.abc import Iterator
 
@@ -27,7 +29,7 @@ pytestmark = pytest.mark.processes
 KEY = f"sk-hostile-{uuid.uuid4().hex}"
 AUTH = {"Authorization": f"Bearer {KEY}"}
 FUZZ_SEED = 9
-FUZZ_CASES = 260
+FUZZ_CASES = 600
 FUZZ_SECONDS = 90.0
 
 
@@ -46,6 +48,13 @@ def stack() -> Iterator[Stack]:
         yield running
 
 
+def _bad_requests(stack: Stack) -> int:
+    """The proxy's count of requests its HTTP parser rejected (`GET /running`, "proxy")."""
+    request = urllib.request.Request(stack.url + "/running", headers=AUTH)
+    with urllib.request.urlopen(request, timeout=10) as resp:
+        return int(json.load(resp).get("proxy", {}).get("bad_requests", -1))
+
+
 def _auth(key: str = KEY) -> str:
     return f"Authorization: Bearer {key}"
 
@@ -58,6 +67,7 @@ REQUESTS = {
     "chat": lambda *h: post_json("/v1/chat/completions", {"model": "alpha"}, *h),
     "upstream": lambda *h: _get("/upstream/alpha/anything", *h),
     "models": lambda *h: _get("/v1/models", *h),
+    "running": lambda *h: _get("/running", *h),
 }
 
 
@@ -99,17 +109,21 @@ async def test_fuzzed_malformed_heads_get_4xx_or_a_close(stack: Stack) -> None:
     logs = ProxyLogs(stack, AUTH)
     deadline = time.monotonic() + FUZZ_SECONDS
     findings = []
+    sent = 0
     limit = asyncio.Semaphore(8)
 
     async def one(name: str, data: bytes) -> None:
         if time.monotonic() > deadline:
             return
+        nonlocal sent
         async with limit:
+            sent += 1
             got = await exchange(stack, data, wait=10)
         ok = got.closed if not got.responses else 400 <= got.statuses[0] < 500
         if not ok:
             findings.append(f"{name} {data[:80]!r} -> {got.statuses} closed={got.closed}")
 
+    bad_before = _bad_requests(stack)
     batch = cases(FUZZ_SEED, FUZZ_CASES)
     for start in range(0, len(batch), 40):
         await asyncio.gather(*(one(name, data) for name, data in batch[start : start + 40]))
@@ -119,3 +133,5 @@ async def test_fuzzed_malformed_heads_get_4xx_or_a_close(stack: Stack) -> None:
     errors = logs.server_errors()
     assert errors == [], f"{len(errors)} error lines, first: {errors[:3]}"
     assert not SERVER_ERROR.search(logs.new_ring())
+    # Each was a client's bad request, counted once as one.
+    assert _bad_requests(stack) - bad_before == sent

@@ -55,7 +55,7 @@ def _get(path: str) -> bytes:
     [
         "/big-line?size=65536",
         "/big-line?size=65536&piece=1000",
-        "/big-line?size=65536&piece=7",
+        "/big-line?size=65536&piece=61",
         "/many-lines?count=256&size=4096",
         "/many-lines?count=256&size=4096&piece=1500",
     ],
