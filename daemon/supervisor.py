@@ -50,6 +50,7 @@ from .machinery.circus_client import CircusClient
 from .machinery.exit_watch import ExitWatch
 from .machinery.lifecycle import GPU_RELEASE_TIMEOUT, Lifecycle
 from .machinery.model_process import Running
+from .observe.service import Observer
 from .policy import shutdown, ttl
 from .policy.proxies import ProxyRegistry
 from .policy.records import ModelRecord
@@ -113,6 +114,7 @@ class Daemon:
         self._stop = asyncio.Event()
         self._reload_lock = asyncio.Lock()
         self._announced: dict[str, int] = {}
+        self.observer = Observer(config.metrics_max_in_memory, self.instance, self.endpoint)
         self._register()
 
     def _register(self) -> None:
@@ -120,6 +122,7 @@ class Daemon:
         on(Hello, self._hello)
         on(Activity, lambda _, m: self.registry.activity(m.proxy_id, m.model, m.in_flight, m.at))
         on(Drained, lambda _, m: self.registry.drained(m.proxy_id, m.model, m.epoch))
+        self.observer.register(on)
         on(Snapshot, self._snapshot)
         on(Status, self._status)
         on(Ensure, self._ensure, spawn=True)
@@ -263,6 +266,7 @@ class Daemon:
                 await self.endpoint.reply(identity, _error(message.id, exc, with_tail=False))
                 return
             self.generation += 1
+            self.observer.store.resize(result.config.metrics_max_in_memory)
             self.table = routing.routing_table(
                 result.config, self.generation, self.endpoints.log_dir
             )

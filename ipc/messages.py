@@ -19,6 +19,8 @@ from typing import Any, Literal
 
 import msgspec
 
+from .activity import ActivityRecord
+
 ModelState = Literal["stopped", "starting", "ready", "draining", "stopping", "failed"]
 
 
@@ -163,7 +165,28 @@ class Snapshot(_Msg, frozen=True):
     id: int
 
 
-Request = Ensure | Unload | Status | Reload | Snapshot
+class QueryActivity(_Msg, frozen=True):
+    """`GET /api/metrics/activity`: the query string's pairs, validated by the daemon."""
+
+    id: int
+    query: tuple[tuple[str, str], ...] = ()
+
+
+class QueryStats(_Msg, frozen=True):
+    """`GET /api/metrics/stats?model=`."""
+
+    id: int
+    model: str = ""
+
+
+class QueryMetrics(_Msg, frozen=True):
+    """`GET /metrics`: the Prometheus exposition of every figure (the daemon's and the requests
+    every proxy reported)."""
+
+    id: int
+
+
+Request = Ensure | Unload | Status | Reload | Snapshot | QueryActivity | QueryStats | QueryMetrics
 
 
 # --------------------------------------------------------------------------------------------------
@@ -214,7 +237,15 @@ class Error(_Msg, frozen=True):
     log_tail: tuple[str, ...] = ()
 
 
-Reply = Ready | Ok | StatusReply | SnapshotReply | Error
+class Document(_Msg, frozen=True):
+    """A reply the proxy sends to its client as it is (JSON, Prometheus text)."""
+
+    id: int
+    body: bytes
+    content_type: str = "application/json"
+
+
+Reply = Ready | Ok | StatusReply | SnapshotReply | Error | Document
 
 
 # --------------------------------------------------------------------------------------------------
@@ -246,9 +277,16 @@ class Drained(_Msg, frozen=True):
     epoch: int
 
 
-Cast = Hello | Activity | Drained
+class ActivityReport(_Msg, frozen=True):
+    """The activity records of requests a proxy finished, batched (at most every 100 ms)."""
 
-Inbound = Ensure | Unload | Status | Reload | Snapshot | Hello | Activity | Drained
+    proxy_id: str
+    records: tuple[ActivityRecord, ...]
+
+
+Cast = Hello | Activity | Drained | ActivityReport
+
+Inbound = Request | Cast
 
 
 # --------------------------------------------------------------------------------------------------
@@ -277,4 +315,13 @@ class Draining(_Msg, frozen=True):
     epoch: int
 
 
-Event = TableChanged | StateChanged | Draining
+class ActivityAdded(_Msg, frozen=True):
+    """Records the daemon stored (from any proxy), with their ids: every proxy's `/api/events`
+    subscribers get an `activity` event for each."""
+
+    instance: str
+    seq: int
+    records: tuple[ActivityRecord, ...]
+
+
+Event = TableChanged | StateChanged | Draining | ActivityAdded

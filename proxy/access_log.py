@@ -26,8 +26,9 @@ import time
 from aiohttp import web
 from aiohttp.abc import AbstractAccessLogger
 
+from .account import ACCOUNT, Account
+from .activity import RECORDER
 from .log_hub import LogHub
-from .pipeline import ACCOUNT, Account
 from .stats import STATS
 
 LOGGER = logging.getLogger("swapd.proxy.access")
@@ -96,12 +97,14 @@ BATCH = _Batch()
 class AccessLog(AbstractAccessLogger):
     def log(self, request: web.BaseRequest, response: web.StreamResponse, time: float) -> None:
         STATS.requests += 1
+        account = request.get(ACCOUNT, _NONE)
+        if account.route:
+            RECORDER.note(request, response, account)
         if not LOGGER.isEnabledFor(logging.INFO):
             return
         path = request.rel_url.raw_path
         if len(path) > PATH_LIMIT:
             path = path[:PATH_LIMIT] + "..."
-        account = request.get(ACCOUNT, _NONE)
         BATCH.add(
             f'{request.remote or "-"} "{request.method} {path}" {response.status} '
             f"{response.body_length}B {time * 1000:.1f}ms model={account.model} "

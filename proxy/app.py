@@ -5,6 +5,7 @@ credentials -> 400, API keys -> 401, `ProxyError` -> JSON error). The forwarding
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -14,7 +15,8 @@ from aiohttp import web
 
 from ..ipc.client import DaemonClient
 from ..ipc.endpoints import Endpoints
-from . import access_log, logs, models_list, ops, pipeline
+from . import access_log, logs, models_list, observe_api, ops, pipeline
+from .activity import RECORDER
 from .admission import Admission
 from .auth import check_api_key, check_single_credentials
 from .context import CTX, ProxyContext
@@ -105,6 +107,8 @@ def make_app(*, run_dir: Path, processes: int = 1, proxy_id: str | None = None) 
         hub = LogHub()
         logging.getLogger().addHandler(hub)
         access_log.BATCH.hub = hub
+        RECORDER.proxy_id = link.proxy_id
+        RECORDER.send = link.cast_soon
         app[CTX] = ProxyContext(
             run_dir=run_dir,
             processes=processes,
@@ -123,6 +127,11 @@ def make_app(*, run_dir: Path, processes: int = 1, proxy_id: str | None = None) 
     async def cleanup(app: web.Application) -> None:
         await app[SYNC_KEY].close()
         ctx = app[CTX]
+        RECORDER.send = None
+        report = RECORDER.take()
+        if report is not None:  # the last batch, before the link closes
+            with contextlib.suppress(Exception):
+                await ctx.link.client.cast(report)
         await ctx.session.close()
         ctx.pool.close()
         ctx.link.close()
@@ -146,6 +155,9 @@ def make_app(*, run_dir: Path, processes: int = 1, proxy_id: str | None = None) 
     router.add_post("/api/models/unload", ops.handle_unload_all)
     router.add_post("/api/models/unload/{model:.+}", ops.handle_unload_one)
     router.add_get("/unload", ops.handle_unload_legacy)
+    router.add_get("/api/metrics/activity", observe_api.handle_activity)
+    router.add_get("/api/metrics/stats", observe_api.handle_stats)
+    router.add_get("/metrics", observe_api.handle_metrics)
     router.add_get("/logs", logs.handle_logs)
     router.add_get("/logs/stream", logs.handle_stream)
     router.add_get("/logs/stream/{which:.+}", logs.handle_stream)

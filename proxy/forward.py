@@ -14,10 +14,12 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping
 
 from aiohttp import web
 
+from .account import ACCOUNT
 from .address import UpstreamAddress
 from .errors import ProxyError
 from .relay import HOP_BY_HOP, relay
@@ -105,6 +107,9 @@ async def forward(
         reply = await transport.send(out)
     except UpstreamError as exc:
         raise unreachable(label, exc) from exc
+    acc = request.get(ACCOUNT)
+    if acc is not None:
+        acc.ttfb = asyncio.get_running_loop().time() - acc.started
     try:
         return await relay(request, reply, label)
     finally:

@@ -21,12 +21,12 @@ from __future__ import annotations
 import asyncio
 import urllib.parse
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from aiohttp import web
 
 from ..ipc.messages import Error
 from . import decide
+from .account import account
 from .address import UpstreamAddress
 from .body import RequestModel, filter_json, read_model, replace_span
 from .context import CTX, ProxyContext
@@ -42,23 +42,6 @@ from .websocket import is_websocket, relay_websocket
 # sockets, so either may arrive first).
 _DRAIN_RECHECK_S = 0.02
 
-ACCOUNT = "swapd.account"
-
-
-@dataclass(slots=True)
-class Account:
-    """What the access line says about a request beyond its status and size."""
-
-    model: str = "-"
-    waited: float = 0.0  # seconds spent waiting for the daemon (a start, a swap, a drain)
-
-
-def account(request: web.Request) -> Account:
-    found = request.get(ACCOUNT)
-    if found is None:
-        found = request[ACCOUNT] = Account()
-    return found
-
 
 def target(request: web.Request) -> tuple[str, str]:
     """(raw path, `?query` or ""), exactly as sent. An absolute-form target
@@ -73,23 +56,32 @@ def target(request: web.Request) -> tuple[str, str]:
 
 
 async def handle_model_route(request: web.Request) -> web.StreamResponse:
-    return await _pipeline(request, decide.for_model, by_body=True)
+    return await _pipeline(request, decide.for_model, "model", by_body=True)
 
 
 async def handle_upstream(request: web.Request) -> web.StreamResponse:
-    return await _pipeline(request, decide.for_upstream)
+    return await _pipeline(request, decide.for_upstream, "upstream")
 
 
 async def handle_comfyui(request: web.Request) -> web.StreamResponse:
-    return await _pipeline(request, decide.for_comfyui)
+    return await _pipeline(request, decide.for_comfyui, "comfyui")
 
 
 async def _pipeline(
-    request: web.Request, decide_for: Callable[..., decide.Decision], *, by_body: bool = False
+    request: web.Request,
+    decide_for: Callable[..., decide.Decision],
+    route: str,
+    *,
+    by_body: bool = False,
 ) -> web.StreamResponse:
     ctx = request.app[CTX]
+    acc = account(request)
+    acc.started = asyncio.get_running_loop().time()
+    acc.route = route
     routes = await routes_of(ctx)
     found = await read_model(request) if by_body else None
+    if found is not None and found.name:
+        acc.asked = acc.model = found.name
     path, query = target(request)
     ask = decide.Ask(
         request.method, path, query, is_websocket(request), found.name if found else None
@@ -201,7 +193,9 @@ async def _serve_peer(
     target_ = decision.peer
     assert target_ is not None
     peer = target_.peer
-    account(request).model = f"{peer.id}/{target_.model}"
+    acc = account(request)
+    acc.model = f"{peer.id}/{target_.model}"
+    acc.route = "peer"
     STATS.peer += 1
     body, plain, path_qs = _body(found, decision)
     keys = (

@@ -21,6 +21,7 @@ import logging
 from aiohttp import web
 from multidict import CIMultiDict
 
+from .account import ACCOUNT, Tail
 from .errors import ProxyError
 from .upstream import Reply, UpstreamBroken
 
@@ -91,11 +92,16 @@ async def relay(request: web.Request, reply: Reply, label: str) -> web.StreamRes
     headers = response_headers(reply)
     length = reply.content_length
     bodiless = request.method == "HEAD" or status in (204, 304)
+    acc = request.get(ACCOUNT)
+    if acc is not None:
+        acc.content_type = headers.get("Content-Type", "")
     if length is not None and length <= SMALL_BODY and not bodiless:
         try:
             data = await reply.read()
         except UpstreamBroken as exc:
             raise broke_off(label, exc) from exc
+        if acc is not None:
+            acc.body = data  # for the token counts, parsed once the response is done
         return web.Response(status=status, reason=reply.reason, headers=headers, body=data)
 
     response = web.StreamResponse(status=status, reason=reply.reason, headers=headers)
@@ -106,8 +112,13 @@ async def relay(request: web.Request, reply: Reply, label: str) -> web.StreamRes
         await response.write_eof()
         return response
     _STREAMING.add(reply)
+    tail = None
+    if acc is not None:
+        tail = acc.tail = Tail()
     try:
         async for chunk in reply.iter_chunks():
+            if tail is not None:
+                tail.feed(chunk)
             await response.write(chunk)
     except UpstreamBroken as exc:
         if _ended:

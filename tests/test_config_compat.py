@@ -148,7 +148,6 @@ def test_llama_swap_config_with_groups_macros_aliases_filters_and_peers_loads() 
     ignored = {w.path for w in loaded.warnings}
     assert ignored == {
         "logToStdout",
-        "metricsMaxInMemory",
         "sendLoadingState",
         "models.gpt-oss-120b.filters.setParamsByID",
         "models.gpt-oss-120b.sendLoadingState",

@@ -225,6 +225,8 @@ class _Build:
             global_ttl=top.global_ttl or 0,
             api_keys=top_fields.api_keys(top, self.typed, report),
             include_aliases_in_list=bool(top.include_aliases_in_list),
+            metrics_max_in_memory=max(0, top.metrics_max_in_memory or 0)
+            or c.DEFAULT_METRICS_MAX_IN_MEMORY,
             groups=groups,
             peers=peers,
             ignore_paths=top_fields.ignore_paths(top, self.typed, report),

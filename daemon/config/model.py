@@ -80,6 +80,9 @@ class GroupConfig(msgspec.Struct, frozen=True):
 PeerConfig = RoutePeer
 
 
+DEFAULT_METRICS_MAX_IN_MEMORY = 1000
+
+
 class Config(msgspec.Struct, frozen=True):
     models: dict[str, ModelConfig] = msgspec.field(default_factory=dict)
     health_check_timeout: int = DEFAULT_HEALTH_CHECK_TIMEOUT
@@ -88,6 +91,8 @@ class Config(msgspec.Struct, frozen=True):
     global_ttl: int = 0
     api_keys: tuple[str, ...] = ()
     include_aliases_in_list: bool = False
+    # The activity log's size in memory (llama-swap's default; 0 or less means the default).
+    metrics_max_in_memory: int = DEFAULT_METRICS_MAX_IN_MEMORY
     groups: dict[str, GroupConfig] = msgspec.field(default_factory=dict)
     peers: dict[str, PeerConfig] = msgspec.field(default_factory=dict)
     ignore_paths: tuple[str, ...] = DEFAULT_IGNORE_PATHS

@@ -43,6 +43,7 @@ def _top(config: Config) -> dict[str, Any]:
         "startPort": config.start_port,
         "globalTTL": config.global_ttl,
         "includeAliasesInList": config.include_aliases_in_list,
+        "metricsMaxInMemory": config.metrics_max_in_memory,
         "apiKeys": [HIDDEN for _ in config.api_keys],
     }
 

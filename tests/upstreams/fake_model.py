@@ -31,6 +31,20 @@ def _served_by() -> dict[str, object]:
     return {"name": ARGS.name, "pid": os.getpid(), "port": ARGS.port}
 
 
+def _timings(prompt: int, predicted: int) -> dict[str, float]:
+    """llama.cpp's `timings` block, with fixed speeds (tests compare them): 100 tokens/s of
+    prompt, 50 of generation."""
+    return {
+        "cache_n": 0,
+        "prompt_n": prompt,
+        "prompt_ms": prompt * 10.0,
+        "prompt_per_second": 100.0,
+        "predicted_n": predicted,
+        "predicted_ms": predicted * 20.0,
+        "predicted_per_second": 50.0,
+    }
+
+
 async def health(request: web.Request) -> web.Response:
     if time.monotonic() - STARTED < ARGS.health_delay:
         return web.json_response({"status": "loading"}, status=503)
@@ -81,6 +95,10 @@ async def chat(request: web.Request) -> web.StreamResponse:
             "created": int(time.time()),
             "model": body.get("model"),
             "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}],
+            # What llama-server's last chunk carries (with stream_options.include_usage, and
+            # always): the counts and llama.cpp's timings.
+            "usage": {"prompt_tokens": 7, "completion_tokens": chunks, "total_tokens": 7 + chunks},
+            "timings": _timings(7, chunks),
         }
         await resp.write(f"data: {json.dumps(done)}\n\ndata: [DONE]\n\n".encode())
         await resp.write_eof()
@@ -100,7 +118,13 @@ async def chat(request: web.Request) -> web.StreamResponse:
                     "finish_reason": "stop",
                 }
             ],
-            "usage": {"prompt_tokens": 1, "completion_tokens": 3, "total_tokens": 4},
+            "usage": {
+                "prompt_tokens": 1,
+                "completion_tokens": 3,
+                "total_tokens": 4,
+                "prompt_tokens_details": {"cached_tokens": 0},
+            },
+            "timings": _timings(1, 3),
             "request_body": body,
             "request_headers": dict(request.headers),
             "served_by": _served_by(),

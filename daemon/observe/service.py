@@ -1,0 +1,93 @@
+"""The daemon's observability service: it takes the proxies' `ActivityReport`s, numbers and keeps
+the records, tells every proxy about them (`ActivityAdded`, for `/api/events`), feeds them to the
+Prometheus figures, and answers the activity API and `/metrics` for whichever proxy asks."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+import msgspec
+
+from ...ipc.activity import ActivityRecord
+from ...ipc.messages import (
+    ActivityAdded,
+    ActivityReport,
+    Document,
+    Error,
+    Event,
+    QueryActivity,
+    QueryStats,
+    Reply,
+)
+from . import activity_query
+from .activity_store import ActivityStore
+
+log = logging.getLogger("swapd.daemon")
+
+_encode = msgspec.json.Encoder().encode
+
+
+def record_json(record: ActivityRecord) -> dict[str, Any]:
+    """A record as the activity API shows it: llama-swap's RFC 3339 `timestamp`."""
+    out = msgspec.to_builtins(record)
+    out["timestamp"] = (
+        datetime.fromtimestamp(record.timestamp, UTC).isoformat().replace("+00:00", "Z")
+    )
+    if not record.error_msg:
+        del out["error_msg"]
+    return out
+
+
+class Publisher(Protocol):
+    """The daemon's endpoint, as far as this service uses it."""
+
+    def publish_nowait(self, make: Callable[[int], Event]) -> None: ...
+
+    async def reply(self, identity: bytes, reply: Reply) -> None: ...
+
+
+class Observer:
+    def __init__(self, max_in_memory: int, instance: str, endpoint: Publisher) -> None:
+        self.store = ActivityStore(max_in_memory)
+        self.instance = instance
+        self.endpoint = endpoint
+        self.on_records: Callable[[list[ActivityRecord]], None] | None = None
+
+    def register(self, on: Callable[..., None]) -> None:
+        """Its messages in the endpoint's dispatch table."""
+        reply = self.endpoint.reply
+        on(ActivityReport, lambda _, m: self.report(m))
+        on(QueryActivity, lambda i, m: reply(i, self.activity(m)))
+        on(QueryStats, lambda i, m: reply(i, self.stats(m)))
+
+    def _publish(self, records: tuple[ActivityRecord, ...]) -> None:
+        self.endpoint.publish_nowait(
+            lambda seq: ActivityAdded(instance=self.instance, seq=seq, records=records)
+        )
+
+    def report(self, message: ActivityReport) -> None:
+        stored = self.store.add(message.records)
+        if not stored:
+            return
+        if self.on_records is not None:
+            try:
+                self.on_records(stored)
+            except Exception:
+                log.exception("counting activity records failed")
+        self._publish(tuple(stored))
+
+    def activity(self, message: QueryActivity) -> Reply:
+        try:
+            page = activity_query.list_activity(self.store.records, message.query)
+        except activity_query.QueryError as exc:
+            return Error(id=message.id, status=400, code="bad_request", message=str(exc))
+        page["data"] = [record_json(r) for r in page["data"]]
+        return Document(id=message.id, body=_encode(page))
+
+    def stats(self, message: QueryStats) -> Reply:
+        return Document(
+            id=message.id, body=_encode(activity_query.stats(self.store.records, message.model))
+        )

@@ -1,0 +1,45 @@
+"""The activity log's record, as proxies report it and the daemon keeps and serves it.
+
+Field names and units follow llama-swap's `ActivityLogEntry` (`id`, `timestamp`, `model`,
+`req_path`, `resp_content_type`, `resp_status_code`, `tokens{...}`, `duration_ms`,
+`has_capture`, `error_msg`), so tools written for its activity API read swapd's; swapd adds
+`model_asked`, `route`, `method`, `bytes`, `wait_ms`, `ttfb_ms` and `proxy_id`. A token figure of
+-1 means "not reported", as in llama-swap.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+
+class Tokens(msgspec.Struct, kw_only=True):
+    cache_tokens: int = -1
+    draft_tokens: int = -1
+    draft_acc_tokens: int = -1
+    input_tokens: int = -1
+    output_tokens: int = -1
+    prompt_per_second: float = -1.0
+    tokens_per_second: float = -1.0
+
+
+class ActivityRecord(msgspec.Struct, kw_only=True):
+    """One model request, written once by the proxy that served it, when its response ended.
+    `id` is 0 until the daemon stores it (ids grow by one across every proxy)."""
+
+    id: int = 0
+    timestamp: float  # wall-clock time the request arrived (seconds since the epoch)
+    model: str  # the model that served it (a peer's as `peer/model`), or as asked when refused
+    model_asked: str = ""  # the name the client sent (an alias, a peer FQN), "" when none
+    route: str  # "model", "upstream", "comfyui" or "peer"
+    method: str
+    req_path: str  # without the query
+    resp_content_type: str = ""
+    resp_status_code: int
+    bytes: int = 0  # response body bytes sent to the client
+    duration_ms: float  # arrival to the last byte sent
+    wait_ms: float = 0.0  # waiting for the daemon: a start, a swap, a drain
+    ttfb_ms: float = -1.0  # arrival to the upstream's response head (-1: none came)
+    tokens: Tokens = msgspec.field(default_factory=Tokens)
+    has_capture: bool = False
+    error_msg: str = ""
+    proxy_id: str = ""

@@ -1,0 +1,124 @@
+"""The activity log's proxy side: one `ActivityRecord` per model request (model routes,
+`/upstream/`, `/comfyui/`, peers), built in the accounting stage once the response is done, and
+reported to the daemon in batches (one `ActivityReport` cast at most every `FLUSH_S`). The daemon
+numbers and keeps the records and answers the activity API, so every proxy process gives the same
+answers (docs/architecture.md, "Observability with N proxies").
+
+Per request this costs a struct and a list append; the token counts are parsed at flush time,
+off the request's path, from the small body or the stream's tail the relay kept.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+
+from aiohttp import web
+
+from ..ipc.activity import ActivityRecord, Tokens
+from ..ipc.messages import ActivityReport
+from . import tokens as token_parse
+from .account import Account
+
+FLUSH_S = 0.1
+# A proxy whose daemon is away keeps at most this many records waiting; older ones are dropped.
+MAX_PENDING = 10_000
+
+
+class _Pending:
+    __slots__ = ("body", "record", "tail")
+
+    def __init__(self, record: ActivityRecord, body: bytes | None, tail: bytes | None) -> None:
+        self.record = record
+        self.body = body
+        self.tail = tail
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.send: Callable[[ActivityReport], None] | None = None
+        self.proxy_id = ""
+        self.enabled = True
+        self._pending: list[_Pending] = []
+        self._timer: asyncio.TimerHandle | None = None
+        self.dropped = 0
+
+    def note(self, request: web.BaseRequest, response: web.StreamResponse, acc: Account) -> None:
+        if not self.enabled or self.send is None:
+            return
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        duration = now - acc.started
+        body = acc.body
+        status = response.status
+        tail = acc.tail
+        if isinstance(response, web.Response):
+            raw = response.body
+            size = len(raw) if isinstance(raw, bytes) else 0
+            if body is None and status >= 400 and isinstance(raw, bytes):
+                body = raw
+        else:
+            size = tail.total if tail is not None else 0
+        record = ActivityRecord(
+            timestamp=time.time() - duration,
+            model=acc.model,
+            model_asked=acc.asked or acc.model,
+            route=acc.route,
+            method=request.method,
+            req_path=request.rel_url.raw_path,
+            resp_content_type=acc.content_type or response.content_type or "",
+            resp_status_code=status,
+            bytes=size,
+            duration_ms=duration * 1000,
+            wait_ms=acc.waited * 1000,
+            ttfb_ms=acc.ttfb * 1000 if acc.ttfb >= 0 else -1.0,
+            error_msg=response.reason if status >= 400 else "",
+            proxy_id=self.proxy_id,
+        )
+        pending = self._pending
+        pending.append(_Pending(record, body, tail.data() if tail is not None else None))
+        if len(pending) > MAX_PENDING:
+            del pending[0]
+            self.dropped += 1
+        if self._timer is None:
+            self._timer = loop.call_later(FLUSH_S, self.flush)
+
+    def flush(self) -> None:
+        report = self.take()
+        if report is not None and self.send is not None:
+            self.send(report)
+
+    def take(self) -> ActivityReport | None:
+        """The records waiting, with their token counts, as one report (None: none waiting)."""
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = None
+        pending, self._pending = self._pending, []
+        if not pending:
+            return None
+        records = []
+        for item in pending:
+            rec = item.record
+            rec.tokens = _tokens_of(rec, item.body, item.tail)
+            if rec.resp_status_code >= 400:
+                rec.error_msg = token_parse.error_message(
+                    rec.resp_status_code, rec.error_msg, item.body
+                )
+            records.append(rec)
+        return ActivityReport(proxy_id=self.proxy_id, records=tuple(records))
+
+
+def _tokens_of(rec: ActivityRecord, body: bytes | None, tail: bytes | None) -> Tokens:
+    if rec.resp_status_code >= 400:
+        return Tokens()
+    if tail is not None and "event-stream" in rec.resp_content_type:
+        return token_parse.from_stream_tail(tail)
+    if body is not None:
+        return token_parse.from_body(body)
+    if tail is not None and "json" in rec.resp_content_type:
+        return token_parse.from_body(tail)  # a streamed JSON body that fit in the tail
+    return Tokens()
+
+
+RECORDER = Recorder()

@@ -1,0 +1,139 @@
+"""Token counts and speeds from a model's response, the way llama-swap reads them: OpenAI
+`usage` (`prompt_tokens`/`completion_tokens`, or `input_tokens`/`output_tokens`; cached from
+`cache_read_input_tokens`, `input_tokens_details.cached_tokens` or
+`prompt_tokens_details.cached_tokens`), under `usage`, `response.usage` or `message.usage`;
+llama.cpp `timings` (`prompt_n`, `predicted_n`, `cache_n`, `prompt_per_second`,
+`predicted_per_second`, `draft_n`/`draft_n_accepted`), which override the usage counts. A stream
+is read from its tail (`account.Tail`): the `data:` events there, the latest usage and timings
+winning. -1 means not reported. Non-2xx bodies give the error message instead.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from ..ipc.activity import Tokens
+
+_decode = msgspec.json.Decoder().decode
+ERROR_LIMIT = 500
+
+
+def _int(value: Any) -> int | None:
+    return int(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def _float(value: Any) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def _usage_into(usage: Any, tokens: Tokens) -> bool:
+    if not isinstance(usage, dict):
+        return False
+    found = False
+    for key, attr in (
+        ("prompt_tokens", "input_tokens"),
+        ("input_tokens", "input_tokens"),
+        ("completion_tokens", "output_tokens"),
+        ("output_tokens", "output_tokens"),
+    ):
+        value = _int(usage.get(key))
+        if value is not None:
+            found = True
+            if value > 0 or getattr(tokens, attr) < 0:
+                setattr(tokens, attr, value)
+    cached = _int(usage.get("cache_read_input_tokens"))
+    for details in ("input_tokens_details", "prompt_tokens_details"):
+        if cached is None and isinstance(usage.get(details), dict):
+            cached = _int(usage[details].get("cached_tokens"))
+    if cached is not None:
+        tokens.cache_tokens = cached
+        found = True
+    return found
+
+
+def _timings_into(timings: Any, tokens: Tokens) -> None:
+    if not isinstance(timings, dict):
+        return
+    for key, attr in (("prompt_n", "input_tokens"), ("predicted_n", "output_tokens")):
+        value = _int(timings.get(key))
+        if value is not None:
+            setattr(tokens, attr, value)
+    for key, attr in (
+        ("prompt_per_second", "prompt_per_second"),
+        ("predicted_per_second", "tokens_per_second"),
+    ):
+        speed = _float(timings.get(key))
+        if speed is not None:
+            setattr(tokens, attr, speed)
+    cached = _int(timings.get("cache_n"))
+    if cached is not None:
+        tokens.cache_tokens = cached
+    drafted, accepted = _int(timings.get("draft_n")), _int(timings.get("draft_n_accepted"))
+    if drafted is not None and accepted is not None:
+        tokens.draft_tokens, tokens.draft_acc_tokens = drafted, accepted
+
+
+def _from_object(doc: Any, tokens: Tokens) -> None:
+    if isinstance(doc, list) and doc:  # /infill: the timings are in the last element
+        doc = doc[-1]
+    if not isinstance(doc, dict):
+        return
+    _usage_into(doc.get("usage"), tokens)
+    for outer in ("response", "message"):
+        if isinstance(doc.get(outer), dict):
+            _usage_into(doc[outer].get("usage"), tokens)
+    _timings_into(doc.get("timings"), tokens)
+
+
+def from_body(body: bytes) -> Tokens:
+    """A whole JSON response body."""
+    tokens = Tokens()
+    if b'"usage"' in body or b'"timings"' in body:
+        try:
+            _from_object(_decode(body), tokens)
+        except msgspec.DecodeError:
+            pass
+    return tokens
+
+
+def from_stream_tail(tail: bytes) -> Tokens:
+    """The last bytes of an SSE stream: every complete `data:` event in them, oldest first."""
+    tokens = Tokens()
+    if b'"usage"' not in tail and b'"timings"' not in tail:
+        return tokens
+    for line in tail.split(b"\n"):
+        line = line.strip()
+        if not line.startswith(b"data:"):
+            continue
+        data = line[5:].strip()
+        if not data or data == b"[DONE]" or (b'"usage"' not in data and b'"timings"' not in data):
+            continue
+        try:
+            _from_object(_decode(data), tokens)
+        except msgspec.DecodeError:
+            continue  # the first line of the tail may be cut
+    return tokens
+
+
+def error_message(status: int, reason: str, body: bytes | None) -> str:
+    """llama-swap's `error_msg` for a non-2xx response: `error.message`, `error`, `message` or
+    `detail` from a JSON body (at most 500 characters), else the status and its reason."""
+    if body:
+        try:
+            doc = _decode(body)
+        except msgspec.DecodeError:
+            doc = None
+        if isinstance(doc, dict):
+            error = doc.get("error")
+            for value in (
+                error.get("message") if isinstance(error, dict) else None,
+                error,
+                doc.get("message"),
+                doc.get("detail"),
+            ):
+                if isinstance(value, str) and value.strip():
+                    text = value.strip()
+                    return text[:ERROR_LIMIT] + "..." if len(text) > ERROR_LIMIT else text
+    return f"{status} {reason}".strip()
