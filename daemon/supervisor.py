@@ -206,6 +206,7 @@ class Daemon:
                 seq=self.endpoint.seq,
                 table=self.table,
                 models=self.all_status(),
+                in_flight=tuple(self.observer.in_flight.values()),
             ),
         )
 
@@ -292,6 +293,7 @@ class Daemon:
             await asyncio.sleep(TICK)
             for gone in self.registry.expire():
                 self._announced.pop(gone, None)
+                self.observer.forget(gone)
             config = self.scheduler.config
             for model_id in ttl.due(list(self.scheduler.records.values()), config, self.registry):
                 model = config.models.get(model_id)

@@ -43,3 +43,16 @@ class ActivityRecord(msgspec.Struct, kw_only=True):
     has_capture: bool = False
     error_msg: str = ""
     proxy_id: str = ""
+
+
+class InFlight(msgspec.Struct, kw_only=True):
+    """A model request under way (llama-swap's in-flight entry, less the headers): reported by
+    its proxy in the first batch after it began, removed with its record."""
+
+    id: str  # "<proxy_id>-<n>"
+    timestamp: float
+    model: str
+    req_path: str
+    method: str
+    remote_ip: str = ""
+    proxy_id: str = ""

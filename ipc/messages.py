@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 import msgspec
 
-from .activity import ActivityRecord
+from .activity import ActivityRecord, InFlight
 
 ModelState = Literal["stopped", "starting", "ready", "draining", "stopping", "failed"]
 
@@ -225,6 +225,8 @@ class SnapshotReply(_Msg, frozen=True):
     seq: int
     table: RoutingTable
     models: tuple[ModelStatus, ...]
+    # Model requests under way in every proxy (for `/api/events`' in-flight snapshot).
+    in_flight: tuple[InFlight, ...] = ()
 
 
 class Error(_Msg, frozen=True):
@@ -278,10 +280,15 @@ class Drained(_Msg, frozen=True):
 
 
 class ActivityReport(_Msg, frozen=True):
-    """The activity records of requests a proxy finished, batched (at most every 100 ms)."""
+    """The activity records of requests a proxy finished, batched (at most every 100 ms), and
+    its in-flight changes since the last batch: requests begun and still running (`started`), and
+    the ids of earlier `started` ones that have finished (`ended`). A request that begins and ends
+    between two batches only gives its record."""
 
     proxy_id: str
-    records: tuple[ActivityRecord, ...]
+    records: tuple[ActivityRecord, ...] = ()
+    started: tuple[InFlight, ...] = ()
+    ended: tuple[str, ...] = ()
 
 
 Cast = Hello | Activity | Drained | ActivityReport
@@ -324,4 +331,13 @@ class ActivityAdded(_Msg, frozen=True):
     records: tuple[ActivityRecord, ...]
 
 
-Event = TableChanged | StateChanged | Draining | ActivityAdded
+class InFlightChanged(_Msg, frozen=True):
+    """Requests begun (`upserts`) and finished (`removes`, ids), from any proxy."""
+
+    instance: str
+    seq: int
+    upserts: tuple[InFlight, ...] = ()
+    removes: tuple[str, ...] = ()
+
+
+Event = TableChanged | StateChanged | Draining | ActivityAdded | InFlightChanged

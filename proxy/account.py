@@ -52,6 +52,7 @@ class Account:
     content_type: str = ""
     body: bytes | None = None  # a small response body, read whole by the relay
     tail: Tail | None = field(default=None)
+    flight: str = ""  # the in-flight id (`activity.Recorder.begin`)
 
 
 def account(request: web.BaseRequest) -> Account:

@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 from aiohttp import web
 
-from ..ipc.activity import ActivityRecord, Tokens
+from ..ipc.activity import ActivityRecord, InFlight, Tokens
 from ..ipc.messages import ActivityReport
 from . import tokens as token_parse
 from .account import Account
@@ -43,6 +43,33 @@ class Recorder:
         self._pending: list[_Pending] = []
         self._timer: asyncio.TimerHandle | None = None
         self.dropped = 0
+        # In flight: begun and not yet reported, and reported as started (their end is news).
+        self._new: dict[str, tuple[web.BaseRequest, Account, float]] = {}
+        self._reported: set[str] = set()
+        self._ended: list[str] = []
+        self._count = 0
+
+    def begin(self, request: web.BaseRequest, acc: Account) -> None:
+        """A model request entered the pipeline (acc.started is set)."""
+        if not self.enabled or self.send is None:
+            return
+        self._count += 1
+        acc.flight = flight = f"{self.proxy_id}-{self._count}"
+        self._new[flight] = (request, acc, time.time())
+        if self._timer is None:
+            self._timer = asyncio.get_running_loop().call_later(FLUSH_S, self.flush)
+
+    def in_flight(self) -> int:
+        return len(self._new) + len(self._reported)
+
+    def end(self, acc: Account) -> None:
+        """The pipeline is done with the request (answered, failed or cancelled)."""
+        flight = acc.flight
+        if flight and self._new.pop(flight, None) is None and flight in self._reported:
+            self._reported.discard(flight)
+            self._ended.append(flight)
+            if self._timer is None:
+                self._timer = asyncio.get_running_loop().call_later(FLUSH_S, self.flush)
 
     def note(self, request: web.BaseRequest, response: web.StreamResponse, acc: Account) -> None:
         if not self.enabled or self.send is None:
@@ -95,7 +122,22 @@ class Recorder:
             self._timer.cancel()
         self._timer = None
         pending, self._pending = self._pending, []
-        if not pending:
+        started = tuple(
+            InFlight(
+                id=flight,
+                timestamp=at,
+                model=acc.model,
+                req_path=request.rel_url.raw_path,
+                method=request.method,
+                remote_ip=request.remote or "",
+                proxy_id=self.proxy_id,
+            )
+            for flight, (request, acc, at) in self._new.items()
+        )
+        self._reported.update(self._new)
+        self._new.clear()
+        ended, self._ended = tuple(self._ended), []
+        if not pending and not started and not ended:
             return None
         records = []
         for item in pending:
@@ -106,7 +148,9 @@ class Recorder:
                     rec.resp_status_code, rec.error_msg, item.body
                 )
             records.append(rec)
-        return ActivityReport(proxy_id=self.proxy_id, records=tuple(records))
+        return ActivityReport(
+            proxy_id=self.proxy_id, records=tuple(records), started=started, ended=ended
+        )
 
 
 def _tokens_of(rec: ActivityRecord, body: bytes | None, tail: bytes | None) -> Tokens:

@@ -15,7 +15,7 @@ from aiohttp import web
 
 from ..ipc.client import DaemonClient
 from ..ipc.endpoints import Endpoints
-from . import access_log, logs, models_list, observe_api, ops, pipeline
+from . import access_log, events, logs, models_list, observe_api, ops, pipeline
 from .activity import RECORDER
 from .admission import Admission
 from .auth import check_api_key, check_single_credentials
@@ -119,7 +119,8 @@ def make_app(*, run_dir: Path, processes: int = 1, proxy_id: str | None = None) 
             pool=UpstreamPool(),
             logs=hub,
         )
-        sync = StateSync(state, link, endpoints.events, context=context)
+        event_hub = app[events.HUB_KEY] = events.EventHub(state)
+        sync = StateSync(state, link, endpoints.events, context=context, hub=event_hub)
         app[SYNC_KEY] = sync
         sync.start()
         log.info("proxy %s started (pid %d, %d process(es))", link.proxy_id, link.pid, processes)
@@ -155,6 +156,7 @@ def make_app(*, run_dir: Path, processes: int = 1, proxy_id: str | None = None) 
     router.add_post("/api/models/unload", ops.handle_unload_all)
     router.add_post("/api/models/unload/{model:.+}", ops.handle_unload_one)
     router.add_get("/unload", ops.handle_unload_legacy)
+    router.add_get("/api/events", events.handle_events)
     router.add_get("/api/metrics/activity", observe_api.handle_activity)
     router.add_get("/api/metrics/stats", observe_api.handle_stats)
     router.add_get("/metrics", observe_api.handle_metrics)

@@ -34,7 +34,7 @@ def model_log_path(log_dir: str, model_id: str) -> Path:
     return Path(log_dir) / f"{watcher_name(model_id)}.log"
 
 
-def _tail(path: Path, size: int = HISTORY_BYTES) -> tuple[bytes, int]:
+def tail_of(path: Path, size: int = HISTORY_BYTES) -> tuple[bytes, int]:
     """The last `size` bytes of `path` (from a line start when cut) and the end offset."""
     try:
         with path.open("rb") as f:
@@ -58,7 +58,7 @@ def _read_range(path: Path, start: int, end: int) -> bytes:
 
 async def follow(path: Path, history: bool) -> AsyncIterator[bytes]:
     """The file's history (optional), then whatever is appended, until cancelled."""
-    data, offset = await asyncio.to_thread(_tail, path)
+    data, offset = await asyncio.to_thread(tail_of, path)
     if history and data:
         yield data
     inode = None
@@ -77,7 +77,7 @@ async def follow(path: Path, history: bool) -> AsyncIterator[bytes]:
             yield chunk
 
 
-def _prefixed(model_id: str, data: bytes, pending: bytearray) -> bytes:
+def prefixed(model_id: str, data: bytes, pending: bytearray) -> bytes:
     """Complete lines of `data` (after what `pending` held), each prefixed with the model id."""
     pending += data
     lines, newline, rest = bytes(pending).rpartition(b"\n")
@@ -88,12 +88,12 @@ def _prefixed(model_id: str, data: bytes, pending: bytearray) -> bytes:
     return b"".join(prefix + line + b"\n" for line in lines.split(b"\n"))
 
 
-async def _pipe_model(
+async def pipe_model(
     model_id: str, path: Path, history: bool, queue: asyncio.Queue[bytes], prefix: bool
 ) -> None:
     pending = bytearray()
     async for chunk in follow(path, history):
-        out = _prefixed(model_id, chunk, pending) if prefix else chunk
+        out = prefixed(model_id, chunk, pending) if prefix else chunk
         if out:
             offer(queue, out)
 
@@ -106,9 +106,9 @@ async def _history(request: web.Request, which: str) -> bytes:
     if which in ("", "upstream"):
         routes = await routes_of(ctx)
         for route in routes.table.models:
-            data, _ = await asyncio.to_thread(_tail, model_log_path(routes.log_dir, route.id))
+            data, _ = await asyncio.to_thread(tail_of, model_log_path(routes.log_dir, route.id))
             if data:
-                parts.append(_prefixed(route.id, data + b"\n", bytearray()))
+                parts.append(prefixed(route.id, data + b"\n", bytearray()))
     return b"".join(parts)
 
 
@@ -147,7 +147,7 @@ async def handle_stream(request: web.Request) -> web.StreamResponse:
                 await response.write(ctx.logs.history())
         pipes = [
             asyncio.ensure_future(
-                _pipe_model(mid, model_log_path(routes.log_dir, mid), history, queue, prefix)
+                pipe_model(mid, model_log_path(routes.log_dir, mid), history, queue, prefix)
             )
             for mid, prefix in models
         ]

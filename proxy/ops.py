@@ -9,6 +9,7 @@ from ..ipc.messages import Error, Ok, Status, StatusReply
 from .context import CTX, ProxyContext
 from .decide import model_not_found
 from .errors import ProxyError
+from .events import HUB_KEY
 from .stats import STATS
 from .sync_wait import routes_of
 
@@ -70,7 +71,13 @@ async def handle_running(request: web.Request) -> web.Response:
         if rt.status.lingering is not None
     ]
     return web.Response(
-        body=_encode({"running": running, "lingering": lingering, "proxy": STATS.as_dict()}),
+        body=_encode(
+            {
+                "running": running,
+                "lingering": lingering,
+                "proxy": {**STATS.as_dict(), "events": request.app[HUB_KEY].counters()},
+            }
+        ),
         content_type="application/json",
     )
 

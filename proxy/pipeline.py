@@ -27,6 +27,7 @@ from aiohttp import web
 from ..ipc.messages import Error
 from . import decide
 from .account import account
+from .activity import RECORDER
 from .address import UpstreamAddress
 from .body import RequestModel, filter_json, read_model, replace_span
 from .context import CTX, ProxyContext
@@ -78,6 +79,20 @@ async def _pipeline(
     acc = account(request)
     acc.started = asyncio.get_running_loop().time()
     acc.route = route
+    RECORDER.begin(request, acc)
+    try:
+        return await _route(request, ctx, decide_for, by_body)
+    finally:
+        RECORDER.end(acc)
+
+
+async def _route(
+    request: web.Request,
+    ctx: ProxyContext,
+    decide_for: Callable[..., decide.Decision],
+    by_body: bool,
+) -> web.StreamResponse:
+    acc = account(request)
     routes = await routes_of(ctx)
     found = await read_model(request) if by_body else None
     if found is not None and found.name:

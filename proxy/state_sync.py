@@ -19,6 +19,7 @@ from ..ipc.messages import Snapshot, SnapshotReply, TableChanged
 from ..ipc.timings import HEARTBEAT_S
 from .access_log import follow_config
 from .daemon_link import DaemonLink
+from .events import EventHub
 from .state import ProxyState
 
 log = logging.getLogger(__name__)
@@ -34,8 +35,10 @@ class StateSync:
         events_endpoint: str,
         *,
         context: zmq.asyncio.Context,
+        hub: EventHub | None = None,
     ) -> None:
         self._state = state
+        self._hub = hub
         self._link = link
         self._sub = context.socket(zmq.SUB)
         self._sub.setsockopt(zmq.LINGER, 0)
@@ -74,6 +77,8 @@ class StateSync:
                 continue
             if isinstance(reply, SnapshotReply):
                 self._state.apply_snapshot(reply)
+                if self._hub is not None:
+                    self._hub.snapshot(reply)
                 follow_config(reply.table.log_level)
                 log.info(
                     "routing table generation %d from daemon %s (seq %d)",
@@ -127,6 +132,8 @@ class StateSync:
             if event.seq <= state.seq:
                 continue  # already contained in the snapshot
             state.apply_event(event)
+            if self._hub is not None:
+                self._hub.event(event)
             if isinstance(event, TableChanged):
                 follow_config(event.table.log_level)
 

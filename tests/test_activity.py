@@ -44,15 +44,16 @@ def _get(stack: Stack, path: str) -> tuple[int, Any]:
         return exc.code, json.loads(exc.read())
 
 
-def _activity(stack: Stack, count: int, query: str = "") -> list[dict[str, Any]]:
-    """The newest records once there are `count` of them (records arrive in 100 ms batches)."""
+def _activity(stack: Stack, newest: int) -> list[dict[str, Any]]:
+    """The records kept, newest first, once record `newest` is among them (records arrive in
+    100 ms batches)."""
 
     def ready() -> list[dict[str, Any]] | None:
-        status, page = _get(stack, "/api/metrics/activity?limit=999" + query)
+        status, page = _get(stack, "/api/metrics/activity?limit=999")
         assert status == 200, page
-        return page["data"] if page["total"] >= count else None
+        return page["data"] if page["data"] and page["data"][0]["id"] >= newest else None
 
-    return wait_for(ready, 10, what=f"{count} activity records")
+    return wait_for(ready, 10, what=f"activity record {newest}")
 
 
 @pytest.fixture
@@ -70,7 +71,16 @@ def stack(stack_factory: Callable[..., Stack]) -> Stack:
 def test_records_with_tokens_from_plain_and_streamed_responses(stack: Stack) -> None:
     status, body = _post(stack, CHAT, {"model": "alpha-alias", "messages": []})
     assert status == 200
-    status, streamed = _post(stack, CHAT, {"model": "alpha", "stream": True, "x_chunks": 4})
+    status, streamed = _post(
+        stack,
+        CHAT,
+        {
+            "model": "alpha",
+            "stream": True,
+            "stream_options": {"include_usage": True},
+            "x_chunks": 4,
+        },
+    )
     assert status == 200 and b"data: [DONE]" in streamed
     status, _ = _post(stack, CHAT, {"model": "nope"})
     assert status == 404
@@ -103,6 +113,8 @@ def test_records_with_tokens_from_plain_and_streamed_responses(stack: Stack) -> 
     assert stream["tokens"]["input_tokens"] == 7
     assert stream["tokens"]["output_tokens"] == 4
     assert stream["tokens"]["tokens_per_second"] == 50.0
+    # timings' cache_n (0) wins over usage's cached_tokens (2), as in llama-swap.
+    assert stream["tokens"]["cache_tokens"] == 0
 
     assert missing["resp_status_code"] == 404 and missing["model"] == "nope"
     assert "nope" in missing["error_msg"]
@@ -119,7 +131,7 @@ def test_filters_pagination_errors_and_bound(stack: Stack) -> None:
     for _ in range(8):
         assert _post(stack, CHAT, {"model": "alpha", "messages": []})[0] == 200
     assert _post(stack, CHAT, {"model": "nope"})[0] == 404
-    records = _activity(stack, 6)
+    records = _activity(stack, 9)
     # metricsMaxInMemory: 6 keeps the newest six of the nine.
     assert len(records) == 6 and records[0]["id"] == 9 and records[-1]["id"] == 4
 

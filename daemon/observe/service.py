@@ -11,13 +11,14 @@ from typing import Any, Protocol
 
 import msgspec
 
-from ...ipc.activity import ActivityRecord
+from ...ipc.activity import ActivityRecord, InFlight
 from ...ipc.messages import (
     ActivityAdded,
     ActivityReport,
     Document,
     Error,
     Event,
+    InFlightChanged,
     QueryActivity,
     QueryStats,
     Reply,
@@ -55,6 +56,7 @@ class Observer:
         self.instance = instance
         self.endpoint = endpoint
         self.on_records: Callable[[list[ActivityRecord]], None] | None = None
+        self.in_flight: dict[str, InFlight] = {}
 
     def register(self, on: Callable[..., None]) -> None:
         """Its messages in the endpoint's dispatch table."""
@@ -68,7 +70,28 @@ class Observer:
             lambda seq: ActivityAdded(instance=self.instance, seq=seq, records=records)
         )
 
+    def forget(self, proxy_id: str) -> None:
+        """A proxy gone silent: its requests are no longer in flight."""
+        gone = tuple(k for k, v in self.in_flight.items() if v.proxy_id == proxy_id)
+        for key in gone:
+            del self.in_flight[key]
+        if gone:
+            self._publish_flights((), gone)
+
+    def _publish_flights(self, upserts: tuple[InFlight, ...], removes: tuple[str, ...]) -> None:
+        self.endpoint.publish_nowait(
+            lambda seq: InFlightChanged(
+                instance=self.instance, seq=seq, upserts=upserts, removes=removes
+            )
+        )
+
     def report(self, message: ActivityReport) -> None:
+        if message.started or message.ended:
+            for flight in message.started:
+                self.in_flight[flight.id] = flight
+            for key in message.ended:
+                self.in_flight.pop(key, None)
+            self._publish_flights(message.started, message.ended)
         stored = self.store.add(message.records)
         if not stored:
             return

@@ -95,11 +95,18 @@ async def chat(request: web.Request) -> web.StreamResponse:
             "created": int(time.time()),
             "model": body.get("model"),
             "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}],
-            # What llama-server's last chunk carries (with stream_options.include_usage, and
-            # always): the counts and llama.cpp's timings.
-            "usage": {"prompt_tokens": 7, "completion_tokens": chunks, "total_tokens": 7 + chunks},
+            # What llama-server's last chunk carries: its timings, always.
             "timings": _timings(7, chunks),
         }
+        options = body.get("stream_options")
+        if isinstance(options, dict) and options.get("include_usage"):
+            # OpenAI's usage chunk, only when asked for.
+            done["usage"] = {
+                "prompt_tokens": 7,
+                "completion_tokens": chunks,
+                "total_tokens": 7 + chunks,
+                "prompt_tokens_details": {"cached_tokens": 2},
+            }
         await resp.write(f"data: {json.dumps(done)}\n\ndata: [DONE]\n\n".encode())
         await resp.write_eof()
         return resp

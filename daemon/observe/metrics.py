@@ -1,0 +1,204 @@
+"""swapd's Prometheus figures, in one registry in the daemon (prometheus-client): the requests
+every proxy process reported (from their activity records, so each request counts once whichever
+process served it), and the daemon's own (starts, swaps and their phases, failures, crashes,
+back-offs, TTL unloads, and at scrape time the per-model gauges and GPU memory).
+
+Names are `swapd_*`; label `model` is a model id (a peer's requests as `peer/model`), `route` one
+of model, upstream, comfyui, peer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from ...ipc.activity import ActivityRecord
+from ...ipc.messages import GpuInfo, ModelStatus
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+# Request durations, time to first byte and waits: from a ready model's milliseconds to a cold
+# start's minutes.
+_SECONDS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
+_PHASES = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
+_SPEEDS = (1, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000)
+
+
+@dataclass
+class Gauges:
+    """What the collector reads at scrape time (the daemon fills the callables)."""
+
+    models: Callable[[], Iterable[ModelStatus]] = lambda: ()
+    waiting: dict[str, int] = field(default_factory=dict)
+    gpus: Callable[[], Iterable[GpuInfo]] = lambda: ()
+
+
+class _Live(Collector):
+    def __init__(self, gauges: Gauges) -> None:
+        self.gauges = gauges
+
+    def collect(self) -> Iterable[GaugeMetricFamily]:
+        loaded = GaugeMetricFamily(
+            "swapd_model_loaded",
+            "1 while the model is loaded (any state but stopped/failed)",
+            labels=["model"],
+        )
+        state = GaugeMetricFamily(
+            "swapd_model_state", "1 for the model's current state", labels=["model", "state"]
+        )
+        in_flight = GaugeMetricFamily(
+            "swapd_in_flight_requests",
+            "requests being served by the model, summed over every proxy process",
+            labels=["model"],
+        )
+        waiting = GaugeMetricFamily(
+            "swapd_queue_depth",
+            "requests waiting for the model to be ready (a start, a swap, a drain)",
+            labels=["model"],
+        )
+        linger_port = GaugeMetricFamily(
+            "swapd_lingering_port",
+            "1 while a stopped model's port is still listened on (see docs/operations.md)",
+            labels=["model", "port"],
+        )
+        linger_gpu = GaugeMetricFamily(
+            "swapd_lingering_gpu_processes",
+            "processes still holding GPU memory after the model stopped",
+            labels=["model"],
+        )
+        for st in self.gauges.models():
+            loaded.add_metric([st.model], 1.0 if st.state not in ("stopped", "failed") else 0.0)
+            state.add_metric([st.model, st.state], 1.0)
+            in_flight.add_metric([st.model], float(st.in_flight))
+            waiting.add_metric([st.model], float(self.gauges.waiting.get(st.model, 0)))
+            if st.lingering is not None:
+                linger_port.add_metric([st.model, str(st.lingering.port)], 1.0)
+            linger_gpu.add_metric([st.model], float(len(st.gpu_lingering)))
+        yield from (loaded, state, in_flight, waiting, linger_port, linger_gpu)
+        total = GaugeMetricFamily(
+            "swapd_gpu_memory_total_bytes", "GPU memory (NVML)", labels=["gpu", "name", "uuid"]
+        )
+        used = GaugeMetricFamily(
+            "swapd_gpu_memory_used_bytes",
+            "GPU memory in use (NVML)",
+            labels=["gpu", "name", "uuid"],
+        )
+        for gpu in self.gauges.gpus():
+            labels = [str(gpu.index), gpu.name, gpu.uuid]
+            total.add_metric(labels, float(gpu.total_bytes))
+            used.add_metric(labels, float(gpu.used_bytes))
+        yield from (total, used)
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = registry = CollectorRegistry()
+        self.gauges = Gauges()
+        registry.register(_Live(self.gauges))
+        self.requests = Counter(
+            "swapd_requests",
+            "model requests answered",
+            ["model", "route", "status"],
+            registry=registry,
+        )
+        self.duration = Histogram(
+            "swapd_request_duration_seconds",
+            "arrival to the last byte",
+            ["model", "route"],
+            buckets=_SECONDS,
+            registry=registry,
+        )
+        self.ttfb = Histogram(
+            "swapd_request_ttfb_seconds",
+            "arrival to the upstream's response head",
+            ["model", "route"],
+            buckets=_SECONDS,
+            registry=registry,
+        )
+        self.wait = Histogram(
+            "swapd_request_wait_seconds",
+            "time requests waited for a start, swap or drain",
+            ["model"],
+            buckets=_SECONDS,
+            registry=registry,
+        )
+        self.tokens = Counter(
+            "swapd_tokens", "tokens the models reported", ["model", "kind"], registry=registry
+        )
+        self.prompt_speed = Histogram(
+            "swapd_prompt_tokens_per_second",
+            "prompt processing speed the models reported",
+            ["model"],
+            buckets=_SPEEDS,
+            registry=registry,
+        )
+        self.gen_speed = Histogram(
+            "swapd_generation_tokens_per_second",
+            "generation speed the models reported",
+            ["model"],
+            buckets=_SPEEDS,
+            registry=registry,
+        )
+        self.starts = Counter(
+            "swapd_model_starts",
+            "model starts, by result (ok, failed)",
+            ["model", "result"],
+            registry=registry,
+        )
+        self.phase = Histogram(
+            "swapd_swap_phase_seconds",
+            "time spent in each phase of a start or swap: drain, stop (of a model evicted or "
+            "unloaded), start (spawn to a running process), health (to the first 200)",
+            ["model", "phase"],
+            buckets=_PHASES,
+            registry=registry,
+        )
+        self.swaps = Counter(
+            "swapd_swaps", "starts that stopped other models first", ["model"], registry=registry
+        )
+        self.crashes = Counter(
+            "swapd_model_crashes",
+            "ready models whose process exited on its own",
+            ["model"],
+            registry=registry,
+        )
+        self.backoffs = Counter(
+            "swapd_model_backoffs",
+            "times a model entered back-off after repeated failed starts",
+            ["model"],
+            registry=registry,
+        )
+        self.ttl_unloads = Counter(
+            "swapd_ttl_unloads",
+            "models unloaded because their TTL passed",
+            ["model"],
+            registry=registry,
+        )
+
+    def records(self, records: Iterable[ActivityRecord]) -> None:
+        for r in records:
+            model, route = r.model, r.route
+            self.requests.labels(model, route, str(r.resp_status_code)).inc()
+            self.duration.labels(model, route).observe(r.duration_ms / 1000)
+            if r.ttfb_ms >= 0:
+                self.ttfb.labels(model, route).observe(r.ttfb_ms / 1000)
+            if r.wait_ms > 0:
+                self.wait.labels(model).observe(r.wait_ms / 1000)
+            t = r.tokens
+            for kind, count in (
+                ("prompt", t.input_tokens),
+                ("generated", t.output_tokens),
+                ("cached", t.cache_tokens),
+            ):
+                if count > 0:
+                    self.tokens.labels(model, kind).inc(count)
+            if t.prompt_per_second > 0:
+                self.prompt_speed.labels(model).observe(t.prompt_per_second)
+            if t.tokens_per_second > 0:
+                self.gen_speed.labels(model).observe(t.tokens_per_second)
+
+    def exposition(self) -> bytes:
+        return generate_latest(self.registry)

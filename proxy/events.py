@@ -1,0 +1,238 @@
+"""`GET /api/events`: llama-swap's server-sent event stream.
+
+Each frame is `event:message\\ndata:{"type": T, "data": "<JSON text>"}\\n\\n`, T one of
+`modelStatus` (every model's state, on any change), `logData` (`{"source": "proxy"|"upstream",
+"data"}`), `activity` (a new activity record: llama-swap's `{id}` plus the record's fields),
+`inflight` (`{"operation": "snapshot", "requests"}`, then `upsert` with `request` or `remove` with
+`id`), `uiConfig` and `profileChanged` (fixed: swapd has neither a UI nor profiles). A new
+subscriber first gets the log histories, `modelStatus`, `uiConfig`, `profileChanged` and the
+in-flight snapshot.
+
+Activity and in-flight events come from the daemon (`ActivityAdded`, `InFlightChanged`), so they
+cover every proxy process; `logData` with source `proxy` is this process's own log.
+
+Every event is encoded once, and offered to each subscriber's bounded queue (`QUEUE_FRAMES`); a
+subscriber whose queue is full loses the event, and before its next frame gets an
+`eventsDropped` event `{"count": N}` saying how many it lost. A publisher never waits for a
+subscriber, so a slow one never slows a request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+from collections import deque
+from typing import Any, cast
+
+import msgspec
+from aiohttp import web
+
+from ..ipc.activity import ActivityRecord, InFlight
+from ..ipc.messages import (
+    ActivityAdded,
+    Event,
+    InFlightChanged,
+    SnapshotReply,
+    StateChanged,
+    TableChanged,
+)
+from .context import CTX
+from .logs import model_log_path, pipe_model, prefixed, tail_of
+from .state import ProxyState
+from .sync_wait import routes_of
+
+# llama-swap's send buffer; the environment variable (for tests) sets another.
+QUEUE_FRAMES = int(os.environ.get("SWAPD_EVENTS_QUEUE", "") or 1024)
+_encode = msgspec.json.Encoder().encode
+
+
+def frame(kind: str, data: Any) -> bytes:
+    return b"event:message\ndata:%s\n\n" % _encode({"type": kind, "data": _encode(data).decode()})
+
+
+def record_data(record: ActivityRecord) -> dict[str, Any]:
+    return msgspec.to_builtins(record)
+
+
+def flight_data(flight: InFlight) -> dict[str, Any]:
+    out = msgspec.to_builtins(flight)
+    out["elapsed_ms"] = 0
+    out["req_headers"] = {}
+    out["resp_headers"] = {}
+    out["resp_bytes"] = 0
+    return out
+
+
+class Subscriber:
+    __slots__ = ("dropped", "frames", "wake")
+
+    def __init__(self) -> None:
+        self.frames: deque[bytes] = deque()
+        self.dropped = 0
+        self.wake = asyncio.Event()
+
+    def offer(self, data: bytes) -> None:
+        if len(self.frames) >= QUEUE_FRAMES:
+            self.dropped += 1
+            return
+        self.frames.append(data)
+        self.wake.set()
+
+
+class _LogSink:
+    """Looks like the queue `LogHub` and the model-log pipes feed; turns chunks into events."""
+
+    def __init__(self, sub: Subscriber, source: str) -> None:
+        self.sub = sub
+        self.source = source
+
+    def put_nowait(self, data: bytes) -> None:
+        self.sub.offer(
+            frame("logData", {"source": self.source, "data": data.decode("utf-8", "replace")})
+        )
+
+
+class EventHub:
+    """Fed by `StateSync` (snapshots and the daemon's events); fans out to subscribers."""
+
+    def __init__(self, state: ProxyState) -> None:
+        self.state = state
+        self.subscribers: set[Subscriber] = set()
+        self.in_flight: dict[str, InFlight] = {}
+        # How many events were offered, and lost to full queues (tests and operators).
+        self.offered = 0
+        self.lost = 0
+
+    def counters(self) -> dict[str, int]:
+        return {"subscribers": len(self.subscribers), "offered": self.offered, "lost": self.lost}
+
+    def _broadcast(self, data: bytes) -> None:
+        for sub in self.subscribers:
+            before = sub.dropped
+            sub.offer(data)
+            self.offered += 1
+            self.lost += sub.dropped - before
+
+    def model_status(self) -> list[dict[str, Any]]:
+        models: list[dict[str, Any]] = []
+        table = self.state.routes.table
+        for route in sorted(table.models, key=lambda m: m.id):
+            rt = self.state.runtimes.get(route.id)
+            item: dict[str, Any] = {
+                "id": route.id,
+                "name": route.name or "",
+                "description": route.description or "",
+                "state": rt.state if rt is not None else "stopped",
+                "unlisted": route.unlisted,
+                "peerID": "",
+            }
+            if route.aliases:
+                item["aliases"] = list(route.aliases)
+            models.append(item)
+        for peer in table.peers:
+            for name in peer.models:
+                models.append(
+                    {
+                        "id": f"{peer.id}/{name}",
+                        "name": "",
+                        "description": "",
+                        "state": "stopped",
+                        "unlisted": False,
+                        "peerID": peer.id,
+                    }
+                )
+        return models
+
+    def inflight_snapshot(self) -> bytes:
+        requests = [flight_data(f) for f in self.in_flight.values()]
+        return frame("inflight", {"operation": "snapshot", "requests": requests})
+
+    def snapshot(self, reply: SnapshotReply) -> None:
+        self.in_flight = {f.id: f for f in reply.in_flight}
+        if self.subscribers:
+            self._broadcast(frame("modelStatus", self.model_status()))
+            self._broadcast(self.inflight_snapshot())
+
+    def event(self, event: Event) -> None:
+        if isinstance(event, InFlightChanged):
+            for flight in event.upserts:
+                self.in_flight[flight.id] = flight
+            for key in event.removes:
+                self.in_flight.pop(key, None)
+        if not self.subscribers:
+            return
+        if isinstance(event, StateChanged | TableChanged):
+            self._broadcast(frame("modelStatus", self.model_status()))
+        elif isinstance(event, ActivityAdded):
+            for record in event.records:
+                self._broadcast(frame("activity", record_data(record)))
+        elif isinstance(event, InFlightChanged):
+            for flight in event.upserts:
+                data = {"operation": "upsert", "request": flight_data(flight)}
+                self._broadcast(frame("inflight", data))
+            for key in event.removes:
+                self._broadcast(frame("inflight", {"operation": "remove", "id": key}))
+
+
+HUB_KEY: web.AppKey[EventHub] = web.AppKey("swapd_events", EventHub)
+
+
+async def handle_events(request: web.Request) -> web.StreamResponse:
+    ctx = request.app[CTX]
+    hub = request.app[HUB_KEY]
+    routes = await routes_of(ctx)
+    response = web.StreamResponse(
+        headers={
+            "Content-Type": "text/event-stream",
+            "Cache-Control": "no-cache",
+            "X-Content-Type-Options": "nosniff",
+            "X-Accel-Buffering": "no",
+        }
+    )
+    await response.prepare(request)
+    sub = Subscriber()
+    upstream_history = b""
+    for m in routes.table.models:
+        data, _ = await asyncio.to_thread(tail_of, model_log_path(routes.log_dir, m.id))
+        if data:
+            upstream_history += prefixed(m.id, data + b"\n", bytearray())
+    sub.offer(frame("logData", {"source": "proxy", "data": ctx.logs.history().decode()}))
+    sub.offer(frame("logData", {"source": "upstream", "data": upstream_history.decode()}))
+    sub.offer(frame("modelStatus", hub.model_status()))
+    sub.offer(frame("uiConfig", {}))
+    sub.offer(frame("profileChanged", {"active": None}))
+    sub.offer(hub.inflight_snapshot())
+    upstream = _LogSink(sub, "upstream")
+    pipes = [
+        asyncio.ensure_future(
+            pipe_model(
+                m.id,
+                model_log_path(routes.log_dir, m.id),
+                False,
+                cast(asyncio.Queue[bytes], upstream),
+                True,
+            )
+        )
+        for m in routes.table.models
+    ]
+    hub.subscribers.add(sub)
+    try:
+        with ctx.logs.subscribe(cast(asyncio.Queue[bytes], _LogSink(sub, "proxy"))):
+            while not ctx.closing:
+                await sub.wake.wait()
+                sub.wake.clear()
+                out = []
+                if sub.dropped:
+                    out.append(frame("eventsDropped", {"count": sub.dropped}))
+                    sub.dropped = 0
+                out.extend(sub.frames)
+                sub.frames.clear()
+                await response.write(b"".join(out))
+    finally:
+        hub.subscribers.discard(sub)
+        for pipe in pipes:
+            pipe.cancel()
+        with contextlib.suppress(Exception):
+            await asyncio.gather(*pipes, return_exceptions=True)
+    return response

@@ -1,0 +1,171 @@
+"""`GET /api/events` against the real stack: llama-swap's frames, the snapshot first, a swap's
+state changes in order, activity and in-flight events; and a subscriber that never reads does
+not delay requests (it loses events instead, and is told how many)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import time
+import urllib.error
+import urllib.request
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import aiohttp
+import pytest
+
+from tests.proxy_helpers import local_model, model_ports
+from tests.stack import Stack, wait_for
+
+pytestmark = pytest.mark.processes
+
+CHAT = "/v1/chat/completions"
+
+
+@pytest.fixture
+def stack(stack_factory: Callable[..., Stack]) -> Stack:
+    a, b = model_ports(2)
+    return stack_factory(
+        {
+            "healthCheckTimeout": 15,
+            "models": {"a": local_model("a", a), "b": local_model("b", b)},
+        }
+    )
+
+
+async def _events(resp: aiohttp.ClientResponse) -> AsyncIterator[tuple[str, Any]]:
+    """(type, decoded data) of each frame, checking llama-swap's framing."""
+    buffer = b""
+    async for chunk in resp.content.iter_any():
+        buffer += chunk
+        while b"\n\n" in buffer:
+            raw, buffer = buffer.split(b"\n\n", 1)
+            event, data = raw.split(b"\n", 1)
+            assert event == b"event:message"
+            assert data.startswith(b"data:")
+            envelope = json.loads(data[5:])
+            yield envelope["type"], json.loads(envelope["data"])
+
+
+async def test_snapshot_swap_states_activity_inflight(stack: Stack) -> None:
+    async with (
+        aiohttp.ClientSession() as session,
+        session.get(stack.url + "/api/events") as resp,
+    ):
+        assert resp.status == 200
+        assert resp.headers["Content-Type"] == "text/event-stream"
+        assert resp.headers["X-Accel-Buffering"] == "no"
+        stream = _events(resp)
+        first = [await anext(stream) for _ in range(6)]
+        assert [kind for kind, _ in first] == [
+            "logData",
+            "logData",
+            "modelStatus",
+            "uiConfig",
+            "profileChanged",
+            "inflight",
+        ]
+        assert {d["source"] for _, d in first[:2]} == {"proxy", "upstream"}
+        status = first[2][1]
+        assert [(m["id"], m["state"]) for m in status] == [("a", "stopped"), ("b", "stopped")]
+        assert first[5][1] == {"operation": "snapshot", "requests": []}
+
+        async def chat(model: str, **extra: Any) -> None:
+            body = {"model": model, "messages": [], **extra}
+            async with session.post(stack.url + CHAT, json=body) as r:
+                assert r.status == 200
+                await r.read()
+
+        await chat("a")
+        # b is slow enough to be seen in flight (it waits 1 s before answering).
+        slow = asyncio.ensure_future(chat("b", x_delay=1.0))
+        states: dict[str, list[str]] = {"a": ["stopped"], "b": ["stopped"]}
+        activity: list[dict[str, Any]] = []
+        inflight: list[dict[str, Any]] = []
+        deadline = time.monotonic() + 30
+        while len(activity) < 2 and time.monotonic() < deadline:
+            kind, data = await asyncio.wait_for(anext(stream), 30)
+            if kind == "modelStatus":
+                for m in data:
+                    if not states[m["id"]] or states[m["id"]][-1] != m["state"]:
+                        states[m["id"]].append(m["state"])
+            elif kind == "activity":
+                activity.append(data)
+            elif kind == "inflight":
+                inflight.append(data)
+        await slow
+
+    # a started, then the swap to b drained and stopped it, and b started.
+    assert states["a"] == ["stopped", "starting", "ready", "draining", "stopping", "stopped"]
+    assert states["b"] == ["stopped", "starting", "ready"]
+    assert [(r["model"], r["resp_status_code"]) for r in activity] == [("a", 200), ("b", 200)]
+    assert activity[0]["id"] + 1 == activity[1]["id"]
+    assert activity[1]["tokens"]["output_tokens"] == 3
+    ops = [(i["operation"], i.get("request", {}).get("model")) for i in inflight]
+    assert ("upsert", "b") in ops
+    upserted = next(i["request"]["id"] for i in inflight if i["operation"] == "upsert")
+    assert {"operation": "remove", "id": upserted} in inflight
+
+
+@pytest.fixture
+def small_queue_stack(stack_factory: Callable[..., Stack]) -> Stack:
+    (a,) = model_ports(1)
+    return stack_factory(
+        {"healthCheckTimeout": 15, "models": {"a": local_model("a", a)}},
+        env={"SWAPD_EVENTS_QUEUE": "16"},
+    )
+
+
+def _proxy_events(stack: Stack) -> dict[str, int]:
+    with urllib.request.urlopen(stack.url + "/running", timeout=5) as resp:
+        return dict(json.load(resp)["proxy"]["events"])
+
+
+def test_a_stalled_subscriber_loses_events_never_slows_requests(small_queue_stack: Stack) -> None:
+    stack = small_queue_stack
+    # A subscriber that stops reading: once the proxy's socket and transport buffers are full
+    # (a few MiB on loopback) and then its 16-frame queue, events are lost.
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.connect(("127.0.0.1", stack.port))
+    sock.sendall(b"GET /api/events HTTP/1.1\r\nHost: swapd\r\n\r\n")
+    try:
+        wait_for(lambda: _proxy_events(stack)["subscribers"] == 1, 10, what="the subscriber")
+        # Long paths make each activity event some 8 KiB.
+        path = "/upstream/a/" + "p" * 8000
+        lost = 0
+        started = time.monotonic()
+        for i in range(1000):
+            try:
+                with urllib.request.urlopen(stack.url + path, timeout=10) as resp:
+                    resp.read()
+            except urllib.error.HTTPError as exc:
+                assert exc.code == 404  # the model's own answer
+            if i % 10 == 9:
+                lost = _proxy_events(stack)["lost"]
+                if lost:
+                    break
+        # Requests went on being answered while the subscriber read nothing: it lost events.
+        assert lost, _proxy_events(stack)
+        assert time.monotonic() - started < 120
+        # Reading again, it is told how many it lost.
+        sock.settimeout(10)
+        received = b""
+        told = 0
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            received += sock.recv(1 << 20)
+            for raw in received.split(b"\n\n"):
+                if b"eventsDropped" in raw:
+                    envelope = json.loads(raw.split(b"data:", 1)[1])
+                    told += json.loads(envelope["data"])["count"]
+            if told:
+                break
+            # A new event flushes the subscriber's queue with the notice first.
+            urllib.request.urlopen(stack.url + "/running", timeout=5).read()
+        assert told > 0
+    finally:
+        sock.close()
+    wait_for(lambda: _proxy_events(stack)["subscribers"] == 0, 10, what="subscriber gone")
