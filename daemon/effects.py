@@ -3,6 +3,7 @@ model, its handle, whether a start follows) and reads nothing of the scheduler's
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 from ..ipc.messages import Draining, ModelStatus, StateChanged
@@ -11,8 +12,10 @@ from .endpoint import Endpoint
 from .machinery.exit_watch import ExitWatch
 from .machinery.lifecycle import Lifecycle
 from .machinery.model_process import Running
+from .observe.metrics import Metrics
 from .policy.proxies import ProxyRegistry
 from .policy.records import ModelRecord
+from .policy.swaps import BACKOFF_AFTER
 
 StatusOf = Callable[[ModelRecord[Running], ModelConfig | None], ModelStatus]
 
@@ -25,15 +28,23 @@ class DaemonEffects:
         endpoint: Endpoint,
         exits: ExitWatch,
         status_of: StatusOf,
+        metrics: Metrics | None = None,
     ) -> None:
         self.lifecycle = lifecycle
         self.registry = registry
         self.endpoint = endpoint
         self.exits = exits
         self.status_of = status_of
+        self.metrics = metrics or Metrics()
+        lifecycle.on_phase = lambda m, phase, s: self.metrics.phase.labels(m, phase).observe(s)
 
     async def start(self, model: ModelConfig) -> Running:
-        running = await self.lifecycle.start(model)
+        try:
+            running = await self.lifecycle.start(model)
+        except Exception:
+            self.metrics.starts.labels(model.id, "failed").inc()
+            raise
+        self.metrics.starts.labels(model.id, "ok").inc()
         self.exits.watch(model.id, running.pid)
         return running
 
@@ -47,16 +58,24 @@ class DaemonEffects:
                 )
             )
 
+        began = time.monotonic()
         await self.registry.drain(model_id, publish)
+        self.metrics.phase.labels(model_id, "drain").observe(time.monotonic() - began)
 
     async def stop(
         self, model_id: str, handle: Running, model: ModelConfig | None, *, start_follows: bool
     ) -> None:
         self.exits.unwatch(model_id)
+        began = time.monotonic()
         # A swap starts its target right after: the watcher's `rm` waits until that has spawned.
         await self.lifecycle.stop(handle, model, defer_remove=start_follows)
+        self.metrics.phase.labels(model_id, "stop").observe(time.monotonic() - began)
+        if start_follows:
+            self.metrics.swaps.labels(model_id).inc()
 
     def changed(self, record: ModelRecord[Running], model: ModelConfig | None) -> None:
+        if record.state == "failed" and record.failures >= BACKOFF_AFTER:
+            self.metrics.backoffs.labels(record.id).inc()
         status = self.status_of(record, model)
         instance = self.endpoint.instance
         self.endpoint.publish_nowait(

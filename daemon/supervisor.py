@@ -100,10 +100,11 @@ class Daemon:
         )
         self.registry = ProxyRegistry()
         self.endpoint = Endpoint(self.endpoints, self.instance, self.ctx)
+        self.observer = Observer(config.metrics_max_in_memory, self.instance, self.endpoint)
+        self.metrics = self.observer.metrics
         self.exits = ExitWatch(self.lifecycle.watchers, self._exited)
-        effects = DaemonEffects(
-            self.lifecycle, self.registry, self.endpoint, self.exits, self.model_status
-        )
+        parts = (self.lifecycle, self.registry, self.endpoint, self.exits, self.model_status)
+        effects = DaemonEffects(*parts, self.metrics)
         self.scheduler: Scheduler[Running] = Scheduler(
             config,
             effects,
@@ -114,7 +115,8 @@ class Daemon:
         self._stop = asyncio.Event()
         self._reload_lock = asyncio.Lock()
         self._announced: dict[str, int] = {}
-        self.observer = Observer(config.metrics_max_in_memory, self.instance, self.endpoint)
+        self.metrics.gauges.models = self.all_status
+        self.observer.read_gpus = lambda: gpu.read_devices(self.gpu_backend)
         self._register()
 
     def _register(self) -> None:
@@ -166,7 +168,8 @@ class Daemon:
     # ------------------------------------------------------------------------------- exits
 
     def _exited(self, model_id: str, pid: int, exit_code: int | None) -> None:
-        self.scheduler.process_exited(model_id, pid, exit_code)
+        if self.scheduler.process_exited(model_id, pid, exit_code):
+            self.metrics.crashes.labels(model_id).inc()
 
     def _pid_of(self, model_id: str) -> int | None:
         rec = self.scheduler.records.get(model_id)
@@ -231,7 +234,8 @@ class Daemon:
     async def _ensure(self, identity: bytes, message: Ensure) -> None:
         self.registry.seen(message.proxy_id)
         try:
-            handle = await self.scheduler.ensure(message.model)
+            with self.metrics.waiting_for(message.model):
+                handle = await self.scheduler.ensure(message.model)
         except EnsureError as exc:
             reply: Reply = _error(message.id, exc)
         except Exception as exc:
@@ -298,6 +302,7 @@ class Daemon:
             for model_id in ttl.due(list(self.scheduler.records.values()), config, self.registry):
                 model = config.models.get(model_id)
                 log.info("%s: unloading, TTL of %ss reached", model_id, model.ttl if model else "?")
+                self.metrics.ttl_unloads.labels(model_id).inc()
                 self.spawn(self.scheduler.stop(model_id, "ttl expired"))
             if self.lifecycle.lingering and loop.time() - last_recheck >= LINGER_RECHECK:
                 last_recheck = loop.time()

@@ -24,7 +24,7 @@ import shutil
 import signal
 import socket
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -82,6 +82,8 @@ class Lifecycle:
         self.gpu_lingering: dict[str, tuple[LingeringProcess, ...]] = {}
         self._session = session
         self._environ = dict(os.environ if environ is None else environ)
+        # Told how long each phase of a start took: (model id, "start" or "health", seconds).
+        self.on_phase: Callable[[str, str, float], None] = lambda _m, _p, _s: None
 
     @property
     def closing(self) -> bool:
@@ -168,6 +170,7 @@ class Lifecycle:
             offset = f.tell()
             f.write(f"--- swapd {time.strftime('%Y-%m-%d %H:%M:%S')}: starting {model.id}: ")
             f.write(shlex.join(model.cmd) + "\n")
+        began = time.monotonic()
         spawn = asyncio.ensure_future(self._spawn(model, env, log_path, offset))
         try:
             running = await asyncio.shield(spawn)
@@ -179,6 +182,8 @@ class Lifecycle:
                 if not self.detached:
                     await self.stop(started, model, timeout=min(5.0, model.unload_timeout))
             raise
+        spawned = time.monotonic()
+        self.on_phase(model.id, "start", spawned - began)
         pid = running.pid
         exited = asyncio.ensure_future(pid_watch.wait_exit(pid))
         try:
@@ -194,8 +199,10 @@ class Lifecycle:
             await self.remove_watcher(model.id)
             tail = await model_log.settled_tail(log_path, offset)
             said = f"exit code {code}" if code is not None else "an unknown exit code"
+            why = model_log.cause(tail)
             raise ExitedDuringStart(
-                f"model {model.id} exited during startup with {said}", log_tail=tail
+                f"model {model.id} exited during startup with {said}" + (f": {why}" if why else ""),
+                log_tail=tail,
             ) from None
         except health.HealthTimeout:
             await self.stop(running, model, timeout=min(5.0, model.unload_timeout))
@@ -213,6 +220,7 @@ class Lifecycle:
                 )
             raise
         exited.cancel()
+        self.on_phase(model.id, "health", time.monotonic() - spawned)
         log.info("%s ready (pid %d, %s)", model.id, pid, model.proxy)
         return running
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 from pathlib import Path
 
 from ...ipc.watcher_names import model_log_name
@@ -30,6 +31,27 @@ def read_tail(path: Path, offset: int = 0, lines: int = LOG_TAIL_LINES) -> tuple
         return ()
     text = data.decode(errors="replace").splitlines()
     return tuple(text[-lines:])
+
+
+# Words that mark a line as the reason a server gave up (llama.cpp, vLLM, Python, shells, docker).
+_CAUSE = re.compile(
+    r"error|fatal|failed|failure|exception|cannot|can't|could not|unable|not found|no such file"
+    r"|invalid|unknown|unrecognized|denied|out of memory|panic|abort",
+    re.IGNORECASE,
+)
+# swapd's own marker line at the start of each run's output.
+_OWN = "--- swapd "
+CAUSE_LIMIT = 300
+
+
+def cause(tail: tuple[str, ...]) -> str:
+    """The line of a failed start's output that most likely names its cause: the last one with an
+    error word, else the last non-empty one; "" when the model printed nothing."""
+    lines = [line.strip() for line in tail if line.strip() and not line.startswith(_OWN)]
+    found = next((line for line in reversed(lines) if _CAUSE.search(line)), None)
+    if found is None:
+        found = lines[-1] if lines else ""
+    return found[:CAUSE_LIMIT] + "..." if len(found) > CAUSE_LIMIT else found
 
 
 def rotate_log(path: Path, keep: int = LOG_BACKUPS) -> None:

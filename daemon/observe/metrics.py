@@ -9,7 +9,8 @@ of model, upstream, comfyui, peer.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+import contextlib
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
@@ -177,6 +178,16 @@ class Metrics:
             ["model"],
             registry=registry,
         )
+
+    @contextlib.contextmanager
+    def waiting_for(self, model: str) -> Iterator[None]:
+        """An `Ensure` waiting for `model` (the queue depth)."""
+        waiting = self.gauges.waiting
+        waiting[model] = waiting.get(model, 0) + 1
+        try:
+            yield
+        finally:
+            waiting[model] -= 1
 
     def records(self, records: Iterable[ActivityRecord]) -> None:
         for r in records:

@@ -5,7 +5,7 @@ Prometheus figures, and answers the activity API and `/metrics` for whichever pr
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Iterable
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
@@ -18,13 +18,16 @@ from ...ipc.messages import (
     Document,
     Error,
     Event,
+    GpuInfo,
     InFlightChanged,
     QueryActivity,
+    QueryMetrics,
     QueryStats,
     Reply,
 )
 from . import activity_query
 from .activity_store import ActivityStore
+from .metrics import CONTENT_TYPE, Metrics
 
 log = logging.getLogger("swapd.daemon")
 
@@ -55,7 +58,13 @@ class Observer:
         self.store = ActivityStore(max_in_memory)
         self.instance = instance
         self.endpoint = endpoint
-        self.on_records: Callable[[list[ActivityRecord]], None] | None = None
+        self.metrics = Metrics()
+        self.on_records: Callable[[list[ActivityRecord]], None] | None = self.metrics.records
+
+        async def no_gpus() -> list[GpuInfo]:
+            return []
+
+        self.read_gpus: Callable[[], Awaitable[Iterable[GpuInfo]]] = no_gpus
         self.in_flight: dict[str, InFlight] = {}
 
     def register(self, on: Callable[..., None]) -> None:
@@ -64,6 +73,19 @@ class Observer:
         on(ActivityReport, lambda _, m: self.report(m))
         on(QueryActivity, lambda i, m: reply(i, self.activity(m)))
         on(QueryStats, lambda i, m: reply(i, self.stats(m)))
+        on(QueryMetrics, self._metrics, spawn=True)
+
+    async def _metrics(self, identity: bytes, message: QueryMetrics) -> None:
+        try:
+            devices = list(await self.read_gpus())
+        except Exception as exc:
+            log.debug("GPU inventory for /metrics failed: %s", exc)
+            devices = []
+        self.metrics.gauges.gpus = lambda: devices
+        body = self.metrics.exposition()
+        await self.endpoint.reply(
+            identity, Document(id=message.id, body=body, content_type=CONTENT_TYPE)
+        )
 
     def _publish(self, records: tuple[ActivityRecord, ...]) -> None:
         self.endpoint.publish_nowait(

@@ -281,6 +281,8 @@ def main() -> None:
     print(f"fake model {ARGS.name} starting on port {ARGS.port} pid {os.getpid()}", flush=True)
     if ARGS.fail:
         print(f"error: {ARGS.name} cannot load its weights", flush=True)
+        # As llama-server does, a line after the error: the cause is not always the last line.
+        print(f"fake model {ARGS.name}: exiting", flush=True)
         sys.exit(ARGS.exit_code)
     if ARGS.ignore_sigterm:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
