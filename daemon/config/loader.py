@@ -39,10 +39,13 @@ class Loaded:
 
 
 def load_config(
-    path: str | os.PathLike[str], *, environ: Mapping[str, str] | None = None
+    path: str | os.PathLike[str],
+    *,
+    environ: Mapping[str, str] | None = None,
+    ports: Mapping[str, int] | None = None,
 ) -> c.Config:
     """Load a config file. Raises ConfigError (never another exception) when it cannot be used."""
-    loaded = load(path, environ=environ)
+    loaded = load(path, environ=environ, ports=ports)
     for warning in loaded.warnings:
         log.warning("%s", warning)
     return loaded.config
@@ -55,8 +58,14 @@ def load_config_text(
     return load_text(text, source, environ=environ).config
 
 
-def load(path: str | os.PathLike[str], *, environ: Mapping[str, str] | None = None) -> Loaded:
-    """Load a config file, keeping the warnings."""
+def load(
+    path: str | os.PathLike[str],
+    *,
+    environ: Mapping[str, str] | None = None,
+    ports: Mapping[str, int] | None = None,
+) -> Loaded:
+    """Load a config file, keeping the warnings. `ports` (model id -> port) are `${PORT}`s that
+    carry over from the config this one replaces (see `stages.allocate_ports`)."""
     source = os.fspath(path)
     try:
         with open(source, "rb") as file:
@@ -79,18 +88,22 @@ def load(path: str | os.PathLike[str], *, environ: Mapping[str, str] | None = No
             f"line {line})"
         )
         raise ConfigError([ConfigIssue(source, None, "", message)]) from None
-    return load_text(text, source, environ=environ)
+    return load_text(text, source, environ=environ, ports=ports)
 
 
 def load_text(
-    text: str, source: str = "config.yaml", *, environ: Mapping[str, str] | None = None
+    text: str,
+    source: str = "config.yaml",
+    *,
+    environ: Mapping[str, str] | None = None,
+    ports: Mapping[str, int] | None = None,
 ) -> Loaded:
     """Load config text, keeping the warnings."""
     try:
         document = parse(text)
     except YamlSyntaxError as error:
         raise ConfigError([ConfigIssue(source, error.line, "", error.message)]) from None
-    builder = _Build(document, source, os.environ if environ is None else environ)
+    builder = _Build(document, source, os.environ if environ is None else environ, ports)
     try:
         config = builder.build()
     except macros.ExpansionTooLarge as error:
@@ -112,8 +125,15 @@ def _without(mapping: Mapping[str, Any], *keys: str) -> dict[str, Any]:
 
 
 class _Build:
-    def __init__(self, document: Document, source: str, environ: Mapping[str, str]) -> None:
+    def __init__(
+        self,
+        document: Document,
+        source: str,
+        environ: Mapping[str, str],
+        ports: Mapping[str, int] | None = None,
+    ) -> None:
         self.document = document
+        self.ports = dict(ports or {})
         self.source = source
         self.environ = environ
         self.report = Report(source, document)
@@ -159,7 +179,7 @@ class _Build:
             stages.expand_model(model_id, body, global_macros, report)
             for model_id, body in data["models"].items()
         ]
-        stages.allocate_ports(staged, start_port, report)
+        stages.allocate_ports(staged, start_port, self.ports, report)
         defaults = model_fields.ModelDefaults(
             ttl=top.global_ttl or 0,
             unload_timeout=top.unload_timeout or float(c.DEFAULT_UNLOAD_TIMEOUT),

@@ -6,6 +6,7 @@ of `cmd`/`cmdStop`, per model the macro scope, then `${GPUS}`, then `${PORT}` (a
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -91,22 +92,35 @@ def _expand_fields(body: dict[str, Any], scope: list[macros.Macro], path: Path) 
     }
 
 
-def allocate_ports(staged: list[Staged], start_port: int, report: Report) -> None:
+def allocate_ports(
+    staged: list[Staged], start_port: int, ports: Mapping[str, int], report: Report
+) -> None:
+    """`${PORT}` for every model whose cmd uses it, from `startPort` up in sorted id order.
+
+    A model in `ports` (a reload: the ports of the config it replaces and of the running
+    processes) keeps its port, and no other model gets one of those, so adding or removing a
+    model never renumbers another (whose definition would then change)."""
+    taken = set(ports.values())
     port = start_port
     for model in sorted(staged, key=lambda m: m.id):
         if model.cmd_text is None or "${PORT}" not in model.cmd_text:
             continue
-        if port > MAX_PORT:
-            report.error(
-                (*model.path, "cmd"),
-                f"no ${{PORT}} left: allocation from startPort {start_port} passed {MAX_PORT}",
-            )
-            continue
-        model.port = port
-        model.body = _expand_fields(model.body, [("PORT", port)], model.path)
+        assigned = ports.get(model.id)
+        if assigned is None:
+            while port in taken:
+                port += 1
+            if port > MAX_PORT:
+                report.error(
+                    (*model.path, "cmd"),
+                    f"no ${{PORT}} left: allocation from startPort {start_port} passed {MAX_PORT}",
+                )
+                continue
+            assigned = port
+            port += 1
+        model.port = assigned
+        model.body = _expand_fields(model.body, [("PORT", assigned)], model.path)
         cmd = model.body.get("cmd")
         model.cmd_text = cmd if isinstance(cmd, str) else None
-        port += 1
 
 
 def check_leftovers(
