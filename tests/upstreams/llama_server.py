@@ -27,6 +27,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ctx", type=int, default=2048, help="context size, shared by the slots")
     parser.add_argument("--slots", type=int, default=2, help="parallel sequences (llama.cpp -np)")
     parser.add_argument("--alias", default="", help="the model name the server reports")
+    parser.add_argument(
+        "--chat-template", default="gemma", help="one of llama.cpp's built-in templates"
+    )
     args = parser.parse_args(argv)
 
     stop = threading.Event()
@@ -44,11 +47,13 @@ def main(argv: list[str] | None = None) -> int:
     params.cpuparams.n_threads = args.threads
     params.cpuparams_batch.n_threads = args.threads
     params.endpoint_slots = True
-    # Gemma's built-in template is one llama.cpp applies itself; its jinja template needs more
-    # than the base model's GGUF carries.
+    params.endpoint_metrics = True
+    # llama.cpp's built-in templates (`gemma`) apply only with jinja off (llama-server's default
+    # is jinja on, which reads the GGUF's own template).
     params.use_jinja = False
+    params.chat_template = args.chat_template
     if args.alias:
-        params.model_alias = args.alias
+        params.model_alias = {args.alias}  # a set: a str would be taken as a set of letters
     try:
         server = xllamacpp.Server(params)
     except Exception as exc:
