@@ -11,9 +11,11 @@ do. Containers always use `--network host`, so the model listens on 127.0.0.1 on
 from __future__ import annotations
 
 import json
+import signal
 import time
 from typing import Any
 
+import psutil
 import pytest
 
 from swapd.ipc import messages
@@ -27,6 +29,9 @@ pytestmark = [pytest.mark.processes, pytest.mark.docker]
 C1_LANDED = hasattr(messages, "Lingering")
 
 
+HTTPD = "httpd -f -p 127.0.0.1:${PORT} -h /www"
+
+
 def container_model(
     engine: DockerEngine,
     image: str,
@@ -35,6 +40,7 @@ def container_model(
     name: str = "${MODEL_ID}",
     cmd_stop: bool = True,
     unload_timeout: int = 30,
+    command: str = HTTPD,
     extra: str = "",
 ) -> str:
     """A model block in the seed page's shape: `docker run --rm --name NAME` and `docker stop`."""
@@ -46,7 +52,7 @@ def container_model(
 {stop}    cmd: >
       {engine.docker} run --rm --pull never
       --name {name} --network host
-      {image} httpd -f -p 127.0.0.1:${{PORT}} -h /www
+      {image} {command}
     unloadTimeout: {unload_timeout}
     ttl: 600
     unlisted: true
@@ -165,20 +171,65 @@ def test_model_id_container_names_let_two_models_run_side_by_side(
     assert docker.container_names() == []
 
 
-def test_swapd_shutdown_leaves_no_container_behind(
+def test_the_container_is_the_engines_child_not_the_clients(
     docker: DockerEngine, busybox_image: str, stack_factory: Any
 ) -> None:
-    config = comfyui_config(docker, busybox_image) + container_model(
-        docker, busybox_image, "comfy-b", extra="groups:\n  g:\n    swap: false\n"
-        "    members: [comfyui_auto, comfy-b]\n",
+    """Why `cmdStop` matters: the process circus runs is only the `docker run` client."""
+    stack = start(stack_factory, docker, comfyui_config(docker, busybox_image))
+    assert http_get(stack.url + "/comfyui/", timeout=60)[0] == 200
+    client = psutil.Process(stack.model("comfyui_auto")["pid"])
+    assert client.cmdline()[:2] == [docker.docker, "run"]
+    pid_1 = int(docker.cli("inspect", "-f", "{{.State.Pid}}", "comfyui-auto").stdout)
+    assert pid_1 not in {p.pid for p in client.children(recursive=True)}
+    assert psutil.Process(pid_1).parent().name().startswith("containerd-shim")
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_swapd_shutdown_leaves_no_container_behind(
+    docker: DockerEngine, busybox_image: str, stack_factory: Any, tmp_path: Any, signum: int
+) -> None:
+    # Beside the container, a plain (not containerised) busybox httpd on the host.
+    plain = f"""
+  plain:
+    checkEndpoint: /
+    cmd: /bin/busybox httpd -f -p 127.0.0.1:${{PORT}} -h {tmp_path}
+groups:
+  all:
+    swap: false
+    members: [comfyui_auto, plain]
+"""
+    (tmp_path / "index.html").write_text(PAGE)
+    stack = start(stack_factory, docker, comfyui_config(docker, busybox_image, extra=plain))
+    assert http_get(stack.url + "/comfyui/", timeout=60)[0] == 200
+    assert http_get(stack.url + "/upstream/plain/", timeout=60) == (200, PAGE.encode())
+    assert running_names(docker) == ["comfyui-auto"]
+    plain_pid = stack.model("plain")["pid"]
+
+    assert stack.proc is not None
+    stack.proc.send_signal(signum)
+    assert stack.proc.wait(60) == 0
+    assert docker.container_names() == []
+    assert not psutil.pid_exists(plain_pid) or psutil.Process(plain_pid).status() == "zombie"
+    assert stack.processes() == []
+
+
+def test_shutdown_while_a_container_starts_runs_its_cmdstop(
+    docker: DockerEngine, busybox_image: str, stack_factory: Any
+) -> None:
+    slow = 'sh -c "sleep 120; exec httpd -f -p 127.0.0.1:${PORT} -h /www"'
+    config = comfyui_config(
+        docker, busybox_image, command=slow,
+        extra="hooks:\n  on_startup:\n    preload: [comfyui_auto]\n",
     )  # fmt: skip
     stack = start(stack_factory, docker, config)
-    assert http_get(stack.url + "/comfyui/", timeout=60)[0] == 200
-    assert http_get(stack.url + "/upstream/comfy-b/", timeout=60)[0] == 200
-    assert running_names(docker) == ["comfy-b", "comfyui-auto"]
+    stack.wait_state("comfyui_auto", "starting", timeout=30)
+    wait_for(lambda: running_names(docker) == ["comfyui-auto"], timeout=30, what="the container")
 
-    assert stack.stop() == 0
-    assert docker.container_names() == []
+    assert stack.proc is not None
+    stack.proc.send_signal(signal.SIGTERM)
+    assert stack.proc.wait(60) == 0
+    # circusd's SIGTERM reached only the client (forwarded to a PID 1 that ignores it).
+    assert docker.container_names() == [], "a starting model's cmdStop did not run at shutdown"
 
 
 def test_a_container_that_exits_at_start_gives_its_exit_code_and_dockers_error(
