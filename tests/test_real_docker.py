@@ -232,6 +232,24 @@ def test_shutdown_while_a_container_starts_runs_its_cmdstop(
     assert docker.container_names() == [], "a starting model's cmdStop did not run at shutdown"
 
 
+def test_a_container_killed_from_outside_is_seen_and_started_again(
+    docker: DockerEngine, busybox_image: str, stack_factory: Any
+) -> None:
+    """`docker kill` goes around swapd; the `docker run` client exits with the container's code."""
+    stack = start(stack_factory, docker, comfyui_config(docker, busybox_image))
+    assert http_get(stack.url + "/comfyui/", timeout=60)[0] == 200
+    first_client = stack.model("comfyui_auto")["pid"]
+
+    docker.cli("kill", "comfyui-auto")
+    stopped = stack.wait_state("comfyui_auto", "stopped", timeout=30)
+    assert "exit code 137" in stopped["reason"], stopped  # 128 + SIGKILL, passed on by the client
+    assert docker.container_names() == []
+
+    assert http_get(stack.url + "/comfyui/", timeout=60) == (200, PAGE.encode())
+    assert stack.model("comfyui_auto")["pid"] != first_client
+    assert running_names(docker) == ["comfyui-auto"]
+
+
 def test_a_container_that_exits_at_start_gives_its_exit_code_and_dockers_error(
     docker: DockerEngine, stack_factory: Any
 ) -> None:
