@@ -21,7 +21,7 @@ import pytest
 from swapd.ipc import messages
 from tests.realparts.docker_engine import DockerEngine
 from tests.realparts.images import PAGE
-from tests.stack import Stack, http_get, wait_for
+from tests.stack import Stack, free_port_range, http_get, wait_for
 
 pytestmark = [pytest.mark.processes, pytest.mark.docker]
 
@@ -59,10 +59,13 @@ def container_model(
 {extra}"""
 
 
+def top() -> str:
+    # Ports of their own: other test runs on this machine start stacks at the same time.
+    return f"healthCheckTimeout: 60\nstartPort: {free_port_range(4)}\nmodels:"
+
+
 def comfyui_config(engine: DockerEngine, image: str, **kw: Any) -> str:
-    return "healthCheckTimeout: 60\nmodels:" + container_model(
-        engine, image, "comfyui_auto", name="comfyui-auto", **kw
-    )
+    return top() + container_model(engine, image, "comfyui_auto", name="comfyui-auto", **kw)
 
 
 def start(stack_factory: Any, engine: DockerEngine, config: str) -> Stack:
@@ -151,7 +154,7 @@ def test_model_id_container_names_let_two_models_run_side_by_side(
     docker: DockerEngine, busybox_image: str, stack_factory: Any
 ) -> None:
     config = (
-        "healthCheckTimeout: 60\nmodels:"
+        top()
         + container_model(docker, busybox_image, "comfy-a")
         + container_model(docker, busybox_image, "comfy-b")
         + "groups:\n  side-by-side:\n    swap: false\n    members: [comfy-a, comfy-b]\n"
