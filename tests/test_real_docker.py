@@ -99,16 +99,21 @@ def test_container_serves_comfyui_then_is_gone_after_a_swap(
     print(f"swap comfyui_auto -> other with docker stop -t 2: {swap:.2f}s")
 
 
+def left_running(stack_factory: Any, docker: DockerEngine, image: str) -> tuple[Stack, int]:
+    """comfyui_auto without cmdStop, served once and unloaded; returns the stack and its port."""
+    config = comfyui_config(docker, image, cmd_stop=False, unload_timeout=2)
+    stack = start(stack_factory, docker, config)
+    assert http_get(stack.url + "/comfyui/", timeout=60)[0] == 200
+    port = int(stack.model("comfyui_auto")["port"])
+    stack.swapd("unload", "comfyui_auto")
+    stack.wait_state("comfyui_auto", "stopped", timeout=30)
+    return stack, port
+
+
 def test_without_cmdstop_the_container_outlives_the_stop(
     docker: DockerEngine, busybox_image: str, stack_factory: Any
 ) -> None:
-    stack = start(stack_factory, docker, comfyui_config(docker, busybox_image, cmd_stop=False,
-                                                       unload_timeout=2))  # fmt: skip
-    assert http_get(stack.url + "/comfyui/", timeout=60)[0] == 200
-    port = stack.model("comfyui_auto")["port"]
-
-    stack.swapd("unload", "comfyui_auto")
-    stack.wait_state("comfyui_auto", "stopped", timeout=30)
+    _, port = left_running(stack_factory, docker, busybox_image)
     # swapd SIGKILLed its `docker run` client after unloadTimeout; the container is the engine's.
     assert running_names(docker) == ["comfyui-auto"]
     assert http_get(f"http://127.0.0.1:{port}/") == (200, PAGE.encode())
@@ -118,12 +123,7 @@ def test_without_cmdstop_the_container_outlives_the_stop(
 def test_without_cmdstop_swapd_reports_the_lingering_port_and_the_next_start_fails(
     docker: DockerEngine, busybox_image: str, stack_factory: Any
 ) -> None:
-    stack = start(stack_factory, docker, comfyui_config(docker, busybox_image, cmd_stop=False,
-                                                       unload_timeout=2))  # fmt: skip
-    assert http_get(stack.url + "/comfyui/", timeout=60)[0] == 200
-    port = stack.model("comfyui_auto")["port"]
-    stack.swapd("unload", "comfyui_auto")
-    stack.wait_state("comfyui_auto", "stopped", timeout=30)
+    stack, port = left_running(stack_factory, docker, busybox_image)
 
     def lingering() -> list[dict[str, Any]]:
         status, body = http_get(stack.url + "/running")
