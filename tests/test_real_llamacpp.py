@@ -150,6 +150,19 @@ def test_llamacpp_native_completion_and_slots(stack: Stack) -> None:
     assert not any(s["is_processing"] for s in listed)
 
 
+def test_llamacpps_own_errors_reach_the_client_unchanged(stack: Stack) -> None:
+    """A request llama.cpp refuses (a prompt longer than a slot's context): the client gets the
+    status and the JSON llama.cpp wrote, the same as when asking the server directly."""
+    body = {"model": "gemma-a", "prompt": "hello " * 1500, "max_tokens": 1}
+    via_swapd = post_json(stack.url + "/v1/completions", body)
+    port = stack.model("gemma-a")["port"]
+    direct = post_json(f"http://127.0.0.1:{port}/v1/completions", body)
+    assert via_swapd == direct
+    status, error = via_swapd
+    assert status == 400, error
+    assert error["error"]["type"] == "exceed_context_size_error", error
+
+
 def test_swaps_back_and_forth_answer_every_request(client: openai.OpenAI, stack: Stack) -> None:
     def complete(model_id: str) -> str:
         reply = client.completions.create(
