@@ -262,7 +262,7 @@ def report(
     )
     print(
         f"  fastest: direct {fastest['direct']:.3f} ms, swapd {fastest['swapd']:.3f} ms "
-        f"(adds {fastest['swapd'] - fastest['direct']:+.3f} ms; what load on the machine cannot add)"
+        f"(adds {fastest['swapd'] - fastest['direct']:+.3f} ms: what load cannot add to)"
     )
 
     done, failed, held = streams
