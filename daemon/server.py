@@ -525,11 +525,15 @@ class Daemon:
         the models running (starting ones too) for the next daemon to adopt, and leave the waiting
         Ensures unanswered: the proxies send them again to the next daemon, which serves them."""
         notify.stopping()
+        # circusd signals the model watchers before the daemon: a model whose client exited just
+        # now is being cleaned up (its cmdStop included). That must finish before the daemon goes.
+        under_way = self.scheduler.stops_under_way()
         loaded = [r for r in self.scheduler.records.values() if r.handle is not None]
         starting = [r for r in self.scheduler.records.values() if r.state == "starting"]
         if not loaded and not starting:
             await self.scheduler.shutdown()
             self.lifecycle.closing = True
+            await asyncio.gather(*under_way, return_exceptions=True)
             return
         try:
             statuses = (await self.circus.call("status", timeout=2.0)).get("statuses", {})
@@ -565,6 +569,7 @@ class Daemon:
         await asyncio.gather(
             self.scheduler.abort_starts(),
             *(self._stop_on_shutdown(rec) for rec in loaded),
+            *under_way,
             return_exceptions=True,
         )
 
