@@ -3,7 +3,8 @@
 `busybox_rootfs(dest, files)` lays out a root filesystem holding Debian's static busybox
 (`busybox-static`) as `/bin/busybox` plus the given files; `build_busybox_image(engine, tag)`
 imports one with a page at `/www/index.html` and `ENTRYPOINT ["/bin/busybox"]`, so
-`docker run IMAGE httpd -f -p 127.0.0.1:PORT -h /www` is a web server. Busybox as PID 1 has no
+`docker run IMAGE httpd -f -p 127.0.0.1:PORT -h /www` is a web server (`/bin/sh`, `/bin/sleep`
+and a few other applets are there too). Busybox as PID 1 has no
 SIGTERM handler, so it ignores `docker stop`'s SIGTERM and goes only at the SIGKILL after
 `-t N`, as many real images do.
 """
@@ -22,6 +23,8 @@ BUSYBOX = Path("/bin/busybox")
 BUSYBOX_IMAGE = "swapd-test/busybox-httpd:1"
 PAGE = "<!doctype html><title>swapd test page</title><p>served by busybox httpd in docker</p>\n"
 PT_INTERP = 3
+# Applets a command in the image may name directly (`sh -c "sleep 1; exec httpd ..."`).
+APPLETS = ("sh", "sleep", "httpd", "cat", "echo", "ls", "true")
 
 
 def is_static_elf(path: Path) -> bool:
@@ -50,6 +53,8 @@ def busybox_rootfs(dest: Path, files: Mapping[str, str | bytes] | None = None) -
     (dest / "bin").mkdir(parents=True, exist_ok=True)
     (dest / "tmp").mkdir(mode=0o1777, exist_ok=True)
     shutil.copy2(busybox, dest / "bin" / "busybox")
+    for applet in APPLETS:
+        (dest / "bin" / applet).symlink_to("busybox")
     for name, content in (files or {}).items():
         target = dest / name.lstrip("/")
         target.parent.mkdir(parents=True, exist_ok=True)

@@ -1,5 +1,11 @@
 """A test upstream standing in for llama-server / vLLM: an OpenAI-compatible aiohttp server.
 
+llama.cpp's real server runs in tests/test_real_llamacpp.py (tier `llamacpp`). This stand-in is
+for what a real server cannot be made to do on cue and cheaply in every test: a chosen health
+delay or health failure, an exit at start with a given code, slow or endless streams, websockets,
+identifying which instance served a request (`served_by`), start-up in a few milliseconds for the
+hundreds of stacks the suite starts, and a GPU footprint for the fake NVML backend.
+
 Run as `python fake_model.py --port N [--name ID] [options]`. Every response says which instance
 served it (`served_by`, the `--name` and pid), so tests can tell models apart.
 """
