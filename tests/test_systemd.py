@@ -95,6 +95,7 @@ def test_unit_settings() -> None:
         "KillMode": "mixed",
         "RuntimeDirectory": "swapd",
         "RuntimeDirectoryMode": "0700",
+        "RuntimeDirectoryPreserve": "restart",
         "UMask": "0077",
         "Restart": "on-failure",
     }

@@ -286,42 +286,69 @@ def test_a_daemon_killed_with_sigkill_is_restarted_by_circus_with_the_models_kep
     assert "Hello from boxed" in host.chat("boxed")["choices"][0]["message"]["content"]
 
 
+def _freeze_the_daemon_until_systemd_restarts_swapd(host: Host) -> set[int]:
+    """SIGSTOP the daemon; wait for the watchdog's restart. Returns the unit's processes before."""
+    before = host.unit("MainPID", "NRestarts", "InvocationID")
+    pids = host.unit_pids()
+    frozen_at = time.monotonic()
+    host.box.exec("kill", "-STOP", str(host.status()["pid"]))
+    again = {"ActiveState": "active", "NRestarts": str(int(before["NRestarts"]) + 1)}
+    wait_for(
+        lambda: host.unit("ActiveState", "NRestarts") == again,
+        timeout=60,
+        interval=0.2,
+        what="systemd's watchdog restart",
+    )
+    took = time.monotonic() - frozen_at
+    assert took >= WATCHDOG_SEC - 1, f"restarted after {took:.1f}s, before WatchdogSec"
+    after = host.unit("MainPID", "InvocationID")
+    assert after["MainPID"] != before["MainPID"]
+    assert after["InvocationID"] != before["InvocationID"]
+    return pids
+
+
 def test_a_frozen_daemon_is_restarted_by_systemds_watchdog(host: Host) -> None:
     host.set_dropin("watchdog.conf", f"[Service]\nWatchdogSec={WATCHDOG_SEC}\n")
     try:
         host.box.exec("systemctl", "restart", "swapd", timeout=120)
         assert host.unit("WatchdogUSec")["WatchdogUSec"] == f"{WATCHDOG_SEC}s"
+
+        # A model inside swapd's cgroup dies with it; its log of that run stays for a look.
         host.chat("plain")
-        plain = host.model("plain")
-        unit_before = host.unit("MainPID", "NRestarts", "InvocationID")
-        pids_before = host.unit_pids()
-        assert plain["pid"] in pids_before
-        daemon_pid = host.status()["pid"]
-
-        frozen_at = time.monotonic()
-        host.box.exec("kill", "-STOP", str(daemon_pid))
-
-        def restarted() -> bool:
-            props = host.unit("ActiveState", "NRestarts")
-            return props == {"ActiveState": "active", "NRestarts": "1"}
-
-        wait_for(restarted, timeout=60, interval=0.2, what="systemd's watchdog restart")
-        took = time.monotonic() - frozen_at
-        assert took >= WATCHDOG_SEC - 1, f"restarted after {took:.1f}s, before WatchdogSec"
-        after = host.unit("MainPID", "InvocationID")
-        assert after["MainPID"] != unit_before["MainPID"]
-        assert after["InvocationID"] != unit_before["InvocationID"]
+        plain_pid = host.model("plain")["pid"]
+        log = "/run/swapd/logs/model-plain.log"
+        logged = host.box.exec("cat", log).stdout
+        assert "demo model plain listening" in logged
+        pids = _freeze_the_daemon_until_systemd_restarts_swapd(host)
+        assert plain_pid in pids
+        assert host.alive(pids) == set()  # frozen daemon, circusd, proxy and the model: SIGKILLed
         timeouts = [
             e for e in host.journal()
             if e.get("_PID") == "1" and "Watchdog timeout" in str(e.get("MESSAGE", ""))
         ]  # fmt: skip
         assert timeouts, "systemd logged no watchdog timeout for swapd.service"
-        # The whole cgroup went: the frozen daemon, circusd, the proxy and the loaded model.
-        assert host.alive(pids_before) == set()
         assert host.model("plain")["state"] == "stopped"
+        assert host.box.exec("cat", log).stdout.startswith(logged)
         assert "Hello from plain" in host.chat("plain")["choices"][0]["message"]["content"]
+
+        # A model outside it (a docker container) outlives the restart, and swapd no longer
+        # knows it: its port is taken until the operator stops it (`docker stop NAME`).
+        host.chat("boxed")
+        server = host.unit("MainPID", unit=BOX_UNIT)["MainPID"]
+        port = host.model("boxed")["port"]
+        _freeze_the_daemon_until_systemd_restarts_swapd(host)
+        assert host.unit("ActiveState", "MainPID", unit=BOX_UNIT) == {
+            "ActiveState": "active",
+            "MainPID": server,
+        }
+        assert host.model("boxed")["state"] == "stopped"
+        with pytest.raises(AssertionError, match=f"HTTP 502: .*port {port}"):
+            host.chat("boxed")
+        host.box.exec("systemctl", "stop", BOX_UNIT)
+        assert "Hello from boxed" in host.chat("boxed")["choices"][0]["message"]["content"]
     finally:
         host.set_dropin("watchdog.conf", None)
+        host.box.exec("systemctl", "stop", BOX_UNIT, check=False)
         host.box.exec("systemctl", "restart", "swapd", timeout=120)
     assert host.unit("WatchdogUSec")["WatchdogUSec"] == "30s"
 
