@@ -374,13 +374,23 @@ def test_systemctl_stop_stops_every_model_within_timeout_stop_sec(host: Host) ->
     assert host.box.exec("test", "-e", "/run/swapd", check=False).returncode == 1
 
 
-def test_the_journal_has_the_daemons_and_the_models_lines(host: Host) -> None:
+def test_the_journal_has_swapds_lines_and_each_model_log_its_output(host: Host) -> None:
     host.box.exec("systemctl", "start", "swapd", timeout=90)
-    host.chat("plain")
-    host.chat("boxed")
-    messages = [str(e.get("MESSAGE", "")) for e in host.journal()]
+    pids = {}
+    for model_id in ("plain", "boxed"):
+        host.chat(model_id)
+        pids[model_id] = host.model(model_id)["pid"]
+    entries = [e for e in host.journal() if e.get("SYSLOG_IDENTIFIER") == "swapd"]
+    messages = [str(e.get("MESSAGE", "")) for e in entries]
     daemon = [m for m in messages if " swapd-daemon[" in m]
-    for model_id in ("boxed", "plain"):
-        assert any(f"{model_id} ready (pid " in m for m in daemon), model_id
+    for model_id, pid in pids.items():
+        assert any(f"{model_id} ready (pid {pid}, " in m for m in daemon), model_id
     assert any("boxed: running cmdStop systemctl stop swapd-box-boxed" in m for m in daemon)
-    assert any("model-plain started" in m for m in messages)
+    assert any("circus[" in m and "model-plain started" in m for m in messages)
+    assert any(" swapd-proxy[" in m for m in messages)
+    # A model's own output goes to its log file (the journal keeps swapd's own lines, as
+    # llama-swap's default logToStdout: proxy does); `systemd-run --pipe` relays the boxed one's.
+    for model_id in pids:
+        log = host.box.exec("cat", f"/run/swapd/logs/model-{model_id}.log").stdout
+        port = host.model(model_id)["port"]
+        assert f"demo model {model_id} listening on http://127.0.0.1:{port}" in log

@@ -39,6 +39,15 @@ SUITE = "bookworm"
 # (Debian package, the program of it this tier runs on the host)
 TOOLS = (("systemd", "systemd-analyze"), ("debootstrap", "debootstrap"))
 PACKAGES = ("systemd", "systemd-sysv", "dbus", "python3", "python3-venv", "curl", "procps")
+# Half of what debootstrap leaves is apt's caches, docs and translations; every container copies
+# the whole image (vfs storage), so they stay out of the tarball.
+TRIMMED = (
+    "var/cache/apt",
+    "var/lib/apt/lists",
+    "usr/share/doc",
+    "usr/share/man",
+    "usr/share/locale",
+)
 IMAGE_REPO = "swapd-systemd-test"
 IMAGE_CHANGES = ('CMD ["/sbin/init"]',)
 RUN_OPTIONS = (
@@ -55,7 +64,7 @@ class SetupError(RuntimeError):
 
 
 def rootfs_key() -> str:
-    recipe = f"debootstrap --variant=minbase --include={','.join(PACKAGES)} {SUITE}"
+    recipe = f"debootstrap --variant=minbase --include={','.join(PACKAGES)} {SUITE} - {TRIMMED}"
     return hashlib.sha256(recipe.encode()).hexdigest()[:12]
 
 
@@ -124,8 +133,9 @@ def rootfs_tarball(tools: SystemdTools) -> Path:
                 what="debootstrap",
             )
             partial = Path(work) / "rootfs.tar"
+            excludes = [f"--exclude=./{path}/*" for path in TRIMMED]
             _run(
-                ["tar", "--numeric-owner", "-C", str(root), "-cf", str(partial), "."],
+                ["tar", "--numeric-owner", *excludes, "-C", str(root), "-cf", str(partial), "."],
                 timeout=300,
                 what="tar of the root filesystem",
             )
