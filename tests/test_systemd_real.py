@@ -94,6 +94,12 @@ class Host:
             raise AssertionError(f"{model}: HTTP {exc.code}: {exc.read()[:2000]!r}") from None
         return reply
 
+    def serving(self, *load: str) -> None:
+        """swapd started (a no-op when it runs) and `load` loaded, so a test also runs alone."""
+        self.box.exec("systemctl", "start", "swapd", timeout=90)
+        for model_id in load:
+            self.chat(model_id)
+
     def status(self) -> dict[str, Any]:
         """`swapd status --json`, as root finds it (the default run dir /run/swapd)."""
         result: dict[str, Any] = json.loads(self.box.exec(SWAPD, "status", "--json").stdout)
@@ -199,6 +205,7 @@ def test_start_returns_only_once_the_proxy_answers(host: Host) -> None:
 
 
 def test_systemctl_status_shows_the_status_line(host: Host) -> None:
+    host.serving()
     expected = f"swapd: serving on 127.0.0.1:{host.port}"
     assert host.unit("StatusText")["StatusText"] == expected
     shown = host.box.exec("systemctl", "status", "--no-pager", "swapd").stdout
@@ -206,6 +213,7 @@ def test_systemctl_status_shows_the_status_line(host: Host) -> None:
 
 
 def test_a_request_swaps_between_the_two_models(host: Host) -> None:
+    host.serving()
     reply = host.chat("boxed")
     assert reply["model"] == "boxed"
     assert "Hello from boxed" in reply["choices"][0]["message"]["content"]
@@ -234,6 +242,7 @@ def _unit_environment(host: Host) -> dict[str, str]:
 
 
 def test_swapd_status_and_circusctl_work_with_the_units_environment(host: Host) -> None:
+    host.serving("boxed")
     env = _unit_environment(host)
     assert env["CIRCUSCTL_ENDPOINT"] == "ipc:///run/swapd/circus-ctl.sock"
     table = host.box.exec(SWAPD, "status", env=env).stdout
@@ -250,6 +259,7 @@ def test_swapd_status_and_circusctl_work_with_the_units_environment(host: Host) 
 
 
 def test_run_dir_and_sockets_have_the_units_modes(host: Host) -> None:
+    host.serving("plain")
     script = "stat -c '%a %U %F %n' /run/swapd /run/swapd/* /run/swapd/logs/*"
     entries = [line.split(" ") for line in host.box.sh(script).stdout.splitlines()]
     by_path = {parts[-1]: (int(parts[0], 8), parts[1], " ".join(parts[2:-1])) for parts in entries}
@@ -265,6 +275,7 @@ def test_run_dir_and_sockets_have_the_units_modes(host: Host) -> None:
 def test_a_daemon_killed_with_sigkill_is_restarted_by_circus_with_the_models_kept(
     host: Host,
 ) -> None:
+    host.serving("boxed")
     before = host.status()
     boxed = host.model("boxed")
     assert boxed["state"] == "ready"
@@ -354,7 +365,7 @@ def test_a_frozen_daemon_is_restarted_by_systemds_watchdog(host: Host) -> None:
 
 
 def test_systemctl_stop_stops_every_model_within_timeout_stop_sec(host: Host) -> None:
-    host.chat("boxed")
+    host.serving("boxed")
     assert host.unit("ActiveState", unit=BOX_UNIT)["ActiveState"] == "active"
     pids = host.unit_pids()
     assert len(pids) >= 4  # circusd, daemon, proxy, the boxed model's client
@@ -375,7 +386,7 @@ def test_systemctl_stop_stops_every_model_within_timeout_stop_sec(host: Host) ->
 
 
 def test_the_journal_has_swapds_lines_and_each_model_log_its_output(host: Host) -> None:
-    host.box.exec("systemctl", "start", "swapd", timeout=90)
+    host.serving()
     pids = {}
     for model_id in ("plain", "boxed"):
         host.chat(model_id)
