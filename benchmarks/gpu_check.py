@@ -80,7 +80,7 @@ async def main() -> int:
     )
     args = parser.parse_args()
 
-    from swapd.daemon import gpu
+    from swapd.daemon.machinery import gpu
 
     t = time.perf_counter()
     try:

@@ -40,7 +40,7 @@ def role(proc: psutil.Process, circusd_pid: int) -> str | None:
     if proc.pid == circusd_pid:
         return "circusd"
     cmdline = " ".join(proc.cmdline())
-    if "swapd.daemon.server" in cmdline:
+    if "swapd.daemon.main" in cmdline:
         return "daemon"
     if "swapd.proxy" in cmdline:
         return "proxy"

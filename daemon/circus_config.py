@@ -14,10 +14,19 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..ipc.endpoints import Endpoints
+from .policy.shutdown import DEFAULT_GRACE
 
 DAEMON_WATCHER = "swapd-daemon"
 PROXY_WATCHER = "swapd-proxy"
 LISTEN_SOCKET = "swapd"
+# circusd SIGKILLs a proxy this long after its shutdown grace.
+PROXY_EXIT_MARGIN = 5.0
+# The proxy's `--shutdown-grace` comes with branch issue9 (CONTRACTS C2); until that is merged
+# the proxy does not take the option, and is not given it.
+PROXY_TAKES_SHUTDOWN_GRACE = False
+# In the run dir: written once this swapd's daemon ran `hooks.on_startup.preload`; `swapd run`
+# removes it, so a daemon that circusd restarts under a running swapd does not preload again.
+PRELOADED_FILE = "preloaded"
 
 
 class ListenAddressError(ValueError):
@@ -46,6 +55,8 @@ class CircusLayout:
     proxy_processes: int = 1
     # How long circusd lets the daemon run cmdStop for every model on shutdown before SIGKILL.
     daemon_graceful_timeout: float = 30.0
+    # How long requests in flight may run when swapd stops (`swapd run --shutdown-grace`).
+    shutdown_grace: float = DEFAULT_GRACE
 
 
 def _value(text: str) -> str:
@@ -62,18 +73,20 @@ def render(layout: CircusLayout) -> str:
         [
             layout.python,
             "-m",
-            "swapd.daemon.server",
+            "swapd.daemon.main",
             "--run-dir",
             run_dir,
             "--config",
             str(layout.config_path),
+            "--shutdown-grace",
+            f"{layout.shutdown_grace:g}",
         ]
     )
     # circus replaces `$(circus.sockets.swapd)` with the inherited fd; shlex.join would quote it.
-    proxy_cmd = (
-        shlex.join([layout.python, "-m", "swapd.proxy", "--run-dir", run_dir])
-        + f" --fd $(circus.sockets.{LISTEN_SOCKET})"
-    )
+    proxy_argv = [layout.python, "-m", "swapd.proxy", "--run-dir", run_dir]
+    if PROXY_TAKES_SHUTDOWN_GRACE:
+        proxy_argv += ["--shutdown-grace", f"{layout.shutdown_grace:g}"]
+    proxy_cmd = shlex.join(proxy_argv) + f" --fd $(circus.sockets.{LISTEN_SOCKET})"
     lines = [
         "; written by `swapd run`; regenerated on every start, do not edit",
         "[circus]",
@@ -110,7 +123,8 @@ def render(layout: CircusLayout) -> str:
         "use_sockets = True",
         "copy_env = True",
         "priority = 5",
-        "graceful_timeout = 10",
+        # The proxy lets requests in flight run for the grace, then ends them and exits.
+        f"graceful_timeout = {layout.shutdown_grace + PROXY_EXIT_MARGIN:g}",
         "",
         f"[env:{PROXY_WATCHER}]",
         "PYTHONUNBUFFERED = 1",

@@ -43,6 +43,14 @@ def build_parser() -> argparse.ArgumentParser:
         default=1,
         help="number of proxy processes sharing the listen socket (default 1)",
     )
+    run.add_argument(
+        "--shutdown-grace",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="on Ctrl-C or SIGTERM, how long requests in flight may run before they are ended "
+        "and the models stopped (default 30)",
+    )
     _add_run_dir(run)
 
     check = sub.add_parser(

@@ -34,6 +34,13 @@ def _duration(seconds: float) -> str:
     return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
 
 
+def _gpus(m: ModelStatus, reply: StatusReply) -> str:
+    if m.gpus:
+        return ",".join(m.gpus)
+    # A model without `gpus` sees every GPU of the host; a host without one has none to show.
+    return "all" if m.pid and reply.gpus else "-"
+
+
 def render_table(reply: StatusReply, now: float | None = None) -> str:
     now = time.time() if now is None else now
     rows = [("MODEL", "STATE", "PID", "PORT", "GPUS", "UPTIME", "LAST ACTIVITY", "TTL LEFT")]
@@ -46,7 +53,7 @@ def render_table(reply: StatusReply, now: float | None = None) -> str:
                 m.state + (f" ({m.in_flight} in flight)" if m.in_flight else ""),
                 str(m.pid) if m.pid else "-",
                 str(m.port) if m.port else "-",
-                ",".join(m.gpus) if m.gpus else "all" if m.pid else "-",
+                _gpus(m, reply),
                 up,
                 _ago(m.last_activity, now),
                 _duration(m.ttl_left) if m.ttl_left is not None else "-",
@@ -54,9 +61,11 @@ def render_table(reply: StatusReply, now: float | None = None) -> str:
         )
         if m.reason and m.state in ("failed", "stopped", "draining", "stopping"):
             notes.append(f"{m.model}: {m.reason}")
-        for p in m.lingering:
+        for p in m.gpu_lingering:
             used = f"{p.used_bytes / 2**20:.0f} MiB" if p.used_bytes is not None else "? MiB"
             notes.append(f"{m.model}: LINGERING pid {p.pid} holds {used} on GPU {p.gpu}")
+        if m.lingering is not None:
+            notes.append(f"{m.model}: lingering on port {m.lingering.port}: {m.lingering.message}")
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = [
         "  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip() for r in rows
@@ -119,7 +128,10 @@ def main(args: argparse.Namespace) -> int:
         print(f"swapd: {exc} (run dir {run_dir})", file=sys.stderr)
         return 1
     if isinstance(reply, Ok):
-        print(reply.message or "ok")
+        # A reload's report starts with check-config's warnings, which go where it prints them.
+        lines = (reply.message or "ok").splitlines()
+        for line in lines:
+            print(line, file=sys.stderr if line.startswith("warning: ") else sys.stdout)
         return 0
     if isinstance(reply, Error):
         print(f"swapd: {reply.message}", file=sys.stderr)

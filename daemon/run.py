@@ -15,8 +15,9 @@ import sys
 from pathlib import Path
 
 from ..ipc.endpoints import Endpoints, default_run_dir, ensure_private_dir
-from . import circus_config, gpu
+from . import circus_config
 from .config import Config, embedded
+from .machinery import gpu
 
 # circusd must outlast the daemon's own shutdown (cmdStop of every model, in parallel).
 _SHUTDOWN_MARGIN = 10.0
@@ -86,6 +87,9 @@ def main(args: argparse.Namespace) -> int:
     if args.proxy_processes < 1:
         print("swapd: --proxy-processes must be at least 1", file=sys.stderr)
         return 2
+    if not args.shutdown_grace >= 0:
+        print("swapd: --shutdown-grace must be a number of seconds, 0 or more", file=sys.stderr)
+        return 2
 
     # The embedded config's cmd says ${env.SWAPD_PYTHON}; the daemon re-reads the file with the
     # environment circusd passes on, so export it before loading and before exec.
@@ -114,6 +118,8 @@ def main(args: argparse.Namespace) -> int:
         print(f"swapd: {problem}", file=sys.stderr)
         return 1
     ensure_private_dir(endpoints.log_dir)
+    # A fresh swapd: its daemon runs the preload (a daemon restarted under it does not).
+    (run_dir / circus_config.PRELOADED_FILE).unlink(missing_ok=True)
     unload_timeouts = [m.unload_timeout for m in config.models.values()] or [0.0]
     layout = circus_config.CircusLayout(
         endpoints=endpoints,
@@ -122,14 +128,15 @@ def main(args: argparse.Namespace) -> int:
         listen_port=port,
         python=sys.executable,
         proxy_processes=args.proxy_processes,
-        daemon_graceful_timeout=max(unload_timeouts) + _SHUTDOWN_MARGIN,
+        daemon_graceful_timeout=args.shutdown_grace + max(unload_timeouts) + _SHUTDOWN_MARGIN,
+        shutdown_grace=args.shutdown_grace,
     )
     ini = circus_config.write(layout)
     if is_embedded:
         print(embedded.describe_default(f"{host}:{port}"))
     print(f"swapd: run dir {run_dir}, listening on {host}:{port}", flush=True)
     os.environ["CIRCUSCTL_ENDPOINT"] = endpoints.circus_ctl
-    argv = [sys.executable, "-m", "circus.circusd", "--log-output", "-", str(ini)]
+    argv = [sys.executable, "-m", "swapd.daemon.circusd", "--log-output", "-", str(ini)]
     sys.stderr.flush()
     os.execv(sys.executable, argv)
     return 0  # not reached

@@ -74,6 +74,16 @@ class LingeringProcess(msgspec.Struct, frozen=True):
     used_bytes: int | None = None
 
 
+class Lingering(msgspec.Struct, frozen=True):
+    """A stopped model's port still listened on (a `docker run` without `cmdStop` leaves its
+    container serving): who holds it, where the system shows it, and what to do about it."""
+
+    port: int
+    pid: int | None = None
+    command: str | None = None
+    message: str = ""
+
+
 class ModelStatus(msgspec.Struct, frozen=True):
     """One model's state as the daemon sees it; broadcast on every change and listed by `status`."""
 
@@ -89,7 +99,10 @@ class ModelStatus(msgspec.Struct, frozen=True):
     ttl_left: float | None = None
     reason: str = ""  # why it is failed/stopped, when it is
     in_flight: int = 0
-    lingering: tuple[LingeringProcess, ...] = ()
+    # What still holds GPU memory after the model stopped (NVML's view).
+    gpu_lingering: tuple[LingeringProcess, ...] = ()
+    # Its port, still listened on after it stopped; set until the port is free again.
+    lingering: Lingering | None = None
 
 
 class GpuInfo(msgspec.Struct, frozen=True):

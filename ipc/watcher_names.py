@@ -52,3 +52,9 @@ def model_id(name: str) -> str:
     if watcher_name(decoded) != PREFIX + body:
         raise ValueError(f"{name!r} is not in canonical form")
     return decoded
+
+
+def model_log_name(model_id: str) -> str:
+    """The file (in the run directory's `logs/`) that holds a model's output: written by circus
+    for the daemon, read by the proxy's `/logs` endpoints."""
+    return watcher_name(model_id) + ".log"

@@ -43,7 +43,15 @@ async def handle_running(request: web.Request) -> web.Response:
         if status.reason:
             item["reason"] = status.reason
         running.append(item)
-    return web.Response(body=_encode({"running": running}), content_type="application/json")
+    # A stopped model's port still in use (CONTRACTS C1), whatever its state.
+    lingering = [
+        {"model": rt.id, **msgspec.structs.asdict(rt.status.lingering)}
+        for rt in sorted(ctx.state.runtimes.values(), key=lambda r: r.id)
+        if rt.status.lingering is not None
+    ]
+    return web.Response(
+        body=_encode({"running": running, "lingering": lingering}), content_type="application/json"
+    )
 
 
 async def _unload(request: web.Request, model: str | None) -> None:

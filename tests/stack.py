@@ -143,6 +143,7 @@ class Stack:
         proxy_processes: int = 1,
         env: dict[str, str] | None = None,
         port: int | None = None,
+        run_args: tuple[str, ...] = (),
     ) -> None:
         # ipc:// paths must stay short (sun_path is 108 bytes), so not under pytest's tmp_path.
         self.base = Path(tempfile.mkdtemp(prefix="swapd-t-", dir="/tmp"))
@@ -155,6 +156,7 @@ class Stack:
         self.url = f"http://127.0.0.1:{self.port}"
         self.output_path = self.base / "swapd-run.log"
         self.proxy_processes = proxy_processes
+        self.run_args = run_args  # more `swapd run` options
         self.token = uuid.uuid4().hex
         self.env = {k: v for k, v in os.environ.items() if k not in ("NOTIFY_SOCKET",)}
         self.env.update(env or {})
@@ -182,6 +184,7 @@ class Stack:
             "--listen", f"127.0.0.1:{self.port}",
             "--run-dir", str(self.run_dir),
             "--proxy-processes", str(self.proxy_processes),
+            *self.run_args,
         ]  # fmt: skip
         with self.output_path.open("ab") as out:
             self.proc = subprocess.Popen(
@@ -218,9 +221,9 @@ class Stack:
             return ""
 
     def model_log(self, model_id: str) -> str:
-        from swapd.ipc.watcher_names import watcher_name
+        from swapd.ipc.watcher_names import model_log_name
 
-        path = self.log_dir / f"{watcher_name(model_id)}.log"
+        path = self.log_dir / model_log_name(model_id)
         return path.read_text(errors="replace") if path.exists() else ""
 
     def swapd(

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from swapd.daemon.circus_client import CircusClient, CircusError, CircusUnavailable
 from swapd.daemon.config import ModelConfig
-from swapd.daemon.lifecycle import Lifecycle, StartFailed
+from swapd.daemon.machinery.circus_client import CircusClient, CircusError, CircusUnavailable
+from swapd.daemon.machinery.lifecycle import Lifecycle, StartFailed
 from tests.stack import FAKE_MODEL, free_port_range
 
 pytestmark = pytest.mark.processes

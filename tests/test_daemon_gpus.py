@@ -79,7 +79,7 @@ def test_a_process_still_on_the_gpu_after_a_stop_is_reported(stack_factory, tmp_
         stack.swapd("unload", "stuck")
         entry = stack.model("stuck")
         assert entry["state"] == "stopped"
-        assert container in [p["pid"] for p in entry["lingering"]]
+        assert container in [p["pid"] for p in entry["gpu_lingering"]]
         assert f"LINGERING pid {container}" in stack.swapd("status").stdout
         assert "GPU memory is still held" in stack.output()
     finally:

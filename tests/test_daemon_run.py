@@ -30,7 +30,7 @@ def test_process_tree_private_sockets_and_no_network_control(stack_factory) -> N
     # `swapd run` exec'd circusd: systemd's main pid is circusd itself.
     assert stack.proc is not None
     circusd = psutil.Process(stack.proc.pid)
-    assert "circus.circusd" in " ".join(circusd.cmdline())
+    assert "swapd.daemon.circusd" in " ".join(circusd.cmdline())
     listed = stack.circusctl("status")
     for name in ("swapd-daemon: active", "swapd-proxy: active", "model-one: active"):
         assert name in listed

@@ -11,11 +11,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from swapd.daemon import circus_config, ttl
-from swapd.daemon.circus_events import parse
+from swapd.daemon import circus_config
 from swapd.daemon.config import Config, ModelConfig
-from swapd.daemon.proxies import ProxyRegistry
-from swapd.daemon.scheduler import ModelRecord
+from swapd.daemon.machinery.circus_events import parse
+from swapd.daemon.policy import ttl
+from swapd.daemon.policy.proxies import ProxyRegistry
+from swapd.daemon.policy.records import ModelRecord
 from swapd.ipc import watcher_names
 from swapd.ipc.endpoints import Endpoints
 from swapd.ipc.timings import HEARTBEAT_GRACE, REPORT_GRACE
@@ -63,9 +64,27 @@ def test_circus_ini(tmp_path: Path) -> None:
     assert proxy["cmd"].endswith("--fd $(circus.sockets.swapd)")
     daemon = ini["watcher:swapd-daemon"]
     assert daemon["copy_env"] == "True"
-    assert "-m swapd.daemon.server" in daemon["cmd"]
+    assert "-m swapd.daemon.main" in daemon["cmd"]
     assert f"'{tmp_path}/my config.yaml'" in daemon["cmd"]
     assert ini["env:swapd-daemon"]["SWAPD_PYTHON"] == "/venv/bin/python"
+
+
+def test_circus_ini_carries_the_shutdown_grace(tmp_path: Path) -> None:
+    layout = circus_config.CircusLayout(
+        endpoints=Endpoints(tmp_path),
+        config_path=tmp_path / "config.yaml",
+        listen_host="127.0.0.1",
+        listen_port=8080,
+        python="/venv/bin/python",
+        daemon_graceful_timeout=52.5,
+        shutdown_grace=12.5,
+    )
+    ini = configparser.RawConfigParser()
+    ini.read(circus_config.write(layout))
+    assert "--shutdown-grace 12.5" in ini["watcher:swapd-daemon"]["cmd"]
+    assert ini["watcher:swapd-daemon"]["graceful_timeout"] == "52.5"
+    # circusd SIGKILLs the proxy only after the grace and a margin.
+    assert ini["watcher:swapd-proxy"]["graceful_timeout"] == "17.5"
 
 
 def test_listen_addresses() -> None:
@@ -205,7 +224,7 @@ def test_ttl_with_activity_reports_held_back_by_the_proxy() -> None:
 
 
 def test_model_logs_rotate_between_runs(tmp_path: Path) -> None:
-    from swapd.daemon.lifecycle import LOG_MAX_BYTES, rotate_log
+    from swapd.daemon.machinery.model_log import LOG_MAX_BYTES, rotate_log
 
     log = tmp_path / "model-m.log"
     rotate_log(log)  # no file yet: nothing to do

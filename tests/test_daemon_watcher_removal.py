@@ -11,8 +11,9 @@ from typing import Any
 
 import pytest
 
-from swapd.daemon.circus_client import CircusClient
-from swapd.daemon.lifecycle import REMOVE_DEFER_MAX, Lifecycle
+from swapd.daemon.machinery.circus_client import CircusClient
+from swapd.daemon.machinery.lifecycle import Lifecycle
+from swapd.daemon.machinery.watchers import REMOVE_DEFER_MAX
 from tests.stack import free_port_range
 from tests.test_circus_client import _model, circus  # noqa: F401 (the circusd fixture)
 

@@ -11,7 +11,7 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from swapd.daemon.config import Config, GroupConfig, ModelConfig
-from swapd.daemon.eviction import evict_for
+from swapd.daemon.policy.eviction import evict_for
 
 
 def model(

@@ -21,7 +21,7 @@ import pynvml
 import pytest
 
 from swapd.daemon.config import Config
-from swapd.daemon.gpu import (
+from swapd.daemon.machinery.gpu import (
     GpuError,
     NullBackend,
     canonical_gpu_ids,
@@ -30,8 +30,8 @@ from swapd.daemon.gpu import (
     verify_gpus,
     wait_released,
 )
-from swapd.daemon.gpu_fake import FakeBackend, fake_uuid
-from swapd.daemon.gpu_nvml import NvmlBackend
+from swapd.daemon.machinery.gpu_fake import FakeBackend, fake_uuid
+from swapd.daemon.machinery.gpu_nvml import NvmlBackend
 from swapd.ipc.messages import GpuInfo
 from tests.test_eviction import model
 

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 import psutil
 import pytest
 
-from swapd.daemon.gpu_fake import fake_uuid
+from swapd.daemon.machinery.gpu_fake import fake_uuid
 from tests.stack import FAKE_GPU_SCOPE_ENV, fake_model_cmd, free_ports
 
 pytestmark = pytest.mark.processes
@@ -63,7 +63,7 @@ def test_disjoint_gpus_run_side_by_side_and_overlapping_ones_swap(stack_factory)
     assert status["left"]["state"] == "stopped"
     assert status["right"]["state"] == "ready"
     assert status["other"]["state"] == "ready"
-    assert status["left"]["lingering"] == []
+    assert status["left"]["gpu_lingering"] == []
 
 
 @pytest.fixture
@@ -95,5 +95,5 @@ def test_a_process_left_on_the_gpu_after_a_stop_is_reported(stack_factory, stray
     stack.swapd("unload", "boxed", timeout=60)
     entry = stack.model("boxed")
     assert entry["state"] == "stopped"
-    assert entry["lingering"] == [{"gpu": fake_uuid(1), "pid": proc.pid, "used_bytes": 123456}]
+    assert entry["gpu_lingering"] == [{"gpu": fake_uuid(1), "pid": proc.pid, "used_bytes": 123456}]
     assert f"pid {proc.pid} on {fake_uuid(1)}" in stack.output()

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from swapd.daemon import notify
+from swapd.daemon.machinery import notify
 
 
 @pytest.fixture

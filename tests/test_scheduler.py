@@ -9,9 +9,8 @@ from typing import Any
 
 import pytest
 
-from swapd.daemon import eviction
 from swapd.daemon.config import Config, GroupConfig, ModelConfig
-from swapd.daemon.scheduler import BACKOFF_AFTER, EnsureError, ModelRecord, Scheduler
+from swapd.daemon.policy.scheduler import BACKOFF_AFTER, EnsureError, ModelRecord, Scheduler
 
 
 def model(mid: str, **kw: Any) -> ModelConfig:
@@ -43,7 +42,7 @@ class StartError(EnsureError):
     """Like `lifecycle.StartFailed`: an `EnsureError` that carries the log tail."""
 
     def __init__(self, message: str) -> None:
-        super().__init__(502, "start_failed", message, ("line 1", "line 2"))
+        super().__init__(message, status=502, code="start_failed", log_tail=("line 1", "line 2"))
 
 
 class FakeEffects:
@@ -60,6 +59,7 @@ class FakeEffects:
         self.max_running = 0
         self.pid = 100
         self.states: list[tuple[str, str]] = []
+        self.told: list[tuple[str, bool]] = []  # (model, start_follows) of every stop
 
     async def start(self, m: ModelConfig) -> Handle:
         self.log.append(("start", m.id))
@@ -87,14 +87,14 @@ class FakeEffects:
         if gate is not None:
             await gate.wait()
 
-    async def stop(self, model_id: str, handle: Any, m: ModelConfig | None) -> None:
+    async def stop(
+        self, model_id: str, handle: Handle, m: ModelConfig | None, *, start_follows: bool
+    ) -> None:
         self.log.append(("stop", model_id))
+        self.told.append((model_id, start_follows))
         self.running.discard(model_id)
 
-    def evict_for(self, target: str, running: frozenset[str]) -> frozenset[str]:
-        return eviction.evict_for(target, running, self.config)
-
-    def changed(self, record: ModelRecord) -> None:
+    def changed(self, record: ModelRecord[Handle], model: ModelConfig | None) -> None:
         self.states.append((record.id, record.state))
 
 
@@ -449,3 +449,11 @@ async def test_shutdown_refuses_ensures() -> None:
     with pytest.raises(EnsureError) as err:
         await sched.ensure("a")
     assert err.value.status == 503 and "shutting down" in err.value.message
+
+
+async def test_a_stop_is_told_whether_a_start_follows() -> None:
+    sched, fx, _ = setup("a", "b")
+    await sched.ensure("a")
+    await sched.ensure("b")  # swaps a out to start b
+    await sched.unload("b")  # nothing starts after
+    assert fx.told == [("a", True), ("b", False)]

@@ -58,10 +58,13 @@ class Loaded:
 
 
 def load_config(
-    path: str | os.PathLike[str], *, environ: Mapping[str, str] | None = None
+    path: str | os.PathLike[str],
+    *,
+    environ: Mapping[str, str] | None = None,
+    ports: Mapping[str, int] | None = None,
 ) -> c.Config:
     """Load a config file. Raises ConfigError (never another exception) when it cannot be used."""
-    loaded = load(path, environ=environ)
+    loaded = load(path, environ=environ, ports=ports)
     for warning in loaded.warnings:
         log.warning("%s", warning)
     return loaded.config
@@ -74,8 +77,14 @@ def load_config_text(
     return load_text(text, source, environ=environ).config
 
 
-def load(path: str | os.PathLike[str], *, environ: Mapping[str, str] | None = None) -> Loaded:
-    """Load a config file, keeping the warnings."""
+def load(
+    path: str | os.PathLike[str],
+    *,
+    environ: Mapping[str, str] | None = None,
+    ports: Mapping[str, int] | None = None,
+) -> Loaded:
+    """Load a config file, keeping the warnings. `ports` (model id -> port) are `${PORT}`s that
+    carry over from the config this one replaces (see `_allocate_ports`)."""
     source = os.fspath(path)
     try:
         text = FsPath(source).read_text(encoding="utf-8")
@@ -92,18 +101,22 @@ def load(path: str | os.PathLike[str], *, environ: Mapping[str, str] | None = No
         raise ConfigError(
             [ConfigIssue(source, None, "", f"cannot read config file: {reason}")]
         ) from None
-    return load_text(text, source, environ=environ)
+    return load_text(text, source, environ=environ, ports=ports)
 
 
 def load_text(
-    text: str, source: str = "config.yaml", *, environ: Mapping[str, str] | None = None
+    text: str,
+    source: str = "config.yaml",
+    *,
+    environ: Mapping[str, str] | None = None,
+    ports: Mapping[str, int] | None = None,
 ) -> Loaded:
     """Load config text, keeping the warnings."""
     try:
         document = parse(text)
     except YamlSyntaxError as error:
         raise ConfigError([ConfigIssue(source, error.line, "", error.message)]) from None
-    builder = _Builder(document, source, os.environ if environ is None else environ)
+    builder = _Builder(document, source, os.environ if environ is None else environ, ports)
     try:
         config = builder.build()
     except RecursionError:
@@ -134,8 +147,15 @@ class _Model:
 
 
 class _Builder:
-    def __init__(self, document: Document, source: str, environ: Mapping[str, str]) -> None:
+    def __init__(
+        self,
+        document: Document,
+        source: str,
+        environ: Mapping[str, str],
+        ports: Mapping[str, int] | None = None,
+    ) -> None:
         self.document = document
+        self.ports = dict(ports or {})
         self.source = source
         self.environ = environ
         self.report = Report(source, document)
@@ -379,21 +399,33 @@ class _Builder:
         }
 
     def _allocate_ports(self, staged: list[_Model], start_port: int) -> None:
+        """`${PORT}` for every model whose cmd uses it, from `startPort` up in sorted id order.
+
+        A model in `self.ports` (a reload: the ports of the config it replaces and of the
+        running processes) keeps its port, and no other model gets one of those, so adding or
+        removing a model never renumbers another (whose definition would then change)."""
+        taken = set(self.ports.values())
         port = start_port
         for model in sorted(staged, key=lambda m: m.id):
             if model.cmd_text is None or "${PORT}" not in model.cmd_text:
                 continue
-            if port > MAX_PORT:
-                self.report.error(
-                    (*model.path, "cmd"),
-                    f"no ${{PORT}} left: allocation from startPort {start_port} passed {MAX_PORT}",
-                )
-                continue
-            model.port = port
-            model.body = self._expand_fields(model.body, [("PORT", port)])
+            assigned = self.ports.get(model.id)
+            if assigned is None:
+                while port in taken:
+                    port += 1
+                if port > MAX_PORT:
+                    self.report.error(
+                        (*model.path, "cmd"),
+                        f"no ${{PORT}} left: allocation from startPort {start_port} passed "
+                        f"{MAX_PORT}",
+                    )
+                    continue
+                assigned = port
+                port += 1
+            model.port = assigned
+            model.body = self._expand_fields(model.body, [("PORT", assigned)])
             cmd = model.body.get("cmd")
             model.cmd_text = cmd if isinstance(cmd, str) else None
-            port += 1
 
     def _check_leftovers(
         self, value: Any, path: Path, known: list[macros.Macro], *, model: bool

@@ -10,6 +10,8 @@ from typing import Any
 
 import msgspec
 
+from ...ipc import aliases
+
 # llama-swap's defaults (shared/reference/llama-swap.md §1.2, §1.3).
 DEFAULT_HEALTH_CHECK_TIMEOUT = 120
 MIN_HEALTH_CHECK_TIMEOUT = 15
@@ -102,7 +104,4 @@ class Config(msgspec.Struct, frozen=True):
         model = self.models.get(name)
         if model is not None:
             return model
-        for candidate in self.models.values():
-            if name in candidate.aliases:
-                return candidate
-        return None
+        return aliases.resolve(name, ((m.id, m.aliases, m) for m in self.models.values()))

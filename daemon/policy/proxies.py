@@ -4,11 +4,12 @@ in flight per model and when each model was last used (activity casts), and the 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-from ..ipc.timings import HEARTBEAT_GRACE, SILENT_AFTER
+from ...ipc.timings import HEARTBEAT_GRACE, REPORT_GRACE, SILENT_AFTER
 
 
 @dataclass
@@ -134,3 +135,25 @@ class ProxyRegistry:
                 await asyncio.wait_for(changed.wait(), tick)
             except TimeoutError:
                 pass
+
+    def busy(self) -> bool:
+        """Whether some live proxy has a request in flight, for any model."""
+        return any(n > 0 for p in self.live() for n in p.in_flight.values())
+
+    async def wait_idle(self, timeout: float, tick: float = 0.25) -> bool:
+        """Until no live proxy has a request in flight (True), or `timeout` passed (False).
+
+        A request that began may reach the daemon's counts up to a report interval late, so
+        "idle" also needs REPORT_GRACE to have passed since the last report or Ready reply."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while (
+            self.busy() or self.wall() - max(self.last_report.values(), default=0.0) < REPORT_GRACE
+        ):
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return False
+            changed = self._changed
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(changed.wait(), min(tick, remaining))
+        return True

@@ -13,28 +13,10 @@ from typing import Any
 
 import zmq.asyncio
 
-from ..ipc.dealer import Dealer
+from ...ipc.dealer import Dealer
+from ..errors import CircusError, CircusUnavailable
 
-# circus's answer while another lifecycle command holds its arbiter-wide lock.
-_LOCK_BUSY = ("already running", "arbiter is restarting", "arbiter is stopping")
-
-
-class CircusError(Exception):
-    """circusd answered `status: error`."""
-
-    def __init__(self, command: str, reason: str, errno: int | None) -> None:
-        super().__init__(f"circus {command}: {reason}")
-        self.command = command
-        self.reason = reason
-        self.errno = errno
-
-    @property
-    def lock_busy(self) -> bool:
-        return any(text in self.reason for text in _LOCK_BUSY)
-
-
-class CircusUnavailable(Exception):
-    """circusd did not answer in time."""
+__all__ = ["CircusClient", "CircusError", "CircusUnavailable"]
 
 
 def _decode(frame: bytes) -> tuple[str, dict[str, Any]]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from .config import ModelConfig
+from ..config import ModelConfig
 
 
 def normalize_gpu(spec: str) -> str:

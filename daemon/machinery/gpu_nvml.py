@@ -5,8 +5,9 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from ..ipc.messages import GpuInfo
-from .gpu import GpuError, GpuProcess
+from ...ipc.messages import GpuInfo
+from ..errors import GpuError
+from .gpu_backend import GpuProcess
 
 
 def _text(value: str | bytes) -> str:

@@ -21,8 +21,9 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
-from ..ipc.messages import GpuInfo
-from .gpu import GpuError, GpuProcess
+from ...ipc.messages import GpuInfo
+from ..errors import GpuError
+from .gpu_backend import GpuProcess
 
 CUDA_ENV = "CUDA_VISIBLE_DEVICES"
 GPUS_ENV = "SWAPD_FAKE_GPUS"

@@ -5,23 +5,32 @@ REPORT_GRACE of its last report or Ready reply."""
 
 from __future__ import annotations
 
-from ..ipc.timings import REPORT_GRACE
-from .config import Config
+from ...ipc.timings import REPORT_GRACE
+from ..config import Config, ModelConfig
 from .proxies import ProxyRegistry
-from .scheduler import ModelRecord
+from .records import H, ModelRecord
 
 
-def last_used(rec: ModelRecord, registry: ProxyRegistry) -> float:
+def last_used(rec: ModelRecord[H], registry: ProxyRegistry) -> float:
     # A model that became ready but never served counts from its ready time (llama-swap counts from
     # the epoch and unloads such a model at the first tick).
     return max(registry.last_activity.get(rec.id, 0.0), rec.since)
 
 
 def ttl_left(
-    rec: ModelRecord, config: Config, registry: ProxyRegistry, now: float | None = None
+    rec: ModelRecord[H], config: Config, registry: ProxyRegistry, now: float | None = None
 ) -> float | None:
     """Seconds until the TTL unloads `rec`; None when no TTL applies (off, not ready, in use)."""
-    model = config.models.get(rec.id)
+    return ttl_left_of(rec, config.models.get(rec.id), registry, now)
+
+
+def ttl_left_of(
+    rec: ModelRecord[H],
+    model: ModelConfig | None,
+    registry: ProxyRegistry,
+    now: float | None = None,
+) -> float | None:
+    """`ttl_left` for `rec` whose definition is `model` (None: a reload removed it)."""
     if model is None or model.ttl <= 0 or rec.state != "ready":
         return None
     if registry.in_flight(rec.id) > 0:
@@ -33,6 +42,6 @@ def ttl_left(
 
 
 def due(
-    records: list[ModelRecord], config: Config, registry: ProxyRegistry, now: float | None = None
+    records: list[ModelRecord[H]], config: Config, registry: ProxyRegistry, now: float | None = None
 ) -> list[str]:
     return [rec.id for rec in records if ttl_left(rec, config, registry, now) == 0.0]

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping
 
-from .config import Config
+from ..config import Config
 from .eviction_gpus import gpu_set, gpus_overlap
 from .eviction_groups import group_evicts, membership_of, memberships
 

@@ -11,17 +11,19 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import psutil
 
-from ..ipc import watcher_names
-from . import health, lifecycle, pid_watch
-from .circus_client import CircusError, CircusUnavailable
-
-if TYPE_CHECKING:
-    from .server import Daemon
+from ...ipc import watcher_names
+from ..config import Config, ModelConfig
+from ..errors import CircusError, CircusUnavailable
+from . import health, pid_watch
+from .circus_client import CircusClient
+from .lifecycle import Lifecycle
+from .model_process import ENV_HASH, ENV_MODEL_ID, ENV_PORT, Running, definition_hash, health_url
 
 log = logging.getLogger("swapd.reconcile")
 
@@ -35,8 +37,7 @@ class Found:
     env: dict[str, str]
 
 
-async def discover(daemon: Daemon) -> list[Found]:
-    circus = daemon.circus
+async def discover(circus: CircusClient) -> list[Found]:
     # circusd may still be starting when the daemon is (its first watcher); give it a moment.
     loop = asyncio.get_running_loop()
     deadline = loop.time() + 10.0
@@ -59,12 +60,12 @@ async def discover(daemon: Daemon) -> list[Found]:
             continue
         env = {str(k): str(v) for k, v in (options.get("env") or {}).items()}
         try:
-            model_id = env.get(lifecycle.ENV_MODEL_ID) or watcher_names.model_id(name)
+            model_id = env.get(ENV_MODEL_ID) or watcher_names.model_id(name)
         except ValueError:
             log.warning("watcher %s is not one of swapd's; leaving it alone", name)
             continue
         pid = next((int(p) for p in pids if pid_watch.is_alive(int(p))), None)
-        found.append(Found(name, model_id, pid, env.get(lifecycle.ENV_HASH, ""), env))
+        found.append(Found(name, model_id, pid, env.get(ENV_HASH, ""), env))
     return found
 
 
@@ -75,65 +76,87 @@ def _started_at(pid: int) -> float:
         return time.time()
 
 
-async def adopt(daemon: Daemon) -> None:
-    config = daemon.scheduler.config
-    for item in await discover(daemon):
+class Adopter(Protocol):
+    """What takes over the processes found (the scheduler)."""
+
+    def adopt(self, model: ModelConfig, handle: Running) -> None: ...
+
+    def adopt_when_healthy(
+        self, model: ModelConfig, waiting: Coroutine[object, object, Running | None]
+    ) -> None: ...
+
+
+WatchExit = Callable[[str, int], None]
+
+
+async def adopt(
+    circus: CircusClient,
+    lifecycle: Lifecycle,
+    config: Config,
+    adopter: Adopter,
+    watch_exit: WatchExit,
+) -> None:
+    """Take over (or stop) every model process circusd still runs; `watch_exit(model, pid)`
+    watches each adopted one."""
+    for item in await discover(circus):
         model = config.models.get(item.model)
         if item.pid is None:
             log.info("removing dead watcher %s", item.watcher)
-            await daemon.lifecycle.remove_watcher(item.model)
+            await lifecycle.remove_watcher(item.model)
             continue
-        running = lifecycle.Running(
+        running = Running(
             model=item.model,
             pid=item.pid,
             upstream=model.proxy if model else "",
-            port=int(item.env[lifecycle.ENV_PORT]) if lifecycle.ENV_PORT in item.env else None,
+            port=int(item.env[ENV_PORT]) if ENV_PORT in item.env else None,
             gpus=tuple(model.gpus or ()) if model else (),
             started_at=_started_at(item.pid),
             definition=item.definition,
         )
-        if model is None or lifecycle.definition_hash(model) != item.definition:
+        if model is None or definition_hash(model) != item.definition:
             why = "no longer in the config" if model is None else "its definition changed"
             log.info("stopping %s (pid %d): %s", item.model, item.pid, why)
-            await daemon.lifecycle.stop(
-                running, model, timeout=model.unload_timeout if model else 10
-            )
+            await lifecycle.stop(running, model, timeout=model.unload_timeout if model else 10)
             continue
-        url = lifecycle.health_url(model)
-        if url is None or await health.probe(daemon.lifecycle.session, url, 2.0):
-            daemon.scheduler.adopt(model, running)
-            daemon.watch_exit(model.id, running.pid)
+        url = health_url(model)
+        if url is None or await health.probe(lifecycle.session, url, 2.0):
+            lifecycle.track(running)
+            adopter.adopt(model, running)
+            watch_exit(model.id, running.pid)
             log.info("adopted %s (pid %d, %s)", model.id, running.pid, running.upstream)
         else:
             # Ensures for it (a proxy sends again those the old daemon never answered) join this
             # wait instead of starting a second process.
-            daemon.scheduler.adopt_when_healthy(model, _adopt_when_healthy(daemon, model, running))
+            adopter.adopt_when_healthy(
+                model, _adopt_when_healthy(lifecycle, watch_exit, model, running)
+            )
 
 
 async def _adopt_when_healthy(
-    daemon: Daemon, model: lifecycle.ModelConfig, running: lifecycle.Running
-) -> lifecycle.Running | None:
+    lifecycle: Lifecycle, watch_exit: WatchExit, model: ModelConfig, running: Running
+) -> Running | None:
     """`running` once healthy; None when it exited or timed out (it is stopped then). Cancelled
     (an unload, a reload, a shutdown): it is stopped unless the daemon leaves it to the next one."""
     exited = asyncio.ensure_future(pid_watch.wait_exit(running.pid))
     remaining = max(1.0, model.health_check_timeout - (time.time() - running.started_at))
     try:
         await health.wait_healthy(
-            daemon.lifecycle.session,
-            lifecycle.health_url(model),
+            lifecycle.session,
+            health_url(model),
             timeout=remaining,
             exited=exited,
         )
     except (health.ProcessExited, health.HealthTimeout):
         log.warning("%s (pid %d) was starting and did not become healthy", model.id, running.pid)
-        await daemon.lifecycle.stop(running, model, timeout=5.0)
+        await lifecycle.stop(running, model, timeout=5.0)
         return None
     except asyncio.CancelledError:
-        if not daemon.lifecycle.detached:
-            await asyncio.shield(daemon.lifecycle.stop(running, model, timeout=5.0))
+        if not lifecycle.detached:
+            await asyncio.shield(lifecycle.stop(running, model, timeout=5.0))
         raise
     finally:
         exited.cancel()
-    daemon.watch_exit(model.id, running.pid)
+    lifecycle.track(running)
+    watch_exit(model.id, running.pid)
     log.info("adopted %s (pid %d) once healthy", model.id, running.pid)
     return running

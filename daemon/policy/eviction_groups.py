@@ -17,7 +17,7 @@ from collections.abc import Mapping
 
 import msgspec
 
-from .config import Config, GroupConfig
+from ..config import Config, GroupConfig
 
 IMPLICIT_GROUP = "(default)"
 IMPLICIT_GROUP_CONFIG = GroupConfig(members=(), swap=True, exclusive=True, persistent=False)

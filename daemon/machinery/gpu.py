@@ -17,66 +17,20 @@ import asyncio
 import logging
 import os
 from collections.abc import Collection, Iterable, Mapping
-from typing import Protocol
 
-import msgspec
+from ...ipc.messages import GpuInfo, LingeringProcess
+from ..config import Config
+from ..errors import GpuError
+from .gpu_backend import GpuBackend, GpuProcess, NullBackend
+from .gpu_fake import FakeBackend
+from .gpu_nvml import NvmlBackend
 
-from ..ipc.messages import GpuInfo, LingeringProcess
-from .config import Config
+__all__ = ["GpuBackend", "GpuError", "GpuProcess", "NullBackend", "make_backend"]
 
 log = logging.getLogger("swapd.gpu")
 
 BACKEND_ENV = "SWAPD_GPU_BACKEND"
 MODES = ("auto", "nvml", "fake", "none")
-
-
-class GpuError(Exception):
-    """NVML could not be used, or a `gpus` entry names no GPU. `str()` is the message to show."""
-
-    def __init__(self, message: str, *, library_missing: bool = False) -> None:
-        super().__init__(message)
-        # True when NVML's shared library is absent (a host without the NVIDIA driver), as
-        # opposed to present but failing (driver not loaded, no permission): only the latter
-        # is an error when models name GPUs.
-        self.library_missing = library_missing
-
-
-class GpuProcess(msgspec.Struct, frozen=True):
-    """One process holding memory on one GPU, as NVML lists it."""
-
-    gpu_index: int
-    gpu_uuid: str
-    pid: int
-    used_bytes: int | None  # None where NVML cannot tell (e.g. no permission, WDDM)
-
-
-class GpuBackend(Protocol):
-    name: str
-
-    def devices(self) -> list[GpuInfo]: ...
-
-    def processes(self) -> list[GpuProcess]: ...
-
-    def close(self) -> None: ...
-
-
-class NullBackend:
-    """No NVML: no devices, no processes. `reason` says why; `broken` = present but failing."""
-
-    name = "none"
-
-    def __init__(self, reason: str, *, broken: bool = False) -> None:
-        self.reason = reason
-        self.broken = broken
-
-    def devices(self) -> list[GpuInfo]:
-        return []
-
-    def processes(self) -> list[GpuProcess]:
-        return []
-
-    def close(self) -> None:
-        pass
 
 
 def make_backend(
@@ -94,13 +48,9 @@ def make_backend(
     if mode not in MODES:
         raise GpuError(f"unknown GPU backend {mode!r} (valid: {', '.join(MODES)})")
     if mode == "fake":
-        from .gpu_fake import FakeBackend
-
         return FakeBackend.from_env(env)
     if mode == "none":
         return NullBackend("GPU backend disabled")
-
-    from .gpu_nvml import NvmlBackend
 
     if mode == "nvml":
         return NvmlBackend()

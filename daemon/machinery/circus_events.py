@@ -13,7 +13,7 @@ from typing import Any
 import zmq
 import zmq.asyncio
 
-from ..ipc import watcher_names
+from ...ipc import watcher_names
 
 log = logging.getLogger(__name__)
 

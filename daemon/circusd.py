@@ -1,0 +1,46 @@
+"""circusd, as `swapd run` execs it (`python -m swapd.daemon.circusd --log-output - circus.ini`).
+
+The one change to circus 0.19 (pinned): its periodic `manage_watchers` (every `check_delay`)
+skips a tick while another command holds the arbiter-wide lock, instead of raising. circus takes
+that lock for every `add`, `start` and `rm` the daemon sends during a swap, and for the whole of
+its own shutdown (`arbiter_stop`, while the models drain and stop); a tick that lands then raises
+`ConflictError: arbiter is already running ... command`, which circus's loop logs as an ERROR
+with a traceback, and manages nothing that tick anyway. Skipping is what that tick does in effect;
+the next one, `check_delay` later, manages the watchers.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def patch_manage_watchers() -> bool:
+    """Make `Arbiter.manage_watchers` skip a tick the lock is held; False when circus has changed
+    in a way this does not recognise (then it is left alone)."""
+    from circus.arbiter import Arbiter
+
+    original: Any = Arbiter.__dict__.get("manage_watchers")
+    if original is None or getattr(original, "_swapd_patched", False):
+        return original is not None
+
+    def manage_watchers(self: Any) -> Any:
+        busy = getattr(self, "_exclusive_running_command", None) is not None
+        if busy or getattr(self, "_restarting", False) or getattr(self, "_stopping", False):
+            return None
+        return original(self)
+
+    manage_watchers._swapd_patched = True  # type: ignore[attr-defined]
+    manage_watchers.__doc__ = original.__doc__
+    Arbiter.manage_watchers = manage_watchers  # type: ignore[method-assign]
+    return True
+
+
+def main() -> None:
+    patch_manage_watchers()
+    from circus.circusd import main as circusd_main
+
+    circusd_main()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,153 @@
+"""Every error the daemon raises, in one tree. Each is an `ipc.errors.Failure`, so it carries the
+HTTP status, the `code`, the message and the log tail it is answered with (`Error` reply); the
+proxy maps the status to OpenAI's error `type`, once, on its side.
+
+Hierarchy:
+
+    Failure (ipc.errors)
+    └── DaemonError                  500 internal
+        ├── EnsureError              a request the scheduler cannot serve
+        │   ├── ModelNotFound        404 model_not_found
+        │   ├── ShuttingDown         503 shutting_down
+        │   ├── BackingOff           503 backing_off     (failed too often in a row)
+        │   ├── ModelUnloaded        503 model_unloaded  (`swapd unload` while it waited)
+        │   └── StartFailed          502 start_failed    (a start that did not reach `ready`)
+        │       ├── ExitedDuringStart    502 start_failed
+        │       ├── HealthCheckTimeout   504 health_check_timeout
+        │       └── PortStillInUse       502 start_failed   (the port lingers after a stop)
+        ├── InvalidConfig            400 invalid_config  (a reload refused; the old config stays)
+        ├── CircusUnavailable        503 circus_unavailable (circusd did not answer in time)
+        ├── CircusError              502 circus_error    (circusd answered `status: error`)
+        └── GpuError                 500 gpu_error       (NVML unusable, or `gpus` names no GPU)
+
+The config loader's own `config.ConfigError` (with file, line and key path per issue) stays in the
+config seam; a reload that meets one answers `InvalidConfig` with its text.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ..ipc.errors import Failure
+
+__all__ = [
+    "BackingOff",
+    "CircusError",
+    "CircusUnavailable",
+    "DaemonError",
+    "EnsureError",
+    "ExitedDuringStart",
+    "Failure",
+    "GpuError",
+    "HealthCheckTimeout",
+    "InvalidConfig",
+    "ModelNotFound",
+    "ModelUnloaded",
+    "PortStillInUse",
+    "ShuttingDown",
+    "StartFailed",
+]
+
+
+class DaemonError(Failure):
+    """Anything the daemon could not do."""
+
+    default_status = 500
+    default_code = "internal"
+
+
+class EnsureError(DaemonError):
+    """An ensure (or unload) that cannot be served; `status` is what the proxy answers with."""
+
+
+class ModelNotFound(EnsureError):
+    default_status = 404
+    default_code = "model_not_found"
+
+
+class ShuttingDown(EnsureError):
+    default_status = 503
+    default_code = "shutting_down"
+
+    def __init__(self, message: str = "swapd is shutting down") -> None:
+        super().__init__(message)
+
+
+class BackingOff(EnsureError):
+    default_status = 503
+    default_code = "backing_off"
+
+
+class ModelUnloaded(EnsureError):
+    default_status = 503
+    default_code = "model_unloaded"
+
+
+class StartFailed(EnsureError):
+    """A start that did not reach `ready`: the scheduler answers the waiting requests with it."""
+
+    default_status = 502
+    default_code = "start_failed"
+
+
+class ExitedDuringStart(StartFailed):
+    pass
+
+
+class HealthCheckTimeout(StartFailed):
+    default_status = 504
+    default_code = "health_check_timeout"
+
+
+class PortStillInUse(StartFailed):
+    """The model's port is still listened on by what an earlier stop left behind."""
+
+    def __init__(self, message: str, *, port: int, log_tail: Sequence[str] = ()) -> None:
+        super().__init__(message, log_tail=log_tail)
+        self.port = port
+
+
+class InvalidConfig(DaemonError):
+    default_status = 400
+    default_code = "invalid_config"
+
+
+class CircusUnavailable(DaemonError):
+    """circusd did not answer in time."""
+
+    default_status = 503
+    default_code = "circus_unavailable"
+
+
+# circus's answer while another lifecycle command holds its arbiter-wide lock.
+_LOCK_BUSY = ("already running", "arbiter is restarting", "arbiter is stopping")
+
+
+class CircusError(DaemonError):
+    """circusd answered `status: error`."""
+
+    default_status = 502
+    default_code = "circus_error"
+
+    def __init__(self, command: str, reason: str, errno: int | None) -> None:
+        super().__init__(f"circus {command}: {reason}")
+        self.command = command
+        self.reason = reason
+        self.errno = errno
+
+    @property
+    def lock_busy(self) -> bool:
+        return any(text in self.reason for text in _LOCK_BUSY)
+
+
+class GpuError(DaemonError):
+    """NVML could not be used, or a `gpus` entry names no GPU. `str()` is the message to show."""
+
+    default_code = "gpu_error"
+
+    def __init__(self, message: str, *, library_missing: bool = False) -> None:
+        super().__init__(message)
+        # True when NVML's shared library is absent (a host without the NVIDIA driver), as
+        # opposed to present but failing (driver not loaded, no permission): only the latter
+        # is an error when models name GPUs.
+        self.library_missing = library_missing

@@ -1,0 +1,379 @@
+"""Process machinery: start and stop one model's circus watcher. The only code with side effects
+on model processes (the scheduler decides, this module does).
+
+Start: pre-check the executable (circus answers `ok` even when the exec fails), `add` + `start`
+the watcher `model-<safe id>` (the real id, port and definition hash travel in its env), check that
+circus really started a pid, then wait for the health check while watching the pid through a pidfd.
+
+Stop: `cmdStop` (with `${PID}` filled) when set, else SIGTERM to the process group; SIGKILL after
+`unloadTimeout`; then `rm` the watcher. The signals are sent here and the exit is seen through the
+pidfd, so no circus command holds circus's arbiter-wide lock while a model takes its time to stop
+(circus's own `stop` holds it for the whole grace period and stalls every other start). A swap's
+stop leaves the `rm` until the next start has spawned its process (`defer_remove`): the dead
+watcher's removal then runs during that start's health check instead of before its `add`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import shlex
+import shutil
+import signal
+import socket
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import psutil
+
+from ...ipc.messages import Lingering, LingeringProcess
+from ..config import ModelConfig
+from ..errors import ExitedDuringStart, GpuError, HealthCheckTimeout, PortStillInUse, StartFailed
+from . import gpu, health, model_log, pid_watch, ports, process_tree
+from .circus_client import CircusClient
+from .gpu_backend import GpuBackend
+from .model_process import Running, definition_hash, fill_pid, health_url, model_env
+from .watchers import Watchers
+
+__all__ = ["GPU_RELEASE_TIMEOUT", "Lifecycle", "Running", "StartFailed"]
+
+log = logging.getLogger("swapd.lifecycle")
+
+# How much longer than unloadTimeout a cmdStop (`docker stop -t N`) may run before it is killed.
+CMD_STOP_MARGIN = 5.0
+# A stopped model's GPU memory must be back within this, else what lingers is reported.
+GPU_RELEASE_TIMEOUT = 10.0
+
+
+class Lifecycle:
+    def __init__(
+        self,
+        circus: CircusClient,
+        log_dir: Path,
+        *,
+        gpu_backend: GpuBackend | None = None,
+        gpu_release_timeout: float = GPU_RELEASE_TIMEOUT,
+        port_release_timeout: float = ports.RELEASE_TIMEOUT,
+        lingering_start_wait: float = ports.START_WAIT,
+        shutdown_grace: float = 0.0,
+        session: aiohttp.ClientSession | None = None,
+        environ: Mapping[str, str] | None = None,
+    ) -> None:
+        self.watchers = Watchers(circus)
+        self.log_dir = log_dir
+        self.gpu_backend = gpu_backend
+        self.gpu_release_timeout = gpu_release_timeout
+        self.port_release_timeout = port_release_timeout
+        self.lingering_start_wait = lingering_start_wait
+        self.shutdown_grace = shutdown_grace
+        # Set while the daemon stops alone (circusd restarts it): a start cancelled as its loop
+        # closes leaves its process to the next daemon, which adopts it.
+        self.detached = False
+        # By model id: a port still listened on after the model stopped (until it is free).
+        self.lingering: dict[str, Lingering] = {}
+        # By model id: the processes started (or adopted) and not stopped yet.
+        self.processes: dict[str, Running] = {}
+        # By model id: what held GPU memory after its last stop (until its next start).
+        self.gpu_lingering: dict[str, tuple[LingeringProcess, ...]] = {}
+        self._session = session
+        self._environ = dict(os.environ if environ is None else environ)
+
+    @property
+    def closing(self) -> bool:
+        """Set while circusd shuts everything down: no `rm` (it drops every watcher itself)."""
+        return self.watchers.closing
+
+    @closing.setter
+    def closing(self, value: bool) -> None:
+        self.watchers.closing = value
+
+    @property
+    def session(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            self._session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=0, force_close=True)
+            )
+        return self._session
+
+    async def close(self) -> None:
+        await self.watchers.close()
+        if self._session is not None:
+            await self._session.close()
+
+    async def remove_watcher(self, model_id: str) -> None:
+        await self.watchers.remove(model_id)
+
+    def note_reaped(self, pid: int, exit_code: int) -> None:
+        self.watchers.note_reaped(pid, exit_code)
+
+    async def exit_code(self, pid: int, timeout: float = 1.5) -> int | None:
+        return await self.watchers.exit_code(pid, timeout)
+
+    # ----------------------------------------------------------------------------------- start
+
+    def _check_executable(self, model: ModelConfig, env: Mapping[str, str]) -> None:
+        if not model.cmd:
+            raise StartFailed(f"model {model.id}: empty cmd")
+        exe = model.cmd[0]
+        found = shutil.which(exe, path=env.get("PATH", os.defpath))
+        if found is None:
+            what = "is not executable" if os.path.exists(exe) else "not found"
+            raise StartFailed(f"model {model.id} failed to start: executable {exe!r} {what}")
+
+    async def _check_port(self, model: ModelConfig) -> None:
+        # What an earlier stop left on the port: wait for it a while, then say so.
+        lingering = self.lingering.get(model.id)
+        if lingering is not None:
+            if not await ports.wait_free(lingering.port, self.lingering_start_wait):
+                latest = await ports.report(model.id, lingering.port)
+                self.lingering[model.id] = latest
+                message = ports.start_refused(model.id, latest, self.lingering_start_wait)
+                raise PortStillInUse(message, port=lingering.port)
+            del self.lingering[model.id]
+        # Another process on the model's port would answer its health check and take its traffic.
+        if model.port is None:
+            return
+        with socket.socket() as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                probe.bind(("127.0.0.1", model.port))
+            except OSError:
+                raise StartFailed(
+                    f"model {model.id} cannot start: port {model.port} is already in use by "
+                    "another process"
+                ) from None
+
+    def recheck_lingering(self) -> list[str]:
+        """Forget the lingering ports that are free again; returns those models' ids."""
+        freed = [mid for mid, item in self.lingering.items() if not ports.listening(item.port)]
+        for mid in freed:
+            del self.lingering[mid]
+            log.info("%s: its port is free again", mid)
+        return freed
+
+    async def start(self, model: ModelConfig) -> Running:
+        env = model_env(model, self._environ)
+        self._check_executable(model, env)
+        self.gpu_lingering.pop(model.id, None)
+        await self._check_port(model)
+        log_path = model_log.log_path(self.log_dir, model.id)
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        model_log.rotate_log(log_path)
+        with log_path.open("a") as f:
+            offset = f.tell()
+            f.write(f"--- swapd {time.strftime('%Y-%m-%d %H:%M:%S')}: starting {model.id}: ")
+            f.write(shlex.join(model.cmd) + "\n")
+        spawn = asyncio.ensure_future(self._spawn(model, env, log_path, offset))
+        try:
+            running = await asyncio.shield(spawn)
+        except asyncio.CancelledError:
+            # circus may be starting the process right now: let it finish and stop that process,
+            # rather than leave one nobody tracks.
+            with contextlib.suppress(Exception):
+                started = await spawn
+                if not self.detached:
+                    await self.stop(started, model, timeout=min(5.0, model.unload_timeout))
+            raise
+        pid = running.pid
+        exited = asyncio.ensure_future(pid_watch.wait_exit(pid))
+        try:
+            await health.wait_healthy(
+                self.session,
+                health_url(model),
+                timeout=model.health_check_timeout,
+                exited=exited,
+            )
+        except health.ProcessExited:
+            self.processes.pop(model.id, None)
+            code = await self.exit_code(pid)
+            await self.remove_watcher(model.id)
+            tail = await model_log.settled_tail(log_path, offset)
+            said = f"exit code {code}" if code is not None else "an unknown exit code"
+            raise ExitedDuringStart(
+                f"model {model.id} exited during startup with {said}", log_tail=tail
+            ) from None
+        except health.HealthTimeout:
+            await self.stop(running, model, timeout=min(5.0, model.unload_timeout))
+            raise HealthCheckTimeout(
+                f"model {model.id} health check timed out after "
+                f"{model.health_check_timeout:g}s ({health_url(model)} never answered 200)",
+                log_tail=await model_log.settled_tail(log_path, offset),
+            ) from None
+        except BaseException:
+            # Cancelled (unload, reload, shutdown) or an unexpected error: leave no process behind.
+            exited.cancel()
+            if not self.detached:
+                await asyncio.shield(
+                    self.stop(running, model, timeout=min(5.0, model.unload_timeout))
+                )
+            raise
+        exited.cancel()
+        log.info("%s ready (pid %d, %s)", model.id, pid, model.proxy)
+        return running
+
+    async def _spawn(
+        self, model: ModelConfig, env: dict[str, str], log_path: Path, offset: int
+    ) -> Running:
+        """`add` + `start` the watcher; the pid circus really started."""
+        # stdout and stderr are two circus streams on one file; circus's own rotation would have
+        # each of them rotate it separately, so the daemon rotates between runs instead.
+        stream = {"class": "FileStream", "filename": str(log_path)}
+        options: dict[str, Any] = {
+            "env": env,
+            "copy_env": False,
+            "respawn": False,
+            "max_retry": 1,
+            # The daemon stops models itself (its own signals, cmdStop). circus's stop reaches a
+            # model only when circusd stops everything, and then the daemon lets the requests in
+            # flight finish first (the shutdown grace): so circus's signal must not stop it, and
+            # its SIGKILL comes only when the daemon failed to stop it in time.
+            "graceful_timeout": self.shutdown_grace + float(model.unload_timeout) + CMD_STOP_MARGIN,
+            "stop_signal": int(signal.SIGCONT),
+            "stdout_stream": stream,
+            "stderr_stream": dict(stream),
+        }
+        started = await self.watchers.spawn(model.id, model.cmd, options)
+        if not started:
+            await self.remove_watcher(model.id)
+            raise StartFailed(
+                f"model {model.id} failed to start: circus could not spawn "
+                f"{shlex.join(model.cmd)!r} (see circusd's log)",
+                log_tail=model_log.read_tail(log_path, offset),
+            )
+        running = self.processes[model.id] = Running(
+            model=model.id,
+            pid=started[0],
+            upstream=model.proxy,
+            port=model.port,
+            gpus=tuple(model.gpus or ()),
+            started_at=time.time(),
+            definition=definition_hash(model),
+        )
+        return running
+
+    def track(self, running: Running) -> None:
+        """A process found running (adopted after a daemon restart)."""
+        self.processes[running.model] = running
+
+    # ------------------------------------------------------------------------------------ stop
+
+    async def stop(
+        self,
+        running: Running,
+        model: ModelConfig | None,
+        *,
+        timeout: float | None = None,
+        remove: bool = True,
+        defer_remove: bool = False,
+    ) -> tuple[LingeringProcess, ...]:
+        """Stop the process (cmdStop, else SIGTERM), SIGKILL after `timeout`, rm the watcher, and
+        wait for its GPU memory to come back. Returns what still holds GPU memory.
+
+        `remove=False` while circusd itself shuts down: it holds its lock until every watcher
+        stopped, and drops them all anyway. `defer_remove` (a swap: a start comes next) leaves the
+        `rm` until that start has spawned its process."""
+        grace = float(timeout if timeout is not None else (model.unload_timeout if model else 10))
+        pid = running.pid
+        if self.processes.get(running.model) is running:
+            del self.processes[running.model]
+        tree = process_tree.process_tree(pid)
+        if pid_watch.is_alive(pid):
+            if model is not None and model.cmd_stop:
+                await self._run_cmd_stop(model, pid, grace)
+            else:
+                process_tree.signal_group(pid, signal.SIGTERM)
+            if not await process_tree.wait_gone(pid, grace):
+                log.warning(
+                    "%s (pid %d) ignored SIGTERM for %gs: SIGKILL", running.model, pid, grace
+                )
+                process_tree.kill_tree(pid, tree)
+                await process_tree.wait_gone(pid, 5.0)
+        if remove and not self.closing:
+            if defer_remove:
+                self.watchers.defer(running.model)
+            else:
+                await self.remove_watcher(running.model)
+        # Children that outlive the main process (a shell's background job) get no second chance.
+        leftovers = [p for p in tree if p.pid != pid and process_tree.alive(p)]
+        for proc in leftovers:
+            with contextlib.suppress(psutil.Error):
+                proc.kill()
+        # A docker model's processes are not our descendants: on its own GPUs, any process counts.
+        foreign = model is not None and bool(model.cmd_stop) and bool(running.gpus)
+        pids = None if foreign else {pid, *(p.pid for p in tree)}
+        lingering, _ = await asyncio.gather(
+            self._wait_gpu_release(running, pids), self._check_port_released(running)
+        )
+        running.lingering = lingering
+        if lingering:
+            self.gpu_lingering[running.model] = lingering
+        else:
+            self.gpu_lingering.pop(running.model, None)
+        return lingering
+
+    async def _run_cmd_stop(self, model: ModelConfig, pid: int, grace: float) -> None:
+        assert model.cmd_stop is not None
+        argv = fill_pid(model.cmd_stop, pid)
+        log.info("%s: running cmdStop %s", model.id, shlex.join(argv))
+        try:
+            with model_log.log_path(self.log_dir, model.id).open("ab") as out:
+                proc = await asyncio.create_subprocess_exec(
+                    *argv,
+                    stdin=asyncio.subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=out,
+                    env=model_env(model, self._environ),
+                    start_new_session=True,
+                )
+        except OSError as exc:
+            log.error("%s: cmdStop %s failed to run: %s; sending SIGTERM", model.id, argv[0], exc)
+            process_tree.signal_group(pid, signal.SIGTERM)
+            return
+        try:
+            code = await asyncio.wait_for(proc.wait(), grace + CMD_STOP_MARGIN)
+        except TimeoutError:
+            log.error("%s: cmdStop did not finish in %gs; killing it", model.id, grace)
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+            await proc.wait()
+            return
+        if code != 0:
+            log.warning("%s: cmdStop exited with %d", model.id, code)
+
+    async def _wait_gpu_release(
+        self, running: Running, pids: set[int] | None
+    ) -> tuple[LingeringProcess, ...]:
+        if self.gpu_backend is None:
+            return ()
+        try:
+            lingering = await gpu.wait_released(
+                self.gpu_backend, pids, running.gpus or None, self.gpu_release_timeout
+            )
+        except GpuError as exc:
+            log.error("%s: cannot check GPU release: %s", running.model, exc)
+            return ()
+        if lingering:
+            log.warning(
+                "%s stopped but GPU memory is still held: %s",
+                running.model,
+                ", ".join(f"pid {p.pid} on {p.gpu} ({p.used_bytes} bytes)" for p in lingering),
+            )
+        return tuple(lingering)
+
+    async def _check_port_released(self, running: Running) -> None:
+        port = ports.model_port(running.port, running.upstream)
+        if port is None:
+            return
+        if any(ports.model_port(r.port, r.upstream) == port for r in self.processes.values()):
+            return  # another model's process serves on the same port
+        if await ports.wait_free(port, self.port_release_timeout):
+            self.lingering.pop(running.model, None)
+            return
+        lingering = await ports.report(running.model, port)
+        log.warning("%s", lingering.message)
+        self.lingering[running.model] = lingering

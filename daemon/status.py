@@ -1,0 +1,66 @@
+"""What the daemon reports about a model (`ModelStatus`): broadcast on every state change, listed
+by `Status` and `Snapshot`. Built from what each part knows, handed in; nothing here decides."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Mapping
+
+from ..ipc.messages import Lingering, LingeringProcess, ModelStatus
+from .config import ModelConfig
+from .machinery.model_process import Running
+from .policy import ttl
+from .policy.proxies import ProxyRegistry
+from .policy.records import ModelRecord
+
+
+def model_status(
+    rec: ModelRecord[Running],
+    model: ModelConfig | None,
+    registry: ProxyRegistry,
+    lingering: Mapping[str, Lingering],
+    gpu_lingering: Mapping[str, tuple[LingeringProcess, ...]],
+    now: float | None = None,
+) -> ModelStatus:
+    """`rec` as the world sees it; `model` is its definition in the current config (None when a
+    reload removed it)."""
+    handle = rec.handle
+    return ModelStatus(
+        model=rec.id,
+        state=rec.state,
+        upstream=handle.upstream if handle else (model.proxy if model else ""),
+        pid=handle.pid if handle else None,
+        port=handle.port if handle else (model.port if model else None),
+        gpus=handle.gpus if handle else tuple(model.gpus or ()) if model else (),
+        ttl=model.ttl if model else 0,
+        since=rec.since,
+        last_activity=last_activity(rec, registry),
+        ttl_left=ttl.ttl_left_of(rec, model, registry, now),
+        reason=rec.reason,
+        in_flight=registry.in_flight(rec.id),
+        gpu_lingering=gpu_lingering.get(rec.id, ()),
+        lingering=lingering.get(rec.id),
+    )
+
+
+def last_activity(rec: ModelRecord[Running], registry: ProxyRegistry) -> float:
+    """The last activity of the running instance: none before its process started (a report of
+    an earlier instance, or one that reached the daemon late, belongs to that instance)."""
+    at = registry.last_activity.get(rec.id, 0.0)
+    if rec.handle is not None and at < rec.handle.started_at:
+        return 0.0
+    return at
+
+
+def all_status(
+    records: Iterable[ModelRecord[Running]],
+    models: Mapping[str, ModelConfig],
+    registry: ProxyRegistry,
+    lingering: Mapping[str, Lingering],
+    gpu_lingering: Mapping[str, tuple[LingeringProcess, ...]],
+) -> tuple[ModelStatus, ...]:
+    now = time.time()
+    return tuple(
+        model_status(rec, models.get(rec.id), registry, lingering, gpu_lingering, now)
+        for rec in records
+    )
