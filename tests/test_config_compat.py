@@ -8,7 +8,7 @@ import pytest
 
 from swapd.daemon.config import model as c
 from swapd.daemon.config.loader import load, load_config
-from swapd.daemon.config.patterns import search_form
+from swapd.ipc.path_patterns import search_form
 
 CONFIGS = Path(__file__).parent / "configs"
 # The seed page sits beside the checkout (../shared/seed/), as DESIGN.md refers to it.

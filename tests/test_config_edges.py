@@ -14,9 +14,10 @@ from hypothesis import strategies as st
 from swapd.daemon.config import model as c
 from swapd.daemon.config.loader import ConfigError, ConfigIssue, load, load_config_text, load_text
 from swapd.daemon.config.model_fields import MAX_COMMAND_LENGTH
-from swapd.daemon.config.patterns import has_nested_quantifier, search_form
+from swapd.daemon.config.patterns import has_nested_quantifier
 from swapd.daemon.routing import routing_table
 from swapd.ipc.messages import ModelRouting, RouteModel
+from swapd.ipc.path_patterns import search_form
 
 from .test_config_check_cli import swapd
 
@@ -290,3 +291,14 @@ def test_the_routing_table_holds_the_configs_own_values() -> None:
     assert route.upstream == model.proxy == "http://localhost:5800"
     assert route.filters is model.filters  # the same struct, not a copy
     assert table.peers == (config.peers["p"],)
+
+
+# -- ${PORT} carried over a reload (branch issue10's rule; it lives in stages.allocate_ports) ----
+
+
+def test_ports_carried_over_are_kept_and_never_given_to_another_model() -> None:
+    text = "models:\n" + "".join(f"  {m}:\n    cmd: srv --port ${{PORT}}\n" for m in "acb")
+    fresh = load_text(text, environ={}).config
+    assert {m: x.port for m, x in fresh.models.items()} == {"a": 5800, "c": 5802, "b": 5801}
+    kept = load_text(text, environ={}, ports={"a": 5800, "c": 5801}).config
+    assert {m: x.port for m, x in kept.models.items()} == {"a": 5800, "c": 5801, "b": 5802}

@@ -132,8 +132,8 @@ class _Build:
         environ: Mapping[str, str],
         ports: Mapping[str, int] | None = None,
     ) -> None:
-        self.ports = dict(ports or {})
         self.document = document
+        self.ports = dict(ports or {})
         self.source = source
         self.environ = environ
         self.report = Report(source, document)
@@ -179,7 +179,7 @@ class _Build:
             stages.expand_model(model_id, body, global_macros, report)
             for model_id, body in data["models"].items()
         ]
-        stages.allocate_ports(staged, start_port, report, self.ports)
+        stages.allocate_ports(staged, start_port, self.ports, report)
         defaults = model_fields.ModelDefaults(
             ttl=top.global_ttl or 0,
             unload_timeout=top.unload_timeout or float(c.DEFAULT_UNLOAD_TIMEOUT),

@@ -93,19 +93,19 @@ def _expand_fields(body: dict[str, Any], scope: list[macros.Macro], path: Path) 
 
 
 def allocate_ports(
-    staged: list[Staged], start_port: int, report: Report, kept: Mapping[str, int]
+    staged: list[Staged], start_port: int, ports: Mapping[str, int], report: Report
 ) -> None:
     """`${PORT}` for every model whose cmd uses it, from `startPort` up in sorted id order.
 
-    A model in `kept` (a reload: the ports of the config it replaces and of the running
+    A model in `ports` (a reload: the ports of the config it replaces and of the running
     processes) keeps its port, and no other model gets one of those, so adding or removing a
     model never renumbers another (whose definition would then change)."""
-    taken = set(kept.values())
+    taken = set(ports.values())
     port = start_port
     for model in sorted(staged, key=lambda m: m.id):
         if model.cmd_text is None or "${PORT}" not in model.cmd_text:
             continue
-        assigned = kept.get(model.id)
+        assigned = ports.get(model.id)
         if assigned is None:
             while port in taken:
                 port += 1
