@@ -6,7 +6,10 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+import msgspec
+
 from ..ipc.messages import Draining, ModelStatus, StateChanged
+from ..ipc.states import HEALTH_CHECK_REASON
 from .config import ModelConfig
 from .endpoint import Endpoint
 from .machinery.exit_watch import ExitWatch
@@ -36,7 +39,15 @@ class DaemonEffects:
         self.exits = exits
         self.status_of = status_of
         self.metrics = metrics or Metrics()
-        lifecycle.on_phase = lambda m, phase, s: self.metrics.phase.labels(m, phase).observe(s)
+        lifecycle.on_phase = self._phase
+        # The last status published per model: a phase change republishes it with a new reason.
+        self._last: dict[str, ModelStatus] = {}
+
+    def _phase(self, model_id: str, phase: str, seconds: float) -> None:
+        self.metrics.phase.labels(model_id, phase).observe(seconds)
+        last = self._last.get(model_id)
+        if phase == "start" and last is not None and last.state == "starting":
+            self._publish(msgspec.structs.replace(last, reason=HEALTH_CHECK_REASON))
 
     async def start(self, model: ModelConfig) -> Running:
         try:
@@ -76,7 +87,10 @@ class DaemonEffects:
     def changed(self, record: ModelRecord[Running], model: ModelConfig | None) -> None:
         if record.state == "failed" and record.failures >= BACKOFF_AFTER:
             self.metrics.backoffs.labels(record.id).inc()
-        status = self.status_of(record, model)
+        self._publish(self.status_of(record, model))
+
+    def _publish(self, status: ModelStatus) -> None:
+        self._last[status.model] = status
         instance = self.endpoint.instance
         self.endpoint.publish_nowait(
             lambda seq: StateChanged(instance=instance, seq=seq, status=status)

@@ -52,6 +52,8 @@ class ModelRouting(msgspec.Struct, frozen=True, kw_only=True):
     ignore_websockets: bool = False
     # "client": the client's Host goes upstream unchanged; "upstream": the upstream's host:port.
     host_header: str = "client"
+    # `sendLoadingState` (the model's, else the top level's): loading progress for a streaming chat.
+    send_loading_state: bool = False
     name: str | None = None
     description: str | None = None
     metadata: dict[str, Any] = msgspec.field(default_factory=dict)

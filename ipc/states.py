@@ -8,3 +8,7 @@ from .messages import ModelState
 LOADED_STATES: frozenset[ModelState] = frozenset({"starting", "ready", "draining", "stopping"})
 # The states in which requests for a model are (or are about to be) served by its process.
 SERVING_STATES: frozenset[ModelState] = frozenset({"starting", "ready"})
+
+# The `reason` of a `starting` model whose process runs and is waiting for its health check
+# (published once the spawn is done, so a loading stream can tell the two phases apart).
+HEALTH_CHECK_REASON = "waiting for the health check"

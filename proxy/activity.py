@@ -11,6 +11,7 @@ off the request's path, from the small body or the stream's tail the relay kept.
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from collections.abc import Callable
 
@@ -39,7 +40,9 @@ class Recorder:
     def __init__(self) -> None:
         self.send: Callable[[ActivityReport], None] | None = None
         self.proxy_id = ""
-        self.enabled = True
+        # Off: no activity records, so no request figures in /metrics and no activity or
+        # in-flight events (the benchmark's baseline; operators who want none of it).
+        self.enabled = os.environ.get("SWAPD_PROXY_ACTIVITY", "1") != "0"
         self._pending: list[_Pending] = []
         self._timer: asyncio.TimerHandle | None = None
         self.dropped = 0

@@ -23,6 +23,7 @@ import asyncio
 import contextlib
 import os
 from collections import deque
+from collections.abc import Callable
 from typing import Any, cast
 
 import msgspec
@@ -100,6 +101,8 @@ class EventHub:
         self.state = state
         self.subscribers: set[Subscriber] = set()
         self.in_flight: dict[str, InFlight] = {}
+        # Told after every model state change (loading streams, `loading.py`).
+        self.state_listeners: set[Callable[[], None]] = set()
         # How many events were offered, and lost to full queues (tests and operators).
         self.offered = 0
         self.lost = 0
@@ -160,6 +163,9 @@ class EventHub:
                 self.in_flight[flight.id] = flight
             for key in event.removes:
                 self.in_flight.pop(key, None)
+        if isinstance(event, StateChanged):
+            for listener in list(self.state_listeners):
+                listener()
         if not self.subscribers:
             return
         if isinstance(event, StateChanged | TableChanged):

@@ -103,9 +103,15 @@ def unreachable(label: str, exc: UpstreamError) -> ProxyError:
 
 
 async def forward(
-    request: web.Request, transport: Transport, out: Outgoing, label: str
+    request: web.Request,
+    transport: Transport,
+    out: Outgoing,
+    label: str,
+    *,
+    into: web.StreamResponse | None = None,
 ) -> web.StreamResponse:
-    """Send `out` and relay the answer; `label` names the upstream in error messages."""
+    """Send `out` and relay the answer; `label` names the upstream in error messages; `into`: a
+    response already sent (a loading stream) the answer's body continues."""
     try:
         reply = await transport.send(out)
     except UpstreamError as exc:
@@ -114,6 +120,6 @@ async def forward(
     if acc is not None:
         acc.ttfb = asyncio.get_running_loop().time() - acc.started
     try:
-        return await relay(request, reply, label)
+        return await relay(request, reply, label, into=into)
     finally:
         reply.close()

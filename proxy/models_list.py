@@ -17,6 +17,7 @@ from aiohttp import web
 from ..ipc.messages import RouteModel
 from ..ipc.states import LOADED_STATES
 from .context import CTX
+from .ops import ttl_left_now
 from .sync_wait import routes_of
 
 OWNED_BY = "swapd"
@@ -24,7 +25,7 @@ _encode = msgspec.json.Encoder().encode
 
 
 def _entry(
-    entry_id: str, route: RouteModel, created: int, loaded: bool, meta: dict[str, Any]
+    entry_id: str, route: RouteModel, created: int, status: dict[str, Any], meta: dict[str, Any]
 ) -> dict[str, Any]:
     item: dict[str, Any] = {"id": entry_id, "object": "model", "created": created}
     item["owned_by"] = OWNED_BY
@@ -33,7 +34,7 @@ def _entry(
     if route.description and route.description.strip():
         item["description"] = route.description.strip()
     item["meta"] = {"llamaswap": {**route.metadata, **meta}}
-    item["status"] = {"value": "loaded" if loaded else "unloaded"}
+    item["status"] = status
     return item
 
 
@@ -41,20 +42,28 @@ async def handle_models(request: web.Request) -> web.Response:
     ctx = request.app[CTX]
     routes = await routes_of(ctx)
     created = int(time.time())
+    ttl_left = await ttl_left_now(ctx)
     data: list[dict[str, Any]] = []
     for route in routes.table.models:
         if route.unlisted:
             continue
         rt = ctx.state.runtimes.get(route.id)
-        loaded = rt is not None and rt.state in LOADED_STATES
+        state = rt.state if rt is not None else "stopped"
+        left = rt.status.ttl_left if rt is not None else None
+        status = {
+            "value": "loaded" if state in LOADED_STATES else "unloaded",
+            "state": state,
+            "ttl": route.ttl,
+            "ttl_left": ttl_left.get(route.id) if ttl_left is not None else left,
+        }
         meta: dict[str, Any] = {"type": "model"}
         if route.aliases:
             meta["aliases"] = list(route.aliases)
-        data.append(_entry(route.id, route, created, loaded, meta))
+        data.append(_entry(route.id, route, created, status, meta))
         if routes.include_aliases_in_list:
             for alias in route.aliases:
                 data.append(
-                    _entry(alias, route, created, loaded, {"type": "alias", "modelID": route.id})
+                    _entry(alias, route, created, status, {"type": "alias", "modelID": route.id})
                 )
     for peer in routes.table.peers:
         for name in peer.models:

@@ -23,7 +23,7 @@ async def handle_health(_request: web.Request) -> web.Response:
     return web.Response(text="OK")
 
 
-async def _ttl_left(ctx: ProxyContext) -> dict[str, float | None] | None:
+async def ttl_left_now(ctx: ProxyContext) -> dict[str, float | None] | None:
     """Each model's `ttl_left` now, from the daemon (the TTL's owner: what `swapd status` says),
     or None when it does not answer in time. The state broadcasts carry the value of the moment
     of the change only, which does not count down."""
@@ -41,7 +41,7 @@ async def handle_running(request: web.Request) -> web.Response:
     TTL left as the daemon counts it, and this proxy process's counters under `"proxy"`."""
     ctx = request.app[CTX]
     await routes_of(ctx)
-    ttl_left = await _ttl_left(ctx)
+    ttl_left = await ttl_left_now(ctx)
     running = []
     for rt in sorted(ctx.state.runtimes.values(), key=lambda r: r.id):
         if rt.state == "stopped":

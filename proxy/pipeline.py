@@ -25,7 +25,7 @@ from collections.abc import Callable
 from aiohttp import web
 
 from ..ipc.messages import Error
-from . import decide
+from . import decide, loading
 from .account import account
 from .activity import RECORDER
 from .address import UpstreamAddress
@@ -129,25 +129,42 @@ async def _serve_local(
     decision: decide.Serve,
     found: RequestModel | None,
 ) -> web.StreamResponse:
-    account(request).model = rt.id
+    acc = account(request)
+    acc.model = rt.id
     body, plain, path_qs = _body(found, decision)
     if not decision.admitted:
         STATS.outside_admission += 1
         return await _send(request, ctx, rt, rt.address, path_qs, body, plain, decision)
     admission = ctx.admission
     admission.reserve(rt)
+    progress = None
+    if not rt.hot and loading.wanted(request, rt, found):
+        progress = loading.Progress(request, ctx, rt, acc.asked or rt.id)
     try:
-        address = await _admit(request, ctx, rt)
+        address = await _admit(request, ctx, rt, progress)
         try:
-            return await _send(request, ctx, rt, address, path_qs, body, plain, decision)
+            if progress is not None:
+                await progress.done()
+            into = progress.response if progress is not None else None
+            return await _send(request, ctx, rt, address, path_qs, body, plain, decision, into)
         finally:
             admission.end(rt)
+    except ProxyError as exc:
+        if progress is None or progress.response is None:
+            raise
+        return await progress.failed(exc)  # the stream's 200 is sent: the error goes in it
     finally:
         admission.release(rt)
 
 
-async def _admit(request: web.Request, ctx: ProxyContext, rt: ModelRuntime) -> UpstreamAddress:
-    """Wait until `rt`'s model may serve and count the request in flight; the caller ends it."""
+async def _admit(
+    request: web.Request,
+    ctx: ProxyContext,
+    rt: ModelRuntime,
+    progress: loading.Progress | None = None,
+) -> UpstreamAddress:
+    """Wait until `rt`'s model may serve and count the request in flight; the caller ends it.
+    With `progress`, the wait streams loading progress to the client."""
     STATS.forwarded += 1
     if rt.hot:
         STATS.served_without_ipc += 1
@@ -158,7 +175,8 @@ async def _admit(request: web.Request, ctx: ProxyContext, rt: ModelRuntime) -> U
     started = loop.time()
     try:
         while True:
-            reply = await ctx.link.ensure(rt.id)
+            ensure = ctx.link.ensure(rt.id)
+            reply = await (progress.wait(ensure) if progress is not None else ensure)
             if isinstance(reply, Error):
                 raise ProxyError.from_reply(reply)
             if rt.drain_epoch is None or rt.hot:
@@ -183,6 +201,7 @@ async def _send(
     body: bytes | None,
     plain: bool,
     decision: decide.Serve,
+    into: web.StreamResponse | None = None,
 ) -> web.StreamResponse:
     host = address.hostport if rt.route.host_header == "upstream" else None
     if decision.websocket:
@@ -193,7 +212,7 @@ async def _send(
         )
     out = outgoing(request, address, path_qs, host=host, body=body, plain=plain)
     transport = ctx.lean if address.lean else ctx.aiohttp
-    return await forward(request, transport, out, rt.id)
+    return await forward(request, transport, out, rt.id, into=into)
 
 
 # --------------------------------------------------------------------------------------------------

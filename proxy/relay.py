@@ -21,7 +21,7 @@ import logging
 from aiohttp import web
 from multidict import CIMultiDict
 
-from .account import ACCOUNT, Tail
+from .account import ACCOUNT, Account, Tail
 from .errors import ProxyError
 from .upstream import Reply, UpstreamBroken
 
@@ -85,9 +85,12 @@ def response_headers(reply: Reply) -> CIMultiDict[str]:
 _FRAMING = frozenset({"chunked", "identity", ""})
 
 
-async def relay(request: web.Request, reply: Reply, label: str) -> web.StreamResponse:
+async def relay(
+    request: web.Request, reply: Reply, label: str, *, into: web.StreamResponse | None = None
+) -> web.StreamResponse:
     """Write `reply` back to `request`'s client by the rules above; closes nothing itself (the
-    caller closes `reply`)."""
+    caller closes `reply`). `into`: a response whose head is already sent (a loading stream):
+    the reply's body continues it, its status and headers are lost."""
     status = reply.status
     headers = response_headers(reply)
     length = reply.content_length
@@ -95,6 +98,8 @@ async def relay(request: web.Request, reply: Reply, label: str) -> web.StreamRes
     acc = request.get(ACCOUNT)
     if acc is not None:
         acc.content_type = headers.get("Content-Type", "")
+    if into is not None:
+        return await _stream(request, reply, label, into, None, bodiless, acc)
     if length is not None and length <= SMALL_BODY and not bodiless:
         try:
             data = await reply.read()
@@ -108,6 +113,18 @@ async def relay(request: web.Request, reply: Reply, label: str) -> web.StreamRes
     if length is not None:
         response.content_length = length
     await response.prepare(request)
+    return await _stream(request, reply, label, response, length, bodiless, acc)
+
+
+async def _stream(
+    request: web.Request,
+    reply: Reply,
+    label: str,
+    response: web.StreamResponse,
+    length: int | None,
+    bodiless: bool,
+    acc: Account | None,
+) -> web.StreamResponse:
     if bodiless:
         await response.write_eof()
         return response

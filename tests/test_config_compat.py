@@ -125,6 +125,9 @@ def test_llama_swap_config_with_groups_macros_aliases_filters_and_peers_loads() 
     assert gpt.aliases == ("gpt-4o-mini", "gpt-3.5-turbo")
     assert gpt.env == {"CUDA_VISIBLE_DEVICES": "0,1,2"}
     assert gpt.ttl == 60 and gpt.concurrency_limit == 10
+    # sendLoadingState: true at the top, false on gpt-oss-120b: the model's own value wins.
+    assert gpt.send_loading_state is False
+    assert config.models["qwen-unlisted"].send_loading_state is True
 
     assert config.models["qwen-unlisted"].ttl == 300  # -1 = globalTTL
     docker = config.models["docker-llama"]
@@ -148,9 +151,7 @@ def test_llama_swap_config_with_groups_macros_aliases_filters_and_peers_loads() 
     ignored = {w.path for w in loaded.warnings}
     assert ignored == {
         "logToStdout",
-        "sendLoadingState",
         "models.gpt-oss-120b.filters.setParamsByID",
-        "models.gpt-oss-120b.sendLoadingState",
         "models.gpt-oss-120b.timeouts",
         "peers.openrouter.timeouts",
     }

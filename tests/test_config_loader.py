@@ -264,14 +264,14 @@ def test_ignored_llama_swap_keys_load_with_warnings(tmp_path: Path) -> None:
     path.write_text(
         "logToStdout: both\ncaptureBuffer: 5\n"
         + MINIMAL
-        + "    sendLoadingState: true\n    timeouts: {connect: 5}\n"
+        + "    capabilities: {tools: true}\n    timeouts: {connect: 5}\n"
         + "    filters: {setParamsByID: {'m:high': {effort: high}}}\n"
     )
     loaded = load(path, environ={})
     assert [w.path for w in loaded.warnings] == [
         "logToStdout",
         "captureBuffer",
-        "models.m.sendLoadingState",
+        "models.m.capabilities",
         "models.m.timeouts",
         "models.m.filters.setParamsByID",
     ]

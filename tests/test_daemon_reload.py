@@ -68,7 +68,9 @@ def test_reload_prints_the_warnings_check_config_prints(stack_factory) -> None:
     start = free_port_range(4)
     stack = stack_factory(_config(start, {"b": []}))
     # llama-swap keys swapd accepts but ignores.
-    stack.write_config(_config(start, {"b": [], "d": []}, sendLoadingState=True, timeouts={}))
+    stack.write_config(
+        _config(start, {"b": [], "d": []}, capabilities={"tools": True}, timeouts={})
+    )
     check = subprocess.run(
         [PYTHON, "-m", "swapd.daemon.cli", "check-config", "-c", str(stack.config_path)],
         capture_output=True,

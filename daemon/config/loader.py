@@ -184,6 +184,7 @@ class _Build:
             ttl=top.global_ttl or 0,
             unload_timeout=top.unload_timeout or float(c.DEFAULT_UNLOAD_TIMEOUT),
             health_check_timeout=float(health),
+            send_loading_state=bool(top.send_loading_state),
         )
         built: dict[str, c.ModelConfig] = {}
         aliases: dict[str, list[str]] = {}

@@ -44,6 +44,7 @@ class ModelDefaults:
     ttl: int
     unload_timeout: float
     health_check_timeout: float
+    send_loading_state: bool = False
 
 
 def name_problem(name: str, what: str) -> str | None:
@@ -125,6 +126,11 @@ def build(
         concurrency_limit=limit,
         ignore_websockets=ignore_websockets,
         host_header=spec.host_header or "client",
+        send_loading_state=(
+            defaults.send_loading_state
+            if spec.send_loading_state is None
+            else spec.send_loading_state
+        ),
         aliases=tuple(aliases),
         env=env,
         unlisted=bool(spec.unlisted),

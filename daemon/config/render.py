@@ -70,6 +70,7 @@ def _model(model: ModelConfig) -> dict[str, Any]:
         "concurrencyLimit": model.concurrency_limit,
         "compat": {"ignoreWebsockets": model.ignore_websockets},
         "hostHeader": model.host_header,
+        "sendLoadingState": model.send_loading_state,
         "gpus": list(model.gpus) if model.gpus is not None else None,
         "aliases": list(model.aliases),
         "env": [f"{name}={value}" for name, value in model.env.items()],

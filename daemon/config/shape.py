@@ -49,7 +49,6 @@ Texts = tuple[str, ...]
 Free = dict[str, Any]
 
 _NO_TIMEOUTS = "swapd's proxy uses its own upstream timeouts"
-_NO_LOADING_STATE = "swapd sends no loading-state stream"
 
 
 class Section(msgspec.Struct, frozen=True, rename="camel"):
@@ -97,7 +96,8 @@ class Model(Section, frozen=True):
     host_header: Literal["client", "upstream"] | None = None
     compat: Compat | None = None
     filters: ModelFilters | None = None
-    send_loading_state: _ignored(_NO_LOADING_STATE) = None
+    # Stream loading progress to a streaming chat request that waits for a start.
+    send_loading_state: bool | None = None
     timeouts: _ignored(_NO_TIMEOUTS) = None
     capabilities: _ignored("swapd does not report capabilities in /v1/models") = None
 
@@ -152,7 +152,8 @@ class Top(Section, frozen=True):
     log_requests: _ignored("deprecated in llama-swap too") = None
     metrics_max_in_memory: Int | None = None
     capture_buffer: _ignored("swapd does not capture requests") = None
-    send_loading_state: _ignored(_NO_LOADING_STATE) = None
+    # Stream loading progress to a streaming chat request that waits for a start.
+    send_loading_state: bool | None = None
     store: _ignored("swapd keeps no activity database") = None
     ui: _ignored("swapd has no web UI") = None
     performance: _ignored("swapd does not sample performance") = None
