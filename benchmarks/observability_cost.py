@@ -148,6 +148,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seconds", type=float, default=3)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument(
+        "--no-subscriber", action="store_true", help="on without the events subscriber and scrapes"
+    )
     args = parser.parse_args()
     if not tools_found():
         return 2
@@ -167,7 +170,7 @@ models:
             with (
                 swapd(config, {"SWAPD_PROXY_ACTIVITY": "0"}) as off,
                 swapd(config, {"SWAPD_PROXY_ACTIVITY": "1"}) as on,
-                Watcher(on.url) as watcher,
+                Watcher(on.url) if not args.no_subscriber else contextlib.nullcontext() as watcher,
             ):
                 targets = {"off": off, "on": on}
                 pids = {name: proxy_pid(s.pid) for name, s in targets.items()}
@@ -183,7 +186,8 @@ models:
                         cpu[name].append(used / (rate * args.seconds) * 1e6)
                         p50[name].append(wrk(running.url + CHAT, 1, args.seconds, script)[1])
                 time.sleep(0.5)
-                events, scrapes = watcher.events, watcher.scrapes
+                events = watcher.events if watcher is not None else 0
+                scrapes = watcher.scrapes if watcher is not None else 0
                 with urllib.request.urlopen(on.url + "/api/metrics/stats", timeout=10) as resp:
                     recorded = resp.read()
     return report(args, rps, p50, cpu, events, scrapes, recorded)

@@ -326,11 +326,12 @@ class Draining(_Msg, frozen=True):
 
 class ActivityAdded(_Msg, frozen=True):
     """Records the daemon stored (from any proxy), with their ids: every proxy's `/api/events`
-    subscribers get an `activity` event for each."""
+    subscribers get an `activity` event for each. `records` is the msgpack of a tuple of
+    `ActivityRecord`s, left undecoded (`decode_records`) by a proxy with no subscriber."""
 
     instance: str
     seq: int
-    records: tuple[ActivityRecord, ...]
+    records: msgspec.Raw
 
 
 class InFlightChanged(_Msg, frozen=True):

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
+from collections import deque
 from collections.abc import Callable
 
 from aiohttp import web
@@ -23,7 +24,6 @@ from . import tokens as token_parse
 from .account import Account
 
 FLUSH_S = 0.1
-# A proxy whose daemon is away keeps at most this many records waiting; older ones are dropped.
 MAX_PENDING = 10_000
 
 
@@ -43,9 +43,9 @@ class Recorder:
         # Off: no activity records, so no request figures in /metrics and no activity or
         # in-flight events (the benchmark's baseline; operators who want none of it).
         self.enabled = os.environ.get("SWAPD_PROXY_ACTIVITY", "1") != "0"
-        self._pending: list[_Pending] = []
+        # A proxy whose daemon is away keeps the newest MAX_PENDING; older ones are dropped.
+        self._pending: deque[_Pending] = deque(maxlen=MAX_PENDING)
         self._timer: asyncio.TimerHandle | None = None
-        self.dropped = 0
         # In flight: begun and not yet reported, and reported as started (their end is news).
         self._new: dict[str, tuple[web.BaseRequest, Account, float]] = {}
         self._reported: set[str] = set()
@@ -106,11 +106,7 @@ class Recorder:
             error_msg=response.reason if status >= 400 else "",
             proxy_id=self.proxy_id,
         )
-        pending = self._pending
-        pending.append(_Pending(record, body, tail.data() if tail is not None else None))
-        if len(pending) > MAX_PENDING:
-            del pending[0]
-            self.dropped += 1
+        self._pending.append(_Pending(record, body, tail.data() if tail is not None else None))
         if self._timer is None:
             self._timer = loop.call_later(FLUSH_S, self.flush)
 
@@ -124,7 +120,7 @@ class Recorder:
         if self._timer is not None:
             self._timer.cancel()
         self._timer = None
-        pending, self._pending = self._pending, []
+        pending, self._pending = self._pending, deque(maxlen=MAX_PENDING)
         started = tuple(
             InFlight(
                 id=flight,

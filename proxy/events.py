@@ -29,6 +29,7 @@ from typing import Any, cast
 import msgspec
 from aiohttp import web
 
+from ..ipc import codec
 from ..ipc.activity import ActivityRecord, InFlight
 from ..ipc.messages import (
     ActivityAdded,
@@ -52,8 +53,10 @@ def frame(kind: str, data: Any) -> bytes:
     return b"event:message\ndata:%s\n\n" % _encode({"type": kind, "data": _encode(data).decode()})
 
 
-def record_data(record: ActivityRecord) -> dict[str, Any]:
-    return msgspec.to_builtins(record)
+def activity_frame(record: ActivityRecord) -> bytes:
+    # The record's JSON as the envelope's string, without building it as a dict first.
+    data = _encode(record).decode()
+    return b"event:message\ndata:%s\n\n" % _encode({"type": "activity", "data": data})
 
 
 def flight_data(flight: InFlight) -> dict[str, Any]:
@@ -171,8 +174,8 @@ class EventHub:
         if isinstance(event, StateChanged | TableChanged):
             self._broadcast(frame("modelStatus", self.model_status()))
         elif isinstance(event, ActivityAdded):
-            for record in event.records:
-                self._broadcast(frame("activity", record_data(record)))
+            for record in codec.decode_records(event.records):
+                self._broadcast(activity_frame(record))
         elif isinstance(event, InFlightChanged):
             for flight in event.upserts:
                 data = {"operation": "upsert", "request": flight_data(flight)}

@@ -18,6 +18,48 @@ from ..ipc.activity import Tokens
 
 _decode = msgspec.json.Decoder().decode
 ERROR_LIMIT = 500
+Number = int | float | None
+
+
+class _Details(msgspec.Struct):
+    cached_tokens: Number = None
+
+
+class _Usage(msgspec.Struct):
+    prompt_tokens: Number = None
+    completion_tokens: Number = None
+    input_tokens: Number = None
+    output_tokens: Number = None
+    cache_read_input_tokens: Number = None
+    input_tokens_details: _Details | None = None
+    prompt_tokens_details: _Details | None = None
+
+
+class _Timings(msgspec.Struct):
+    prompt_n: Number = None
+    predicted_n: Number = None
+    cache_n: Number = None
+    prompt_per_second: Number = None
+    predicted_per_second: Number = None
+    draft_n: Number = None
+    draft_n_accepted: Number = None
+
+
+class _Outer(msgspec.Struct):
+    usage: _Usage | None = None
+
+
+class _Doc(msgspec.Struct):
+    """The parts of a response that carry counts: decoding into it skips everything else, which
+    is several times cheaper than building the whole document."""
+
+    usage: _Usage | None = None
+    timings: _Timings | None = None
+    response: _Outer | None = None
+    message: _Outer | None = None
+
+
+_decode_doc = msgspec.json.Decoder(_Doc).decode
 
 
 def _int(value: Any) -> int | None:
@@ -87,14 +129,61 @@ def _from_object(doc: Any, tokens: Tokens) -> None:
     _timings_into(doc.get("timings"), tokens)
 
 
+def _parse_into(data: bytes, tokens: Tokens) -> None:
+    try:
+        doc = _decode_doc(data)
+    except msgspec.DecodeError:
+        # Not the usual shape (an /infill array, a field of another type): the general way.
+        try:
+            _from_object(_decode(data), tokens)
+        except msgspec.DecodeError:
+            pass
+        return
+    for usage in (
+        doc.usage,
+        doc.response and doc.response.usage,
+        doc.message and doc.message.usage,
+    ):
+        if usage is not None:
+            _usage_struct(usage, tokens)
+    timings = doc.timings
+    if timings is not None:
+        if timings.prompt_n is not None:
+            tokens.input_tokens = int(timings.prompt_n)
+        if timings.predicted_n is not None:
+            tokens.output_tokens = int(timings.predicted_n)
+        if timings.prompt_per_second is not None:
+            tokens.prompt_per_second = float(timings.prompt_per_second)
+        if timings.predicted_per_second is not None:
+            tokens.tokens_per_second = float(timings.predicted_per_second)
+        if timings.cache_n is not None:
+            tokens.cache_tokens = int(timings.cache_n)
+        if timings.draft_n is not None and timings.draft_n_accepted is not None:
+            tokens.draft_tokens = int(timings.draft_n)
+            tokens.draft_acc_tokens = int(timings.draft_n_accepted)
+
+
+def _usage_struct(usage: _Usage, tokens: Tokens) -> None:
+    """`_usage_into` for the decoded struct (the common case, without building dicts)."""
+    value = usage.prompt_tokens if usage.prompt_tokens is not None else usage.input_tokens
+    if value is not None and (value > 0 or tokens.input_tokens < 0):
+        tokens.input_tokens = int(value)
+    value = usage.completion_tokens if usage.completion_tokens is not None else usage.output_tokens
+    if value is not None and (value > 0 or tokens.output_tokens < 0):
+        tokens.output_tokens = int(value)
+    cached = usage.cache_read_input_tokens
+    for details in (usage.input_tokens_details, usage.prompt_tokens_details):
+        if cached is None and details is not None:
+            cached = details.cached_tokens
+    if cached is not None:
+        tokens.cache_tokens = int(cached)
+
+
 def from_body(body: bytes) -> Tokens:
     """A whole JSON response body."""
     tokens = Tokens()
     if b'"usage"' in body or b'"timings"' in body:
-        try:
-            _from_object(_decode(body), tokens)
-        except msgspec.DecodeError:
-            pass
+        _parse_into(body, tokens)
     return tokens
 
 
@@ -110,10 +199,7 @@ def from_stream_tail(tail: bytes) -> Tokens:
         data = line[5:].strip()
         if not data or data == b"[DONE]" or (b'"usage"' not in data and b'"timings"' not in data):
             continue
-        try:
-            _from_object(_decode(data), tokens)
-        except msgspec.DecodeError:
-            continue  # the first line of the tail may be cut
+        _parse_into(data, tokens)  # the first line of the tail may be cut: then it adds nothing
     return tokens
 
 

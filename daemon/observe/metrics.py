@@ -94,6 +94,20 @@ class _Live(Collector):
         yield from (total, used)
 
 
+class _PerModel:
+    """The labelled children one (model, route) updates for each record."""
+
+    def __init__(self, m: Metrics, model: str, route: str) -> None:
+        self.duration = m.duration.labels(model, route)
+        self.ttfb = m.ttfb.labels(model, route)
+        self.wait = m.wait.labels(model)
+        self.prompt = m.tokens.labels(model, "prompt")
+        self.generated = m.tokens.labels(model, "generated")
+        self.cached = m.tokens.labels(model, "cached")
+        self.prompt_speed = m.prompt_speed.labels(model)
+        self.gen_speed = m.gen_speed.labels(model)
+
+
 class Metrics:
     def __init__(self) -> None:
         self.registry = registry = CollectorRegistry()
@@ -178,6 +192,7 @@ class Metrics:
             ["model"],
             registry=registry,
         )
+        self._children: dict[tuple[str, str], _PerModel] = {}
 
     @contextlib.contextmanager
     def waiting_for(self, model: str) -> Iterator[None]:
@@ -190,26 +205,34 @@ class Metrics:
             waiting[model] -= 1
 
     def records(self, records: Iterable[ActivityRecord]) -> None:
+        # The labelled children are looked up once per label set (`labels()` costs more than the
+        # counting itself), and the request counts added once per batch.
+        counts: dict[tuple[str, str, int], int] = {}
+        children = self._children
         for r in records:
-            model, route = r.model, r.route
-            self.requests.labels(model, route, str(r.resp_status_code)).inc()
-            self.duration.labels(model, route).observe(r.duration_ms / 1000)
+            key = (r.model, r.route, r.resp_status_code)
+            counts[key] = counts.get(key, 0) + 1
+            both = children.get((r.model, r.route))
+            if both is None:
+                both = children[(r.model, r.route)] = _PerModel(self, r.model, r.route)
+            both.duration.observe(r.duration_ms / 1000)
             if r.ttfb_ms >= 0:
-                self.ttfb.labels(model, route).observe(r.ttfb_ms / 1000)
+                both.ttfb.observe(r.ttfb_ms / 1000)
             if r.wait_ms > 0:
-                self.wait.labels(model).observe(r.wait_ms / 1000)
+                both.wait.observe(r.wait_ms / 1000)
             t = r.tokens
-            for kind, count in (
-                ("prompt", t.input_tokens),
-                ("generated", t.output_tokens),
-                ("cached", t.cache_tokens),
-            ):
-                if count > 0:
-                    self.tokens.labels(model, kind).inc(count)
+            if t.input_tokens > 0:
+                both.prompt.inc(t.input_tokens)
+            if t.output_tokens > 0:
+                both.generated.inc(t.output_tokens)
+            if t.cache_tokens > 0:
+                both.cached.inc(t.cache_tokens)
             if t.prompt_per_second > 0:
-                self.prompt_speed.labels(model).observe(t.prompt_per_second)
+                both.prompt_speed.observe(t.prompt_per_second)
             if t.tokens_per_second > 0:
-                self.gen_speed.labels(model).observe(t.tokens_per_second)
+                both.gen_speed.observe(t.tokens_per_second)
+        for (model, route, status), count in counts.items():
+            self.requests.labels(model, route, str(status)).inc(count)
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)

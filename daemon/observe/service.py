@@ -11,6 +11,7 @@ from typing import Any, Protocol
 
 import msgspec
 
+from ...ipc import codec
 from ...ipc.activity import ActivityRecord, InFlight
 from ...ipc.messages import (
     ActivityAdded,
@@ -88,8 +89,9 @@ class Observer:
         )
 
     def _publish(self, records: tuple[ActivityRecord, ...]) -> None:
+        raw = codec.encode_records(records)
         self.endpoint.publish_nowait(
-            lambda seq: ActivityAdded(instance=self.instance, seq=seq, records=records)
+            lambda seq: ActivityAdded(instance=self.instance, seq=seq, records=raw)
         )
 
     def forget(self, proxy_id: str) -> None:
