@@ -293,7 +293,14 @@ class ActivityReport(_Msg, frozen=True):
     ended: tuple[str, ...] = ()
 
 
-Cast = Hello | Activity | Drained | ActivityReport
+class CancelInFlight(_Msg, frozen=True):
+    """`POST /api/inflight/{id}/cancel` for a request another proxy process serves: the daemon
+    passes it on to every proxy (`CancelRequested`)."""
+
+    id: str
+
+
+Cast = Hello | Activity | Drained | ActivityReport | CancelInFlight
 
 Inbound = Request | Cast
 
@@ -343,4 +350,12 @@ class InFlightChanged(_Msg, frozen=True):
     removes: tuple[str, ...] = ()
 
 
-Event = TableChanged | StateChanged | Draining | ActivityAdded | InFlightChanged
+class CancelRequested(_Msg, frozen=True):
+    """The proxy serving in-flight request `id` ends it."""
+
+    instance: str
+    seq: int
+    id: str
+
+
+Event = TableChanged | StateChanged | Draining | ActivityAdded | InFlightChanged | CancelRequested

@@ -15,6 +15,7 @@ import os
 import time
 from collections import deque
 from collections.abc import Callable
+from typing import Any
 
 from aiohttp import web
 
@@ -47,8 +48,9 @@ class Recorder:
         self._pending: deque[_Pending] = deque(maxlen=MAX_PENDING)
         self._timer: asyncio.TimerHandle | None = None
         # In flight: begun and not yet reported, and reported as started (their end is news).
-        self._new: dict[str, tuple[web.BaseRequest, Account, float]] = {}
-        self._reported: set[str] = set()
+        # Each with its handler's task, which `cancel` cancels.
+        self._new: dict[str, tuple[web.BaseRequest, Account, float, asyncio.Task[Any] | None]] = {}
+        self._reported: dict[str, asyncio.Task[Any] | None] = {}
         self._ended: list[str] = []
         self._count = 0
 
@@ -58,18 +60,25 @@ class Recorder:
             return
         self._count += 1
         acc.flight = flight = f"{self.proxy_id}-{self._count}"
-        self._new[flight] = (request, acc, time.time())
+        self._new[flight] = (request, acc, time.time(), asyncio.current_task())
         if self._timer is None:
             self._timer = asyncio.get_running_loop().call_later(FLUSH_S, self.flush)
 
-    def in_flight(self) -> int:
-        return len(self._new) + len(self._reported)
+    def cancel(self, flight: str) -> bool:
+        """End request `flight` of this process (`POST /api/inflight/{id}/cancel`): its handler is
+        cancelled, which closes its upstream exchange; False when it is not one of ours."""
+        entry = self._new.get(flight)
+        task = entry[3] if entry is not None else self._reported.get(flight)
+        if task is None or task.done():
+            return False
+        task.cancel()
+        return True
 
     def end(self, acc: Account) -> None:
         """The pipeline is done with the request (answered, failed or cancelled)."""
         flight = acc.flight
         if flight and self._new.pop(flight, None) is None and flight in self._reported:
-            self._reported.discard(flight)
+            del self._reported[flight]
             self._ended.append(flight)
             if self._timer is None:
                 self._timer = asyncio.get_running_loop().call_later(FLUSH_S, self.flush)
@@ -131,9 +140,9 @@ class Recorder:
                 remote_ip=request.remote or "",
                 proxy_id=self.proxy_id,
             )
-            for flight, (request, acc, at) in self._new.items()
+            for flight, (request, acc, at, _) in self._new.items()
         )
-        self._reported.update(self._new)
+        self._reported.update((flight, entry[3]) for flight, entry in self._new.items())
         self._new.clear()
         ended, self._ended = tuple(self._ended), []
         if not pending and not started and not ended:

@@ -120,6 +120,7 @@ def make_app(*, run_dir: Path, processes: int = 1, proxy_id: str | None = None) 
             logs=hub,
         )
         event_hub = app[events.HUB_KEY] = events.EventHub(state)
+        event_hub.on_cancel = RECORDER.cancel
         sync = StateSync(state, link, endpoints.events, context=context, hub=event_hub)
         app[SYNC_KEY] = sync
         sync.start()
@@ -157,6 +158,9 @@ def make_app(*, run_dir: Path, processes: int = 1, proxy_id: str | None = None) 
     router.add_post("/api/models/unload/{model:.+}", ops.handle_unload_one)
     router.add_get("/unload", ops.handle_unload_legacy)
     router.add_get("/api/events", events.handle_events)
+    router.add_get("/api/version", observe_api.handle_version)
+    router.add_get("/api/inflight", observe_api.handle_inflight)
+    router.add_post("/api/inflight/{id}/cancel", observe_api.handle_cancel)
     router.add_get("/api/metrics/activity", observe_api.handle_activity)
     router.add_get("/api/metrics/stats", observe_api.handle_stats)
     router.add_get("/metrics", observe_api.handle_metrics)

@@ -33,6 +33,7 @@ from ..ipc import codec
 from ..ipc.activity import ActivityRecord, InFlight
 from ..ipc.messages import (
     ActivityAdded,
+    CancelRequested,
     Event,
     InFlightChanged,
     SnapshotReply,
@@ -106,6 +107,8 @@ class EventHub:
         self.in_flight: dict[str, InFlight] = {}
         # Told after every model state change (loading streams, `loading.py`).
         self.state_listeners: set[Callable[[], None]] = set()
+        # Told of `CancelRequested` (the recorder ends the request if it is this process's).
+        self.on_cancel: Callable[[str], object] = lambda _id: None
         # How many events were offered, and lost to full queues (tests and operators).
         self.offered = 0
         self.lost = 0
@@ -169,6 +172,8 @@ class EventHub:
         if isinstance(event, StateChanged):
             for listener in list(self.state_listeners):
                 listener()
+        elif isinstance(event, CancelRequested):
+            self.on_cancel(event.id)
         if not self.subscribers:
             return
         if isinstance(event, StateChanged | TableChanged):

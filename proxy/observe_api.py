@@ -1,18 +1,32 @@
-"""The read-only observability routes the daemon answers (it keeps the activity log and every
-Prometheus figure, so each proxy process gives the same answer): `GET /api/metrics/activity`,
-`GET /api/metrics/stats` and `GET /metrics`. The proxy passes the query through and the daemon's
-document back; a bad parameter is the daemon's 400 in the one error shape."""
+"""The observability routes: `GET /api/metrics/activity`, `GET /api/metrics/stats` and
+`GET /metrics`, which the daemon answers (it keeps the activity log and every Prometheus figure,
+so each proxy process gives the same answer: the proxy passes the query through and the daemon's
+document back; a bad parameter is the daemon's 400 in the one error shape); `GET /api/inflight`
+and `POST /api/inflight/{id}/cancel` from the in-flight table every proxy mirrors; and
+`GET /api/version`."""
 
 from __future__ import annotations
 
+import importlib.metadata
 from collections.abc import Callable
 
+import msgspec
 from aiohttp import web
 
 from ..ipc.client import DaemonUnavailable
-from ..ipc.messages import Document, Error, QueryActivity, QueryMetrics, QueryStats, Request
+from ..ipc.messages import (
+    CancelInFlight,
+    Document,
+    Error,
+    QueryActivity,
+    QueryMetrics,
+    QueryStats,
+    Request,
+)
+from .activity import RECORDER
 from .context import CTX
 from .errors import ProxyError
+from .events import HUB_KEY, flight_data
 
 
 async def _ask(request: web.Request, make: Callable[[int], Request]) -> web.Response:
@@ -41,3 +55,36 @@ async def handle_stats(request: web.Request) -> web.Response:
 
 async def handle_metrics(request: web.Request) -> web.Response:
     return await _ask(request, lambda i: QueryMetrics(id=i))
+
+
+_encode = msgspec.json.Encoder().encode
+
+
+def _json(data: object) -> web.Response:
+    return web.Response(body=_encode(data), content_type="application/json")
+
+
+async def handle_version(_request: web.Request) -> web.Response:
+    """llama-swap's `{version, commit, build_date}`; swapd is installed from source, so the
+    commit and build date are not known."""
+    try:
+        version = importlib.metadata.version("swapd")
+    except importlib.metadata.PackageNotFoundError:
+        version = "unknown"
+    return _json({"version": version, "commit": "", "build_date": ""})
+
+
+async def handle_inflight(request: web.Request) -> web.Response:
+    hub = request.app[HUB_KEY]
+    requests = sorted(hub.in_flight.values(), key=lambda f: f.timestamp)
+    return _json({"requests": [flight_data(f) for f in requests]})
+
+
+async def handle_cancel(request: web.Request) -> web.Response:
+    flight = request.match_info["id"]
+    if not RECORDER.cancel(flight):
+        if flight not in request.app[HUB_KEY].in_flight:
+            raise ProxyError(404, "inflight request not found")
+        # Another proxy process serves it: the daemon passes the cancel on to every proxy.
+        request.app[CTX].link.cast_soon(CancelInFlight(id=flight))
+    return _json({"msg": "ok"})

@@ -16,6 +16,8 @@ from ...ipc.activity import ActivityRecord, InFlight
 from ...ipc.messages import (
     ActivityAdded,
     ActivityReport,
+    CancelInFlight,
+    CancelRequested,
     Document,
     Error,
     Event,
@@ -75,6 +77,12 @@ class Observer:
         on(QueryActivity, lambda i, m: reply(i, self.activity(m)))
         on(QueryStats, lambda i, m: reply(i, self.stats(m)))
         on(QueryMetrics, self._metrics, spawn=True)
+        on(CancelInFlight, lambda _, m: self._cancel(m.id))
+
+    def _cancel(self, flight: str) -> None:
+        self.endpoint.publish_nowait(
+            lambda seq: CancelRequested(instance=self.instance, seq=seq, id=flight)
+        )
 
     async def _metrics(self, identity: bytes, message: QueryMetrics) -> None:
         try:
