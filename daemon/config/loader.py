@@ -21,6 +21,7 @@ from urllib.parse import urlsplit
 from ...ipc.reserved import COMFYUI_MODEL_ID
 from . import macros
 from . import model as c
+from .busy_check import read_busy_check
 from .cmdline import split_command, strip_comment_lines
 from .issues import ConfigError, ConfigIssue, Report, describe
 from .schema import TOP_LEVEL, KeyCheck, suggest
@@ -553,6 +554,7 @@ class _Builder:
         description = read.text(body, path, "description") or None
         metadata = read.free_mapping(body, path, "metadata") or {}
         filters = self._filters(body, path)
+        busy_check = read_busy_check(body, path, self.report)
         if len(self.report.errors) > errors_before or cmd is None or proxy is None:
             return None
 
@@ -591,6 +593,7 @@ class _Builder:
             gpus=model.gpus,
             port=model.port,
             forced=tuple(forced),
+            busy_check=busy_check,
         )
 
     def _aliases(self, model_id: str, body: dict[str, Any], path: Path) -> list[str]:

@@ -11,6 +11,7 @@ from typing import Any
 import msgspec
 
 from ...ipc import aliases
+from .busy_check import BusyCheck
 
 # llama-swap's defaults (shared/reference/llama-swap.md §1.2, §1.3).
 DEFAULT_HEALTH_CHECK_TIMEOUT = 120
@@ -66,6 +67,8 @@ class ModelConfig(msgspec.Struct, frozen=True):
     # The allocated ${PORT}, when the model's cmd uses it.
     port: int | None = None
     forced: tuple[Forced, ...] = ()
+    # `busyCheck`: None = the model has none (the default: nothing asks its server).
+    busy_check: BusyCheck | None = None
 
 
 class GroupConfig(msgspec.Struct, frozen=True):

@@ -64,6 +64,7 @@ MODEL = _keys(
     "metadata",
     "macros",
     "gpus",
+    "busyCheck",  # its own keys are checked where it is read (busy_check.py)
     compat=Key(children=_keys("ignoreWebsockets")),
     filters=Key(children=FILTERS),
     sendLoadingState=_ignored("swapd sends no loading-state stream"),
