@@ -16,8 +16,10 @@ import asyncio
 import logging
 import math
 import time
+from asyncio import FIRST_COMPLETED
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from ...ipc.messages import Busy
 from ..config import Config
@@ -189,11 +191,11 @@ class BusyBoard:
         if entry is not None and entry.holding.pop(target, None) is not None:
             self._changed(model_id)
 
-    async def wait_change(self, timeout: float, *also: asyncio.Future[object]) -> None:
+    async def wait_change(self, timeout: float, *also: asyncio.Future[Any]) -> None:
         """Until any reading changes, `timeout` passes, or one of `also` is done."""
-        change = asyncio.ensure_future(self._event.wait())
+        change: asyncio.Future[Any] = asyncio.ensure_future(self._event.wait())
         try:
-            await asyncio.wait([change, *also], timeout=timeout, return_when="FIRST_COMPLETED")
+            await asyncio.wait({change, *also}, timeout=timeout, return_when=FIRST_COMPLETED)
         finally:
             change.cancel()
 
@@ -216,15 +218,15 @@ class SwapHold:
         return frozenset(m for m in models if self.swap_wait(m) is not None)
 
     async def wait(
-        self, target: str, models: frozenset[str], aborted: asyncio.Future[object]
+        self, target: str, models: frozenset[str], aborted: asyncio.Future[Any]
     ) -> frozenset[str]:
         """Return once none of `models` is busy, each busy one has had its `swapWait`, or the
         swap was answered otherwise (`aborted` done). Returns `models` (all of them asked)."""
         loop = asyncio.get_running_loop()
-        fresh = asyncio.ensure_future(
+        fresh: asyncio.Future[Any] = asyncio.ensure_future(
             asyncio.gather(*(self.check_now(m) for m in models), return_exceptions=True)
         )
-        await asyncio.wait([fresh, aborted], return_when="FIRST_COMPLETED")
+        await asyncio.wait({fresh, aborted}, return_when=FIRST_COMPLETED)
         fresh.cancel()
         start, wall = loop.time(), self.board.wall()
         bounds = {m: self.swap_wait(m) or 0.0 for m in models}
