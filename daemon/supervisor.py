@@ -20,7 +20,6 @@ from typing import Any
 import psutil
 import zmq.asyncio
 
-from ..ipc import watcher_names
 from ..ipc.endpoints import Endpoints
 from ..ipc.messages import (
     Activity,
@@ -41,13 +40,13 @@ from ..ipc.messages import (
     TableChanged,
     Unload,
 )
-from . import circus_config, reloading, routing, status
+from . import circus_config, reloading, routing, status, stopping
 from .busy_watch import BusyWatch
 from .config import Config, ModelConfig
 from .effects import DaemonEffects
 from .endpoint import Endpoint
-from .errors import CircusError, CircusUnavailable, DaemonError, EnsureError, InvalidConfig
-from .machinery import gpu, notify, ports, reconcile
+from .errors import DaemonError, EnsureError, InvalidConfig
+from .machinery import gpu, ports, readiness, reconcile
 from .machinery.circus_client import CircusClient
 from .machinery.exit_watch import ExitWatch
 from .machinery.lifecycle import GPU_RELEASE_TIMEOUT, Lifecycle
@@ -64,7 +63,6 @@ TICK = 0.25
 LINGER_RECHECK = 2.0
 # How many of each proxy's first heartbeats re-announce this daemon instance (see _announce).
 ANNOUNCE_HELLOS = 3
-WATCHDOG_DEFAULT = 10.0
 # How long a stop waits for NVML to show the model's GPU memory released (default 10 s).
 GPU_RELEASE_ENV = "SWAPD_GPU_RELEASE_TIMEOUT"
 # How long a start waits for a port its model's last stop left in use (default 10 s).
@@ -316,21 +314,6 @@ class Daemon:
                 for model_id in self.lifecycle.recheck_lingering():
                     self._publish_state(self.scheduler.record(model_id))
 
-    async def readiness(self) -> None:
-        await self.registry.first_hello.wait()
-        notify.ready()
-        notify.status(f"swapd: serving on {os.environ.get('SWAPD_LISTEN', '?')}")
-        interval = notify.watchdog_interval()
-        while True:
-            await asyncio.sleep(interval or WATCHDOG_DEFAULT)
-            try:
-                await self.circus.call("status", timeout=5.0)
-            except (CircusUnavailable, CircusError) as exc:
-                log.error("circusd does not answer (%s): withholding WATCHDOG=1", exc)
-                continue
-            if interval:
-                notify.watchdog()
-
     async def run(self) -> None:
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
@@ -351,7 +334,7 @@ class Daemon:
         )
         await self._publish_table()
         loops = [self.spawn(self.endpoint.serve()), self.spawn(self.tick_loop()), events]
-        loops.append(self.spawn(self.readiness()))
+        loops.append(self.spawn(readiness.serve(self.registry.first_hello, self.circus)))
         self._preload()
         await self._stop.wait()
         await self.shutdown()
@@ -390,54 +373,11 @@ class Daemon:
             log.error("preload of %s failed: %s", model_id, exc.message)
 
     async def shutdown(self) -> None:
-        """SIGTERM: what `policy/shutdown.py` decides, done."""
-        notify.stopping()
-        records = list(self.scheduler.records.values())
-        loaded = [r for r in records if r.handle is not None]
-        starting = [r for r in records if r.state == "starting"]
-        if not loaded and not starting:
-            await self.scheduler.shutdown()
-            self.lifecycle.closing = True
-            return
-        try:
-            reply = await self.circus.call("status", timeout=2.0)
-            statuses: dict[str, str] | None = reply.get("statuses") or None
-        except (CircusUnavailable, CircusError):
-            statuses = None
-        if not shutdown.everything_stops(
-            statuses,
-            circus_config.PROXY_WATCHER,
-            [watcher_names.watcher_name(r.id) for r in loaded],
-            [watcher_names.watcher_name(r.id) for r in starting],
-        ):
-            # A start cancelled when the loop closes must leave its process to the next daemon.
-            self.lifecycle.detached = True
-            log.info("daemon stopping alone; %d models keep running", len(loaded) + len(starting))
-            return
-        await self.scheduler.shutdown()  # no new requests admitted
-        self.lifecycle.closing = True
-        log.info(
-            "circusd is shutting down: %d models (%d starting); waiting up to %gs for the "
-            "requests in flight",
-            len(loaded) + len(starting),
-            len(starting),
-            self.shutdown_grace,
-        )
-        aborting = asyncio.ensure_future(self.scheduler.abort_starts())
-        if not await self.registry.wait_idle(self.shutdown_grace):
-            log.warning("shutdown grace of %gs over: stopping models under requests in flight",
-                        self.shutdown_grace)  # fmt: skip
-        await asyncio.gather(
-            aborting, *(self._stop_on_shutdown(rec) for rec in loaded), return_exceptions=True
-        )
-
-    async def _stop_on_shutdown(self, rec: ModelRecord[Running]) -> None:
-        handle = rec.handle
-        if handle is None:
-            return
-        self.exits.unwatch(rec.id)
-        model = rec.model or self.scheduler.config.models.get(rec.id)
-        await self.lifecycle.stop(handle, model, remove=False)
+        """SIGTERM: what `policy/shutdown.py` decides, done (`stopping.py`)."""
+        await stopping.stop(
+            self.scheduler, self.lifecycle, self.registry, self.circus, self.exits,
+            grace=self.shutdown_grace,
+        )  # fmt: skip
 
     def close(self) -> None:
         self.circus.close()

@@ -221,9 +221,9 @@ class Stack:
             return ""
 
     def model_log(self, model_id: str) -> str:
-        from swapd.ipc.watcher_names import watcher_name
+        from swapd.ipc.watcher_names import model_log_name
 
-        path = self.log_dir / f"{watcher_name(model_id)}.log"
+        path = self.log_dir / model_log_name(model_id)
         return path.read_text(errors="replace") if path.exists() else ""
 
     def swapd(

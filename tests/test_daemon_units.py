@@ -69,6 +69,24 @@ def test_circus_ini(tmp_path: Path) -> None:
     assert ini["env:swapd-daemon"]["SWAPD_PYTHON"] == "/venv/bin/python"
 
 
+def test_circus_ini_carries_the_shutdown_grace(tmp_path: Path) -> None:
+    layout = circus_config.CircusLayout(
+        endpoints=Endpoints(tmp_path),
+        config_path=tmp_path / "config.yaml",
+        listen_host="127.0.0.1",
+        listen_port=8080,
+        python="/venv/bin/python",
+        daemon_graceful_timeout=52.5,
+        shutdown_grace=12.5,
+    )
+    ini = configparser.RawConfigParser()
+    ini.read(circus_config.write(layout))
+    assert "--shutdown-grace 12.5" in ini["watcher:swapd-daemon"]["cmd"]
+    assert ini["watcher:swapd-daemon"]["graceful_timeout"] == "52.5"
+    # circusd SIGKILLs the proxy only after the grace and a margin.
+    assert ini["watcher:swapd-proxy"]["graceful_timeout"] == "17.5"
+
+
 def test_listen_addresses() -> None:
     assert circus_config.parse_listen("127.0.0.1:8080") == ("127.0.0.1", 8080)
     assert circus_config.parse_listen("[::1]:9000") == ("::1", 9000)

@@ -59,6 +59,7 @@ class FakeEffects:
         self.max_running = 0
         self.pid = 100
         self.states: list[tuple[str, str]] = []
+        self.told: list[tuple[str, bool]] = []  # (model, start_follows) of every stop
 
     async def start(self, m: ModelConfig) -> Handle:
         self.log.append(("start", m.id))
@@ -90,6 +91,7 @@ class FakeEffects:
         self, model_id: str, handle: Handle, m: ModelConfig | None, *, start_follows: bool
     ) -> None:
         self.log.append(("stop", model_id))
+        self.told.append((model_id, start_follows))
         self.running.discard(model_id)
 
     def changed(self, record: ModelRecord[Handle], model: ModelConfig | None) -> None:
@@ -447,3 +449,11 @@ async def test_shutdown_refuses_ensures() -> None:
     with pytest.raises(EnsureError) as err:
         await sched.ensure("a")
     assert err.value.status == 503 and "shutting down" in err.value.message
+
+
+async def test_a_stop_is_told_whether_a_start_follows() -> None:
+    sched, fx, _ = setup("a", "b")
+    await sched.ensure("a")
+    await sched.ensure("b")  # swaps a out to start b
+    await sched.unload("b")  # nothing starts after
+    assert fx.told == [("a", True), ("b", False)]

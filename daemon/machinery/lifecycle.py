@@ -76,6 +76,8 @@ class Lifecycle:
         self.detached = False
         # By model id: a port still listened on after the model stopped (until it is free).
         self.lingering: dict[str, Lingering] = {}
+        # By model id: the processes started (or adopted) and not stopped yet.
+        self.processes: dict[str, Running] = {}
         # By model id: what held GPU memory after its last stop (until its next start).
         self.gpu_lingering: dict[str, tuple[LingeringProcess, ...]] = {}
         self._session = session
@@ -187,6 +189,7 @@ class Lifecycle:
                 exited=exited,
             )
         except health.ProcessExited:
+            self.processes.pop(model.id, None)
             code = await self.exit_code(pid)
             await self.remove_watcher(model.id)
             tail = await model_log.settled_tail(log_path, offset)
@@ -242,7 +245,7 @@ class Lifecycle:
                 f"{shlex.join(model.cmd)!r} (see circusd's log)",
                 log_tail=model_log.read_tail(log_path, offset),
             )
-        return Running(
+        running = self.processes[model.id] = Running(
             model=model.id,
             pid=started[0],
             upstream=model.proxy,
@@ -251,6 +254,11 @@ class Lifecycle:
             started_at=time.time(),
             definition=definition_hash(model),
         )
+        return running
+
+    def track(self, running: Running) -> None:
+        """A process found running (adopted after a daemon restart)."""
+        self.processes[running.model] = running
 
     # ------------------------------------------------------------------------------------ stop
 
@@ -271,6 +279,8 @@ class Lifecycle:
         `rm` until that start has spawned its process."""
         grace = float(timeout if timeout is not None else (model.unload_timeout if model else 10))
         pid = running.pid
+        if self.processes.get(running.model) is running:
+            del self.processes[running.model]
         tree = process_tree.process_tree(pid)
         if pid_watch.is_alive(pid):
             if model is not None and model.cmd_stop:
@@ -359,6 +369,8 @@ class Lifecycle:
         port = ports.model_port(running.port, running.upstream)
         if port is None:
             return
+        if any(ports.model_port(r.port, r.upstream) == port for r in self.processes.values()):
+            return  # another model's process serves on the same port
         if await ports.wait_free(port, self.port_release_timeout):
             self.lingering.pop(running.model, None)
             return

@@ -120,6 +120,7 @@ async def adopt(
             continue
         url = health_url(model)
         if url is None or await health.probe(lifecycle.session, url, 2.0):
+            lifecycle.track(running)
             adopter.adopt(model, running)
             watch_exit(model.id, running.pid)
             log.info("adopted %s (pid %d, %s)", model.id, running.pid, running.upstream)
@@ -155,6 +156,7 @@ async def _adopt_when_healthy(
         raise
     finally:
         exited.cancel()
+    lifecycle.track(running)
     watch_exit(model.id, running.pid)
     log.info("adopted %s (pid %d) once healthy", model.id, running.pid)
     return running
