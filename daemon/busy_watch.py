@@ -19,10 +19,12 @@ from .policy.records import ModelRecord
 
 
 class BusyWatch:
-    def __init__(self, on_change: Callable[[str], None] | None = None) -> None:
+    def __init__(
+        self, config: Callable[[], Config], on_change: Callable[[str], None] | None = None
+    ) -> None:
+        self.config = config  # the config in force (a reload replaces it)
         self.board = BusyBoard(on_change)
         self.probes = BusyProbes(self._answer)
-        self._config = Config()
         self.hold = SwapHold(self.board, self._swap_wait, self.probes.check_now)
 
     def _answer(self, model_id: str, check: BusyCheck, body: bytes | None, error: str) -> None:
@@ -30,7 +32,7 @@ class BusyWatch:
         self.board.observe(model_id, reading)
 
     def _swap_wait(self, model_id: str) -> float | None:
-        model = self._config.models.get(model_id)
+        model = self.config().models.get(model_id)
         check = model.busy_check if model is not None else None
         return check.swap_wait if check is not None else None
 
@@ -38,7 +40,6 @@ class BusyWatch:
         self, records: Iterable[ModelRecord[Running]], config: Config, registry: ProxyRegistry
     ) -> None:
         """Poll the ready models that have a check (and only those); log TTLs held."""
-        self._config = config
         records = list(records)
         wanted = {}
         for rec in records:

@@ -7,11 +7,17 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
+import msgspec
 import pytest
+from aiohttp import web
 
-from swapd.daemon.config import ConfigError, load_config_text
+from swapd.daemon.busy_watch import BusyWatch
+from swapd.daemon.config import Config, ConfigError, load_config_text
 from swapd.daemon.config.busy_check import PRESETS, BusyCheck, BusyCount
 from swapd.daemon.policy import ttl
 from swapd.daemon.policy.busy import BusyBoard, SwapHold
@@ -19,7 +25,9 @@ from swapd.daemon.policy.busy_rule import Reading, evaluate, failed
 from swapd.daemon.policy.proxies import ProxyRegistry
 from swapd.daemon.policy.records import ModelRecord
 from swapd.daemon.policy.scheduler import Scheduler
+from swapd.ipc.messages import Busy
 from tests.test_scheduler import FakeEffects, Handle, setup
+from tests.test_scheduler import model as scheduler_model
 
 ANSWERS = Path(__file__).parent / "busy_answers"
 
@@ -274,3 +282,74 @@ async def test_an_unload_is_not_held_and_an_unloaded_target_ends_the_wait() -> N
     # The busy model itself: an unload stops it at once.
     await asyncio.wait_for(sched.unload("a"), 5)
     assert ("stop", "a") in effects.log
+
+
+# ------------------------------------------------------------------ the probe, on loopback
+
+
+@pytest.fixture
+async def queue_server() -> AsyncIterator[tuple[str, dict[str, Any]]]:
+    """A loopback HTTP server answering `/api/queue` as `behaviour` says (stands for ComfyUI)."""
+    behaviour: dict[str, Any] = {"mode": "busy"}
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        mode = behaviour["mode"]
+        if mode == "hang":
+            await asyncio.sleep(30)
+        if mode == "error":
+            return web.Response(status=500, text="Internal Server Error")
+        name = "comfyui_queue_busy.json" if mode == "busy" else "comfyui_queue_idle.json"
+        return web.Response(body=answer(name), content_type="application/json")
+
+    app = web.Application()
+    app.router.add_get("/api/queue", handler)
+    runner = web.AppRunner(app, shutdown_timeout=0.1)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    try:
+        yield f"http://127.0.0.1:{port}", behaviour
+    finally:
+        await runner.cleanup()
+
+
+async def test_the_probe_polls_a_ready_model_and_a_timeout_counts_as_idle(
+    queue_server: tuple[str, dict[str, Any]],
+) -> None:
+    url, behaviour = queue_server
+    check = BusyCheck(
+        path="/api/queue", counts=PRESETS["comfyui"].counts, interval=0.1, timeout=0.3
+    )
+    config = Config(models={"c": msgspec.structs.replace(scheduler_model("c"), busy_check=check)})
+    watch = BusyWatch(lambda: config)
+    rec: ModelRecord[Any] = ModelRecord("c", state="ready")
+    rec.handle = SimpleNamespace(upstream=url, pid=1)
+    registry = ProxyRegistry()
+    try:
+        watch.tick([rec], config, registry)
+
+        async def until(pred: Callable[[Busy], bool]) -> Busy:
+            async with asyncio.timeout(10):
+                while True:
+                    got = watch.report("c")
+                    if got is not None and pred(got):
+                        return got
+                    await asyncio.sleep(0.02)
+
+        busy = await until(lambda b: b.busy)
+        assert busy.message == "busy (upstream reports 1 running job, 2 pending jobs)"
+        assert watch.held("c") == math.inf
+        behaviour["mode"] = "hang"
+        failing = await until(lambda b: bool(b.error))
+        assert "no answer within 0.3s" in failing.error and not failing.busy
+        behaviour["mode"] = "error"
+        assert "HTTP 500" in (await until(lambda b: "500" in b.error)).error
+        behaviour["mode"] = "idle"
+        assert (await until(lambda b: not b.error)).message == "idle"
+        # No longer ready: no longer polled, no reading.
+        rec.state = "draining"
+        watch.tick([rec], config, registry)
+        assert watch.report("c") is None
+    finally:
+        await watch.close()

@@ -143,8 +143,9 @@ class BusyBoard:
             message = "idle"
         holding = tuple(sorted(entry.holding))
         if holding:
-            until = max(entry.holding.values()) - self.wall()
-            message += f"; a swap to {', '.join(holding)} waits for it (at most {until:.0f}s more)"
+            # A time, not a countdown: the message is published once and read later.
+            until = time.strftime("%H:%M:%S", time.localtime(max(entry.holding.values())))
+            message += f"; a swap to {', '.join(holding)} waits for it (until {until} at most)"
         return Busy(
             busy=r.busy,
             jobs=r.jobs if r.busy else 0,
