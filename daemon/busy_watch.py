@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
+import aiohttp
+
 from ..ipc.messages import Busy
 from .config import Config
 from .config.busy_check import BusyCheck
@@ -20,11 +22,14 @@ from .policy.records import ModelRecord
 
 class BusyWatch:
     def __init__(
-        self, config: Callable[[], Config], on_change: Callable[[str], None] | None = None
+        self,
+        config: Callable[[], Config],
+        on_change: Callable[[str], None] | None = None,
+        session: Callable[[], aiohttp.ClientSession] | None = None,
     ) -> None:
         self.config = config  # the config in force (a reload replaces it)
         self.board = BusyBoard(on_change)
-        self.probes = BusyProbes(self._answer)
+        self.probes = BusyProbes(self._answer, session)
         self.hold = SwapHold(self.board, self._swap_wait, self.probes.check_now)
 
     def _answer(self, model_id: str, check: BusyCheck, body: bytes | None, error: str) -> None:

@@ -109,7 +109,11 @@ class Daemon:
             effects,
             canonical_gpus=gpu.canonical_gpu_ids(self.gpu_backend.devices()),
         )
-        self.busy = BusyWatch(lambda: self.scheduler.config, self._busy_changed)
+        self.busy = BusyWatch(
+            lambda: self.scheduler.config,
+            self._busy_changed,
+            session=lambda: self.lifecycle.session,
+        )
         self.scheduler.hold = self.busy.hold
         self.table = routing.routing_table(config, self.generation, self.endpoints.log_dir)
         self._tasks: set[asyncio.Task[Any]] = set()

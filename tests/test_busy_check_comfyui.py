@@ -100,6 +100,18 @@ async def _load(swapd: Running, session: aiohttp.ClientSession, base: str, model
     return int((await swapd.wait_state(model, "ready"))["pid"])
 
 
+async def _busy_with_job(
+    swapd: Running, session: aiohttp.ClientSession, up: ComfyUpstream, base: str, steps: int
+) -> tuple[int, dict[str, Any]]:
+    """Load the model, queue a job of `steps` steps (-1: never ending) and wait until the check
+    reports it; returns the upstream's log mark from before the job and the `busy` status."""
+    await _load(swapd, session, base, up.model_id)
+    mark = up.mark()
+    await _queue(session, base, steps=steps)
+    busy = await until(lambda: _busy(swapd, up.model_id), 10, "the check to find the job")
+    return mark, busy
+
+
 async def test_a_render_longer_than_the_ttl_holds_the_model_until_it_ends(
     swapd: Running, session: aiohttp.ClientSession, up: ComfyUpstream
 ) -> None:
@@ -144,11 +156,7 @@ async def test_a_render_longer_than_the_ttl_holds_the_model_until_it_ends(
 async def test_a_swap_requested_mid_job_waits_for_the_job(
     swapd: Running, session: aiohttp.ClientSession, up: ComfyUpstream
 ) -> None:
-    base = swapd.url + "/comfyui"
-    await _load(swapd, session, base, MODEL)
-    mark = up.mark()
-    await _queue(session, base, steps=12)  # 3 s
-    await until(lambda: _busy(swapd, MODEL), 10, "the check to find the job")
+    mark, _ = await _busy_with_job(swapd, session, up, swapd.url + "/comfyui", 12)  # 3 s
     chat = {"model": LLM, "messages": [{"role": "user", "content": "hi"}]}
 
     async def ask() -> tuple[int, float]:
@@ -178,10 +186,7 @@ async def test_a_swap_goes_ahead_after_swap_wait_when_the_job_never_ends(
     swapd: Running, session: aiohttp.ClientSession, bounded: ComfyUpstream
 ) -> None:
     base = f"{swapd.url}/upstream/{BOUNDED}"
-    await _load(swapd, session, base, BOUNDED)
-    mark = bounded.mark()
-    await _queue(session, base, steps=-1)
-    busy = await until(lambda: _busy(swapd, BOUNDED), 10, "the check to find the job")
+    mark, busy = await _busy_with_job(swapd, session, bounded, base, -1)
     assert busy["message"] == "busy (upstream reports 1 running job)"
     chat = {"model": LLM, "messages": [{"role": "user", "content": "hi"}]}
     asked = time.time()
@@ -196,11 +201,7 @@ async def test_a_swap_goes_ahead_after_swap_wait_when_the_job_never_ends(
 async def test_an_unload_is_not_held_back_by_a_busy_model(
     swapd: Running, session: aiohttp.ClientSession, up: ComfyUpstream
 ) -> None:
-    base = swapd.url + "/comfyui"
-    await _load(swapd, session, base, MODEL)
-    mark = up.mark()
-    await _queue(session, base, steps=-1)
-    await until(lambda: _busy(swapd, MODEL), 10, "the check to find the job")
+    mark, _ = await _busy_with_job(swapd, session, up, swapd.url + "/comfyui", -1)
     started = time.monotonic()
     await swapd.unload(MODEL)
     # Far below the 600 s swapWait a swap would give the job.

@@ -240,15 +240,24 @@ def _held_scheduler(
     return sched, effects, board, asked
 
 
-async def test_a_swap_waits_for_a_busy_model_and_goes_ahead_when_it_is_idle() -> None:
-    sched, effects, board, asked = _held_scheduler(60)
+async def _swap_held_by_a(
+    swap_wait: float,
+) -> tuple[Scheduler[Handle], FakeEffects, BusyBoard, list[str], asyncio.Task[Handle]]:
+    """`a` ready and busy, and a swap to `b` waiting for it (seen holding, with a deadline)."""
+    sched, effects, board, asked = _held_scheduler(swap_wait)
     await sched.ensure("a")
     board.observe("a", BUSY)
     swap = asyncio.ensure_future(sched.ensure("b"))
-    await asyncio.sleep(0.05)
+    async with asyncio.timeout(5):
+        while (report := board.report("a")) is None or report.holding != ("b",):
+            await board.wait_change(1.0)
+    return sched, effects, board, asked, swap
+
+
+async def test_a_swap_waits_for_a_busy_model_and_goes_ahead_when_it_is_idle() -> None:
+    sched, effects, board, asked, swap = await _swap_held_by_a(60)
     assert not swap.done() and ("drain", "a") not in effects.log
-    report = board.report("a")
-    assert report is not None and report.holding == ("b",)
+    assert sched.record("a").state == "ready"  # it serves on meanwhile
     assert asked == ["a"]  # checked once more before waiting
     board.observe("a", IDLE)
     await asyncio.wait_for(swap, 5)
@@ -258,23 +267,17 @@ async def test_a_swap_waits_for_a_busy_model_and_goes_ahead_when_it_is_idle() ->
 
 
 async def test_a_swap_goes_ahead_after_swap_wait(caplog: pytest.LogCaptureFixture) -> None:
-    sched, effects, board, _ = _held_scheduler(0.3)
-    await sched.ensure("a")
-    board.observe("a", BUSY)
     loop = asyncio.get_running_loop()
     started = loop.time()
-    await asyncio.wait_for(sched.ensure("b"), 5)
+    _, effects, _, _, swap = await _swap_held_by_a(0.3)
+    await asyncio.wait_for(swap, 5)
     assert loop.time() - started >= 0.3
     assert ("stop", "a") in effects.log
     assert any("goes ahead (swapWait)" in r.getMessage() for r in caplog.records)
 
 
 async def test_an_unload_is_not_held_and_an_unloaded_target_ends_the_wait() -> None:
-    sched, effects, board, _ = _held_scheduler(60)
-    await sched.ensure("a")
-    board.observe("a", BUSY)
-    swap = asyncio.ensure_future(sched.ensure("b"))
-    await asyncio.sleep(0.05)
+    sched, effects, _, _, swap = await _swap_held_by_a(60)
     # The target is unloaded while its swap waits: its waiters are answered at once.
     await asyncio.wait_for(sched.unload("b"), 5)
     with pytest.raises(Exception, match="unloaded"):

@@ -36,20 +36,23 @@ class Target:
 
 
 class BusyProbes:
-    def __init__(self, on_answer: OnAnswer) -> None:
+    def __init__(
+        self, on_answer: OnAnswer, session: Callable[[], aiohttp.ClientSession] | None = None
+    ) -> None:
         self.on_answer = on_answer
+        # The daemon's client session for its models (the health checks' one), or an own one.
+        self._session_of = session
+        self._own: aiohttp.ClientSession | None = None
         self._targets: dict[str, Target] = {}
         self._tasks: dict[str, asyncio.Task[None]] = {}
-        self._session: aiohttp.ClientSession | None = None
 
     @property
     def session(self) -> aiohttp.ClientSession:
-        if self._session is None or self._session.closed:
-            # force_close: a model about to be stopped must not keep a pooled connection open.
-            self._session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=0, force_close=True)
-            )
-        return self._session
+        if self._session_of is not None:
+            return self._session_of()
+        if self._own is None or self._own.closed:
+            self._own = aiohttp.ClientSession()
+        return self._own
 
     def sync(self, wanted: Mapping[str, Target]) -> list[str]:
         """Poll exactly the models in `wanted`; returns those no longer polled."""
@@ -89,9 +92,9 @@ class BusyProbes:
         await asyncio.gather(*tasks, return_exceptions=True)
         self._tasks.clear()
         self._targets.clear()
-        if self._session is not None:
+        if self._own is not None:
             with contextlib.suppress(Exception):
-                await self._session.close()
+                await self._own.close()
 
 
 async def fetch(
