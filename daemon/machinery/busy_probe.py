@@ -45,6 +45,7 @@ class BusyProbes:
         self._own: aiohttp.ClientSession | None = None
         self._targets: dict[str, Target] = {}
         self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._closed = False
 
     @property
     def session(self) -> aiohttp.ClientSession:
@@ -56,6 +57,8 @@ class BusyProbes:
 
     def sync(self, wanted: Mapping[str, Target]) -> list[str]:
         """Poll exactly the models in `wanted`; returns those no longer polled."""
+        if self._closed:
+            wanted = {}
         dropped = [m for m, t in self._targets.items() if wanted.get(m) != t]
         for model_id in dropped:
             del self._targets[model_id]
@@ -86,6 +89,7 @@ class BusyProbes:
             self.on_answer(model_id, target.check, body, error)
 
     async def close(self) -> None:
+        self._closed = True
         tasks = list(self._tasks.values())
         for task in tasks:
             task.cancel()
