@@ -287,6 +287,11 @@ def main() -> None:
     parser.add_argument("--ignore-sigterm", action="store_true")
     parser.add_argument("--slots", type=int, default=0, help="serve llama-server's /slots")
     parser.add_argument("--metrics", action="store_true", help="serve vLLM's /metrics")
+    parser.add_argument(
+        "--sigterm-exits",
+        action="store_true",
+        help="exit at once on SIGTERM, cutting requests under way (aiohttp would finish them)",
+    )
     ARGS = parser.parse_args()
 
     print(f"fake model {ARGS.name} starting on port {ARGS.port} pid {os.getpid()}", flush=True)
@@ -323,6 +328,12 @@ def main() -> None:
             app["exit_task"] = asyncio.get_running_loop().create_task(_exit())
 
     app.on_startup.append(exit_later)
+
+    async def sigterm_exits(app: web.Application) -> None:
+        if ARGS.sigterm_exits:
+            asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, os._exit, 0)
+
+    app.on_startup.append(sigterm_exits)
     # handler_cancellation: a proxy that drops the connection cancels the handler (tests watch it).
     web.run_app(
         app,
