@@ -101,7 +101,8 @@ class Daemon:
         )
         self.registry = ProxyRegistry()
         self.endpoint = Endpoint(self.endpoints, self.instance, self.ctx)
-        self.observer = Observer(config.metrics_max_in_memory, self.instance, self.endpoint)
+        gpus = lambda: gpu.read_devices(self.gpu_backend)  # noqa: E731
+        self.observer = Observer(config, self.instance, self.endpoint, self.all_status, gpus)
         self.metrics = self.observer.metrics
         self.exits = ExitWatch(self.lifecycle.watchers, self._exited)
         parts = (self.lifecycle, self.registry, self.endpoint, self.exits, self.model_status)
@@ -122,8 +123,6 @@ class Daemon:
         self._stop = asyncio.Event()
         self._reload_lock = asyncio.Lock()
         self._announced: dict[str, int] = {}
-        self.metrics.gauges.models = self.all_status
-        self.observer.read_gpus = lambda: gpu.read_devices(self.gpu_backend)
         self._register()
 
     def _register(self) -> None:

@@ -23,11 +23,13 @@ from ...ipc.messages import (
     Event,
     GpuInfo,
     InFlightChanged,
+    ModelStatus,
     QueryActivity,
     QueryMetrics,
     QueryStats,
     Reply,
 )
+from ..config import Config
 from . import activity_query
 from .activity_store import ActivityStore
 from .metrics import CONTENT_TYPE, Metrics
@@ -57,17 +59,21 @@ class Publisher(Protocol):
 
 
 class Observer:
-    def __init__(self, max_in_memory: int, instance: str, endpoint: Publisher) -> None:
-        self.store = ActivityStore(max_in_memory)
+    def __init__(
+        self,
+        config: Config,
+        instance: str,
+        endpoint: Publisher,
+        models: Callable[[], Iterable[ModelStatus]],
+        read_gpus: Callable[[], Awaitable[Iterable[GpuInfo]]],
+    ) -> None:
+        self.store = ActivityStore(config.metrics_max_in_memory)
         self.instance = instance
         self.endpoint = endpoint
         self.metrics = Metrics()
+        self.metrics.gauges.models = models
         self.on_records: Callable[[list[ActivityRecord]], None] | None = self.metrics.records
-
-        async def no_gpus() -> list[GpuInfo]:
-            return []
-
-        self.read_gpus: Callable[[], Awaitable[Iterable[GpuInfo]]] = no_gpus
+        self.read_gpus = read_gpus
         self.in_flight: dict[str, InFlight] = {}
 
     def register(self, on: Callable[..., None]) -> None:
