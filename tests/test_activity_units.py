@@ -1,0 +1,130 @@
+"""The activity log's pure parts: token counts from the shapes servers send (proxy/tokens.py), the
+stream tail the relay keeps (proxy/account.py), and llama-swap's histogram (activity_query.py)."""
+
+from __future__ import annotations
+
+import json
+
+from swapd.daemon.observe.activity_query import histogram
+from swapd.ipc.activity import Tokens
+from swapd.proxy.account import TAIL_BYTES, Tail
+from swapd.proxy.tokens import error_message, from_body, from_stream_tail
+
+
+def _json(doc: object) -> bytes:
+    return json.dumps(doc).encode()
+
+
+def test_openai_usage_with_cached_tokens() -> None:
+    body = _json(
+        {
+            "choices": [],
+            "usage": {
+                "prompt_tokens": 10,
+                "completion_tokens": 4,
+                "prompt_tokens_details": {"cached_tokens": 6},
+            },
+        }
+    )
+    assert from_body(body) == Tokens(input_tokens=10, output_tokens=4, cache_tokens=6)
+
+
+def test_anthropic_and_responses_shapes() -> None:
+    anthropic = _json(
+        {"usage": {"input_tokens": 3, "output_tokens": 5, "cache_read_input_tokens": 2}}
+    )
+    assert from_body(anthropic) == Tokens(input_tokens=3, output_tokens=5, cache_tokens=2)
+    responses = _json(
+        {
+            "response": {
+                "usage": {"input_tokens": 8, "output_tokens": 1},
+            }
+        }
+    )
+    assert from_body(responses) == Tokens(input_tokens=8, output_tokens=1)
+    started = _json({"type": "message_start", "message": {"usage": {"input_tokens": 9}}})
+    assert from_body(started).input_tokens == 9
+
+
+def test_llamacpp_timings_win_over_usage() -> None:
+    body = _json(
+        {
+            "usage": {"prompt_tokens": 1, "completion_tokens": 1},
+            "timings": {
+                "prompt_n": 20,
+                "predicted_n": 30,
+                "cache_n": 7,
+                "prompt_per_second": 512.5,
+                "predicted_per_second": 42.0,
+                "draft_n": 12,
+                "draft_n_accepted": 9,
+            },
+        }
+    )
+    assert from_body(body) == Tokens(
+        input_tokens=20,
+        output_tokens=30,
+        cache_tokens=7,
+        prompt_per_second=512.5,
+        tokens_per_second=42.0,
+        draft_tokens=12,
+        draft_acc_tokens=9,
+    )
+
+
+def test_infill_array_and_odd_shapes() -> None:
+    infill = _json([{"content": "a"}, {"content": "b", "timings": {"predicted_n": 2}}])
+    assert from_body(infill).output_tokens == 2
+    assert from_body(_json({"usage": "n/a", "timings": None})) == Tokens()
+    assert from_body(b'not json, but mentions "usage"') == Tokens()
+    assert from_body(_json({"choices": []})) == Tokens()
+
+
+def test_stream_tail_latest_usage_and_timings() -> None:
+    events = [
+        {"choices": [{"delta": {"content": "x"}}]},
+        {"choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": 2}},
+        {"choices": [], "timings": {"predicted_n": 3, "predicted_per_second": 9.5}},
+    ]
+    stream = b"".join(b"data: " + _json(e) + b"\n\n" for e in events) + b"data: [DONE]\n\n"
+    # The tail starts mid-event: that cut line is skipped.
+    tail = b'tokens": 999}}\n\n' + stream
+    assert from_stream_tail(tail) == Tokens(input_tokens=5, output_tokens=3, tokens_per_second=9.5)
+    assert from_stream_tail(b"data: [DONE]\n\n") == Tokens()
+
+
+def test_tail_keeps_only_the_last_bytes() -> None:
+    tail = Tail()
+    for _ in range(100):
+        tail.feed(b"x" * 1000)
+    tail.feed(b"end")
+    assert tail.total == 100_003
+    data = tail.data()
+    assert len(data) == TAIL_BYTES and data.endswith(b"end")
+    assert sum(len(c) for c in tail.chunks) < TAIL_BYTES + 1000
+
+
+def test_error_messages() -> None:
+    assert error_message(400, "Bad Request", _json({"error": {"message": "bad"}})) == "bad"
+    assert error_message(500, "x", _json({"error": "boom"})) == "boom"
+    assert error_message(422, "x", _json({"detail": "nope"})) == "nope"
+    assert error_message(503, "Service Unavailable", b"<html>") == "503 Service Unavailable"
+    long = error_message(500, "x", _json({"message": "m" * 600}))
+    assert len(long) == 503 and long.endswith("...")
+
+
+def test_histogram_as_llama_swap() -> None:
+    assert histogram([]) is None
+    assert histogram([5.0, 5.0]) == {
+        "bins": [2],
+        "binSize": 0.0,
+        "min": 5.0,
+        "max": 5.0,
+        "p50": 5.0,
+        "p95": 5.0,
+        "p99": 5.0,
+    }
+    shaped = histogram([float(v) for v in range(1, 101)])
+    assert shaped is not None
+    assert len(shaped["bins"]) == 8 and sum(shaped["bins"]) == 100  # ceil(log2 100) + 1
+    assert shaped["p50"] == 50.5 and shaped["min"] == 1.0 and shaped["max"] == 100.0
