@@ -24,6 +24,7 @@ from swapd.ipc.messages import (
     Status,
     StatusReply,
 )
+from swapd.ipc.states import HEALTH_CHECK_REASON
 from tests.stack import fake_model_cmd, wait_for
 from tests.test_daemon_lifecycle import config
 
@@ -50,14 +51,16 @@ async def test_snapshot_then_ordered_state_events(stack_factory) -> None:
         ready = await client.request(lambda i: Ensure(id=i, model="m:1"), timeout=30)
         assert isinstance(ready, Ready) and ready.upstream.startswith("http://127.0.0.1:")
         seen = []
-        while len(seen) < 2:
+        while len(seen) < 3:
             event = codec.decode_event(await asyncio.wait_for(sub.recv(), 5))
             if isinstance(event, StateChanged):
                 seen.append(event)
-        assert [e.status.state for e in seen] == ["starting", "ready"]
-        assert [e.seq for e in seen] == [snap.seq + 1, snap.seq + 2]
+        # `starting` again once the process runs: now waiting for its health check.
+        assert [e.status.state for e in seen] == ["starting", "starting", "ready"]
+        assert seen[1].status.reason == HEALTH_CHECK_REASON
+        assert [e.seq for e in seen] == [snap.seq + 1, snap.seq + 2, snap.seq + 3]
         assert {e.instance for e in seen} == {snap.instance}
-        assert seen[1].status.pid is not None
+        assert seen[2].status.pid is not None
     finally:
         client.close()
         sub.close(linger=0)
