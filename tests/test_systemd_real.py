@@ -297,6 +297,23 @@ def test_a_daemon_killed_with_sigkill_is_restarted_by_circus_with_the_models_kep
     assert "Hello from boxed" in host.chat("boxed")["choices"][0]["message"]["content"]
 
 
+def test_a_killed_client_leaves_no_server_behind_cmdstop_stops_it(host: Host) -> None:
+    # `docker run` killed (the OOM killer, an operator) leaves its container running; so does
+    # `systemd-run --pipe` its unit. The daemon notices the exit and runs the model's cmdStop.
+    host.serving("boxed")
+    client = host.model("boxed")["pid"]
+    server = host.unit("MainPID", unit=BOX_UNIT)["MainPID"]
+    host.box.exec("kill", "-KILL", str(client))
+    wait_for(lambda: host.model("boxed")["state"] == "stopped", timeout=30, what="boxed stopped")
+    wait_for(
+        lambda: host.unit("ActiveState", unit=BOX_UNIT)["ActiveState"] in ("inactive", "failed"),
+        timeout=30,
+        what="cmdStop to stop the server the killed client left",
+    )
+    assert "Hello from boxed" in host.chat("boxed")["choices"][0]["message"]["content"]
+    assert host.unit("MainPID", unit=BOX_UNIT)["MainPID"] not in ("0", server)
+
+
 def _freeze_the_daemon_until_systemd_restarts_swapd(host: Host) -> set[int]:
     """SIGSTOP the daemon; wait for the watchdog's restart. Returns the unit's processes before."""
     before = host.unit("MainPID", "NRestarts", "InvocationID")
