@@ -21,7 +21,7 @@ import pytest
 from swapd.ipc import messages
 from tests.realparts.docker_engine import DockerEngine
 from tests.realparts.images import PAGE
-from tests.stack import Stack, http_get, wait_for
+from tests.stack import Stack, free_port_range, http_get, wait_for
 
 pytestmark = [pytest.mark.processes, pytest.mark.docker]
 
@@ -59,10 +59,13 @@ def container_model(
 {extra}"""
 
 
+def top() -> str:
+    # Ports of their own: other test runs on this machine start stacks at the same time.
+    return f"healthCheckTimeout: 60\nstartPort: {free_port_range(4)}\nmodels:"
+
+
 def comfyui_config(engine: DockerEngine, image: str, **kw: Any) -> str:
-    return "healthCheckTimeout: 60\nmodels:" + container_model(
-        engine, image, "comfyui_auto", name="comfyui-auto", **kw
-    )
+    return top() + container_model(engine, image, "comfyui_auto", name="comfyui-auto", **kw)
 
 
 def start(stack_factory: Any, engine: DockerEngine, config: str) -> Stack:
@@ -96,16 +99,21 @@ def test_container_serves_comfyui_then_is_gone_after_a_swap(
     print(f"swap comfyui_auto -> other with docker stop -t 2: {swap:.2f}s")
 
 
+def left_running(stack_factory: Any, docker: DockerEngine, image: str) -> tuple[Stack, int]:
+    """comfyui_auto without cmdStop, served once and unloaded; returns the stack and its port."""
+    config = comfyui_config(docker, image, cmd_stop=False, unload_timeout=2)
+    stack = start(stack_factory, docker, config)
+    assert http_get(stack.url + "/comfyui/", timeout=60)[0] == 200
+    port = int(stack.model("comfyui_auto")["port"])
+    stack.swapd("unload", "comfyui_auto")
+    stack.wait_state("comfyui_auto", "stopped", timeout=30)
+    return stack, port
+
+
 def test_without_cmdstop_the_container_outlives_the_stop(
     docker: DockerEngine, busybox_image: str, stack_factory: Any
 ) -> None:
-    stack = start(stack_factory, docker, comfyui_config(docker, busybox_image, cmd_stop=False,
-                                                       unload_timeout=2))  # fmt: skip
-    assert http_get(stack.url + "/comfyui/", timeout=60)[0] == 200
-    port = stack.model("comfyui_auto")["port"]
-
-    stack.swapd("unload", "comfyui_auto")
-    stack.wait_state("comfyui_auto", "stopped", timeout=30)
+    _, port = left_running(stack_factory, docker, busybox_image)
     # swapd SIGKILLed its `docker run` client after unloadTimeout; the container is the engine's.
     assert running_names(docker) == ["comfyui-auto"]
     assert http_get(f"http://127.0.0.1:{port}/") == (200, PAGE.encode())
@@ -115,12 +123,7 @@ def test_without_cmdstop_the_container_outlives_the_stop(
 def test_without_cmdstop_swapd_reports_the_lingering_port_and_the_next_start_fails(
     docker: DockerEngine, busybox_image: str, stack_factory: Any
 ) -> None:
-    stack = start(stack_factory, docker, comfyui_config(docker, busybox_image, cmd_stop=False,
-                                                       unload_timeout=2))  # fmt: skip
-    assert http_get(stack.url + "/comfyui/", timeout=60)[0] == 200
-    port = stack.model("comfyui_auto")["port"]
-    stack.swapd("unload", "comfyui_auto")
-    stack.wait_state("comfyui_auto", "stopped", timeout=30)
+    stack, port = left_running(stack_factory, docker, busybox_image)
 
     def lingering() -> list[dict[str, Any]]:
         status, body = http_get(stack.url + "/running")
@@ -151,7 +154,7 @@ def test_model_id_container_names_let_two_models_run_side_by_side(
     docker: DockerEngine, busybox_image: str, stack_factory: Any
 ) -> None:
     config = (
-        "healthCheckTimeout: 60\nmodels:"
+        top()
         + container_model(docker, busybox_image, "comfy-a")
         + container_model(docker, busybox_image, "comfy-b")
         + "groups:\n  side-by-side:\n    swap: false\n    members: [comfy-a, comfy-b]\n"
@@ -230,6 +233,24 @@ def test_shutdown_while_a_container_starts_runs_its_cmdstop(
     assert stack.proc.wait(60) == 0
     # circusd's SIGTERM reached only the client (forwarded to a PID 1 that ignores it).
     assert docker.container_names() == [], "a starting model's cmdStop did not run at shutdown"
+
+
+def test_a_container_killed_from_outside_is_seen_and_started_again(
+    docker: DockerEngine, busybox_image: str, stack_factory: Any
+) -> None:
+    """`docker kill` goes around swapd; the `docker run` client exits with the container's code."""
+    stack = start(stack_factory, docker, comfyui_config(docker, busybox_image))
+    assert http_get(stack.url + "/comfyui/", timeout=60)[0] == 200
+    first_client = stack.model("comfyui_auto")["pid"]
+
+    docker.cli("kill", "comfyui-auto")
+    stopped = stack.wait_state("comfyui_auto", "stopped", timeout=30)
+    assert "exit code 137" in stopped["reason"], stopped  # 128 + SIGKILL, passed on by the client
+    assert docker.container_names() == []
+
+    assert http_get(stack.url + "/comfyui/", timeout=60) == (200, PAGE.encode())
+    assert stack.model("comfyui_auto")["pid"] != first_client
+    assert running_names(docker) == ["comfyui-auto"]
 
 
 def test_a_container_that_exits_at_start_gives_its_exit_code_and_dockers_error(

@@ -14,6 +14,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import openai
@@ -34,7 +35,7 @@ def _model(model_id: str, gguf: str, llm: LlamaCpp) -> str:
   {model_id}:
     cmd: >
       {PYTHON} {LLAMA_SERVER} --model {gguf} --port ${{PORT}}
-      --threads 2 --ctx 2048 --slots 2 --alias {model_id}
+      --threads 1 --ctx 2048 --slots 2 --alias {model_id}
     env: ["PYTHONPATH={llm.pythonpath}"]
 """
 
@@ -149,18 +150,38 @@ def test_llamacpp_native_completion_and_slots(stack: Stack) -> None:
     assert not any(s["is_processing"] for s in listed)
 
 
+def test_llamacpps_own_errors_reach_the_client_unchanged(stack: Stack) -> None:
+    """A request llama.cpp refuses (a prompt longer than a slot's context): the client gets the
+    status and the JSON llama.cpp wrote, the same as when asking the server directly."""
+    body = {"model": "gemma-a", "prompt": "hello " * 1500, "max_tokens": 1}
+    via_swapd = post_json(stack.url + "/v1/completions", body)
+    port = stack.model("gemma-a")["port"]
+    direct = post_json(f"http://127.0.0.1:{port}/v1/completions", body)
+    assert via_swapd == direct
+    status, error = via_swapd
+    assert status == 400, error
+    assert error["error"]["type"] == "exceed_context_size_error", error
+
+
 def test_swaps_back_and_forth_answer_every_request(client: openai.OpenAI, stack: Stack) -> None:
-    served = []
-    for model_id in (*MODELS, *MODELS, *MODELS):
+    def complete(model_id: str) -> str:
         reply = client.completions.create(
             model=model_id, prompt="Hello", max_tokens=2, extra_body={"ignore_eos": True}
         )
         assert reply.usage is not None and reply.usage.completion_tokens == 2
-        served.append(reply.model)
+        return reply.model
+
+    for model_id in (*MODELS, *MODELS):
+        assert complete(model_id) == model_id
         states = {m: stack.model(m)["state"] for m in MODELS}
         other = next(m for m in MODELS if m != model_id)
         assert states == {model_id: "ready", other: "stopped"}, states
-    assert served == [*MODELS, *MODELS, *MODELS]
+
+    # Then both at once: each request waits for its model's turn and is answered by it.
+    wanted = [*MODELS, *MODELS]
+    with ThreadPoolExecutor(len(wanted)) as pool:
+        served = list(pool.map(complete, wanted))
+    assert served == wanted
 
 
 def test_the_loading_phase_is_waited_out(client: openai.OpenAI, stack: Stack) -> None:

@@ -48,6 +48,8 @@ def main(argv: list[str] | None = None) -> int:
     params.cpuparams_batch.n_threads = args.threads
     params.endpoint_slots = True
     params.endpoint_metrics = True
+    # No warm-up decode at start: starts are what swap tests wait for.
+    params.warmup = False
     # llama.cpp's built-in templates (`gemma`) apply only with jinja off (llama-server's default
     # is jinja on, which reads the GGUF's own template).
     params.use_jinja = False
