@@ -138,3 +138,17 @@ def test_circus_is_told_the_stream_class_by_a_name_it_can_import() -> None:
     )
     assert isinstance(stream, ModelOutputStream)
     stream.close()
+
+
+def test_the_daemon_does_not_import_circus() -> None:
+    # Importing circus calls logging.basicConfig(): the daemon's own set-up (its format, its
+    # level) would then do nothing, and its INFO lines would never reach the journal.
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, swapd.daemon.main\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'circus'))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"

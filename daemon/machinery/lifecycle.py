@@ -37,7 +37,6 @@ from ..errors import ExitedDuringStart, GpuError, HealthCheckTimeout, PortStillI
 from . import gpu, health, model_log, pid_watch, ports, process_tree
 from .circus_client import CircusClient
 from .gpu_backend import GpuBackend
-from .model_output import ModelOutputStream
 from .model_process import Running, definition_hash, fill_pid, health_url, model_env
 from .watchers import Watchers
 
@@ -49,8 +48,10 @@ log = logging.getLogger("swapd.lifecycle")
 CMD_STOP_MARGIN = 5.0
 # A stopped model's GPU memory must be back within this, else what lingers is reported.
 GPU_RELEASE_TIMEOUT = 10.0
-# The stream class circusd imports for a model's stdout and stderr, by its installed dotted name.
-OUTPUT_STREAM = f"{ModelOutputStream.__module__}.{ModelOutputStream.__qualname__}"
+# The stream class circusd imports for a model's stdout and stderr (model_output.py), by its
+# installed dotted name: not imported here, as importing circus calls logging.basicConfig(), which
+# would leave the daemon's own logging set-up without effect.
+OUTPUT_STREAM = "swapd.daemon.machinery.model_output.ModelOutputStream"
 
 
 class Lifecycle:
