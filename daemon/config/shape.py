@@ -138,6 +138,8 @@ class Hooks(Section, frozen=True):
 class Top(Section, frozen=True):
     health_check_timeout: Int | None = None
     log_level: str | None = None
+    # What circusd's stdout (the journal under systemd) gets besides swapd's own lines.
+    log_to_stdout: Literal["proxy", "upstream", "both", "none"] | None = None
     start_port: Port | None = None
     global_ttl: Count | None = field(default=None, name="globalTTL")
     unload_timeout: Seconds | None = None
@@ -150,7 +152,6 @@ class Top(Section, frozen=True):
     upstream: Upstream | None = None
     hooks: Hooks | None = None
     log_time_format: _ignored("swapd's log lines have their own format") = None
-    log_to_stdout: _ignored("model output goes to per-model log files") = None
     log_requests: _ignored("deprecated in llama-swap too") = None
     metrics_max_in_memory: Int | None = None
     capture_buffer: _ignored("swapd does not capture requests") = None

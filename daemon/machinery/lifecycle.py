@@ -48,6 +48,10 @@ log = logging.getLogger("swapd.lifecycle")
 CMD_STOP_MARGIN = 5.0
 # A stopped model's GPU memory must be back within this, else what lingers is reported.
 GPU_RELEASE_TIMEOUT = 10.0
+# The stream class circusd imports for a model's stdout and stderr (model_output.py), by its
+# installed dotted name: not imported here, as importing circus calls logging.basicConfig(), which
+# would leave the daemon's own logging set-up without effect.
+OUTPUT_STREAM = "swapd.daemon.machinery.model_output.ModelOutputStream"
 
 
 class Lifecycle:
@@ -63,6 +67,7 @@ class Lifecycle:
         shutdown_grace: float = 0.0,
         session: aiohttp.ClientSession | None = None,
         environ: Mapping[str, str] | None = None,
+        echo_output: Callable[[], bool] = lambda: False,
     ) -> None:
         self.watchers = Watchers(circus)
         self.log_dir = log_dir
@@ -84,6 +89,8 @@ class Lifecycle:
         self._environ = dict(os.environ if environ is None else environ)
         # Told how long each phase of a start took: (model id, "start" or "health", seconds).
         self.on_phase: Callable[[str, str, float], None] = lambda _m, _p, _s: None
+        # Read at each start (`logToStdout` of the config loaded then): also to circusd's stdout?
+        self.echo_output = echo_output
 
     @property
     def closing(self) -> bool:
@@ -230,7 +237,12 @@ class Lifecycle:
         """`add` + `start` the watcher; the pid circus really started."""
         # stdout and stderr are two circus streams on one file; circus's own rotation would have
         # each of them rotate it separately, so the daemon rotates between runs instead.
-        stream = {"class": "FileStream", "filename": str(log_path)}
+        stream = {
+            "class": OUTPUT_STREAM,
+            "filename": str(log_path),
+            "model": model.id,
+            "echo": self.echo_output(),
+        }
         options: dict[str, Any] = {
             "env": env,
             "copy_env": False,
@@ -301,6 +313,11 @@ class Lifecycle:
                 )
                 process_tree.kill_tree(pid, tree)
                 await process_tree.wait_gone(pid, 5.0)
+        elif model is not None and model.cmd_stop and "${PID}" not in " ".join(model.cmd_stop):
+            # The client is gone (circusd's own SIGTERM at shutdown, or it died), but what it
+            # started may not be: a container outlives its `docker run`. cmdStop stops that. Not
+            # when cmdStop names ${PID}: that pid is dead and may already be another process's.
+            await self._run_cmd_stop(model, pid, grace)
         if remove and not self.closing:
             if defer_remove:
                 self.watchers.defer(running.model)
