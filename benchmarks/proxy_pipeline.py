@@ -47,6 +47,7 @@ from proxy_throughput import (
     fake_model,
     nginx,
     open_streams,
+    own_session,
     post_script,
     proxy_pid,
     sse_rate,
@@ -66,7 +67,7 @@ CHAT = "/v1/chat/completions"
 def floor(upstream_port: int) -> Iterator[tuple[str, int]]:
     port = free_port()
     argv = [sys.executable, str(HERE / "pipeline_floor.py"), str(port), str(upstream_port)]
-    proc = subprocess.Popen(argv)
+    proc = subprocess.Popen(argv, start_new_session=own_session())
     try:
         url = f"http://127.0.0.1:{port}"
         wait_http_ok(url + "/", 15, interval=0.05)
