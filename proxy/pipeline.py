@@ -53,13 +53,6 @@ class Account:
     waited: float = 0.0  # seconds spent waiting for the daemon (a start, a swap, a drain)
 
 
-def account(request: web.Request) -> Account:
-    found = request.get(ACCOUNT)
-    if found is None:
-        found = request[ACCOUNT] = Account()
-    return found
-
-
 def target(request: web.Request) -> tuple[str, str]:
     """(raw path, `?query` or ""), exactly as sent. An absolute-form target
     (`POST http://host/v1/... HTTP/1.1`, RFC 9112 §3.2.2) counts by its path and query."""
@@ -88,13 +81,15 @@ async def _pipeline(
     request: web.Request, decide_for: Callable[..., decide.Decision], *, by_body: bool = False
 ) -> web.StreamResponse:
     ctx = request.app[CTX]
-    routes = await routes_of(ctx)
+    state = ctx.state
+    # `front` already waited for the first table; the coroutine is for what runs without it.
+    routes = state.routes if state.synced.is_set() else await routes_of(ctx)
     found = await read_model(request) if by_body else None
     path, query = target(request)
     ask = decide.Ask(
         request.method, path, query, is_websocket(request), found.name if found else None
     )
-    runtimes = ctx.state.runtimes
+    runtimes = state.runtimes
 
     def ready(model_id: str) -> bool:
         rt = runtimes.get(model_id)
@@ -122,7 +117,7 @@ async def _serve_local(
     decision: decide.Serve,
     found: RequestModel | None,
 ) -> web.StreamResponse:
-    account(request).model = rt.id
+    request[ACCOUNT] = booked = Account(rt.id)
     body, plain, path_qs = _body(found, decision)
     if not decision.admitted:
         STATS.outside_admission += 1
@@ -130,7 +125,7 @@ async def _serve_local(
     admission = ctx.admission
     admission.reserve(rt)
     try:
-        address = await _admit(request, ctx, rt)
+        address = await _admit(booked, ctx, rt)
         try:
             return await _send(request, ctx, rt, address, path_qs, body, plain, decision)
         finally:
@@ -139,7 +134,7 @@ async def _serve_local(
         admission.release(rt)
 
 
-async def _admit(request: web.Request, ctx: ProxyContext, rt: ModelRuntime) -> UpstreamAddress:
+async def _admit(booked: Account, ctx: ProxyContext, rt: ModelRuntime) -> UpstreamAddress:
     """Wait until `rt`'s model may serve and count the request in flight; the caller ends it."""
     STATS.forwarded += 1
     if rt.hot:
@@ -164,7 +159,7 @@ async def _admit(request: web.Request, ctx: ProxyContext, rt: ModelRuntime) -> U
                 return rt.address
             await asyncio.sleep(_DRAIN_RECHECK_S)
     finally:
-        account(request).waited = loop.time() - started
+        booked.waited = loop.time() - started
 
 
 async def _send(
@@ -201,7 +196,7 @@ async def _serve_peer(
     target_ = decision.peer
     assert target_ is not None
     peer = target_.peer
-    account(request).model = f"{peer.id}/{target_.model}"
+    request[ACCOUNT] = Account(f"{peer.id}/{target_.model}")
     STATS.peer += 1
     body, plain, path_qs = _body(found, decision)
     keys = (
