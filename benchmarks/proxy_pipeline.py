@@ -19,8 +19,13 @@ Printed, each with its target:
 * 1,000 concurrent open streams through swapd, none failing;
 * the proxy process's resident memory when idle (before and after the load).
 
+`--before DIR` adds a second swapd, "before", run from an older tree (`DIR/swapd/...`, put
+first on `PYTHONPATH`; make one with `mkdir -p DIR/swapd && git archive REV | tar -x -C
+DIR/swapd`), measured beside the others at 32 and at 1 connection: before/after figures of a
+change in one run.
+
 Needs `wrk` and `nginx` (Debian: `apt-get install wrk nginx-light`). Loopback only. Run:
-`python benchmarks/proxy_pipeline.py [--seconds 3] [--rounds 3] [--streams 1000]`.
+`python benchmarks/proxy_pipeline.py [--seconds 3] [--rounds 3] [--streams 1000] [--before DIR]`.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -47,6 +53,7 @@ from proxy_throughput import (
     fake_model,
     nginx,
     open_streams,
+    own_session,
     post_script,
     proxy_pid,
     sse_rate,
@@ -66,7 +73,7 @@ CHAT = "/v1/chat/completions"
 def floor(upstream_port: int) -> Iterator[tuple[str, int]]:
     port = free_port()
     argv = [sys.executable, str(HERE / "pipeline_floor.py"), str(port), str(upstream_port)]
-    proc = subprocess.Popen(argv)
+    proc = subprocess.Popen(argv, start_new_session=own_session())
     try:
         url = f"http://127.0.0.1:{port}"
         wait_http_ok(url + "/", 15, interval=0.05)
@@ -118,6 +125,7 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=3)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--streams", type=int, default=1000)
+    parser.add_argument("--before", type=Path, help="an older tree to measure beside this one")
     args = parser.parse_args()
     if not tools_found():
         return 2
@@ -152,7 +160,13 @@ groups:
                 floor(upstream_port) as (via_floor, floor_pid),
                 bare_proxy(tmp, direct) as (via_bare, bare_pid),
                 RunningSwapd(config) as swapd,
+                contextlib.ExitStack() as extra,
             ):
+                before = None
+                if args.before is not None:
+                    env = {**os.environ, "PYTHONPATH": str(args.before.resolve())}
+                    before = extra.enter_context(RunningSwapd(config, env=env))
+                    wait_http_ok(before.url + "/upstream/bench/", 30)
                 for warm in ("/upstream/bench/", "/upstream/sse/health"):
                     wait_http_ok(swapd.url + warm, 30)
                 pid = proxy_pid(swapd.pid)
@@ -168,6 +182,9 @@ groups:
                 # CPU per request (user + system) of each proxy process: what it costs,
                 # whatever else the shared machine runs.
                 pids = {"floor": floor_pid, "bare": bare_pid, "swapd": pid}
+                if before is not None:
+                    targets["before"] = before.url
+                    pids["before"] = proxy_pid(before.pid)
                 rps: dict[str, list[float]] = {t: [] for t in targets}
                 p50: dict[str, list[float]] = {t: [] for t in targets}
                 cpu: dict[str, list[float]] = {t: [] for t in pids}
@@ -224,6 +241,8 @@ def report(
     to_bare = med["swapd"] / med["bare"]
     print(ratio_line("swapd / floor", to_floor, ">= 0.9", to_floor >= 0.9))
     print(ratio_line("swapd / bare aiohttp proxy", to_bare, ">= 1.5", to_bare >= 1.5))
+    if "before" in med:
+        print(f"  before / floor = {med['before'] / med['floor']:.3f} (the older tree, same run)")
     per_request = {name: statistics.median(values) for name, values in cpu.items()}
     print(
         "  proxy CPU per request at 32 connections: "
@@ -241,6 +260,8 @@ def report(
         f"  swapd adds {over_floor:+.3f} ms over the floor "
         f"(target <= +0.030: {'met' if over_floor <= 0.03 else 'MISSED'})"
     )
+    if "before" in added:
+        print(f"  before adds {added['before'] - added['floor']:+.3f} ms over the floor")
     bare_ratio = added["bare"] / added["swapd"] if added["swapd"] > 0 else float("inf")
     print(ratio_line("bare's added latency / swapd's", bare_ratio, ">= 1.5", bare_ratio >= 1.5))
 

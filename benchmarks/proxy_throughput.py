@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import os
 import re
 import shutil
 import statistics
@@ -137,12 +138,27 @@ web.run_app(app, host="127.0.0.1", port=int(sys.argv[1]), access_log=None, print
 """
 
 
+def own_session() -> bool:
+    """Whether each proxy measured runs in a session of its own. circusd starts swapd's proxy
+    with `setsid()`, and where the kernel groups tasks by session for scheduling
+    (`/proc/sys/kernel/sched_autogroup_enabled`, on by default in most desktop and many
+    server kernels), a session is one scheduling group: on a busy machine the proxy then gets
+    one group's share of the CPU while a reference started in the benchmark's own session
+    shares the benchmark's group (with wrk and nginx) and gets a different share. Every proxy
+    in its own session is measured under the same rule. `SWAPD_BENCH_SAME_SESSION=1` keeps
+    the references in the benchmark's session, to see the difference."""
+    return os.environ.get("SWAPD_BENCH_SAME_SESSION", "") != "1"
+
+
 @contextlib.contextmanager
 def bare_proxy(tmp: Path, upstream: str) -> Iterator[tuple[str, int]]:
     script = tmp / "bare_proxy.py"
     script.write_text(BARE_PROXY)
     port = free_port()
-    proc = subprocess.Popen([sys.executable, str(script), str(port), upstream])
+    # A session of its own, as circusd gives swapd's proxy (see `own_session`).
+    proc = subprocess.Popen(
+        [sys.executable, str(script), str(port), upstream], start_new_session=own_session()
+    )
     try:
         url = f"http://127.0.0.1:{port}"
         wait_http_ok(url + "/", 15)

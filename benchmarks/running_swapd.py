@@ -63,9 +63,15 @@ def wait_http_ok(url: str, timeout: float, interval: float = 0.005) -> None:
 
 class RunningSwapd:
     def __init__(
-        self, config_text: str, *, extra_args: tuple[str, ...] = (), start_timeout: float = 30
+        self,
+        config_text: str,
+        *,
+        extra_args: tuple[str, ...] = (),
+        start_timeout: float = 30,
+        env: dict[str, str] | None = None,
     ) -> None:
         self.extra_args = extra_args
+        self.env = env  # None: this process's environment (circusd passes it on)
         self._tmp = tempfile.TemporaryDirectory(prefix="swapd-bench-")
         root = Path(self._tmp.name)
         self.config = root / "config.yaml"
@@ -81,7 +87,7 @@ class RunningSwapd:
         argv = [*SWAPD, "run", "-c", str(self.config), "--listen", f"127.0.0.1:{self.port}"]
         argv += ["--run-dir", str(self.run_dir), *self.extra_args]
         with self.log.open("wb") as out:
-            self.proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
+            self.proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=self.env)
         try:
             wait_http_ok(f"{self.url}/health", self.start_timeout, interval=0.05)
         except BaseException:
