@@ -18,6 +18,7 @@ from ...ipc.reserved import COMFYUI_MODEL_ID
 from . import model as c
 from . import shape
 from .cmdline import split_command
+from .gpu_fields import vram_of
 from .issues import Report, describe
 from .typed import Converter
 from .yaml_nodes import Path
@@ -66,6 +67,7 @@ def build(
     *,
     port: int | None,
     gpus: tuple[str, ...] | None,
+    gpus_auto: bool = False,
     defaults: ModelDefaults,
     aliases: list[str],
     report: Report,
@@ -98,6 +100,7 @@ def build(
         )
     env = _env(raw.get("env"), path, report)
     filters = filters_of(spec.filters, (*path, "filters"), report)
+    vram = vram_of(spec.vram, (*path, "vram"), report)
     if len(report.errors) > errors_before or cmd is None or proxy is None:
         return None
 
@@ -135,6 +138,8 @@ def build(
         metadata=spec.metadata or {},
         filters=filters,
         gpus=gpus,
+        gpus_auto=gpus_auto,
+        vram=vram,
         port=port,
         forced=tuple(forced),
     )
@@ -258,7 +263,9 @@ def gpus_of(value: Any, where: Path, report: Report) -> tuple[str, ...] | None:
         return None
     if not isinstance(value, list):
         report.error(
-            where, f"expected a list of GPU indices or UUIDs such as [0, 1], got {describe(value)}"
+            where,
+            "expected auto or a list of GPU indices or UUIDs such as [0, 1], "
+            f"got {describe(value)}",
         )
         return None
     if not value:

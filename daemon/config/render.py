@@ -69,7 +69,7 @@ def _model(model: ModelConfig) -> dict[str, Any]:
         "concurrencyLimit": model.concurrency_limit,
         "compat": {"ignoreWebsockets": model.ignore_websockets},
         "hostHeader": model.host_header,
-        "gpus": list(model.gpus) if model.gpus is not None else None,
+        "gpus": "auto" if model.gpus_auto else list(model.gpus) if model.gpus is not None else None,
         "aliases": list(model.aliases),
         "env": [f"{name}={value}" for name, value in model.env.items()],
         "unlisted": model.unlisted,

@@ -93,6 +93,7 @@ class Model(Section, frozen=True):
     metadata: Free | None = None
     macros: Any = None
     gpus: Any = None
+    vram: Any = None
     # client: the client's Host goes upstream (the default); upstream: the upstream's host:port.
     host_header: Literal["client", "upstream"] | None = None
     compat: Compat | None = None
@@ -147,6 +148,8 @@ class Top(Section, frozen=True):
     peers: dict[str, Peer] | None = None
     upstream: Upstream | None = None
     hooks: Hooks | None = None
+    # `auto`: every model that sets no `gpus` and is in no group is placed by memory.
+    gpus: Literal["auto"] | None = None
     log_time_format: _ignored("swapd's log lines have their own format") = None
     log_to_stdout: _ignored("model output goes to per-model log files") = None
     log_requests: _ignored("deprecated in llama-swap too") = None

@@ -43,7 +43,9 @@ def definition_hash(model: ModelConfig) -> str:
         model.proxy,
         model.check_endpoint,
         sorted(model.env.items()),
-        model.gpus,
+        # A placed model's GPUs change from start to start; its definition does not.
+        None if model.gpus_auto else model.gpus,
+        model.gpus_auto,
         model.port,
     )
     return hashlib.sha256(msgspec.json.encode(relevant)).hexdigest()[:16]
