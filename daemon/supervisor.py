@@ -40,7 +40,7 @@ from ..ipc.messages import (
     TableChanged,
     Unload,
 )
-from . import circus_config, reloading, routing, status, stopping
+from . import circus_config, placer, reloading, routing, status, stopping
 from .config import Config, ModelConfig
 from .effects import DaemonEffects
 from .endpoint import Endpoint
@@ -103,10 +103,12 @@ class Daemon:
         effects = DaemonEffects(
             self.lifecycle, self.registry, self.endpoint, self.exits, self.model_status
         )
+        self.placer = placer.make_placer(self.gpu_backend, self.registry)
         self.scheduler: Scheduler[Running] = Scheduler(
             config,
             effects,
             canonical_gpus=gpu.canonical_gpu_ids(self.gpu_backend.devices()),
+            placer=self.placer,
         )
         self.table = routing.routing_table(config, self.generation, self.endpoints.log_dir)
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -135,18 +137,23 @@ class Daemon:
     # ------------------------------------------------------------------------------ status
 
     def model_status(self, rec: ModelRecord[Running], model: ModelConfig | None) -> ModelStatus:
-        return status.model_status(
+        st = status.model_status(
             rec, model, self.registry, self.lifecycle.lingering, self.lifecycle.gpu_lingering
         )
+        return self.placer.annotate(st, model) if self.placer is not None else st
 
     def all_status(self) -> tuple[ModelStatus, ...]:
-        return status.all_status(
+        models = self.scheduler.config.models
+        statuses = status.all_status(
             self.scheduler.states(),
-            self.scheduler.config.models,
+            models,
             self.registry,
             self.lifecycle.lingering,
             self.lifecycle.gpu_lingering,
         )
+        if self.placer is None:
+            return statuses
+        return tuple(self.placer.annotate(st, models.get(st.model)) for st in statuses)
 
     def _publish_state(self, rec: ModelRecord[Running]) -> None:
         st = self.model_status(rec, self.scheduler.config.models.get(rec.id))
@@ -212,6 +219,8 @@ class Daemon:
         except Exception as exc:
             log.warning("GPU inventory failed: %s", exc)
             devices = ()
+        if self.placer is not None:
+            devices = tuple(self.placer.gpu_view(devices, self.scheduler.loaded()))
         reply = StatusReply(
             id=message.id,
             instance=self.instance,
@@ -282,10 +291,13 @@ class Daemon:
 
     async def tick_loop(self) -> None:
         """TTL unloads, silent proxies forgotten, lingering ports checked again."""
-        last_recheck = 0.0
+        last_recheck = last_sample = 0.0
         loop = asyncio.get_running_loop()
         while True:
             await asyncio.sleep(TICK)
+            if self.placer is not None and loop.time() - last_sample >= placer.SAMPLE_EVERY:
+                last_sample = loop.time()
+                await self.placer.sample(self.scheduler.occupants())
             for gone in self.registry.expire():
                 self._announced.pop(gone, None)
             config = self.scheduler.config

@@ -37,7 +37,14 @@ from ..errors import ExitedDuringStart, GpuError, HealthCheckTimeout, PortStillI
 from . import gpu, health, model_log, pid_watch, ports, process_tree
 from .circus_client import CircusClient
 from .gpu_backend import GpuBackend
-from .model_process import Running, definition_hash, fill_pid, health_url, model_env
+from .model_process import (
+    Running,
+    definition_hash,
+    fill_gpus,
+    fill_pid,
+    health_url,
+    model_env,
+)
 from .watchers import Watchers
 
 __all__ = ["GPU_RELEASE_TIMEOUT", "Lifecycle", "Running", "StartFailed"]
@@ -237,7 +244,7 @@ class Lifecycle:
             "stdout_stream": stream,
             "stderr_stream": dict(stream),
         }
-        started = await self.watchers.spawn(model.id, model.cmd, options)
+        started = await self.watchers.spawn(model.id, fill_gpus(model.cmd, model), options)
         if not started:
             await self.remove_watcher(model.id)
             raise StartFailed(
@@ -318,7 +325,7 @@ class Lifecycle:
 
     async def _run_cmd_stop(self, model: ModelConfig, pid: int, grace: float) -> None:
         assert model.cmd_stop is not None
-        argv = fill_pid(model.cmd_stop, pid)
+        argv = fill_pid(fill_gpus(model.cmd_stop, model), pid)
         log.info("%s: running cmdStop %s", model.id, shlex.join(argv))
         try:
             with model_log.log_path(self.log_dir, model.id).open("ab") as out:

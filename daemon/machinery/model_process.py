@@ -60,9 +60,17 @@ def health_url(model: ModelConfig) -> str | None:
     return model.proxy.rstrip("/") + path
 
 
+def fill_gpus(argv: tuple[str, ...], model: ModelConfig) -> tuple[str, ...]:
+    """A `gpus: auto` model's `${GPUS}`, filled with the GPUs this start was placed on."""
+    if not model.gpus_auto:
+        return argv
+    gpus = ",".join(model.gpus or ())
+    return tuple(arg.replace("${GPUS}", gpus) for arg in argv)
+
+
 def model_env(model: ModelConfig, base: Mapping[str, str]) -> dict[str, str]:
     env = {k: v for k, v in base.items() if k not in _PRIVATE_ENV}
-    env.update(model.env)
+    env.update(zip(model.env, fill_gpus(tuple(model.env.values()), model), strict=True))
     if model.gpus and "CUDA_VISIBLE_DEVICES" not in model.env:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(model.gpus)
     env[ENV_MODEL_ID] = model.id

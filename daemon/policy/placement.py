@@ -64,6 +64,7 @@ class Fit:
     gpus: tuple[str, ...]
     evict: tuple[str, ...]
     reason: str
+    amounts: tuple[int, ...] = ()  # bytes planned on each of `gpus`; () = the GPUs whole
 
 
 @dataclass(frozen=True)
@@ -125,6 +126,7 @@ def place(
                 gpus=tuple(g.id for g, _ in assignment),
                 evict=tuple(r.model for r in evict),
                 reason=_fit_reason(request, assignment, others, evict, margin),
+                amounts=tuple(n for _, n in assignment),
             )
             best = (key, fit)
     if best is not None:
