@@ -19,13 +19,14 @@ from typing import Any
 
 import pytest
 
-from tests.realparts import provision
+from tests.realparts import provision, systemd_image
 from tests.realparts.docker_engine import DockerEngine, EngineUnavailable
 from tests.realparts.images import BUSYBOX_IMAGE, build_busybox_image
 
 PARTS: dict[str, Callable[[str], Any]] = {
     "docker": provision.ensure_docker,
     "llamacpp": provision.ensure_llamacpp,
+    "systemd": systemd_image.prepare,
 }
 # part -> what its preparation returned, or the PartMissing it raised
 _prepared: dict[str, Any] = {}

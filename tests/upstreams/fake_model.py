@@ -268,6 +268,11 @@ def main() -> None:
     parser.add_argument("--fail", action="store_true", help="print an error and exit at once")
     parser.add_argument("--ignore-sigterm", action="store_true")
     parser.add_argument("--request-log", default=None, help="append each request here (JSON)")
+    parser.add_argument(
+        "--sigterm-exits",
+        action="store_true",
+        help="exit at once on SIGTERM, cutting requests under way (aiohttp would finish them)",
+    )
     parser.add_argument("--gpu-mem", type=int, default=None, help="GPU bytes it says it holds")
     ARGS = parser.parse_args()
     if ARGS.gpu_mem is not None:
@@ -306,6 +311,12 @@ def main() -> None:
             app["exit_task"] = asyncio.get_running_loop().create_task(_exit())
 
     app.on_startup.append(exit_later)
+
+    async def sigterm_exits(app: web.Application) -> None:
+        if ARGS.sigterm_exits:
+            asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, os._exit, 0)
+
+    app.on_startup.append(sigterm_exits)
     # handler_cancellation: a proxy that drops the connection cancels the handler (tests watch it).
     web.run_app(
         app,
