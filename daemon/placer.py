@@ -150,20 +150,23 @@ class Placer:
 
     # ------------------------------------------------------------------------------ learning
 
-    async def sample(self, occupants: Sequence[Occupant]) -> None:
-        """Learn the footprints of the ready models; correct reservations that were too small."""
+    async def sample(self, occupants: Sequence[Occupant]) -> list[str]:
+        """Learn the footprints of the ready models; correct reservations that were too small.
+        Returns the models whose footprint or reservation changed (to publish)."""
+        changed: list[str] = []
         try:
             _, usage = await self.read(occupants)
         except Exception as exc:
             log.warning("GPU footprint sample failed: %s", exc)
-            return
+            return changed
         for o in occupants:
             if o.state != "ready" or o.config is None:
                 continue
             use = usage.by_model.get(o.model, {})
             if not use:
                 continue
-            self.footprints.observe(o.model, definition_hash(o.config), use)
+            if self.footprints.observe(o.model, definition_hash(o.config), use):
+                changed.append(o.model)
             if not o.config.gpus_auto:
                 continue
             if o.model in self.cleared:
@@ -185,7 +188,9 @@ class Placer:
                             gib(now),
                         )
                     reserved[g] = now
+                    changed.append(o.model)
         self.footprints.save()
+        return sorted(set(changed))
 
     def forget(self, model: str) -> None:
         self.reserved.pop(model, None)

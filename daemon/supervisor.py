@@ -297,7 +297,8 @@ class Daemon:
             await asyncio.sleep(TICK)
             if self.placer is not None and loop.time() - last_sample >= placer.SAMPLE_EVERY:
                 last_sample = loop.time()
-                await self.placer.sample(self.scheduler.occupants())
+                for model_id in await self.placer.sample(self.scheduler.occupants()):
+                    self._publish_state(self.scheduler.record(model_id))
             for gone in self.registry.expire():
                 self._announced.pop(gone, None)
             config = self.scheduler.config

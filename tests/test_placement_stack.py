@@ -19,7 +19,7 @@ import psutil
 import pytest
 
 from swapd.daemon.machinery.gpu_fake import fake_uuid
-from tests.stack import fake_model_cmd, free_ports, wait_for
+from tests.stack import fake_model_cmd, free_ports, http_get, wait_for
 
 pytestmark = pytest.mark.processes
 
@@ -106,6 +106,17 @@ def test_two_that_fit_share_a_gpu_and_a_third_evicts_only_the_least_recently_use
     assert after["a"]["pid"] == now["a"]["pid"]  # never restarted
     gpus = stack.status()["gpus"]
     assert gpus[0]["reserved_bytes"] == 6 * GIB  # a and c, 3 GiB each
+    # What an operator sees: `swapd status` and the proxy's /running.
+    text = stack.swapd("status").stdout
+    assert "c: footprint 3.0 GiB on GPU 0 (placed by memory" in text
+    assert "reserved 3.0 GiB on GPU 0" in text
+    assert "6144 MiB reserved" in text
+    status, body = http_get(stack.url + "/running")
+    running = {item["model"]: item for item in json.loads(body)["running"]}
+    assert status == 200 and set(running) == {"a", "c"}
+    assert running["a"]["gpus"] == [fake_uuid(0)]
+    assert running["a"]["footprint"] == {fake_uuid(0).casefold(): 3 * GIB}
+    assert running["a"]["reserved"] == {fake_uuid(0).casefold(): 3 * GIB}
 
 
 def test_a_model_that_grew_after_start_is_corrected(stack_factory) -> None:
