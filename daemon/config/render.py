@@ -79,6 +79,8 @@ def _model(model: ModelConfig) -> dict[str, Any]:
         "metadata": dict(model.metadata),
         "filters": _filters(model.filters),
     }
+    if model.vram is not None:
+        body["vram"] = list(model.vram)  # bytes on each GPU
     return body
 
 
