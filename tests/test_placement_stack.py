@@ -168,3 +168,13 @@ def test_no_room_says_how_much_is_needed_and_what_holds_it(stack_factory) -> Non
     error = json.loads(caught.value.read())["error"]
     assert "huge needs 20.0 GiB" in error["message"]
     assert "GPU 0 (8.0 GiB)" in error["message"]
+
+
+def test_gpus_fills_cmd_and_env_with_the_placed_gpus(stack_factory) -> None:
+    models = config({"named": {"mem_gib": 1, "vram": "1GiB", "env": ["PLACED_ON=${GPUS}"]}})
+    models["models"]["named"]["cmd"] = fake_model_cmd("named-${GPUS}", "--gpu-mem", str(GIB))
+    stack = stack_factory(models, env=gpu_env(8))
+    served = chat(stack.url, "named")["served_by"]
+    assert served["name"] == f"named-{fake_uuid(0)}"
+    env = psutil.Process(states(stack)["named"]["pid"]).environ()
+    assert env["PLACED_ON"] == env["CUDA_VISIBLE_DEVICES"] == fake_uuid(0)

@@ -357,9 +357,15 @@ class Lifecycle:
     ) -> tuple[LingeringProcess, ...]:
         if self.gpu_backend is None:
             return ()
+        # Models sharing its GPUs (placement by memory) keep running: their processes are not its.
+        others = await asyncio.to_thread(self._other_pids, running.model) if pids is None else set()
         try:
             lingering = await gpu.wait_released(
-                self.gpu_backend, pids, running.gpus or None, self.gpu_release_timeout
+                self.gpu_backend,
+                pids,
+                running.gpus or None,
+                self.gpu_release_timeout,
+                ignore_pids=others,
             )
         except GpuError as exc:
             log.error("%s: cannot check GPU release: %s", running.model, exc)
@@ -371,6 +377,14 @@ class Lifecycle:
                 ", ".join(f"pid {p.pid} on {p.gpu} ({p.used_bytes} bytes)" for p in lingering),
             )
         return tuple(lingering)
+
+    def _other_pids(self, model_id: str) -> set[int]:
+        return {
+            p.pid
+            for mid, r in self.processes.items()
+            if mid != model_id
+            for p in process_tree.process_tree(r.pid)
+        }
 
     async def _check_port_released(self, running: Running) -> None:
         port = ports.model_port(running.port, running.upstream)
