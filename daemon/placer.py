@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 
 import msgspec
 
@@ -49,6 +49,8 @@ class Placer:
         self.reserved: dict[str, dict[str, int]] = {}
         # Models placed without a footprint (their GPUs cleared) until their first sample.
         self.cleared: set[str] = set()
+        # What a model's busyCheck says (the daemon's busy board): busy models are not evicted.
+        self.busy_of: Callable[[str], bool] = lambda _model: False
         # The last reading, for status.
         self.usage = Usage({}, {}, {})
         self.devices: list[GpuInfo] = []
@@ -119,7 +121,9 @@ class Placer:
                     [uuids.get(_norm(g), _norm(g)) for g in on] if on is not None else list(totals)
                 )
                 held = {g: totals.get(g, 0) for g in ids}
-            busy = o.state != "ready" or self.registry.in_flight(o.model) > 0
+            busy = (
+                o.state != "ready" or self.registry.in_flight(o.model) > 0 or self.busy_of(o.model)
+            )
             last = max(self.registry.last_activity.get(o.model, 0.0), o.started_at)
             result.append(Resident(o.model, held, last, busy=busy, persistent=persistent))
         return result

@@ -41,6 +41,7 @@ from ..ipc.messages import (
     Unload,
 )
 from . import circus_config, placer, reloading, routing, status, stopping
+from .busy_watch import BusyWatch
 from .config import Config, ModelConfig
 from .effects import DaemonEffects
 from .endpoint import Endpoint
@@ -110,6 +111,14 @@ class Daemon:
             canonical_gpus=gpu.canonical_gpu_ids(self.gpu_backend.devices()),
             placer=self.placer,
         )
+        self.busy = BusyWatch(
+            lambda: self.scheduler.config,
+            self._busy_changed,
+            session=lambda: self.lifecycle.session,
+        )
+        self.scheduler.hold = self.busy.hold
+        if self.placer is not None:
+            self.placer.busy_of = self.busy.board.busy
         self.table = routing.routing_table(config, self.generation, self.endpoints.log_dir)
         self._tasks: set[asyncio.Task[Any]] = set()
         self._stop = asyncio.Event()
@@ -138,7 +147,12 @@ class Daemon:
 
     def model_status(self, rec: ModelRecord[Running], model: ModelConfig | None) -> ModelStatus:
         st = status.model_status(
-            rec, model, self.registry, self.lifecycle.lingering, self.lifecycle.gpu_lingering
+            rec,
+            model,
+            self.registry,
+            self.lifecycle.lingering,
+            self.lifecycle.gpu_lingering,
+            busy=self.busy.board,
         )
         return self.placer.annotate(st, model) if self.placer is not None else st
 
@@ -150,10 +164,16 @@ class Daemon:
             self.registry,
             self.lifecycle.lingering,
             self.lifecycle.gpu_lingering,
+            self.busy.board,
         )
         if self.placer is None:
             return statuses
         return tuple(self.placer.annotate(st, models.get(st.model)) for st in statuses)
+
+    def _busy_changed(self, model_id: str) -> None:
+        rec = self.scheduler.records.get(model_id)
+        if rec is not None:
+            self._publish_state(rec)
 
     def _publish_state(self, rec: ModelRecord[Running]) -> None:
         st = self.model_status(rec, self.scheduler.config.models.get(rec.id))
@@ -302,7 +322,9 @@ class Daemon:
             for gone in self.registry.expire():
                 self._announced.pop(gone, None)
             config = self.scheduler.config
-            for model_id in ttl.due(list(self.scheduler.records.values()), config, self.registry):
+            records = list(self.scheduler.records.values())
+            self.busy.tick(records, config, self.registry)
+            for model_id in ttl.due(records, config, self.registry, held=self.busy.held):
                 model = config.models.get(model_id)
                 log.info("%s: unloading, TTL of %ss reached", model_id, model.ttl if model else "?")
                 self.spawn(self.scheduler.stop(model_id, "ttl expired"))
@@ -335,6 +357,7 @@ class Daemon:
         self._preload()
         await self._stop.wait()
         await self.shutdown()
+        await self.busy.close()
         # The scheduler's own tasks too, while the sockets are still open (they publish).
         pending = [
             *loops,

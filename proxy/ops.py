@@ -68,6 +68,8 @@ async def handle_running(request: web.Request) -> web.Response:
         if status.placed_by_memory:
             item["reserved"] = status.reserved
             item["footprint_source"] = status.footprint_source
+        if status.busy is not None:  # its busyCheck's last finding
+            item["busy"] = msgspec.structs.asdict(status.busy)
         running.append(item)
     # A stopped model's port still in use (CONTRACTS C1), whatever its state.
     lingering = [

@@ -17,6 +17,7 @@ from urllib.parse import urlsplit
 from ...ipc.reserved import COMFYUI_MODEL_ID
 from . import model as c
 from . import shape
+from .busy_check import read_busy_check
 from .cmdline import split_command
 from .gpu_fields import vram_of
 from .issues import Report, describe
@@ -101,6 +102,7 @@ def build(
     env = _env(raw.get("env"), path, report)
     filters = filters_of(spec.filters, (*path, "filters"), report)
     vram = vram_of(spec.vram, (*path, "vram"), report)
+    busy_check = read_busy_check(raw, path, report)
     if len(report.errors) > errors_before or cmd is None or proxy is None:
         return None
 
@@ -142,6 +144,7 @@ def build(
         vram=vram,
         port=port,
         forced=tuple(forced),
+        busy_check=busy_check,
     )
 
 

@@ -10,8 +10,8 @@ import contextlib
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable, Coroutine, Mapping
-from typing import Generic
+from collections.abc import Callable, Coroutine, Iterable, Mapping
+from typing import Any, Generic, Protocol
 
 from ...ipc.messages import ModelState
 from ..config import Config, ModelConfig
@@ -24,6 +24,16 @@ log = logging.getLogger("swapd.scheduler")
 BACKOFF_AFTER = 3
 BACKOFF_BASE = 5.0
 BACKOFF_MAX = 300.0
+
+
+class Hold(Protocol):
+    """What a swap asks before it stops models (`policy/busy.py`'s `SwapHold`)."""
+
+    def needed(self, models: Iterable[str]) -> frozenset[str]: ...
+
+    async def wait(
+        self, target: str, models: frozenset[str], aborted: asyncio.Future[Any]
+    ) -> frozenset[str]: ...
 
 
 class SwapEngine(Generic[H]):
@@ -52,6 +62,8 @@ class SwapEngine(Generic[H]):
         # Models an unload is stopping: ensures for them wait, then start them again.
         self._unloading: Counter[str] = Counter()
         self._changed = asyncio.Condition()
+        # Busy models hold a swap that would stop them (`busyCheck`); None: nothing holds one.
+        self.hold: Hold | None = None
 
     async def stop(self, model_id: str, reason: str) -> None:
         raise NotImplementedError  # Scheduler.stop
@@ -187,8 +199,12 @@ class SwapEngine(Generic[H]):
                 del self._swaps[swap.target]
             await self._wake()
 
-    async def _swap(self, swap: Swap[H]) -> H:
+    async def _claim(self, swap: Swap[H]) -> H | None:
+        """Wait until the swap may evict what it must, and claim that; or the target's handle,
+        when it is ready. Busy evictees are asked first (`hold`), outside the lock: meanwhile
+        they serve on, and other swaps go on."""
         target = swap.target
+        asked: frozenset[str] = frozenset()
         while True:
             async with self._changed:
                 while True:
@@ -220,8 +236,21 @@ class SwapEngine(Generic[H]):
                     if not self._collides(target, evict):
                         break
                     await self._changed.wait()
-                swap.evict = evict
-                swap.claimed = True
+                ask = self.hold.needed(evict - asked) if self.hold is not None else frozenset()
+                if not ask:
+                    swap.evict = evict
+                    swap.claimed = True
+                    return None
+            assert self.hold is not None
+            asked |= await self.hold.wait(target, ask, swap.result)
+
+    async def _swap(self, swap: Swap[H]) -> H:
+        target = swap.target
+        while True:
+            ready = await self._claim(swap)
+            if ready is not None:
+                return ready
+            evict = swap.evict
             if evict:
                 log.info("%s: swapping out %s", target, ", ".join(sorted(evict)))
                 results = await asyncio.gather(
