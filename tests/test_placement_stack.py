@@ -107,8 +107,9 @@ def test_two_that_fit_share_a_gpu_and_a_third_evicts_only_the_least_recently_use
     gpus = stack.status()["gpus"]
     assert gpus[0]["reserved_bytes"] == 6 * GIB  # a and c, 3 GiB each
     # What an operator sees: `swapd status` and the proxy's /running.
+    learned(stack, "c", 3)
     text = stack.swapd("status").stdout
-    assert "c: footprint 3.0 GiB on GPU 0 (placed by memory" in text
+    assert "c: footprint 3.0 GiB on GPU 0 (placed by memory, from: measured)" in text
     assert "reserved 3.0 GiB on GPU 0" in text
     assert "6144 MiB reserved" in text
     status, body = http_get(stack.url + "/running")
