@@ -97,6 +97,7 @@ class Daemon:
                 os.environ.get(LINGERING_START_WAIT_ENV) or ports.START_WAIT
             ),
             shutdown_grace=shutdown_grace,
+            echo_output=lambda: self.scheduler.config.models_to_stdout,
         )
         self.registry = ProxyRegistry()
         self.endpoint = Endpoint(self.endpoints, self.instance, self.ctx)

@@ -146,8 +146,8 @@ def test_llama_swap_config_with_groups_macros_aliases_filters_and_peers_loads() 
     assert config.resolve("gpt-4o-mini") is gpt
 
     ignored = {w.path for w in loaded.warnings}
+    assert config.log_to_stdout == "proxy"
     assert ignored == {
-        "logToStdout",
         "metricsMaxInMemory",
         "sendLoadingState",
         "models.gpt-oss-120b.filters.setParamsByID",

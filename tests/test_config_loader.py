@@ -262,14 +262,14 @@ def test_unknown_preload_entry_is_dropped_with_a_warning(tmp_path: Path) -> None
 def test_ignored_llama_swap_keys_load_with_warnings(tmp_path: Path) -> None:
     path = tmp_path / "config.yaml"
     path.write_text(
-        "logToStdout: both\ncaptureBuffer: 5\n"
+        "logTimeFormat: rfc3339\ncaptureBuffer: 5\n"
         + MINIMAL
         + "    sendLoadingState: true\n    timeouts: {connect: 5}\n"
         + "    filters: {setParamsByID: {'m:high': {effort: high}}}\n"
     )
     loaded = load(path, environ={})
     assert [w.path for w in loaded.warnings] == [
-        "logToStdout",
+        "logTimeFormat",
         "captureBuffer",
         "models.m.sendLoadingState",
         "models.m.timeouts",
@@ -277,6 +277,33 @@ def test_ignored_llama_swap_keys_load_with_warnings(tmp_path: Path) -> None:
     ]
     assert all("accepted but ignored by swapd" in w.message for w in loaded.warnings)
     assert loaded.warnings[0].line == 1
+
+
+@pytest.mark.parametrize(
+    ("text", "value", "to_stdout"),
+    [("", "proxy", False), ("logToStdout: none\n", "none", False),
+     ("logToStdout: upstream\n", "upstream", True), ("logToStdout: both\n", "both", True)],
+)  # fmt: skip
+def test_log_to_stdout_takes_llama_swaps_values(
+    tmp_path: Path, text: str, value: str, to_stdout: bool
+) -> None:
+    path = tmp_path / "config.yaml"
+    path.write_text(text + MINIMAL)
+    loaded = load(path, environ={})
+    assert not loaded.warnings
+    assert loaded.config.log_to_stdout == value
+    assert loaded.config.models_to_stdout is to_stdout
+
+
+def test_a_bad_log_to_stdout_names_its_line_and_the_values(tmp_path: Path) -> None:
+    path = tmp_path / "config.yaml"
+    path.write_text(MINIMAL + "logToStdout: upstreams\n")
+    with pytest.raises(ConfigError) as caught:
+        load(path, environ={})
+    line = MINIMAL.count("\n") + 1
+    assert str(caught.value).splitlines()[0] == (
+        f"{path}:{line} logToStdout: expected one of proxy, upstream, both, none, got 'upstreams'"
+    )
 
 
 def test_load_config_reads_a_file_and_records_its_source(tmp_path: Path) -> None:

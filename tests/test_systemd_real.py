@@ -50,8 +50,10 @@ pytestmark = [
 
 BOX_UNIT = "swapd-box-boxed.service"
 WATCHDOG_SEC = 5
+# `logToStdout: both`, as docs/install.md recommends under systemd: models' lines reach the journal.
 CONFIG = """healthCheckTimeout: 30
 startPort: {base}
+logToStdout: both
 models:
   boxed:
     cmd: >-
@@ -332,9 +334,18 @@ def test_the_journal_has_swapds_lines_and_each_model_log_its_output(host: Host) 
     assert any("boxed: running cmdStop systemctl stop swapd-box-boxed" in m for m in daemon)
     assert any("circus[" in m and "model-plain started" in m for m in messages)
     assert any(" swapd-proxy[" in m for m in messages)
-    # A model's own output goes to its log file (the journal keeps swapd's own lines, as
-    # llama-swap's default logToStdout: proxy does); `systemd-run --pipe` relays the boxed one's.
+    # A model's own output goes to its log file and, with `logToStdout: both`, through circusd's
+    # stdout to the journal as `[model-id] line`; `systemd-run --pipe` relays the boxed one's.
     for model_id in pids:
         log = host.box.exec("cat", f"/run/swapd/logs/model-{model_id}.log").stdout
         port = host.model(model_id)["port"]
-        assert f"demo model {model_id} listening on http://127.0.0.1:{port}" in log
+        said = f"demo model {model_id} listening on http://127.0.0.1:{port}"
+        assert said in log
+        wait_for(
+            lambda model_id=model_id, said=said: (
+                f"[{model_id}] {said}" in [str(e.get("MESSAGE", "")) for e in host.journal()]
+            ),
+            timeout=15,
+            interval=0.5,
+            what=f"[{model_id}] {said} in journalctl -u swapd",
+        )

@@ -231,6 +231,7 @@ class _Build:
             models=built,
             health_check_timeout=health,
             log_level=top_fields.log_level(top.log_level, report),
+            log_to_stdout=top.log_to_stdout or "proxy",
             start_port=start_port,
             global_ttl=top.global_ttl or 0,
             api_keys=top_fields.api_keys(top, self.typed, report),

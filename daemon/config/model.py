@@ -92,6 +92,8 @@ class Config(msgspec.Struct, frozen=True):
     models: dict[str, ModelConfig] = msgspec.field(default_factory=dict)
     health_check_timeout: int = DEFAULT_HEALTH_CHECK_TIMEOUT
     log_level: str = "info"
+    # llama-swap's values; `upstream` and `both` also copy each model's output to circusd's stdout.
+    log_to_stdout: str = "proxy"
     start_port: int = DEFAULT_START_PORT
     global_ttl: int = 0
     api_keys: tuple[str, ...] = ()
@@ -104,6 +106,10 @@ class Config(msgspec.Struct, frozen=True):
     source: str = ""
     # Top-level settings the loader overrode (healthCheckTimeout below 15), with the reason.
     forced: tuple[Forced, ...] = ()
+
+    @property
+    def models_to_stdout(self) -> bool:
+        return self.log_to_stdout in ("upstream", "both")
 
     def resolve(self, name: str) -> ModelConfig | None:
         """A local model by id or alias (ids win, as in llama-swap)."""

@@ -42,6 +42,7 @@ def _top(config: Config) -> dict[str, Any]:
     return {
         "healthCheckTimeout": config.health_check_timeout,
         "logLevel": config.log_level,
+        "logToStdout": config.log_to_stdout,
         "startPort": config.start_port,
         "globalTTL": config.global_ttl,
         "includeAliasesInList": config.include_aliases_in_list,

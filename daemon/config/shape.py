@@ -139,6 +139,8 @@ class Hooks(Section, frozen=True):
 class Top(Section, frozen=True):
     health_check_timeout: Int | None = None
     log_level: str | None = None
+    # What circusd's stdout (the journal under systemd) gets besides swapd's own lines.
+    log_to_stdout: Literal["proxy", "upstream", "both", "none"] | None = None
     start_port: Port | None = None
     global_ttl: Count | None = field(default=None, name="globalTTL")
     unload_timeout: Seconds | None = None
@@ -153,7 +155,6 @@ class Top(Section, frozen=True):
     # `auto`: every model that sets no `gpus` and is in no group is placed by memory.
     gpus: Literal["auto"] | None = None
     log_time_format: _ignored("swapd's log lines have their own format") = None
-    log_to_stdout: _ignored("model output goes to per-model log files") = None
     log_requests: _ignored("deprecated in llama-swap too") = None
     metrics_max_in_memory: _ignored("swapd keeps no in-memory activity database") = None
     capture_buffer: _ignored("swapd does not capture requests") = None

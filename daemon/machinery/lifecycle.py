@@ -24,7 +24,7 @@ import shutil
 import signal
 import socket
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +55,10 @@ log = logging.getLogger("swapd.lifecycle")
 CMD_STOP_MARGIN = 5.0
 # A stopped model's GPU memory must be back within this, else what lingers is reported.
 GPU_RELEASE_TIMEOUT = 10.0
+# The stream class circusd imports for a model's stdout and stderr (model_output.py), by its
+# installed dotted name: not imported here, as importing circus calls logging.basicConfig(), which
+# would leave the daemon's own logging set-up without effect.
+OUTPUT_STREAM = "swapd.daemon.machinery.model_output.ModelOutputStream"
 
 
 class Lifecycle:
@@ -70,6 +74,7 @@ class Lifecycle:
         shutdown_grace: float = 0.0,
         session: aiohttp.ClientSession | None = None,
         environ: Mapping[str, str] | None = None,
+        echo_output: Callable[[], bool] = lambda: False,
     ) -> None:
         self.watchers = Watchers(circus)
         self.log_dir = log_dir
@@ -89,6 +94,8 @@ class Lifecycle:
         self.gpu_lingering: dict[str, tuple[LingeringProcess, ...]] = {}
         self._session = session
         self._environ = dict(os.environ if environ is None else environ)
+        # Read at each start (`logToStdout` of the config loaded then): also to circusd's stdout?
+        self.echo_output = echo_output
 
     @property
     def closing(self) -> bool:
@@ -229,7 +236,12 @@ class Lifecycle:
         """`add` + `start` the watcher; the pid circus really started."""
         # stdout and stderr are two circus streams on one file; circus's own rotation would have
         # each of them rotate it separately, so the daemon rotates between runs instead.
-        stream = {"class": "FileStream", "filename": str(log_path)}
+        stream = {
+            "class": OUTPUT_STREAM,
+            "filename": str(log_path),
+            "model": model.id,
+            "echo": self.echo_output(),
+        }
         options: dict[str, Any] = {
             "env": env,
             "copy_env": False,
