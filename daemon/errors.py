@@ -11,6 +11,7 @@ Hierarchy:
         │   ├── ShuttingDown         503 shutting_down
         │   ├── BackingOff           503 backing_off     (failed too often in a row)
         │   ├── ModelUnloaded        503 model_unloaded  (`swapd unload` while it waited)
+        │   ├── NoGpuRoom            503 no_gpu_room     (`gpus: auto`: no GPU has room for it)
         │   └── StartFailed          502 start_failed    (a start that did not reach `ready`)
         │       ├── ExitedDuringStart    502 start_failed
         │       ├── HealthCheckTimeout   504 health_check_timeout
@@ -43,6 +44,7 @@ __all__ = [
     "InvalidConfig",
     "ModelNotFound",
     "ModelUnloaded",
+    "NoGpuRoom",
     "PortStillInUse",
     "ShuttingDown",
     "StartFailed",
@@ -81,6 +83,14 @@ class BackingOff(EnsureError):
 class ModelUnloaded(EnsureError):
     default_status = 503
     default_code = "model_unloaded"
+
+
+class NoGpuRoom(EnsureError):
+    """A `gpus: auto` model fits on no GPU, even after evicting every idle model (or it waited
+    for busy ones too long); the message says how much it needs and what holds the memory."""
+
+    default_status = 503
+    default_code = "no_gpu_room"
 
 
 class StartFailed(EnsureError):

@@ -41,6 +41,28 @@ def _gpus(m: ModelStatus, reply: StatusReply) -> str:
     return "all" if m.pid and reply.gpus else "-"
 
 
+def _gpu_name(uuid: str, reply: StatusReply) -> str:
+    for g in reply.gpus:
+        if g.uuid.casefold() == uuid.casefold():
+            return f"GPU {g.index}"
+    return uuid
+
+
+def _footprint_note(m: ModelStatus, reply: StatusReply) -> str:
+    learned = ", ".join(
+        f"{n / 2**30:.1f} GiB on {_gpu_name(g, reply)}" for g, n in sorted(m.footprint.items())
+    )
+    text = f"{m.model}: footprint {learned or 'not measured yet'}"
+    if m.placed_by_memory:
+        text += f" (placed by memory, from: {m.footprint_source})"
+    if m.reserved:
+        reserved = ", ".join(
+            f"{n / 2**30:.1f} GiB on {_gpu_name(g, reply)}" for g, n in sorted(m.reserved.items())
+        )
+        text += f"; reserved {reserved}"
+    return text
+
+
 def _ttl_left(m: ModelStatus) -> str:
     if m.ttl_left is not None:
         return _duration(m.ttl_left)
@@ -77,6 +99,8 @@ def render_table(reply: StatusReply, now: float | None = None) -> str:
             notes.append(f"{m.model}: LINGERING pid {p.pid} holds {used} on GPU {p.gpu}")
         if m.lingering is not None:
             notes.append(f"{m.model}: lingering on port {m.lingering.port}: {m.lingering.message}")
+        if m.placed_by_memory or m.footprint:
+            notes.append(_footprint_note(m, reply))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = [
         "  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip() for r in rows
@@ -87,6 +111,8 @@ def render_table(reply: StatusReply, now: float | None = None) -> str:
         + (
             ", ".join(
                 f"{g.index} {g.name} {g.used_bytes / 2**20:.0f}/{g.total_bytes / 2**20:.0f} MiB"
+                f" ({g.free_bytes / 2**20:.0f} MiB free,"
+                f" {g.reserved_bytes / 2**20:.0f} MiB reserved)"
                 for g in reply.gpus
             )
             or f"none ({reply.gpu_backend or 'no backend'})"

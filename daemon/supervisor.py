@@ -40,7 +40,7 @@ from ..ipc.messages import (
     TableChanged,
     Unload,
 )
-from . import circus_config, reloading, routing, status, stopping
+from . import circus_config, placer, reloading, routing, status, stopping
 from .busy_watch import BusyWatch
 from .config import Config, ModelConfig
 from .effects import DaemonEffects
@@ -108,10 +108,12 @@ class Daemon:
         self.exits = ExitWatch(self.lifecycle.watchers, self._exited)
         parts = (self.lifecycle, self.registry, self.endpoint, self.exits, self.model_status)
         effects = DaemonEffects(*parts, self.metrics)
+        self.placer = placer.make_placer(self.gpu_backend, self.registry)
         self.scheduler: Scheduler[Running] = Scheduler(
             config,
             effects,
             canonical_gpus=gpu.canonical_gpu_ids(self.gpu_backend.devices()),
+            placer=self.placer,
         )
         self.busy = BusyWatch(
             lambda: self.scheduler.config,
@@ -119,6 +121,8 @@ class Daemon:
             session=lambda: self.lifecycle.session,
         )
         self.scheduler.hold = self.busy.hold
+        if self.placer is not None:
+            self.placer.busy_of = self.busy.board.busy
         self.table = routing.routing_table(config, self.generation, self.endpoints.log_dir)
         self._tasks: set[asyncio.Task[Any]] = set()
         self._stop = asyncio.Event()
@@ -147,7 +151,7 @@ class Daemon:
     # ------------------------------------------------------------------------------ status
 
     def model_status(self, rec: ModelRecord[Running], model: ModelConfig | None) -> ModelStatus:
-        return status.model_status(
+        st = status.model_status(
             rec,
             model,
             self.registry,
@@ -155,16 +159,21 @@ class Daemon:
             self.lifecycle.gpu_lingering,
             busy=self.busy.board,
         )
+        return self.placer.annotate(st, model) if self.placer is not None else st
 
     def all_status(self) -> tuple[ModelStatus, ...]:
-        return status.all_status(
+        models = self.scheduler.config.models
+        statuses = status.all_status(
             self.scheduler.states(),
-            self.scheduler.config.models,
+            models,
             self.registry,
             self.lifecycle.lingering,
             self.lifecycle.gpu_lingering,
             self.busy.board,
         )
+        if self.placer is None:
+            return statuses
+        return tuple(self.placer.annotate(st, models.get(st.model)) for st in statuses)
 
     def _busy_changed(self, model_id: str) -> None:
         rec = self.scheduler.records.get(model_id)
@@ -237,6 +246,8 @@ class Daemon:
         except Exception as exc:
             log.warning("GPU inventory failed: %s", exc)
             devices = ()
+        if self.placer is not None:
+            devices = tuple(self.placer.gpu_view(devices, self.scheduler.loaded()))
         reply = StatusReply(
             id=message.id,
             instance=self.instance,
@@ -309,10 +320,14 @@ class Daemon:
 
     async def tick_loop(self) -> None:
         """TTL unloads, silent proxies forgotten, lingering ports checked again."""
-        last_recheck = 0.0
+        last_recheck = last_sample = 0.0
         loop = asyncio.get_running_loop()
         while True:
             await asyncio.sleep(TICK)
+            if self.placer is not None and loop.time() - last_sample >= placer.SAMPLE_EVERY:
+                last_sample = loop.time()
+                for model_id in await self.placer.sample(self.scheduler.occupants()):
+                    self._publish_state(self.scheduler.record(model_id))
             for gone in self.registry.expire():
                 self._announced.pop(gone, None)
                 self.observer.forget(gone)

@@ -134,6 +134,13 @@ class ModelStatus(msgspec.Struct, frozen=True):
     gpu_lingering: tuple[LingeringProcess, ...] = ()
     # Its port, still listened on after it stopped; set until the port is free again.
     lingering: Lingering | None = None
+    # GPU placement by memory: the peak bytes learned per GPU UUID (any model), where that came
+    # from ("measured", "vram hint", "unknown"; "" when not placed by memory), what is reserved
+    # for its current run per GPU UUID, and whether it is placed by memory at all.
+    footprint: dict[str, int] = msgspec.field(default_factory=dict)
+    footprint_source: str = ""
+    reserved: dict[str, int] = msgspec.field(default_factory=dict)
+    placed_by_memory: bool = False
     # What its busyCheck says (None: it has none, or it is not ready).
     busy: Busy | None = None
 
@@ -145,6 +152,8 @@ class GpuInfo(msgspec.Struct, frozen=True):
     total_bytes: int
     used_bytes: int
     free_bytes: int
+    # Reserved for the models placed by memory (`gpus: auto`) running on it.
+    reserved_bytes: int = 0
 
 
 # --------------------------------------------------------------------------------------------------

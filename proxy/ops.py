@@ -63,6 +63,12 @@ async def handle_running(request: web.Request) -> web.Response:
             item["description"] = rt.route.description
         if status.reason:
             item["reason"] = status.reason
+        # Where it runs and what it holds there (GPU placement by memory, docs/gpus.md).
+        item["gpus"] = list(status.gpus)
+        item["footprint"] = status.footprint
+        if status.placed_by_memory:
+            item["reserved"] = status.reserved
+            item["footprint_source"] = status.footprint_source
         if status.busy is not None:  # its busyCheck's last finding
             item["busy"] = msgspec.structs.asdict(status.busy)
         running.append(item)

@@ -166,6 +166,9 @@ class Stack:
         if self.env.get(GPU_BACKEND_ENV) == "fake" and FAKE_GPU_SCOPE_ENV not in (env or {}):
             self.env[FAKE_GPU_SCOPE_ENV] = self.token
         self.env.setdefault("PYTHONUNBUFFERED", "1")
+        # Learned GPU footprints (systemd's StateDirectory=) stay with this stack, unless a test
+        # hands two stacks one directory (a restart).
+        self.env.setdefault("STATE_DIRECTORY", str(self.base / "state"))
         self.proc: subprocess.Popen[bytes] | None = None
         self.exit_code: int | None = None
 

@@ -347,8 +347,8 @@ def test_bad_env_and_gpus_entries() -> None:
         "config.yaml:5 models.m.gpus[4]: expected a GPU index (0, 1, ...) or UUID, got 1.5" in found
     )
     assert (
-        "config.yaml:8 models.n.gpus: expected a list of GPU indices or UUIDs such as [0, 1], "
-        "got '0,1'" in found
+        "config.yaml:8 models.n.gpus: expected auto or a list of GPU indices or UUIDs "
+        "such as [0, 1], got '0,1'" in found
     )
     assert "config.yaml:11 models.o.gpus: lists no GPU; leave gpus out to use every GPU" in found
 

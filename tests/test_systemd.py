@@ -96,6 +96,8 @@ def test_unit_settings() -> None:
         "RuntimeDirectory": "swapd",
         "RuntimeDirectoryMode": "0700",
         "RuntimeDirectoryPreserve": "restart",
+        # Learned GPU footprints (docs/gpus.md) outlive restarts and reboots.
+        "StateDirectory": "swapd",
         "UMask": "0077",
         "Restart": "on-failure",
     }

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from . import macros, model_fields, shape, stages, top_fields
+from . import gpu_fields, macros, model_fields, shape, stages, top_fields
 from . import model as c
 from .issues import ConfigError, ConfigIssue, Report, describe
 from .schema import TOP_LEVEL, KeyCheck
@@ -175,8 +175,15 @@ class _Build:
 
         health, health_forced = top_fields.health_check_timeout(top.health_check_timeout, report)
         start_port = top.start_port or c.DEFAULT_START_PORT
+        grouped = gpu_fields.grouped_models(data.get("groups"))
         staged = [
-            stages.expand_model(model_id, body, global_macros, report)
+            stages.expand_model(
+                model_id,
+                body,
+                global_macros,
+                report,
+                auto_default=top.gpus == gpu_fields.AUTO and model_id not in grouped,
+            )
             for model_id, body in data["models"].items()
         ]
         stages.allocate_ports(staged, start_port, self.ports, report)
@@ -196,6 +203,7 @@ class _Build:
                 document,
                 report,
                 model=True,
+                gpus_auto=model.gpus_auto,
             )
             errors_before = len(report.errors)
             spec = self.typed.section(model.body, shape.Model, model.path)
@@ -206,6 +214,7 @@ class _Build:
                 model.body,
                 port=model.port,
                 gpus=model.gpus,
+                gpus_auto=model.gpus_auto,
                 defaults=defaults,
                 aliases=aliases[model.id],
                 report=report,
@@ -214,6 +223,7 @@ class _Build:
             if result is not None:
                 built[model.id] = result
 
+        gpu_fields.check_placement(built, data["models"], grouped, report)
         cross = top_fields.CrossCheck(data["models"], aliases, self.typed, document)
         groups = cross.groups(top)
         peers = cross.peers(top, top_raw.get("peers") or {})

@@ -65,6 +65,11 @@ class ModelConfig(ModelRouting, frozen=True, kw_only=True):
     env: dict[str, str] = msgspec.field(default_factory=dict)
     # GPU indices or UUIDs as written; None = every GPU (llama-swap's one-at-a-time default).
     gpus: tuple[str, ...] | None = None
+    # `gpus: auto`: placed by measured memory at each start (daemon/policy/placement.py); `gpus`
+    # then holds the GPUs of one start (set by the scheduler), None in the config.
+    gpus_auto: bool = False
+    # `vram:` bytes on each GPU, the footprint until a measurement exists.
+    vram: tuple[int, ...] | None = None
     # The allocated ${PORT}, when the model's cmd uses it.
     port: int | None = None
     forced: tuple[Forced, ...] = ()

@@ -19,6 +19,7 @@ from . import model as c
 from . import shape
 from .busy_check import read_busy_check
 from .cmdline import split_command
+from .gpu_fields import vram_of
 from .issues import Report, describe
 from .typed import Converter
 from .yaml_nodes import Path
@@ -68,6 +69,7 @@ def build(
     *,
     port: int | None,
     gpus: tuple[str, ...] | None,
+    gpus_auto: bool = False,
     defaults: ModelDefaults,
     aliases: list[str],
     report: Report,
@@ -100,6 +102,7 @@ def build(
         )
     env = _env(raw.get("env"), path, report)
     filters = filters_of(spec.filters, (*path, "filters"), report)
+    vram = vram_of(spec.vram, (*path, "vram"), report)
     busy_check = read_busy_check(raw, path, report)
     if len(report.errors) > errors_before or cmd is None or proxy is None:
         return None
@@ -143,6 +146,8 @@ def build(
         metadata=spec.metadata or {},
         filters=filters,
         gpus=gpus,
+        gpus_auto=gpus_auto,
+        vram=vram,
         port=port,
         forced=tuple(forced),
         busy_check=busy_check,
@@ -267,7 +272,9 @@ def gpus_of(value: Any, where: Path, report: Report) -> tuple[str, ...] | None:
         return None
     if not isinstance(value, list):
         report.error(
-            where, f"expected a list of GPU indices or UUIDs such as [0, 1], got {describe(value)}"
+            where,
+            "expected auto or a list of GPU indices or UUIDs such as [0, 1], "
+            f"got {describe(value)}",
         )
         return None
     if not value:

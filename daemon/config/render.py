@@ -74,7 +74,7 @@ def _model(model: ModelConfig) -> dict[str, Any]:
         "compat": {"ignoreWebsockets": model.ignore_websockets},
         "hostHeader": model.host_header,
         "sendLoadingState": model.send_loading_state,
-        "gpus": list(model.gpus) if model.gpus is not None else None,
+        "gpus": "auto" if model.gpus_auto else list(model.gpus) if model.gpus is not None else None,
         "aliases": list(model.aliases),
         "env": [f"{name}={value}" for name, value in model.env.items()],
         "unlisted": model.unlisted,
@@ -84,6 +84,8 @@ def _model(model: ModelConfig) -> dict[str, Any]:
         "metadata": dict(model.metadata),
         "filters": _filters(model.filters),
     }
+    if model.vram is not None:
+        body["vram"] = list(model.vram)  # bytes on each GPU
     if model.busy_check is not None:
         body["busyCheck"] = _busy_check(model.busy_check)
     return body

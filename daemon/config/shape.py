@@ -92,6 +92,7 @@ class Model(Section, frozen=True):
     metadata: Free | None = None
     macros: Any = None
     gpus: Any = None
+    vram: Any = None
     # client: the client's Host goes upstream (the default); upstream: the upstream's host:port.
     host_header: Literal["client", "upstream"] | None = None
     # A preset name or a mapping; its own keys are checked where it is read (busy_check.py).
@@ -151,6 +152,8 @@ class Top(Section, frozen=True):
     peers: dict[str, Peer] | None = None
     upstream: Upstream | None = None
     hooks: Hooks | None = None
+    # `auto`: every model that sets no `gpus` and is in no group is placed by memory.
+    gpus: Literal["auto"] | None = None
     log_time_format: _ignored("swapd's log lines have their own format") = None
     log_requests: _ignored("deprecated in llama-swap too") = None
     metrics_max_in_memory: Int | None = None

@@ -12,6 +12,7 @@ from typing import Any
 
 from . import macros
 from .cmdline import strip_comment_lines
+from .gpu_fields import auto_wanted
 from .issues import Report, describe
 from .model_fields import gpus_of
 from .schema import suggest
@@ -30,6 +31,7 @@ class Staged:
     body: dict[str, Any]
     cmd_text: str | None = None
     gpus: tuple[str, ...] | None = None
+    gpus_auto: bool = False
     port: int | None = None
     scope: list[macros.Macro] = field(default_factory=list)
 
@@ -70,15 +72,28 @@ def strip_cmd_comments(
 
 
 def expand_model(
-    model_id: str, body: dict[str, Any], global_macros: list[macros.Macro], report: Report
+    model_id: str,
+    body: dict[str, Any],
+    global_macros: list[macros.Macro],
+    report: Report,
+    *,
+    auto_default: bool = False,
 ) -> Staged:
     path = ("models", model_id)
     own = macros.declare(body.get("macros"), (*path, "macros"), report)
     scope = macros.scope(model_id, global_macros, own)
     model = Staged(model_id, path, _expand_fields(body, scope, path), scope=scope)
+    # `gpus: auto`: ${GPUS} stays in place until a start knows its GPUs (model_process.fill_gpus).
+    model.gpus_auto = auto_wanted(model.body.get("gpus"), auto_default)
+    if model.gpus_auto:
+        return _with_cmd_text(model)
     model.gpus = gpus_of(model.body.get("gpus"), (*path, "gpus"), report)
     if model.gpus is not None:
         model.body = _expand_fields(model.body, [("GPUS", ",".join(model.gpus))], path)
+    return _with_cmd_text(model)
+
+
+def _with_cmd_text(model: Staged) -> Staged:
     cmd = model.body.get("cmd")
     if isinstance(cmd, str):
         model.cmd_text = cmd
@@ -131,6 +146,7 @@ def check_leftovers(
     report: Report,
     *,
     model: bool,
+    gpus_auto: bool = False,
 ) -> None:
     """Report every `${...}` that no macro filled; `known` gives the "did you mean"."""
     known_names = [name for name, _ in known]
@@ -140,6 +156,8 @@ def check_leftovers(
             continue  # already reported as an unset environment variable
         if name == "PID" and model and top_key == "cmdStop":
             continue
+        if name == "GPUS" and gpus_auto:
+            continue  # filled at each start
         if name == "PID":
             message = "${PID} is only available in cmdStop"
         elif name == "PORT" and model and top_key == "proxy":

@@ -9,6 +9,10 @@ that process's own environment, default 1 GiB); a process with `SWAPD_FAKE_GPU_M
 with `gpus` appears on its GPUs while it runs and disappears when it exits, exactly as NVML would
 show it; a process that ignores SIGTERM lingers as it would on a real GPU.
 
+A process may declare its own use instead, as a real CUDA process's use changes while it runs:
+when its environment has `SWAPD_FAKE_GPU_MEM_DIR`, the file `<that dir>/<its pid>` holds its
+bytes (tests/upstreams/fake_model.py `--gpu-mem`, and `POST /gpu-mem?bytes=N` to grow).
+
 Several swapd instances (parallel test runs) share one /proc. When `SWAPD_FAKE_GPU_SCOPE` is set,
 only processes whose environment carries the same value count, and the daemon passes its
 environment on to the models it starts, so each instance sees only its own models.
@@ -28,6 +32,7 @@ from .gpu_backend import GpuProcess
 CUDA_ENV = "CUDA_VISIBLE_DEVICES"
 GPUS_ENV = "SWAPD_FAKE_GPUS"
 MEM_ENV = "SWAPD_FAKE_GPU_MEM"
+MEM_DIR_ENV = "SWAPD_FAKE_GPU_MEM_DIR"
 SCOPE_ENV = "SWAPD_FAKE_GPU_SCOPE"
 DEFAULT_COUNT = 2
 DEFAULT_TOTAL = 80 * 1024**3
@@ -87,6 +92,19 @@ def _is_zombie(pid_dir: Path) -> bool:
     return stat[stat.rfind(")") + 2 :].startswith(("Z", "X"))
 
 
+def _declared(env: Mapping[str, str], pid: str) -> int:
+    folder = env.get(MEM_DIR_ENV)
+    if folder:
+        try:
+            return int(Path(folder, pid).read_text())
+        except (OSError, ValueError):
+            pass  # not declared (yet): the environment's value
+    try:
+        return int(env.get(MEM_ENV, DEFAULT_PROCESS_MEM))
+    except ValueError:
+        return DEFAULT_PROCESS_MEM
+
+
 class FakeBackend:
     name = "fake"
 
@@ -128,10 +146,7 @@ class FakeBackend:
                 continue
             if _is_zombie(pid_dir):
                 continue
-            try:
-                used = int(env.get(MEM_ENV, DEFAULT_PROCESS_MEM))
-            except ValueError:
-                used = DEFAULT_PROCESS_MEM
+            used = _declared(env, pid_dir.name)
             if CUDA_ENV in env:
                 indices = {self._device_index(s) for s in env[CUDA_ENV].split(",")}
             else:

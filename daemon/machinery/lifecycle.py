@@ -37,7 +37,14 @@ from ..errors import ExitedDuringStart, GpuError, HealthCheckTimeout, PortStillI
 from . import gpu, health, model_log, pid_watch, ports, process_tree
 from .circus_client import CircusClient
 from .gpu_backend import GpuBackend
-from .model_process import Running, definition_hash, fill_pid, health_url, model_env
+from .model_process import (
+    Running,
+    definition_hash,
+    fill_gpus,
+    fill_pid,
+    health_url,
+    model_env,
+)
 from .watchers import Watchers
 
 __all__ = ["GPU_RELEASE_TIMEOUT", "Lifecycle", "Running", "StartFailed"]
@@ -257,7 +264,7 @@ class Lifecycle:
             "stdout_stream": stream,
             "stderr_stream": dict(stream),
         }
-        started = await self.watchers.spawn(model.id, model.cmd, options)
+        started = await self.watchers.spawn(model.id, fill_gpus(model.cmd, model), options)
         if not started:
             await self.remove_watcher(model.id)
             raise StartFailed(
@@ -343,7 +350,7 @@ class Lifecycle:
 
     async def _run_cmd_stop(self, model: ModelConfig, pid: int, grace: float) -> None:
         assert model.cmd_stop is not None
-        argv = fill_pid(model.cmd_stop, pid)
+        argv = fill_pid(fill_gpus(model.cmd_stop, model), pid)
         log.info("%s: running cmdStop %s", model.id, shlex.join(argv))
         try:
             with model_log.log_path(self.log_dir, model.id).open("ab") as out:
@@ -375,9 +382,15 @@ class Lifecycle:
     ) -> tuple[LingeringProcess, ...]:
         if self.gpu_backend is None:
             return ()
+        # Models sharing its GPUs (placement by memory) keep running: their processes are not its.
+        others = await asyncio.to_thread(self._other_pids, running.model) if pids is None else set()
         try:
             lingering = await gpu.wait_released(
-                self.gpu_backend, pids, running.gpus or None, self.gpu_release_timeout
+                self.gpu_backend,
+                pids,
+                running.gpus or None,
+                self.gpu_release_timeout,
+                ignore_pids=others,
             )
         except GpuError as exc:
             log.error("%s: cannot check GPU release: %s", running.model, exc)
@@ -389,6 +402,14 @@ class Lifecycle:
                 ", ".join(f"pid {p.pid} on {p.gpu} ({p.used_bytes} bytes)" for p in lingering),
             )
         return tuple(lingering)
+
+    def _other_pids(self, model_id: str) -> set[int]:
+        return {
+            p.pid
+            for mid, r in self.processes.items()
+            if mid != model_id
+            for p in process_tree.process_tree(r.pid)
+        }
 
     async def _check_port_released(self, running: Running) -> None:
         port = ports.model_port(running.port, running.upstream)

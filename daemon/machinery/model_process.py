@@ -43,7 +43,9 @@ def definition_hash(model: ModelConfig) -> str:
         model.proxy,
         model.check_endpoint,
         sorted(model.env.items()),
-        model.gpus,
+        # A placed model's GPUs change from start to start; its definition does not.
+        None if model.gpus_auto else model.gpus,
+        model.gpus_auto,
         model.port,
     )
     return hashlib.sha256(msgspec.json.encode(relevant)).hexdigest()[:16]
@@ -58,9 +60,17 @@ def health_url(model: ModelConfig) -> str | None:
     return model.proxy.rstrip("/") + path
 
 
+def fill_gpus(argv: tuple[str, ...], model: ModelConfig) -> tuple[str, ...]:
+    """A `gpus: auto` model's `${GPUS}`, filled with the GPUs this start was placed on."""
+    if not model.gpus_auto:
+        return argv
+    gpus = ",".join(model.gpus or ())
+    return tuple(arg.replace("${GPUS}", gpus) for arg in argv)
+
+
 def model_env(model: ModelConfig, base: Mapping[str, str]) -> dict[str, str]:
     env = {k: v for k, v in base.items() if k not in _PRIVATE_ENV}
-    env.update(model.env)
+    env.update(zip(model.env, fill_gpus(tuple(model.env.values()), model), strict=True))
     if model.gpus and "CUDA_VISIBLE_DEVICES" not in model.env:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(model.gpus)
     env[ENV_MODEL_ID] = model.id

@@ -11,10 +11,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
+import msgspec
 import psutil
 
 from ...ipc import watcher_names
@@ -109,7 +110,7 @@ async def adopt(
             pid=item.pid,
             upstream=model.proxy if model else "",
             port=int(item.env[ENV_PORT]) if ENV_PORT in item.env else None,
-            gpus=tuple(model.gpus or ()) if model else (),
+            gpus=_gpus_of(model, item.env),
             started_at=_started_at(item.pid),
             definition=item.definition,
         )
@@ -121,14 +122,14 @@ async def adopt(
         url = health_url(model)
         if url is None or await health.probe(lifecycle.session, url, 2.0):
             lifecycle.track(running)
-            adopter.adopt(model, running)
+            adopter.adopt(_placed(model, running), running)
             watch_exit(model.id, running.pid)
             log.info("adopted %s (pid %d, %s)", model.id, running.pid, running.upstream)
         else:
             # Ensures for it (a proxy sends again those the old daemon never answered) join this
             # wait instead of starting a second process.
             adopter.adopt_when_healthy(
-                model, _adopt_when_healthy(lifecycle, watch_exit, model, running)
+                _placed(model, running), _adopt_when_healthy(lifecycle, watch_exit, model, running)
             )
 
 
@@ -160,3 +161,17 @@ async def _adopt_when_healthy(
     watch_exit(model.id, running.pid)
     log.info("adopted %s (pid %d) once healthy", model.id, running.pid)
     return running
+
+
+def _gpus_of(model: ModelConfig | None, env: Mapping[str, str]) -> tuple[str, ...]:
+    if model is not None and model.gpus_auto:
+        # Placed by memory: where its start put it, as its environment says.
+        placed = env.get("CUDA_VISIBLE_DEVICES", "")
+        return tuple(g for g in placed.split(",") if g)
+    return tuple(model.gpus or ()) if model else ()
+
+
+def _placed(model: ModelConfig, running: Running) -> ModelConfig:
+    if not model.gpus_auto or not running.gpus:
+        return model
+    return msgspec.structs.replace(model, gpus=running.gpus)

@@ -83,6 +83,8 @@ class Swap(Generic[H]):
     failed: EnsureError | None = None  # unloaded / shutting down: the waiters got this
     why: str = ""  # the model's reason when its start is aborted
     restart: bool = False  # a reload changed the definition being started
+    gpus: tuple[str, ...] | None = None  # `gpus: auto`: where placement put it
+    place_deadline: float | None = None  # `gpus: auto`: waiting for busy models until then
 
 
 def retrieve(future: asyncio.Future[H]) -> None:

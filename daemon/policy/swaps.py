@@ -6,6 +6,7 @@ that come from outside (exits, adoption, reload, shutdown); the rules are listed
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections import Counter
@@ -15,7 +16,7 @@ from typing import Any, Generic, Protocol
 from ...ipc.messages import ModelState
 from ..config import Config, ModelConfig
 from ..errors import BackingOff, EnsureError, ModelNotFound, ShuttingDown, StartFailed
-from . import eviction
+from . import eviction, placing
 from .records import LOADED_STATES, Effects, H, ModelRecord, Swap, retrieve
 
 log = logging.getLogger("swapd.scheduler")
@@ -44,9 +45,12 @@ class SwapEngine(Generic[H]):
         canonical_gpus: Mapping[str, str] | None = None,
         clock: Callable[[], float] = time.monotonic,
         backoff_base: float = BACKOFF_BASE,
+        placer: placing.Placer | None = None,
     ) -> None:
         self.config = config
         self.effects = effects
+        # Places `gpus: auto` models by memory (daemon/placer.py); None: they get every GPU.
+        self.placer = placer
         # Every spelling of each GPU -> one id, for the eviction policy (`gpu.canonical_gpu_ids`).
         self.canonical_gpus = canonical_gpus
         self.clock = clock
@@ -102,6 +106,23 @@ class SwapEngine(Generic[H]):
         return any(
             s.claimed and s.failed is None and model_id in s.evict for s in self._swaps.values()
         )
+
+    def occupants(self) -> list[placing.Occupant]:
+        """Every model with a process, and the targets of claimed swaps (placed, maybe not started
+        yet), each with the definition it runs or starts with."""
+        result = []
+        for s in self._swaps.values():
+            model = s.model or self.config.models.get(s.target)
+            if s.claimed and model is not None:
+                model = placing.with_gpus(model, s.gpus)
+                result.append(placing.Occupant(s.target, model, "starting", None))
+        have = {o.model for o in result}
+        for r in self.records.values():
+            if r.state in LOADED_STATES and r.model is not None and r.id not in have:
+                pid = r.handle.pid if r.handle else None
+                started = getattr(r.handle, "started_at", 0.0)
+                result.append(placing.Occupant(r.id, r.model, r.state, pid, started))
+        return result
 
     def loaded(self) -> frozenset[str]:
         return frozenset(r.id for r in self.records.values() if r.state in LOADED_STATES)
@@ -195,9 +216,23 @@ class SwapEngine(Generic[H]):
                     if rec.state == "ready" and rec.handle and not self._evicting(target):
                         return rec.handle
                     running = self.loaded() | {s.target for s in self._swaps.values() if s.claimed}
-                    evict = eviction.evict_for(
-                        target, running - {target}, self.config, canonical_gpus=self.canonical_gpus
-                    )
+                    occupants = self.occupants()
+                    if model.gpus_auto and self.placer is not None:
+                        placed = await placing.decide(
+                            self.placer, swap, model, occupants, self.config, self.clock()
+                        )
+                        if placed is None:  # busy models in the way: decide again soon
+                            with contextlib.suppress(TimeoutError):
+                                await asyncio.wait_for(self._changed.wait(), placing.RETRY)
+                            continue
+                        evict = placed
+                    else:
+                        evict = eviction.evict_for(
+                            target,
+                            running - {target},
+                            placing.placed_view(self.config, occupants),
+                            canonical_gpus=self.canonical_gpus,
+                        )
                     if not self._collides(target, evict):
                         break
                     await self._changed.wait()
@@ -231,7 +266,7 @@ class SwapEngine(Generic[H]):
             if model is None:
                 raise ModelNotFound(f"no local model {target!r}")
             swap.restart = False
-            handle = await self._start(swap, model)
+            handle = await self._start(swap, placing.with_gpus(model, swap.gpus))
             self._check_aborted(swap)  # unloaded just as it became ready: the unload stops it
             if not swap.restart:
                 assert handle is not None  # None only for an aborted start, which raised above
@@ -242,6 +277,7 @@ class SwapEngine(Generic[H]):
                 await self.stop(target, "config changed")
             swap.claimed = False
             swap.evict = frozenset()
+            swap.gpus = None
 
     def _check_aborted(self, swap: Swap[H]) -> None:
         if swap.failed is not None:

@@ -336,6 +336,23 @@ def _append(path: str, line: str) -> None:
         log.write(line + "\n")
 
 
+def _declare_gpu_mem(used: int) -> None:
+    # What the fake NVML backend reports for this process (SWAPD_FAKE_GPU_MEM_DIR/<pid>).
+    folder = os.environ.get("SWAPD_FAKE_GPU_MEM_DIR")
+    if folder:
+        path = os.path.join(folder, str(os.getpid()))
+        with open(path + ".tmp", "w") as out:
+            out.write(str(used))
+        os.replace(path + ".tmp", path)
+
+
+async def gpu_mem(request: web.Request) -> web.Response:
+    """`POST /gpu-mem?bytes=N`: the process now holds N bytes of (fake) GPU memory."""
+    used = int(request.query["bytes"])
+    _declare_gpu_mem(used)
+    return web.json_response({"gpu_mem": used, **_served_by()})
+
+
 def main() -> None:
     global ARGS
     parser = argparse.ArgumentParser()
@@ -356,7 +373,10 @@ def main() -> None:
         action="store_true",
         help="exit at once on SIGTERM, cutting requests under way (aiohttp would finish them)",
     )
+    parser.add_argument("--gpu-mem", type=int, default=None, help="GPU bytes it says it holds")
     ARGS = parser.parse_args()
+    if ARGS.gpu_mem is not None:
+        _declare_gpu_mem(ARGS.gpu_mem)
 
     print(f"fake model {ARGS.name} starting on port {ARGS.port} pid {os.getpid()}", flush=True)
     if ARGS.fail:
@@ -380,6 +400,7 @@ def main() -> None:
     app.router.add_get("/slow", slow)
     app.router.add_get("/sse", sse)
     app.router.add_get("/blob", blob)
+    app.router.add_post("/gpu-mem", gpu_mem)
     app.router.add_get("/slots", slots)
     if ARGS.metrics:
         app.router.add_get("/metrics", metrics)

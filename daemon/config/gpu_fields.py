@@ -1,0 +1,111 @@
+"""The settings of GPU placement by memory (docs/gpus.md, "Placement by memory"): `gpus: auto` per
+model or at the top level, the `vram:` hint, and how they combine with groups and explicit `gpus`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Collection, Mapping
+from typing import Any
+
+from . import model as c
+from .issues import Report, describe
+from .yaml_nodes import Path
+
+AUTO = "auto"
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?i?b?)\s*$", re.IGNORECASE)
+# nvidia-smi's MiB/GiB are binary, and so are K, M, G, T alone; KB, MB, GB, TB are decimal.
+_UNITS = {
+    "": 1,
+    "b": 1,
+    "k": 1024,
+    "kib": 1024,
+    "kb": 1000,
+    "m": 1024**2,
+    "mib": 1024**2,
+    "mb": 1000**2,
+    "g": 1024**3,
+    "gib": 1024**3,
+    "gb": 1000**3,
+    "t": 1024**4,
+    "tib": 1024**4,
+    "tb": 1000**4,
+}
+_EXPECTED_SIZE = "a size such as 24GiB, 512MiB or a byte count"
+
+
+def auto_wanted(value: Any, auto_default: bool) -> bool:
+    """Whether a model's `gpus` value asks for placement by memory (the top level's default
+    applies when the model sets no `gpus`)."""
+    if isinstance(value, str) and value.strip().casefold() == AUTO:
+        return True
+    return value is None and auto_default
+
+
+def size_of(value: Any, where: Path, report: Report) -> int | None:
+    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        return value
+    if isinstance(value, str):
+        match = _SIZE.match(value)
+        if match is not None and match.group(2).casefold() in _UNITS:
+            size = int(float(match.group(1)) * _UNITS[match.group(2).casefold()])
+            if size > 0:
+                return size
+    report.error(where, f"expected {_EXPECTED_SIZE}, got {describe(value)}")
+    return None
+
+
+def vram_of(value: Any, where: Path, report: Report) -> tuple[int, ...] | None:
+    """`vram: 24GiB` (one GPU) or `vram: [40GiB, 40GiB]` (bytes on each of its GPUs)."""
+    if value is None:
+        return None
+    items = value if isinstance(value, list) else [value]
+    if not items:
+        report.error(where, f"expected {_EXPECTED_SIZE}, or a list of them, got an empty list")
+        return None
+    sizes = [
+        size_of(item, (*where, i) if isinstance(value, list) else where, report)
+        for i, item in enumerate(items)
+    ]
+    if any(s is None for s in sizes):
+        return None
+    return tuple(s for s in sizes if s is not None)
+
+
+def check_placement(
+    models: Mapping[str, c.ModelConfig],
+    raw_models: Mapping[str, Any],
+    grouped: Collection[str],
+    report: Report,
+) -> None:
+    """`gpus: auto` on a member of a configured group is an error (the group decides what runs
+    with it); `vram` without `gpus: auto` is only a warning (nothing reads it)."""
+    for model_id, model in models.items():
+        body = raw_models.get(model_id)
+        body = body if isinstance(body, dict) else {}
+        path = ("models", model_id)
+        if model.gpus_auto and model_id in grouped:
+            report.error(
+                (*path, "gpus"),
+                "gpus: auto places a model by memory, but this model is in a group, whose rules "
+                "decide what runs beside it; remove it from the group or list its gpus",
+            )
+        if body.get("vram") is not None and not model.gpus_auto:
+            report.warn(
+                (*path, "vram"),
+                "vram is used only with gpus: auto (as the footprint until one is measured)",
+            )
+
+
+def grouped_models(groups: Any) -> set[str]:
+    """The models a raw `groups` section lists (before it is checked)."""
+    result: set[str] = set()
+    if not isinstance(groups, dict):
+        return result
+    for name, group in groups.items():
+        if name == "(default)" or not isinstance(group, dict):
+            continue
+        members = group.get("members")
+        if isinstance(members, list):
+            result.update(m for m in members if isinstance(m, str))
+    return result
