@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from . import macros, model_fields, shape, stages, top_fields
+from . import macros, model_fields, routing, shape, stages, top_fields
 from . import model as c
 from .issues import ConfigError, ConfigIssue, Report, describe
 from .schema import TOP_LEVEL, KeyCheck
@@ -214,7 +214,9 @@ class _Build:
                 built[model.id] = result
 
         cross = top_fields.CrossCheck(data["models"], aliases, self.typed, document)
-        groups = cross.groups(top)
+        names = {model_id: model_id for model_id in data["models"]}
+        names.update({a: model_id for model_id, alist in aliases.items() for a in alist})
+        routes = routing.normalise(top, cross, data["models"], names, report)
         peers = cross.peers(top, top_raw.get("peers") or {})
         cross.aliases_and_ids(peers)
         return c.Config(
@@ -225,7 +227,10 @@ class _Build:
             global_ttl=top.global_ttl or 0,
             api_keys=top_fields.api_keys(top, self.typed, report),
             include_aliases_in_list=bool(top.include_aliases_in_list),
-            groups=groups,
+            router=routes.router,
+            groups=routes.groups,
+            matrix=routes.matrix,
+            priority=routes.priority,
             peers=peers,
             ignore_paths=top_fields.ignore_paths(top, self.typed, report),
             preload=top_fields.preload(top, built, self.typed, report),

@@ -14,12 +14,14 @@ import msgspec
 
 from ...ipc import aliases
 from ...ipc.messages import Filters, ModelRouting, RoutePeer
+from .matrix_dsl import MatrixSet
 
 __all__ = [
     "Config",
     "Filters",
     "Forced",
     "GroupConfig",
+    "MatrixConfig",
     "ModelConfig",
     "ModelRouting",
     "PeerConfig",
@@ -76,6 +78,16 @@ class GroupConfig(msgspec.Struct, frozen=True):
     persistent: bool = False
 
 
+class MatrixConfig(msgspec.Struct, frozen=True):
+    """`routing.router.settings.matrix` (or the legacy top-level `matrix`), compiled."""
+
+    # In the solver's order (`matrix_dsl.compile_sets`), identifiers resolved to model ids.
+    sets: tuple[MatrixSet, ...]
+    # model id -> cost of evicting it (vars resolved); a model not listed costs 1.
+    evict_costs: dict[str, int] = msgspec.field(default_factory=dict)
+    vars: dict[str, str] = msgspec.field(default_factory=dict)
+
+
 # A peer needs nothing the proxy does not: the config holds the routing table's struct.
 PeerConfig = RoutePeer
 
@@ -88,7 +100,12 @@ class Config(msgspec.Struct, frozen=True):
     global_ttl: int = 0
     api_keys: tuple[str, ...] = ()
     include_aliases_in_list: bool = False
+    # Which router decides evictions: "group" (groups, the default) or "matrix".
+    router: str = "group"
     groups: dict[str, GroupConfig] = msgspec.field(default_factory=dict)
+    matrix: MatrixConfig | None = None
+    # routing.scheduler.settings.fifo.priority: model id -> priority (default 0, higher first).
+    priority: dict[str, int] = msgspec.field(default_factory=dict)
     peers: dict[str, PeerConfig] = msgspec.field(default_factory=dict)
     ignore_paths: tuple[str, ...] = DEFAULT_IGNORE_PATHS
     preload: tuple[str, ...] = ()

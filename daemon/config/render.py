@@ -94,6 +94,14 @@ def _rest(config: Config) -> dict[str, Any]:
             }
             for name, group in config.groups.items()
         }
+    if config.matrix is not None:
+        rest["matrix"] = {
+            "vars": dict(config.matrix.vars),
+            "evict_costs": dict(config.matrix.evict_costs),
+            "sets": {s.name: s.dsl for s in config.matrix.sets},
+        }
+    if config.priority:
+        rest["routing"] = {"scheduler": {"settings": {"fifo": {"priority": dict(config.priority)}}}}
     if config.peers:
         rest["peers"] = {
             name: {

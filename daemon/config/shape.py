@@ -111,6 +111,45 @@ class Group(Section, frozen=True):
     members: Texts | None = None
 
 
+class Matrix(Section, frozen=True):
+    expected: ClassVar[str] = "a mapping with sets"
+
+    vars: dict[str, str] | None = None
+    evict_costs: dict[str, Annotated[int, Meta(le=MAX_INT)]] | None = field(
+        default=None, name="evict_costs"
+    )
+    # An ordered mapping of set name -> DSL; the order breaks ties between equal costs.
+    sets: dict[str, str] | None = None
+
+
+class RouterSettings(Section, frozen=True):
+    groups: dict[str, Group] | None = None
+    matrix: Matrix | None = None
+
+
+class Router(Section, frozen=True):
+    use: str | None = None
+    settings: RouterSettings | None = None
+
+
+class Fifo(Section, frozen=True):
+    priority: dict[str, Int] | None = None
+
+
+class SchedulerSettings(Section, frozen=True):
+    fifo: Fifo | None = None
+
+
+class SchedulerSpec(Section, frozen=True):
+    use: str | None = None
+    settings: SchedulerSettings | None = None
+
+
+class Routing(Section, frozen=True):
+    router: Router | None = None
+    scheduler: SchedulerSpec | None = None
+
+
 class Peer(Section, frozen=True):
     expected: ClassVar[str] = "a mapping with proxy and models"
 
@@ -143,7 +182,7 @@ class Top(Section, frozen=True):
     api_keys: Texts | None = None
     include_aliases_in_list: bool | None = None
     models: Annotated[dict[str, Model], Expect("a mapping of model ids")] | None = None
-    groups: dict[str, Group] | None = None
+    groups: dict[str, Group] | None = None  # legacy form of routing.router.settings.groups
     peers: dict[str, Peer] | None = None
     upstream: Upstream | None = None
     hooks: Hooks | None = None
@@ -160,5 +199,5 @@ class Top(Section, frozen=True):
         "profiles are not implemented; requests are routed by model id and alias"
     ) = None
     selectors: _ignored("selectors are not implemented") = None
-    routing: _ignored("swapd routes with groups and gpus; set groups at the top level") = None
-    matrix: _ignored("the matrix router is not implemented; use groups or gpus") = None
+    routing: Routing | None = None
+    matrix: Matrix | None = None  # legacy top-level form of routing.router.settings.matrix

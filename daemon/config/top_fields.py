@@ -133,11 +133,13 @@ class CrossCheck:
                 return model_id
         return None
 
-    def groups(self, top: shape.Top) -> dict[str, c.GroupConfig]:
+    def groups(
+        self, specs: Mapping[str, shape.Group] | None, base: tuple[str, ...] = ("groups",)
+    ) -> dict[str, c.GroupConfig]:
         groups: dict[str, c.GroupConfig] = {}
         owner: dict[str, str] = {}
-        for group_id, spec in (top.groups or {}).items():
-            path = ("groups", group_id)
+        for group_id, spec in (specs or {}).items():
+            path = (*base, group_id)
             members: list[str] = []
             for index, member in self.typed.indexed((*path, "members"), spec.members):
                 where = (*path, "members", index)
