@@ -49,6 +49,9 @@ class DaemonEffects:
 
         await self.registry.drain(model_id, publish)
 
+    def busy(self, model_id: str) -> bool:
+        return self.registry.in_flight(model_id) > 0
+
     async def stop(
         self, model_id: str, handle: Running, model: ModelConfig | None, *, start_follows: bool
     ) -> None:

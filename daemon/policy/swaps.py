@@ -13,6 +13,7 @@ from collections.abc import Callable, Coroutine, Mapping
 from typing import Generic
 
 from ...ipc.messages import ModelState
+from ...ipc.timings import REPORT_GRACE
 from ..config import Config, ModelConfig
 from ..errors import BackingOff, EnsureError, ModelNotFound, ShuttingDown, StartFailed
 from . import eviction
@@ -23,6 +24,15 @@ log = logging.getLogger("swapd.scheduler")
 BACKOFF_AFTER = 3
 BACKOFF_BASE = 5.0
 BACKOFF_MAX = 300.0
+# Collation's bound on starvation (docs/swapping.md, "Queue, priorities and collation"): for this
+# long after a swap was queued, the models it must stop keep serving their own requests.
+COLLATE_WINDOW = 5.0
+# After giving a model back to its requests, a swap waits this long before draining it again, so
+# that the proxies' in-flight reports include the request it gave way to.
+RECLAIM_PAUSE = REPORT_GRACE
+# How often a swap that waits for busy models to go idle looks again (in-flight reports do not
+# wake the scheduler).
+BUSY_POLL = 0.1
 
 
 class SwapEngine(Generic[H]):
@@ -34,6 +44,7 @@ class SwapEngine(Generic[H]):
         canonical_gpus: Mapping[str, str] | None = None,
         clock: Callable[[], float] = time.monotonic,
         backoff_base: float = BACKOFF_BASE,
+        collate_window: float = COLLATE_WINDOW,
     ) -> None:
         self.config = config
         self.effects = effects
@@ -41,6 +52,12 @@ class SwapEngine(Generic[H]):
         self.canonical_gpus = canonical_gpus
         self.clock = clock
         self.backoff_base = backoff_base
+        self.collate_window = collate_window
+        self._seq = 0
+        # The drain under way of each draining model, cancelled when collation takes it back.
+        self._draining: dict[str, asyncio.Task[None]] = {}
+        # Models whose stop a swap began (only those may be taken back by their requests).
+        self._collatable: set[str] = set()
         self.records: dict[str, ModelRecord[H]] = {}
         self.shutting_down = False
         self._swaps: dict[str, Swap[H]] = {}
@@ -49,7 +66,7 @@ class SwapEngine(Generic[H]):
         self._unloading: Counter[str] = Counter()
         self._changed = asyncio.Condition()
 
-    async def stop(self, model_id: str, reason: str) -> None:
+    async def stop(self, model_id: str, reason: str, *, collatable: bool = False) -> None:
         raise NotImplementedError  # Scheduler.stop
 
     async def _start_effect(self, model: ModelConfig) -> H | None:
@@ -106,11 +123,20 @@ class SwapEngine(Generic[H]):
         rec = self.record(model.id)
         if rec.state == "ready" and rec.handle is not None and not self._evicting(model.id):
             return rec.handle
+        if rec.state == "draining" and rec.handle is not None and self._collate(rec):
+            return rec.handle
         swap = self._swaps.get(model.id)
         if swap is None:
             self._check_backoff(rec)
             loop = asyncio.get_running_loop()
-            swap = self._swaps[model.id] = Swap(model.id, loop.create_future())
+            self._seq += 1
+            swap = self._swaps[model.id] = Swap(
+                model.id,
+                loop.create_future(),
+                priority=self.config.priority.get(model.id, 0),
+                seq=self._seq,
+                queued_at=self.clock(),
+            )
             swap.result.add_done_callback(retrieve)
             swap.task = loop.create_task(self._run_swap(swap))
         # A requester that gives up must not cancel a start others (or the next request) wait for.
@@ -125,6 +151,73 @@ class SwapEngine(Generic[H]):
                 f"model {rec.id} failed to start {rec.failures} times in a row; backing off, "
                 f"next try in {wait:.0f}s (last error: {rec.reason})",
             )
+
+    def _collate(self, rec: ModelRecord[H]) -> bool:
+        """A request for a model a queued swap is draining: within the swaps' window, cancel the
+        drain so that the model serves it, and send those swaps back to the queue."""
+        drain = self._draining.get(rec.id)
+        swaps = [s for s in self._swaps.values() if s.claimed and rec.id in s.evict]
+        if drain is None or not swaps or rec.id not in self._collatable:
+            return False
+        if rec.id in self._unloading or self.shutting_down:
+            return False
+        now = self.clock()
+        if any(now - s.queued_at >= self.collate_window for s in swaps):
+            return False
+        for swap in swaps:
+            swap.claimed = False
+            swap.evict = frozenset()
+            swap.yielded_at = now
+        drain.cancel()
+        # At once, not when the stop task notices: the next request must see the model ready.
+        self._stops.pop(rec.id, None)
+        self._collatable.discard(rec.id)
+        self._set(rec, "ready", "kept: requested again before its stop")
+        return True
+
+    def _queued_ahead(self, swap: Swap[H]) -> list[Swap[H]]:
+        key = (-swap.priority, swap.seq)
+        return [
+            other
+            for other in self._swaps.values()
+            if other is not swap
+            and not other.claimed
+            and other.failed is None
+            and (-other.priority, other.seq) < key
+        ]
+
+    def _claimable(self, swap: Swap[H]) -> tuple[frozenset[str] | None, bool]:
+        """What `swap` would evict if it may claim now (else None), and whether it waits only
+        for busy models to go idle (then nothing wakes it: it polls)."""
+        target = swap.target
+        running = self.loaded() | {s.target for s in self._swaps.values() if s.claimed}
+        evict = eviction.evict_for(
+            target, running - {target}, self.config, canonical_gpus=self.canonical_gpus
+        )
+        if self._collides(target, evict):
+            return None, False
+        now = self.clock()
+        if evict and now - swap.queued_at < self.collate_window:
+            if swap.yielded_at is not None and now - swap.yielded_at < RECLAIM_PAUSE:
+                return None, True
+            # llama-swap's rule: busy models are not preempted (here: for the window).
+            if any(self.effects.busy(m) for m in evict):
+                return None, True
+        return evict, False
+
+    def _blocked_by_queue(self, swap: Swap[H], evict: frozenset[str]) -> bool:
+        """A swap ahead in the queue that may claim now and conflicts with this one goes first."""
+        for other in self._queued_ahead(swap):
+            if other.target not in self.config.models:
+                continue
+            theirs, _ = self._claimable(other)
+            if theirs is None:
+                continue
+            if other.target in evict or swap.target in theirs or theirs & evict:
+                return True
+            if other.target == swap.target:
+                return True
+        return False
 
     def _collides(self, target: str, evict: frozenset[str]) -> bool:
         # The target itself is still being stopped: start it again once that is done. (An evicted
@@ -178,24 +271,26 @@ class SwapEngine(Generic[H]):
                     rec = self.record(target)
                     if rec.state == "ready" and rec.handle and not self._evicting(target):
                         return rec.handle
-                    running = self.loaded() | {s.target for s in self._swaps.values() if s.claimed}
-                    evict = eviction.evict_for(
-                        target, running - {target}, self.config, canonical_gpus=self.canonical_gpus
-                    )
-                    if not self._collides(target, evict):
+                    evict, polling = self._claimable(swap)
+                    if evict is not None and not self._blocked_by_queue(swap, evict):
                         break
-                    await self._changed.wait()
+                    await self._wait(BUSY_POLL if polling else None)
                 swap.evict = evict
                 swap.claimed = True
             if evict:
                 log.info("%s: swapping out %s", target, ", ".join(sorted(evict)))
+                ordered = sorted(evict)
                 results = await asyncio.gather(
-                    *(self.stop(m, f"swapped out for {target}") for m in evict),
+                    *(self.stop(m, f"swapped out for {target}", collatable=True) for m in ordered),
                     return_exceptions=True,
                 )
-                for m, result in zip(sorted(evict), results, strict=False):
+                for m, result in zip(ordered, results, strict=False):
                     if isinstance(result, BaseException):
                         log.error("%s: stopping %s failed: %r", target, m, result)
+                if not swap.claimed:
+                    # Collation took a model back: queue again (first in line at this priority).
+                    log.info("%s: waits again: a model it was stopping serves its requests", target)
+                    continue
             self._check_aborted(swap)
             # A reload during the evictions may have changed or removed the target.
             model = self.config.models.get(target)
@@ -213,6 +308,16 @@ class SwapEngine(Generic[H]):
                 await self.stop(target, "config changed")
             swap.claimed = False
             swap.evict = frozenset()
+
+    async def _wait(self, timeout: float | None) -> None:
+        """Wait (the condition's lock held) for a change, or at most `timeout` seconds."""
+        if timeout is None:
+            await self._changed.wait()
+            return
+        try:
+            await asyncio.wait_for(self._changed.wait(), timeout)
+        except TimeoutError:
+            pass
 
     def _check_aborted(self, swap: Swap[H]) -> None:
         if swap.failed is not None:
