@@ -6,6 +6,9 @@ lifecycle state: stopped -> starting -> ready -> draining -> stopping -> stopped
 
 Rules (llama-swap's FIFO scheduler, adapted to the two-phase drain):
 * a ready model that no swap is evicting is served at once;
+* collation (docs/swapping.md): for COLLATE_WINDOW after it was queued, a swap waits for busy
+  models it must stop to go idle, and a request for a model it is draining takes that model back;
+* queued swaps that conflict begin in priority order, arrival order within a priority;
 * one start per model: concurrent ensures of a model join the same swap task;
 * a swap evicts what the eviction policy names, draining and stopping them in parallel, then starts
   its target; swaps whose evict sets touch each other (or each other's targets) wait their turn,
