@@ -6,7 +6,7 @@ upstream answering `return 200`:
 * a uvloop byte relay (no HTTP parsing at all): the floor of one more loopback hop in Python;
 * aiohttp's low-level server answering a fixed body itself, with no upstream: aiohttp's own cost;
 * aiohttp's low-level server forwarding through swapd's pooled upstream client;
-* swapd (circusd + daemon + proxy, the hot path serving the request).
+* swapd (circusd + daemon + proxy: aiohttp's server and swapd's pipeline).
 
 Run: `python benchmarks/proxy_floor.py [--seconds 3] [--rounds 5]` (needs wrk and nginx).
 """

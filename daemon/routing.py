@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..ipc.messages import ModelRouting, RouteModel, RoutingTable
+from ..ipc.path_patterns import search_form
 from .config import Config, ModelConfig
 
 _ROUTING_FIELDS = ModelRouting.__struct_fields__
@@ -25,8 +26,7 @@ def routing_table(config: Config, generation: int, log_dir: Path | None = None) 
         models=tuple(route(m) for m in config.models.values()),
         peers=tuple(config.peers.values()),
         api_keys=config.api_keys,
-        # As written: the proxy compiles them in their search form (ipc/path_patterns.py).
-        ignore_paths=config.ignore_paths,
+        ignore_paths=tuple(search_form(p) for p in config.ignore_paths),
         include_aliases_in_list=config.include_aliases_in_list,
         log_dir=str(log_dir) if log_dir is not None else "",
         log_level=config.log_level,

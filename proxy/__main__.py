@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
-    """uvloop when installed (a dependency on Linux): a cheaper event loop on the hot path."""
+    """uvloop when installed (a dependency on Linux): a cheaper event loop for every request."""
     try:
         import uvloop
     except ImportError:

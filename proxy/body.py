@@ -84,7 +84,10 @@ async def read_body(request: web.Request, limit: int = MAX_BODY_BYTES) -> bytes:
 
 def content_codings(request: web.Request) -> list[str]:
     """The request's `Content-Encoding` codings, in the order they were applied."""
-    values = ",".join(request.headers.getall("Content-Encoding", ()))
+    headers = request.headers
+    if "Content-Encoding" not in headers:
+        return []
+    values = ",".join(headers.getall("Content-Encoding"))
     return [c for c in (t.strip().lower() for t in values.split(",")) if c and c != "identity"]
 
 

@@ -33,7 +33,7 @@ IGNORED_WEBSOCKET = "ignored websocket requests cannot start it"
 Ready = Callable[[str], bool]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Ask:
     """What a request asks for. `path` is the raw path as sent (no query); `query` is `?...` as
     sent, or ""; `model` is the model a model route's body or `?model=` named."""
@@ -45,12 +45,13 @@ class Ask:
     model: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Serve:
     """Forward to a local model (`route`) or a peer (`peer`) at `path_qs` (below the upstream's
     base). `rename`: the model value to write into the body; `filters`: the JSON filters;
     `rename_query`: also rewrite `?model=` (peers). `admitted`: False for what is served outside
-    admission (ignored paths and websockets of a ready model)."""
+    admission (ignored paths and websockets of a ready model). Not frozen: a frozen dataclass
+    costs microseconds to build, and one is built per request."""
 
     path_qs: str
     route: RouteModel | None = None
@@ -179,31 +180,18 @@ def _local(
     rename: str | None,
     filters: Filters | None,
 ) -> Decision:
-    serve = Serve(path_qs, route=route, rename=rename, filters=filters, websocket=ask.websocket)
-    hot = ready(route.id)
+    serve = Serve(path_qs, route, None, rename, filters, False, True, ask.websocket)
     if ask.websocket and route.ignore_websockets:
         # The websocket rule answers first: an upgrade on any path, /ws included, is the
         # websocket case; the path rule is what also covers a plain GET to /ws.
-        if not hot:
+        if not ready(route.id):
             return not_loaded(route.id, IGNORED_WEBSOCKET)
-        return _outside(serve)
-    if reason is not None:
-        if not hot:
+        serve.admitted = False
+    elif reason is not None:
+        if not ready(route.id):
             return not_loaded(route.id, reason)
-        if not ask.websocket:
-            return _outside(serve)
+        serve.admitted = ask.websocket
     return serve
-
-
-def _outside(serve: Serve) -> Serve:
-    return Serve(
-        serve.path_qs,
-        route=serve.route,
-        rename=serve.rename,
-        filters=serve.filters,
-        admitted=False,
-        websocket=serve.websocket,
-    )
 
 
 def _peer(ask: Ask, peer: PeerTarget, path_qs: str, named: str | None) -> Serve:

@@ -32,8 +32,8 @@ REQUEST_DROP = (
 _ENCODING = b"content-encoding"
 
 
-def _drop_set(request: web.Request, extra: frozenset[bytes]) -> frozenset[bytes]:
-    drop = REQUEST_DROP | extra
+def _drop_set(request: web.Request, drop: frozenset[bytes]) -> frozenset[bytes]:
+    """`drop` and the names the client's `Connection` header lists (hop-by-hop too)."""
     for value in request.headers.getall("Connection", ()):
         drop = drop | {t.strip().lower().encode("latin-1") for t in value.split(",")}
     return drop
@@ -49,23 +49,26 @@ def upstream_headers(
     """The header lines for the upstream: `host` is the Host to send (None: the client's, or
     none when it sent none); `drop` are further names (lower-case bytes) to leave out; `replace`
     are headers set over the client's (a peer's key)."""
-    replaced = {k.lower().encode(): v for k, v in (replace or {}).items()}
-    names = _drop_set(request, drop | frozenset(replaced))
-    client_host = request.headers.get("Host")
+    headers = request.headers
+    names = REQUEST_DROP | drop if drop else REQUEST_DROP
+    if replace:
+        names = names | {k.lower().encode() for k in replace}
+    if "Connection" in headers:
+        names = _drop_set(request, names)
+    client_host = headers.get("Host")
     sent_host = host if host is not None else client_host
-    out: list[tuple[bytes, bytes]] = []
-    if sent_host:
-        out.append((b"Host", sent_host.encode("latin-1", "replace")))
-    for key, value in request.raw_headers:
-        if key.lower() not in names:
-            out.append((key, value))
-    out += ((k, v.encode("latin-1", "replace")) for k, v in replaced.items())
-    prior = ", ".join(request.headers.getall("X-Forwarded-For", ()))
-    remote = request.remote or ""
-    out.append((b"X-Forwarded-For", f"{prior}, {remote}".encode() if prior else remote.encode()))
+    out = [(b"Host", sent_host.encode("latin-1", "replace"))] if sent_host else []
+    out += [item for item in request.raw_headers if item[0].lower() not in names]
+    if replace:
+        out += [(k.encode(), v.encode("latin-1", "replace")) for k, v in replace.items()]
+    remote = (request.remote or "").encode()
+    if "X-Forwarded-For" in headers:
+        prior = ", ".join(headers.getall("X-Forwarded-For")).encode("latin-1", "replace")
+        remote = prior + b", " + remote
+    out.append((b"X-Forwarded-For", remote))
     if client_host:
         out.append((b"X-Forwarded-Host", client_host.encode("latin-1", "replace")))
-    out.append((b"X-Forwarded-Proto", request.scheme.encode()))
+    out.append((b"X-Forwarded-Proto", b"https" if request.secure else b"http"))
     return out
 
 

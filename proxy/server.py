@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import os
 from typing import Any
@@ -141,6 +142,10 @@ async def serve(
         app, handle_signals=False, handler_cancellation=True, shutdown_timeout=1.0, **HANDLER_ARGS
     )
     await runner.setup()
+    # Everything built so far lives as long as the process: out of the collector's way, so its
+    # full collections walk only what requests allocate (a few per cent of CPU per request).
+    gc.collect()
+    gc.freeze()
     manager = runner.server
     assert manager is not None
     loop = asyncio.get_running_loop()

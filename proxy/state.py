@@ -1,6 +1,6 @@
 """The proxy's local mirror of the daemon's routing table and model states.
 
-The daemon is the only authority; this module keeps a copy fed by its broadcasts so the hot path can
+The daemon is the only authority; this module keeps a copy fed by its broadcasts so the pipeline can
 route a request to a ready model without any IPC:
 
 * `Routes`: one table generation, precomputed into lookup dicts and compiled regexes (never per
@@ -115,7 +115,7 @@ class ModelRuntime:
     reserved: int = 0
     # Requests being served by the upstream (ignored websockets excluded): what holds a drain.
     in_flight: int = 0
-    # Epoch of a `Draining` not yet acked; while set, nothing new is admitted on the hot path.
+    # Epoch of a `Draining` not yet acked; while set, nothing new is admitted without the daemon.
     drain_epoch: int | None = None
     drain_acked: bool = False
     # Ignored websockets, closed when the model stops.

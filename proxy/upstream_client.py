@@ -29,7 +29,9 @@ from .upstream_response import UpstreamBroken, UpstreamError, UpstreamResponse
 
 __all__ = ["UpstreamBroken", "UpstreamError", "UpstreamPool", "UpstreamResponse"]
 
-_MAX_HEAD = 64 * 1024  # llhttp sets no limit of its own
+# llhttp sets no limit of its own. nginx refuses an upstream head over its proxy_buffer_size (4 or
+# 8 KiB by default); four times that leaves room for big cookies and policies.
+_MAX_HEAD = 32 * 1024
 _IDLE_PER_HOST = 256
 
 

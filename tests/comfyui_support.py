@@ -1,10 +1,12 @@
 """Shared pieces of the ComfyUI process tests (`test_comfyui_*.py`).
 
 The seed page runs ComfyUI as a docker container (`cmd: docker run --name comfyui-auto ...`,
-`cmdStop: docker stop comfyui-auto`). There is no docker engine here, so the tests stand the
-ComfyUI-like upstream (`tests/upstreams/comfyui_like.py`) in for the container: `cmd` runs it with a
-pidfile named after the model (the container name), and `cmdStop` is the same script with
-`--stop-pidfile`, which stops it through that file as `docker stop <name>` stops a container.
+`cmdStop: docker stop comfyui-auto`). The ComfyUI image cannot run here (it needs a GPU and a
+registry), so these tests stand the ComfyUI-like upstream (`tests/upstreams/comfyui_like.py`) in
+for ComfyUI's behaviour (its websocket, jobs, assets): `cmd` runs it with a pidfile named after
+the model (the container name), and `cmdStop` is the same script with `--stop-pidfile`, which
+stops it through that file as `docker stop <name>` stops a container. The container side itself
+(a real `docker run` / `docker stop` on a real engine) is tested in tests/test_real_docker.py.
 Everything else in the test configs is what the seed page writes.
 """
 

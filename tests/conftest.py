@@ -13,6 +13,9 @@ import pytest
 from tests.comfyui_support import ComfyUpstream, Running
 from tests.stack import Stack
 
+# The real tier's fixtures (`docker`, `docker_engine`, `busybox_image`, `llamacpp`).
+pytest_plugins = ["tests.realparts.plugin"]
+
 
 @pytest.fixture
 def stack_factory() -> Iterator[Callable[..., Stack]]:

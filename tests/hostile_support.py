@@ -3,18 +3,24 @@ the proxy, the recording upstream's log, the proxy's log stream and its memory."
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import contextlib
 import json
 import re
 import urllib.request
+import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import psutil
 
-from tests.proxy_helpers import RawConnection, RawResponse
+from tests.proxy_helpers import RawConnection, RawResponse, local_model, model_ports, post_json
 from tests.stack import Stack
+
+CHAT = "/v1/chat/completions"
 
 # What a server error or a crash leaves in the output of `swapd run` (circusd passes the proxy's
 # and the daemon's stderr through) or in the proxy's `/logs` ring.
@@ -151,3 +157,50 @@ def peak_rss(proc: psutil.Process) -> int:
 
 def chunked(data: bytes) -> bytes:
     return b"%x\r\n%s\r\n0\r\n\r\n" % (len(data), data) if data else b"0\r\n\r\n"
+
+
+@dataclass
+class Hostile:
+    """A running stack whose one model `rec` records what it receives."""
+
+    stack: Stack
+    rec: RequestLog
+    logs: ProxyLogs
+
+
+@contextlib.contextmanager
+def recording_stack(log: Path) -> Iterator[Hostile]:
+    """swapd with `rec`, tests/upstreams/fake_model.py (standing for llama-server) started with
+    `--request-log LOG`, ready. On the way out: whatever the tests sent, the proxy wrote no error
+    and no traceback."""
+    (port,) = model_ports(1)
+    config = {
+        "healthCheckTimeout": 15,
+        "models": {
+            "rec": local_model("rec", port, "--request-log", str(log), concurrencyLimit=100)
+        },
+    }
+    with Stack(config) as stack:
+        logs = ProxyLogs(stack)
+        setup = asyncio.run(exchange(stack, post_json(CHAT, {"model": "rec"}), wait=30))
+        assert setup.statuses == [200], setup
+        yield Hostile(stack, RequestLog(log), logs)
+        assert logs.server_errors() == []
+
+
+def request_head(start: str, *headers: str) -> bytes:
+    """A request head with `Host: swapd` and `headers`, no body."""
+    return ("\r\n".join([start, "Host: swapd", *headers]) + "\r\n\r\n").encode()
+
+
+async def echo_paths(stack: Stack, count: int) -> list[tuple[str, str]]:
+    """(path asked for, path `rec` answered for) for `count` requests in turn, each on a new
+    connection: whoever uses the pooled upstream connection next."""
+    found = []
+    for i in range(count):
+        path = f"/echo/after-{uuid.uuid4().hex[:8]}-{i}"
+        got = await exchange(stack, request_head(f"GET /upstream/rec{path} HTTP/1.1"), linger=0)
+        assert got.statuses == [200], got
+        answer = json.loads(got.responses[0].body)
+        found.append((path, answer.get("raw_path", got.responses[0].body.decode())))
+    return found

@@ -88,7 +88,7 @@ def free_port_range(count: int) -> int:
 
 def docker_like_force_stop(name: str, state: str) -> None:
     """Test cleanup: stop a docker-like "container" whatever the test left behind (`docker stop -t
-    0`, standing for the docker engine this machine lacks)."""
+    0`; docker_like.py stands for `docker run --gpus`, which no real engine here can do)."""
     subprocess.run(
         [PYTHON, str(UPSTREAMS / "docker_like.py"), "stop", "-t", "0", name],
         env={**os.environ, "DOCKER_LIKE_STATE": state},

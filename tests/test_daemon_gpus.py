@@ -58,6 +58,7 @@ def test_disjoint_gpus_coexist_and_all_gpus_swap(stack_factory) -> None:
 def test_a_process_still_on_the_gpu_after_a_stop_is_reported(stack_factory, tmp_path) -> None:
     state = str(tmp_path / "docker-state")
     name = f"swapd-gpu-{uuid.uuid4().hex[:8]}"
+    # Stands for `docker run --gpus`: no real engine here can give a container a GPU.
     docker = f"{PYTHON} {UPSTREAMS / 'docker_like.py'}"
     stack = stack_factory(
         config(

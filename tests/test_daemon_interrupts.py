@@ -4,24 +4,18 @@ while a request waits for a swap."""
 
 from __future__ import annotations
 
-import os
 import signal
 import threading
 import time
 import urllib.error
 import urllib.request
-import uuid
 from typing import Any
 
 import pytest
 
 from tests.stack import (
-    PYTHON,
-    UPSTREAMS,
     Stack,
-    docker_like_force_stop,
     fake_model_cmd,
-    free_port,
     wait_for,
 )
 from tests.test_daemon_lifecycle import _alive, config
@@ -91,47 +85,6 @@ def test_reload_while_starting_serves_the_waiting_request_with_the_new_definitio
     assert not _alive(old_pid)
     assert stack.model("model")["pid"] == outcome[0]["served_by"]["pid"]
     assert stack.model_log("model").count("--- swapd") == 2
-
-
-def test_shutdown_while_starting_runs_cmd_stop(tmp_path) -> None:
-    state = str(tmp_path / "docker-state")
-    name = f"swapd-starting-{uuid.uuid4().hex[:8]}"
-    docker = f"{PYTHON} {UPSTREAMS / 'docker_like.py'}"
-    stack = Stack(
-        config(
-            {
-                "boxed": {
-                    "cmd": f"{docker} run --name {name} -- " + fake_model_cmd("boxed", *SLOW),
-                    "cmdStop": f"{docker} stop -t 1 {name}",
-                    "unloadTimeout": 2,
-                }
-            },
-            hooks={"on_startup": {"preload": ["boxed"]}},
-        ),
-        env={"DOCKER_LIKE_STATE": state},
-        port=free_port(),
-    ).start()
-    pid_file = os.path.join(state, f"{name}.pid")
-    try:
-        stack.wait_state("boxed", "starting")
-        container = wait_for(
-            lambda: os.path.exists(pid_file) and int(open(pid_file).read() or 0),
-            what="the container to run",
-        )
-        assert stack.proc is not None
-        stack.proc.send_signal(signal.SIGTERM)
-        assert stack.proc.wait(40) == 0
-        # circusd's SIGTERM only reached the docker CLI (forwarded to a PID 1 that ignores it):
-        # only cmdStop stops the container.
-        assert not _alive(container), "a starting model's cmdStop did not run at shutdown"
-        # Stopped by the daemon's shutdown, not by chance when its event loop closed.
-        assert "boxed: starting -> stopped (start aborted: swapd is shutting down)" in (
-            stack.output()
-        )
-    finally:
-        stack.stop(check=False)
-        docker_like_force_stop(name, state)
-    assert stack.processes() == []
 
 
 def test_a_daemon_restarted_alone_leaves_a_starting_model_to_the_next_one(stack_factory) -> None:

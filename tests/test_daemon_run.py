@@ -5,12 +5,10 @@ everything (cmdStop included) with exit code 0."""
 from __future__ import annotations
 
 import os
-import signal
 import socket
 import stat
 import subprocess
 import sys
-import uuid
 from pathlib import Path
 
 import psutil
@@ -18,8 +16,8 @@ import pynvml
 import pytest
 
 from swapd.daemon import cli
-from tests.stack import PYTHON, UPSTREAMS, Stack, docker_like_force_stop, fake_model_cmd, free_port
-from tests.test_daemon_lifecycle import _alive, config
+from tests.stack import PYTHON, fake_model_cmd, free_port
+from tests.test_daemon_lifecycle import config
 from tests.test_daemon_swap import chat
 from tests.test_gpu import StubNvml
 
@@ -86,40 +84,6 @@ def test_invalid_config_and_busy_port_are_refused(tmp_path) -> None:
         )  # fmt: skip
     assert result.returncode == 1
     assert "already in use" in result.stderr
-
-
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
-def test_signal_stops_everything_including_cmd_stop(tmp_path, signum) -> None:
-    state = str(tmp_path / "docker-state")
-    name = f"swapd-shutdown-{uuid.uuid4().hex[:8]}"
-    docker = f"{PYTHON} {UPSTREAMS / 'docker_like.py'}"
-    stack = Stack(
-        config(
-            {
-                "boxed": {
-                    "cmd": f"{docker} run --name {name} -- " + fake_model_cmd("boxed"),
-                    "cmdStop": f"{docker} stop -t 1 {name}",
-                    "unloadTimeout": 2,
-                },
-                "plain": {"cmd": fake_model_cmd("plain")},
-            },
-            groups={"all": {"swap": False, "members": ["boxed", "plain"]}},
-        ),
-        env={"DOCKER_LIKE_STATE": state},
-        port=free_port(),
-    ).start()
-    try:
-        container = chat(stack.url, "boxed")["served_by"]["pid"]
-        plain = chat(stack.url, "plain")["served_by"]["pid"]
-        assert stack.proc is not None
-        stack.proc.send_signal(signum)
-        assert stack.proc.wait(40) == 0
-        assert not _alive(container), "cmdStop did not run at shutdown"
-        assert not _alive(plain)
-    finally:
-        stack.stop(check=False)
-        docker_like_force_stop(name, state)
-    assert stack.processes() == []
 
 
 def test_ready_and_watchdog_reach_systemd(stack_factory, tmp_path) -> None:

@@ -49,9 +49,8 @@ def _stream_in_thread(port: int, path: str) -> tuple[threading.Thread, list[byte
 
 
 def test_a_request_in_flight_finishes_before_the_models_stop(stack_factory) -> None:
-    stack = stack_factory(
-        config({"m": {"cmd": fake_model_cmd("m")}}), run_args=("--shutdown-grace", "20")
-    )
+    # The model stops at once on SIGTERM, as most servers do; the default grace (30 s) applies.
+    stack = stack_factory(config({"m": {"cmd": fake_model_cmd("m", "--sigterm-exits")}}))
     chat(stack.url, "m")
     thread, chunks, outcome = _stream_in_thread(stack.port, "/upstream/m/slow?n=20&delay=0.1")
     assert stack.proc is not None
@@ -62,14 +61,12 @@ def test_a_request_in_flight_finishes_before_the_models_stop(stack_factory) -> N
     assert stack.proc.wait(40) == 0
 
 
-@pytest.mark.xfail(
-    reason="the proxy ends the streams still running at the grace with branch issue9 "
-    "(CONTRACTS C2: the proxy side); passes once that is merged",
-    strict=False,
-)
 def test_a_stream_still_running_at_the_end_of_the_grace_is_ended_cleanly(stack_factory) -> None:
+    # Here the daemon stops the model at the end of the grace and the proxy closes the stream the
+    # model ended; with the proxy side of C2 (branch issue9) the proxy ends it itself at the grace.
     stack = stack_factory(
-        config({"m": {"cmd": fake_model_cmd("m")}}), run_args=("--shutdown-grace", "2")
+        config({"m": {"cmd": fake_model_cmd("m", "--sigterm-exits")}}),
+        run_args=("--shutdown-grace", "2"),
     )
     chat(stack.url, "m")
     thread, chunks, outcome = _stream_in_thread(stack.port, "/upstream/m/slow?n=300&delay=0.1")

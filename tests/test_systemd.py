@@ -1,22 +1,30 @@
 """systemd/swapd.service: `systemd-analyze verify` accepts it, and it says what DESIGN.md requires.
 
 verify checks that ExecStart's binary exists, so it runs on a copy whose ExecStart points at this
-checkout's venv instead of /opt/swapd (everything else unchanged).
+checkout's venv instead of /opt/swapd (everything else unchanged). systemd-analyze is the real
+part `systemd` (tests/realparts/plugin.py): installed from Debian's `systemd` package where CI=true,
+so there these tests never skip. tests/test_systemd_real.py runs the unit under a real systemd.
 """
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from tests.realparts.plugin import _need
+from tests.realparts.systemd_image import SystemdTools
+
 UNIT = Path(__file__).resolve().parent.parent / "systemd" / "swapd.service"
 INSTALLED_SWAPD = "/opt/swapd/venv/bin/swapd"
-SYSTEMD_ANALYZE = shutil.which("systemd-analyze")
-needs_analyze = pytest.mark.skipif(SYSTEMD_ANALYZE is None, reason="systemd-analyze not installed")
+
+
+@pytest.fixture(scope="module")
+def analyze() -> str:
+    tools: SystemdTools = _need("systemd")
+    return tools.analyze
 
 
 def directives(text: str) -> dict[str, list[tuple[str, str]]]:
@@ -42,38 +50,38 @@ def service() -> dict[str, list[str]]:
     return result
 
 
-def verify(tmp_path: Path, text: str) -> subprocess.CompletedProcess[str]:
-    assert SYSTEMD_ANALYZE is not None
+def verify(analyze: str, tmp_path: Path, text: str) -> subprocess.CompletedProcess[str]:
     copy = tmp_path / "swapd.service"
     copy.write_text(text)
     return subprocess.run(
-        [SYSTEMD_ANALYZE, "verify", str(copy)], capture_output=True, text=True, timeout=60
+        [analyze, "verify", str(copy)], capture_output=True, text=True, timeout=60
     )
 
 
-@needs_analyze
-def test_systemd_analyze_verify_accepts_the_unit(tmp_path: Path) -> None:
+@pytest.mark.systemd
+def test_systemd_analyze_verify_accepts_the_unit(analyze: str, tmp_path: Path) -> None:
     swapd = Path(sys.executable).parent / "swapd"
     assert swapd.exists(), "the venv has no swapd script (pip install -e .)"
     text = UNIT.read_text()
     assert INSTALLED_SWAPD in text
-    result = verify(tmp_path, text.replace(INSTALLED_SWAPD, str(swapd)))
+    result = verify(analyze, tmp_path, text.replace(INSTALLED_SWAPD, str(swapd)))
     assert result.returncode == 0, result.stderr
     assert "swapd.service:" not in result.stderr, result.stderr  # no warning about the unit
 
 
-@needs_analyze
-def test_verify_would_catch_a_broken_unit(tmp_path: Path) -> None:
+@pytest.mark.systemd
+def test_verify_would_catch_a_broken_unit(analyze: str, tmp_path: Path) -> None:
     # The check above can fail: a missing binary or a bad directive value is reported.
     missing = UNIT.read_text().replace(INSTALLED_SWAPD, str(tmp_path / "no-such-swapd"))
-    assert verify(tmp_path, missing).returncode != 0
+    assert verify(analyze, tmp_path, missing).returncode != 0
     swapd = str(Path(sys.executable).parent / "swapd")
     bad = (
         UNIT.read_text()
         .replace(INSTALLED_SWAPD, swapd)
         .replace("KillMode=mixed", "KillMode=gently")
     )
-    assert "swapd.service:" in verify(tmp_path, bad).stderr  # a warning names the unit file
+    # A warning names the unit file.
+    assert "swapd.service:" in verify(analyze, tmp_path, bad).stderr
 
 
 def test_unit_settings() -> None:
@@ -87,6 +95,7 @@ def test_unit_settings() -> None:
         "KillMode": "mixed",
         "RuntimeDirectory": "swapd",
         "RuntimeDirectoryMode": "0700",
+        "RuntimeDirectoryPreserve": "restart",
         "UMask": "0077",
         "Restart": "on-failure",
     }

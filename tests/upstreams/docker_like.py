@@ -1,4 +1,10 @@
-"""A stand-in for the docker CLI (no docker engine on the test machines).
+"""A stand-in for the docker CLI where a real engine cannot do the job: `docker run --gpus`.
+
+Container models run on a real docker engine in tests/test_real_docker.py. What that engine cannot
+do here is give a container a GPU (no GPU, no NVIDIA runtime), so the one test that needs a
+container on (fake) GPUs, tests/test_daemon_gpus.py, runs this instead: it passes the caller's
+environment (CUDA_VISIBLE_DEVICES) to the "container", where the fake NVML backend sees it, as
+`docker run --gpus` makes a real container show up in NVML.
 
 `docker_like.py run --name NAME -- CMD...` behaves like an attached `docker run`: the container is
 NOT a child of this command. A detached init (double fork + setsid, the way dockerd and

@@ -1,5 +1,11 @@
 """A test upstream standing in for llama-server / vLLM: an OpenAI-compatible aiohttp server.
 
+llama.cpp's real server runs in tests/test_real_llamacpp.py (tier `llamacpp`). This stand-in is
+for what a real server cannot be made to do on cue and cheaply in every test: a chosen health
+delay or health failure, an exit at start with a given code, slow or endless streams, websockets,
+identifying which instance served a request (`served_by`), start-up in a few milliseconds for the
+hundreds of stacks the suite starts, and a GPU footprint for the fake NVML backend.
+
 Run as `python fake_model.py --port N [--name ID] [options]`. Every response says which instance
 served it (`served_by`, the `--name` and pid), so tests can tell models apart.
 
@@ -245,6 +251,11 @@ def main() -> None:
     parser.add_argument("--fail", action="store_true", help="print an error and exit at once")
     parser.add_argument("--ignore-sigterm", action="store_true")
     parser.add_argument("--request-log", default=None, help="append each request here (JSON)")
+    parser.add_argument(
+        "--sigterm-exits",
+        action="store_true",
+        help="exit at once on SIGTERM, cutting requests under way (aiohttp would finish them)",
+    )
     ARGS = parser.parse_args()
 
     print(f"fake model {ARGS.name} starting on port {ARGS.port} pid {os.getpid()}", flush=True)
@@ -279,6 +290,12 @@ def main() -> None:
             app["exit_task"] = asyncio.get_running_loop().create_task(_exit())
 
     app.on_startup.append(exit_later)
+
+    async def sigterm_exits(app: web.Application) -> None:
+        if ARGS.sigterm_exits:
+            asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, os._exit, 0)
+
+    app.on_startup.append(sigterm_exits)
     # handler_cancellation: a proxy that drops the connection cancels the handler (tests watch it).
     web.run_app(
         app,

@@ -1,0 +1,108 @@
+"""pytest side of the real tier (loaded by tests/conftest.py).
+
+- After collection, for each part that a selected test needs (marker `docker` or `llamacpp`), the
+  part is prepared once (tests/realparts/provision.py): installed when missing under
+  `SWAPD_REAL_PARTS=require` (the default where `CI=true`), which can take minutes on a clean
+  machine, so it runs here and not inside a test's timeout.
+- `docker_engine` (session): a private real dockerd with the busybox httpd image imported, started
+  on first use and stopped at the end of the session; `docker` (function): the same engine, with
+  every container removed after the test; `busybox_image`: that image's tag.
+- `llamacpp` (session): where llama.cpp's server code and the Gemma 270M GGUF are.
+
+A part that cannot run skips its tests with the reason, or, in `require` mode, fails them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from tests.realparts import provision, systemd_image
+from tests.realparts.docker_engine import DockerEngine, EngineUnavailable
+from tests.realparts.images import BUSYBOX_IMAGE, build_busybox_image
+
+PARTS: dict[str, Callable[[str], Any]] = {
+    "docker": provision.ensure_docker,
+    "llamacpp": provision.ensure_llamacpp,
+    "systemd": systemd_image.prepare,
+}
+# part -> what its preparation returned, or the PartMissing it raised
+_prepared: dict[str, Any] = {}
+
+
+def _prepare(part: str, how: str) -> Any:
+    if part not in _prepared:
+        try:
+            _prepared[part] = PARTS[part](how)
+        except provision.PartMissing as exc:
+            _prepared[part] = exc
+    return _prepared[part]
+
+
+def _need(part: str, make: Callable[[Any], Any] = lambda prepared: prepared) -> Any:
+    how = provision.mode()
+    if how == "off":
+        pytest.skip(f"real {part} tier switched off (SWAPD_REAL_PARTS=off)")
+    try:
+        prepared = _prepare(part, how)
+        if isinstance(prepared, Exception):
+            raise prepared
+        return make(prepared)
+    except (provision.PartMissing, EngineUnavailable) as exc:
+        reason = str(exc)
+    if how == "require":
+        pytest.fail(f"real {part} part cannot run (CI requires it): {reason}", pytrace=False)
+    pytest.skip(f"real {part} part not available: {reason}")
+
+
+def pytest_report_header() -> str:
+    return f"real tier (markers docker, llamacpp): SWAPD_REAL_PARTS={provision.mode()}"
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    how = provision.mode()
+    if how == "off":
+        return
+    wanted = sorted({p for item in session.items for p in PARTS if item.get_closest_marker(p)})
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    for part in wanted:
+        if reporter is not None and how == "require":
+            reporter.write_line(f"real tier: preparing {part} (installs what is missing)")
+        prepared = _prepare(part, how)
+        if reporter is not None and isinstance(prepared, Exception):
+            reporter.write_line(f"real tier: {part} cannot run: {prepared}")
+
+
+@pytest.fixture(scope="session")
+def docker_engine() -> Iterator[DockerEngine]:
+    def start(_: object) -> DockerEngine:
+        engine = DockerEngine().start()
+        try:
+            build_busybox_image(engine)
+        except BaseException:
+            engine.stop()
+            raise
+        return engine
+
+    engine: DockerEngine = _need("docker", start)
+    yield engine
+    engine.stop()
+
+
+@pytest.fixture
+def docker(docker_engine: DockerEngine) -> Iterator[DockerEngine]:
+    yield docker_engine
+    docker_engine.remove_containers()
+
+
+@pytest.fixture(scope="session")
+def busybox_image(docker_engine: DockerEngine) -> str:
+    return BUSYBOX_IMAGE
+
+
+@pytest.fixture(scope="session")
+def llamacpp() -> provision.LlamaCpp:
+    prepared: provision.LlamaCpp = _need("llamacpp")
+    return prepared
