@@ -35,6 +35,8 @@ class Filters(msgspec.Struct, frozen=True):
 
     strip_params: tuple[str, ...] = ()
     set_params: dict[str, Any] = msgspec.field(default_factory=dict)
+    # The name the client asked for -> params set after `set_params` (a model's setParamsByID).
+    set_params_by_id: dict[str, dict[str, Any]] = msgspec.field(default_factory=dict)
 
 
 class ModelRouting(msgspec.Struct, frozen=True, kw_only=True):

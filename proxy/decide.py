@@ -17,8 +17,9 @@ The passthrough rules (`/upstream/` and `/comfyui/`), for a local model:
 from __future__ import annotations
 
 import urllib.parse
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from ..ipc.messages import Filters, RouteModel
 from ..ipc.reserved import COMFYUI_MODEL_ID
@@ -61,6 +62,8 @@ class Serve:
     rename_query: bool = False
     admitted: bool = True
     websocket: bool = False
+    # setParamsByID's params for the name the client asked for, set after the filters' own.
+    by_id: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,7 +108,11 @@ def for_model(ask: Ask, routes: Routes, ready: Ready) -> Decision:
     route = routes.model(name)
     path_qs = ask.path + ask.query
     if route is not None:
-        return _local(ask, route, path_qs, None, ready, route.use_model_name, route.filters)
+        decision = _local(ask, route, path_qs, None, ready, route.use_model_name, route.filters)
+        by_id = route.filters.set_params_by_id
+        if by_id and isinstance(decision, Serve):
+            decision.by_id = by_id.get(name)
+        return decision
     peer = routes.peer(name)
     if peer is not None:
         return _peer(ask, peer, path_qs, name)

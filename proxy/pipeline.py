@@ -246,11 +246,16 @@ def _body(found: RequestModel | None, decision: decide.Serve) -> tuple[bytes | N
         return None, False, path_qs
     filters = decision.filters
     if found.kind == "json" and (
-        rename or (filters is not None and (filters.strip_params or filters.set_params))
+        rename
+        or decision.by_id
+        or (filters is not None and (filters.strip_params or filters.set_params))
     ):
         strip = filters.strip_params if filters is not None else ()
         params = filters.set_params if filters is not None else None
-        return filter_json(found.body, model=rename, strip=strip, set_params=params), True, path_qs
+        body = filter_json(
+            found.body, model=rename, strip=strip, set_params=params, then=decision.by_id
+        )
+        return body, True, path_qs
     if found.kind == "multipart" and rename and found.model_span is not None:
         return replace_span(found.body, found.model_span, rename), True, path_qs
     return found.raw, False, path_qs

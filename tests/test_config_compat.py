@@ -122,7 +122,11 @@ def test_llama_swap_config_with_groups_macros_aliases_filters_and_peers_loads() 
     )
     assert gpt.filters.strip_params == ("temperature", "top_k", "top_p")
     assert gpt.filters.set_params == {"temperature": 0.7, "top_p": 0.9}
-    assert gpt.aliases == ("gpt-4o-mini", "gpt-3.5-turbo")
+    # setParamsByID's names are aliases after the written ones (macros in the key expanded).
+    assert gpt.aliases == ("gpt-4o-mini", "gpt-3.5-turbo", "gpt-oss-120b:high")
+    assert gpt.filters.set_params_by_id == {
+        "gpt-oss-120b:high": {"chat_template_kwargs": {"reasoning_effort": "high"}}
+    }
     assert gpt.env == {"CUDA_VISIBLE_DEVICES": "0,1,2"}
     assert gpt.ttl == 60 and gpt.concurrency_limit == 10
 
@@ -150,7 +154,6 @@ def test_llama_swap_config_with_groups_macros_aliases_filters_and_peers_loads() 
         "logToStdout",
         "metricsMaxInMemory",
         "sendLoadingState",
-        "models.gpt-oss-120b.filters.setParamsByID",
         "models.gpt-oss-120b.sendLoadingState",
         "models.gpt-oss-120b.timeouts",
         "peers.openrouter.timeouts",

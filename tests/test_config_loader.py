@@ -265,7 +265,6 @@ def test_ignored_llama_swap_keys_load_with_warnings(tmp_path: Path) -> None:
         "logToStdout: both\ncaptureBuffer: 5\n"
         + MINIMAL
         + "    sendLoadingState: true\n    timeouts: {connect: 5}\n"
-        + "    filters: {setParamsByID: {'m:high': {effort: high}}}\n"
     )
     loaded = load(path, environ={})
     assert [w.path for w in loaded.warnings] == [
@@ -273,7 +272,6 @@ def test_ignored_llama_swap_keys_load_with_warnings(tmp_path: Path) -> None:
         "captureBuffer",
         "models.m.sendLoadingState",
         "models.m.timeouts",
-        "models.m.filters.setParamsByID",
     ]
     assert all("accepted but ignored by swapd" in w.message for w in loaded.warnings)
     assert loaded.warnings[0].line == 1

@@ -187,6 +187,7 @@ class _Build:
         )
         built: dict[str, c.ModelConfig] = {}
         aliases: dict[str, list[str]] = {}
+        by_id: dict[str, list[str]] = {}
         for model in staged:
             stages.check_leftovers(
                 _without(model.body, "macros"),
@@ -199,6 +200,8 @@ class _Build:
             errors_before = len(report.errors)
             spec = self.typed.section(model.body, shape.Model, model.path)
             aliases[model.id] = model_fields.aliases_of(model.id, spec.aliases, report)
+            by_id[model.id] = model_fields.by_id_names(model.id, spec)
+            extra = [n for n in by_id[model.id] if n not in aliases[model.id]]
             result = model_fields.build(
                 model.id,
                 spec,
@@ -206,7 +209,7 @@ class _Build:
                 port=model.port,
                 gpus=model.gpus,
                 defaults=defaults,
-                aliases=aliases[model.id],
+                aliases=[*aliases[model.id], *extra],
                 report=report,
                 errors_before=errors_before,
             )
@@ -216,9 +219,11 @@ class _Build:
         cross = top_fields.CrossCheck(data["models"], aliases, self.typed, document)
         names = {model_id: model_id for model_id in data["models"]}
         names.update({a: model_id for model_id, alist in aliases.items() for a in alist})
+        names.update({n: model_id for model_id, nlist in by_id.items() for n in nlist})
         routes = routing.normalise(top, cross, data["models"], names, report)
         peers = cross.peers(top, top_raw.get("peers") or {})
         cross.aliases_and_ids(peers)
+        cross.by_id_names(by_id)
         return c.Config(
             models=built,
             health_check_timeout=health,

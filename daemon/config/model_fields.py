@@ -250,7 +250,20 @@ def filters_of(spec: shape.PeerFilters | None, where: Path, report: Report) -> c
     if "model" in set_params:
         report.warn((*where, "setParams", "model"), "'model' cannot be set; ignored")
         del set_params["model"]
-    return c.Filters(strip_params=tuple(params), set_params=set_params)
+    by_id: dict[str, dict[str, Any]] = {}
+    for name, values in (getattr(spec, "set_params_by_id", None) or {}).items():
+        values = dict(values)
+        if "model" in values:
+            report.warn((*where, "setParamsByID", name, "model"), "'model' cannot be set; ignored")
+            del values["model"]
+        by_id[name] = values
+    return c.Filters(strip_params=tuple(params), set_params=set_params, set_params_by_id=by_id)
+
+
+def by_id_names(model_id: str, spec: shape.Model) -> list[str]:
+    """setParamsByID's names other than the model's own id: llama-swap makes them aliases."""
+    names = (spec.filters.set_params_by_id or {}) if spec.filters else {}
+    return [name for name in names if name != model_id]
 
 
 def gpus_of(value: Any, where: Path, report: Report) -> tuple[str, ...] | None:

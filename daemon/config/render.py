@@ -53,7 +53,13 @@ def _number(value: float) -> float | int:
 
 
 def _filters(filters: Filters) -> dict[str, Any]:
-    return {"stripParams": ",".join(filters.strip_params), "setParams": dict(filters.set_params)}
+    shown: dict[str, Any] = {
+        "stripParams": ",".join(filters.strip_params),
+        "setParams": dict(filters.set_params),
+    }
+    if filters.set_params_by_id:
+        shown["setParamsByID"] = {k: dict(v) for k, v in filters.set_params_by_id.items()}
+    return shown
 
 
 def _model(model: ModelConfig) -> dict[str, Any]:

@@ -65,9 +65,8 @@ class PeerFilters(Section, frozen=True):
 
 
 class ModelFilters(PeerFilters, frozen=True):
-    set_params_by_id: _ignored("swapd applies stripParams and setParams only") = field(
-        default=None, name="setParamsByID"
-    )
+    # requested name -> params applied after setParams; each name is also an alias.
+    set_params_by_id: dict[str, Free] | None = field(default=None, name="setParamsByID")
 
 
 class Compat(Section, frozen=True):

@@ -10,7 +10,7 @@ from typing import Any
 from . import model as c
 from . import shape
 from .issues import Report
-from .model_fields import check_url, filters_of
+from .model_fields import check_url, filters_of, name_problem
 from .patterns import NESTED_QUANTIFIER_WARNING, has_nested_quantifier
 from .schema import suggest
 from .typed import Converter
@@ -199,6 +199,36 @@ class CrossCheck:
                     filters=filters,
                 )
         return peers
+
+    def by_id_names(self, by_id: Mapping[str, list[str]]) -> None:
+        """setParamsByID names become aliases (llama-swap): they may name no other model."""
+        owners: dict[str, str] = {}
+        for model_id, names in by_id.items():
+            for name in names:
+                where = ("models", model_id, "filters", "setParamsByID", name)
+                alias_of = self._alias_owner(name)
+                problem = name_problem(name, "a setParamsByID key")
+                if problem is not None:
+                    self.report.error(where, problem, key=True)
+                elif name in self.raw_models:
+                    self.report.error(
+                        where, f"setParamsByID key {name!r} is the id of model {name!r}", key=True
+                    )
+                elif alias_of is not None and alias_of != model_id:
+                    self.report.error(
+                        where,
+                        f"duplicate alias {name!r}: already an alias of model {alias_of!r}",
+                        key=True,
+                    )
+                elif name in owners:
+                    self.report.error(
+                        where,
+                        f"duplicate alias {name!r}: already a setParamsByID key of model "
+                        f"{owners[name]!r}",
+                        key=True,
+                    )
+                else:
+                    owners[name] = model_id
 
     def aliases_and_ids(self, peers: Mapping[str, c.PeerConfig]) -> None:
         seen: dict[str, str] = {}
