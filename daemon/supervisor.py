@@ -8,6 +8,7 @@ what it needs and answers each request type from the endpoint's dispatch table.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import signal
@@ -40,7 +41,7 @@ from ..ipc.messages import (
     TableChanged,
     Unload,
 )
-from . import circus_config, reloading, routing, status, stopping
+from . import circus_config, config_watch, reloading, routing, status, stopping
 from .config import Config, ModelConfig
 from .effects import DaemonEffects
 from .endpoint import Endpoint
@@ -76,8 +77,10 @@ class Daemon:
         config: Config,
         *,
         shutdown_grace: float = shutdown.DEFAULT_GRACE,
+        watch_config: bool = False,
     ) -> None:
         self.endpoints = Endpoints(run_dir)
+        self.watch_config = watch_config
         self.config_path = config_path
         self.shutdown_grace = shutdown_grace
         self.instance = uuid.uuid4().hex[:12]
@@ -253,15 +256,28 @@ class Daemon:
         await self.endpoint.reply(identity, reply)
 
     async def _reload(self, identity: bytes, message: Reload) -> None:
+        try:
+            result = await self.reload("swapd reload")
+        except DaemonError as exc:
+            await self.endpoint.reply(identity, _error(message.id, exc, with_tail=False))
+            return
+        text = reloading.report(self.config_path, result)
+        await self.endpoint.reply(identity, Ok(id=message.id, message=text))
+
+    async def reload(self, why: str) -> reloading.Reloaded:
+        """Read the config file again and switch to it (`swapd reload`, SIGHUP, --watch-config).
+        Raises DaemonError, after logging the whole report, when the file cannot be used: the
+        old config keeps serving."""
         async with self._reload_lock:
             try:
                 result = await reloading.apply(self.scheduler, self.config_path, self.gpu_backend)
             except Exception as exc:
-                log.error("reload rejected, the old config stays: %s", exc)
+                log.error("reload (%s) rejected, the old config stays: %s", why, exc)
                 if not isinstance(exc, DaemonError):
                     exc = InvalidConfig(f"{type(exc).__name__}: {exc}")
-                await self.endpoint.reply(identity, _error(message.id, exc, with_tail=False))
-                return
+                raise exc from None
+            for warning in result.warnings:
+                log.warning("%s", warning)
             self.generation += 1
             self.table = routing.routing_table(
                 result.config, self.generation, self.endpoints.log_dir
@@ -275,8 +291,14 @@ class Daemon:
                 result.stopped,
                 result.restarted,
             )
-        text = reloading.report(self.config_path, result)
-        await self.endpoint.reply(identity, Ok(id=message.id, message=text))
+        return result
+
+    def _reload_soon(self, why: str) -> None:
+        async def reload() -> None:
+            with contextlib.suppress(DaemonError):  # logged, and the old config stays
+                await self.reload(why)
+
+        self.spawn(reload())
 
     # ------------------------------------------------------------------------------- loops
 
@@ -302,6 +324,8 @@ class Daemon:
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, self._stop.set)
+        # circusd forwards its SIGHUP here (circusd.py) instead of restarting every process.
+        loop.add_signal_handler(signal.SIGHUP, self._reload_soon, "SIGHUP")
         events = self.spawn(
             self.exits.follow_circus(self.endpoints.circus_pub, self.ctx, self._pid_of)
         )
@@ -319,6 +343,9 @@ class Daemon:
         await self._publish_table()
         loops = [self.spawn(self.endpoint.serve()), self.spawn(self.tick_loop()), events]
         loops.append(self.spawn(readiness.serve(self.registry.first_hello, self.circus)))
+        if self.watch_config:
+            watching = config_watch.watch(self.config_path, lambda: self.reload("file changed"))
+            loops.append(self.spawn(watching))
         self._preload()
         await self._stop.wait()
         await self.shutdown()
