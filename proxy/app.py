@@ -33,7 +33,7 @@ log = logging.getLogger(__name__)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
-_OPEN_PATHS = frozenset({"/health"})
+_OPEN_PATHS = frozenset({"/health", "/wol-health"})
 _CORS_METHODS = "GET, POST, PUT, PATCH, DELETE, OPTIONS"
 _CORS_DEFAULT_HEADERS = "Content-Type, Authorization, Accept, X-Requested-With"
 _TOKEN_CHARS = frozenset(
@@ -135,6 +135,7 @@ def make_app(*, run_dir: Path, processes: int = 1, proxy_id: str | None = None) 
 
     router = app.router
     router.add_get("/health", ops.handle_health)
+    router.add_get("/wol-health", ops.handle_health)  # llama-swap's, for wake-on-LAN proxies
     for method, path in MODEL_ROUTES:
         router.add_route(method, path, pipeline.handle_model_route)
     router.add_get("/v1/models", models_list.handle_models)

@@ -25,6 +25,7 @@ from ..ipc.messages import Filters, RouteModel
 from ..ipc.reserved import COMFYUI_MODEL_ID
 from . import comfyui
 from .errors import ProxyError
+from .model_routes import upstream_path
 from .state import PeerTarget, Routes
 
 UPSTREAM_PREFIX = "/upstream/"
@@ -106,7 +107,7 @@ def for_model(ask: Ask, routes: Routes, ready: Ready) -> Decision:
     """A model route: the model named in the body or query, local first, then peers."""
     name = ask.model or ""
     route = routes.model(name)
-    path_qs = ask.path + ask.query
+    path_qs = upstream_path(ask.path) + ask.query
     if route is not None:
         decision = _local(ask, route, path_qs, None, ready, route.use_model_name, route.filters)
         by_id = route.filters.set_params_by_id

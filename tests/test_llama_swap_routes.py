@@ -1,0 +1,41 @@
+"""llama-swap's smaller routes through the real stack (fake_model.py stands for llama-server):
+`/wol-health` answers without an API key, and the versionless `/v/...` and audio.cpp
+`/audioapi/...` routes reach the model without their prefix."""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+
+import pytest
+
+from tests.hostile_support import RequestLog
+from tests.stack import fake_model_cmd, free_port_range, http_get
+
+pytestmark = pytest.mark.processes
+
+
+def test_wol_health_and_prefixed_routes(stack_factory, tmp_path) -> None:
+    log = RequestLog(tmp_path / "requests.jsonl")
+    config = {
+        "startPort": free_port_range(2),
+        "apiKeys": ["sk-test"],
+        "models": {
+            "m": {
+                "cmd": fake_model_cmd("m", "--request-log", str(log.path)),
+                "proxy": "http://127.0.0.1:${PORT}",
+            }
+        },
+    }
+    stack = stack_factory(config)
+    assert http_get(stack.url + "/wol-health") == (200, b"OK")
+    for path in ("/v/chat/completions", "/audioapi/v1/tasks/run", "/v/embeddings"):
+        request = urllib.request.Request(
+            stack.url + path,
+            data=json.dumps({"model": "m"}).encode(),
+            headers={"Content-Type": "application/json", "Authorization": "Bearer sk-test"},
+        )
+        with urllib.request.urlopen(request, timeout=30) as response:
+            assert response.status == 200
+    paths = [e["raw_path"] for e in log.entries() if e["method"] == "POST"]
+    assert paths == ["/chat/completions", "/v1/tasks/run", "/embeddings"]
