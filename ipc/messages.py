@@ -39,6 +39,16 @@ class Filters(msgspec.Struct, frozen=True):
     set_params_by_id: dict[str, dict[str, Any]] = msgspec.field(default_factory=dict)
 
 
+class Capabilities(msgspec.Struct, frozen=True):
+    """A model's `capabilities` (llama-swap's), rendered into `/v1/models` by the proxy."""
+
+    inputs: tuple[str, ...] = ()  # `in`: text, audio, image
+    outputs: tuple[str, ...] = ()  # `out`
+    tools: bool = False
+    reranker: bool = False
+    context: int = 0
+
+
 class ModelRouting(msgspec.Struct, frozen=True, kw_only=True):
     """What a proxy routes and admits a local model by. Declared once: the daemon's `ModelConfig`
     extends it with what only the daemon needs, and `RouteModel` adds the upstream address."""
@@ -56,6 +66,7 @@ class ModelRouting(msgspec.Struct, frozen=True, kw_only=True):
     description: str | None = None
     metadata: dict[str, Any] = msgspec.field(default_factory=dict)
     filters: Filters = msgspec.field(default_factory=Filters)
+    capabilities: Capabilities | None = None  # None: not configured (or all empty)
 
 
 class RouteModel(ModelRouting, frozen=True, kw_only=True):

@@ -16,6 +16,7 @@ from aiohttp import web
 
 from ..ipc.messages import RouteModel
 from ..ipc.states import LOADED_STATES
+from . import capabilities
 from .context import CTX
 from .sync_wait import routes_of
 
@@ -32,7 +33,14 @@ def _entry(
         item["name"] = route.name.strip()
     if route.description and route.description.strip():
         item["description"] = route.description.strip()
-    item["meta"] = {"llamaswap": {**route.metadata, **meta}}
+    metadata = route.metadata
+    if route.capabilities is not None:
+        rendered = capabilities.render(route.capabilities)
+        item.update(rendered)
+        metadata = {k: v for k, v in metadata.items() if k not in capabilities.OWNED}
+    item["meta"] = {"llamaswap": {**metadata, **meta}}
+    if "context_length" in item:
+        item["meta"]["n_ctx"] = item["context_length"]
     item["status"] = {"value": "loaded" if loaded else "unloaded"}
     return item
 

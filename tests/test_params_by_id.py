@@ -112,3 +112,13 @@ def test_macros_in_names_and_names_that_collide() -> None:
     with pytest.raises(ConfigError) as caught:
         load_config_text(HEADER + body)
     assert 'keys "${MODEL_ID}:high" and "gpt:high" resolve to the same value' in str(caught.value)
+
+
+def test_capabilities_modalities_are_checked() -> None:
+    body = "    capabilities: {in: [text, smell], out: [text]}\n"
+    with pytest.raises(ConfigError) as caught:
+        load_config_text(HEADER + body)
+    assert 'capabilities.in: invalid modality "smell", must be one of: text, audio, image' in str(
+        caught.value
+    )
+    assert load_config_text(HEADER + "    capabilities: {}\n").models["gpt"].capabilities is None

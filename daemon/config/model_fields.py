@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
+from ...ipc.messages import Capabilities
 from ...ipc.reserved import COMFYUI_MODEL_ID
 from . import model as c
 from . import shape
@@ -98,6 +99,7 @@ def build(
         )
     env = _env(raw.get("env"), path, report)
     filters = filters_of(spec.filters, (*path, "filters"), report)
+    capabilities = capabilities_of(spec.capabilities, (*path, "capabilities"), report)
     if len(report.errors) > errors_before or cmd is None or proxy is None:
         return None
 
@@ -134,6 +136,7 @@ def build(
         description=spec.description or None,
         metadata=spec.metadata or {},
         filters=filters,
+        capabilities=capabilities,
         gpus=gpus,
         port=port,
         forced=tuple(forced),
@@ -252,12 +255,44 @@ def filters_of(spec: shape.PeerFilters | None, where: Path, report: Report) -> c
         del set_params["model"]
     by_id: dict[str, dict[str, Any]] = {}
     for name, values in (getattr(spec, "set_params_by_id", None) or {}).items():
-        values = dict(values)
+        if values is not None and not isinstance(values, dict):
+            report.error(
+                (*where, "setParamsByID", name),
+                f"expected a mapping of parameters to set, got {describe(values)}",
+            )
+            continue
+        values = dict(values or {})
         if "model" in values:
             report.warn((*where, "setParamsByID", name, "model"), "'model' cannot be set; ignored")
             del values["model"]
         by_id[name] = values
     return c.Filters(strip_params=tuple(params), set_params=set_params, set_params_by_id=by_id)
+
+
+MODALITIES = ("text", "audio", "image")
+
+
+def capabilities_of(
+    spec: shape.Capabilities | None, where: Path, report: Report
+) -> Capabilities | None:
+    if spec is None:
+        return None
+    for key, values in (("in", spec.inputs), ("out", spec.outputs)):
+        for index, value in enumerate(values or ()):
+            if value not in MODALITIES:
+                report.error(
+                    (*where, key, index),
+                    f'capabilities.{key}: invalid modality "{value}", must be one of: '
+                    + ", ".join(MODALITIES),
+                )
+    caps = Capabilities(
+        inputs=tuple(spec.inputs or ()),
+        outputs=tuple(spec.outputs or ()),
+        tools=bool(spec.tools),
+        reranker=bool(spec.reranker),
+        context=spec.context or 0,
+    )
+    return None if caps == Capabilities() else caps
 
 
 def by_id_names(model_id: str, spec: shape.Model) -> list[str]:

@@ -73,6 +73,14 @@ class Compat(Section, frozen=True):
     ignore_websockets: bool | None = None
 
 
+class Capabilities(Section, frozen=True):
+    inputs: Texts | None = field(default=None, name="in")
+    outputs: Texts | None = field(default=None, name="out")
+    tools: bool | None = None
+    reranker: bool | None = None
+    context: Count | None = None
+
+
 class Model(Section, frozen=True):
     expected: ClassVar[str] = "a mapping with at least cmd"
 
@@ -98,7 +106,7 @@ class Model(Section, frozen=True):
     filters: ModelFilters | None = None
     send_loading_state: _ignored(_NO_LOADING_STATE) = None
     timeouts: _ignored(_NO_TIMEOUTS) = None
-    capabilities: _ignored("swapd does not report capabilities in /v1/models") = None
+    capabilities: Capabilities | None = None
 
 
 class Group(Section, frozen=True):
