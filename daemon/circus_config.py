@@ -21,9 +21,6 @@ PROXY_WATCHER = "swapd-proxy"
 LISTEN_SOCKET = "swapd"
 # circusd SIGKILLs a proxy this long after its shutdown grace.
 PROXY_EXIT_MARGIN = 5.0
-# The proxy's `--shutdown-grace` comes with branch issue9 (CONTRACTS C2); until that is merged
-# the proxy does not take the option, and is not given it.
-PROXY_TAKES_SHUTDOWN_GRACE = False
 # In the run dir: written once this swapd's daemon ran `hooks.on_startup.preload`; `swapd run`
 # removes it, so a daemon that circusd restarts under a running swapd does not preload again.
 PRELOADED_FILE = "preloaded"
@@ -87,8 +84,7 @@ def render(layout: CircusLayout) -> str:
     )
     # circus replaces `$(circus.sockets.swapd)` with the inherited fd; shlex.join would quote it.
     proxy_argv = [layout.python, "-m", "swapd.proxy", "--run-dir", run_dir]
-    if PROXY_TAKES_SHUTDOWN_GRACE:
-        proxy_argv += ["--shutdown-grace", f"{layout.shutdown_grace:g}"]
+    proxy_argv += ["--shutdown-grace", f"{layout.shutdown_grace:g}"]
     proxy_cmd = shlex.join(proxy_argv) + f" --fd $(circus.sockets.{LISTEN_SOCKET})"
     lines = [
         "; written by `swapd run`; regenerated on every start, do not edit",

@@ -41,6 +41,13 @@ def _gpus(m: ModelStatus, reply: StatusReply) -> str:
     return "all" if m.pid and reply.gpus else "-"
 
 
+def _ttl_left(m: ModelStatus) -> str:
+    if m.ttl_left is not None:
+        return _duration(m.ttl_left)
+    # Its busyCheck holds the TTL: it counts again once the upstream is idle.
+    return "held (busy)" if m.ttl > 0 and m.busy is not None and m.busy.busy else "-"
+
+
 def render_table(reply: StatusReply, now: float | None = None) -> str:
     now = time.time() if now is None else now
     rows = [("MODEL", "STATE", "PID", "PORT", "GPUS", "UPTIME", "LAST ACTIVITY", "TTL LEFT")]
@@ -50,15 +57,19 @@ def render_table(reply: StatusReply, now: float | None = None) -> str:
         rows.append(
             (
                 m.model,
-                m.state + (f" ({m.in_flight} in flight)" if m.in_flight else ""),
+                m.state
+                + (f" ({m.in_flight} in flight)" if m.in_flight else "")
+                + (" (busy)" if m.busy is not None and m.busy.busy else ""),
                 str(m.pid) if m.pid else "-",
                 str(m.port) if m.port else "-",
                 _gpus(m, reply),
                 up,
                 _ago(m.last_activity, now),
-                _duration(m.ttl_left) if m.ttl_left is not None else "-",
+                _ttl_left(m),
             )
         )
+        if m.busy is not None and (m.busy.busy or m.busy.error or m.busy.holding):
+            notes.append(f"{m.model}: {m.busy.message}")
         if m.reason and m.state in ("failed", "stopped", "draining", "stopping"):
             notes.append(f"{m.model}: {m.reason}")
         for p in m.gpu_lingering:

@@ -10,6 +10,7 @@ from ..ipc.messages import Lingering, LingeringProcess, ModelStatus
 from .config import ModelConfig
 from .machinery.model_process import Running
 from .policy import ttl
+from .policy.busy import BusyBoard
 from .policy.proxies import ProxyRegistry
 from .policy.records import ModelRecord
 
@@ -21,6 +22,7 @@ def model_status(
     lingering: Mapping[str, Lingering],
     gpu_lingering: Mapping[str, tuple[LingeringProcess, ...]],
     now: float | None = None,
+    busy: BusyBoard | None = None,
 ) -> ModelStatus:
     """`rec` as the world sees it; `model` is its definition in the current config (None when a
     reload removed it)."""
@@ -35,11 +37,12 @@ def model_status(
         ttl=model.ttl if model else 0,
         since=rec.since,
         last_activity=last_activity(rec, registry),
-        ttl_left=ttl.ttl_left_of(rec, model, registry, now),
+        ttl_left=ttl.ttl_left_of(rec, model, registry, now, busy.held(rec.id) if busy else 0.0),
         reason=rec.reason,
         in_flight=registry.in_flight(rec.id),
         gpu_lingering=gpu_lingering.get(rec.id, ()),
         lingering=lingering.get(rec.id),
+        busy=busy.report(rec.id) if busy else None,
     )
 
 
@@ -58,9 +61,10 @@ def all_status(
     registry: ProxyRegistry,
     lingering: Mapping[str, Lingering],
     gpu_lingering: Mapping[str, tuple[LingeringProcess, ...]],
+    busy: BusyBoard | None = None,
 ) -> tuple[ModelStatus, ...]:
     now = time.time()
     return tuple(
-        model_status(rec, models.get(rec.id), registry, lingering, gpu_lingering, now)
+        model_status(rec, models.get(rec.id), registry, lingering, gpu_lingering, now, busy)
         for rec in records
     )

@@ -42,6 +42,7 @@ from ..ipc.messages import (
     Unload,
 )
 from . import circus_config, config_watch, reloading, routing, status, stopping
+from .busy_watch import BusyWatch
 from .config import Config, ModelConfig
 from .effects import DaemonEffects
 from .endpoint import Endpoint
@@ -111,6 +112,12 @@ class Daemon:
             effects,
             canonical_gpus=gpu.canonical_gpu_ids(self.gpu_backend.devices()),
         )
+        self.busy = BusyWatch(
+            lambda: self.scheduler.config,
+            self._busy_changed,
+            session=lambda: self.lifecycle.session,
+        )
+        self.scheduler.hold = self.busy.hold
         self.table = routing.routing_table(config, self.generation, self.endpoints.log_dir)
         self._tasks: set[asyncio.Task[Any]] = set()
         self._stop = asyncio.Event()
@@ -139,7 +146,12 @@ class Daemon:
 
     def model_status(self, rec: ModelRecord[Running], model: ModelConfig | None) -> ModelStatus:
         return status.model_status(
-            rec, model, self.registry, self.lifecycle.lingering, self.lifecycle.gpu_lingering
+            rec,
+            model,
+            self.registry,
+            self.lifecycle.lingering,
+            self.lifecycle.gpu_lingering,
+            busy=self.busy.board,
         )
 
     def all_status(self) -> tuple[ModelStatus, ...]:
@@ -149,7 +161,13 @@ class Daemon:
             self.registry,
             self.lifecycle.lingering,
             self.lifecycle.gpu_lingering,
+            self.busy.board,
         )
+
+    def _busy_changed(self, model_id: str) -> None:
+        rec = self.scheduler.records.get(model_id)
+        if rec is not None:
+            self._publish_state(rec)
 
     def _publish_state(self, rec: ModelRecord[Running]) -> None:
         st = self.model_status(rec, self.scheduler.config.models.get(rec.id))
@@ -311,7 +329,9 @@ class Daemon:
             for gone in self.registry.expire():
                 self._announced.pop(gone, None)
             config = self.scheduler.config
-            for model_id in ttl.due(list(self.scheduler.records.values()), config, self.registry):
+            records = list(self.scheduler.records.values())
+            self.busy.tick(records, config, self.registry)
+            for model_id in ttl.due(records, config, self.registry, held=self.busy.held):
                 model = config.models.get(model_id)
                 log.info("%s: unloading, TTL of %ss reached", model_id, model.ttl if model else "?")
                 self.spawn(self.scheduler.stop(model_id, "ttl expired"))
@@ -349,6 +369,7 @@ class Daemon:
         self._preload()
         await self._stop.wait()
         await self.shutdown()
+        await self.busy.close()
         # The scheduler's own tasks too, while the sockets are still open (they publish).
         pending = [
             *loops,

@@ -111,6 +111,19 @@ class Lingering(msgspec.Struct, frozen=True):
     message: str = ""
 
 
+class Busy(msgspec.Struct, frozen=True):
+    """What a model's `busyCheck` last found (its own server's work queue); None without one."""
+
+    busy: bool
+    jobs: int = 0
+    message: str = ""  # "busy (upstream reports 1 running job)", "idle", ...
+    since: float = 0.0  # wall clock: when the current busy, idle or failing spell began
+    checked_at: float = 0.0  # wall clock of the last poll
+    error: str = ""  # the last poll failed (counted as idle)
+    holding: tuple[str, ...] = ()  # the targets of swaps that wait for it to turn idle
+    hold_until: float = 0.0  # wall clock: when the last of them goes ahead anyway
+
+
 class ModelStatus(msgspec.Struct, frozen=True):
     """One model's state as the daemon sees it; broadcast on every change and listed by `status`."""
 
@@ -130,6 +143,8 @@ class ModelStatus(msgspec.Struct, frozen=True):
     gpu_lingering: tuple[LingeringProcess, ...] = ()
     # Its port, still listened on after it stopped; set until the port is free again.
     lingering: Lingering | None = None
+    # What its busyCheck says (None: it has none, or it is not ready).
+    busy: Busy | None = None
 
 
 class GpuInfo(msgspec.Struct, frozen=True):

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from aiohttp import web
 
-from ..ipc.watcher_names import watcher_name
+from ..ipc.watcher_names import model_log_name
 from .context import CTX
 from .errors import ProxyError
 from .log_hub import HISTORY_BYTES, QUEUE_CHUNKS, offer
@@ -31,7 +31,7 @@ FOLLOW_POLL_S = 0.2
 
 
 def model_log_path(log_dir: str, model_id: str) -> Path:
-    return Path(log_dir) / f"{watcher_name(model_id)}.log"
+    return Path(log_dir) / model_log_name(model_id)
 
 
 def _tail(path: Path, size: int = HISTORY_BYTES) -> tuple[bytes, int]:

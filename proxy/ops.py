@@ -62,6 +62,8 @@ async def handle_running(request: web.Request) -> web.Response:
             item["description"] = rt.route.description
         if status.reason:
             item["reason"] = status.reason
+        if status.busy is not None:  # its busyCheck's last finding
+            item["busy"] = msgspec.structs.asdict(status.busy)
         running.append(item)
     # A stopped model's port still in use (CONTRACTS C1), whatever its state.
     lingering = [

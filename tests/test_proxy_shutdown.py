@@ -3,8 +3,7 @@ requests (503 and `Connection: close` on a kept-alive connection), lets what is 
 within the grace, and ends what still streams after it cleanly. circusd then starts a new proxy
 on the same socket, as it does after any exit.
 
-The grace comes from `$SWAPD_PROXY_SHUTDOWN_GRACE` here (what `--shutdown-grace` defaults to),
-since this branch's `swapd run` does not pass the flag yet.
+The grace is `swapd run --shutdown-grace`, which `swapd run` passes on to the proxy.
 """
 
 from __future__ import annotations
@@ -42,7 +41,7 @@ async def test_requests_under_way_finish_and_new_ones_are_refused(
 ) -> None:
     stack = stack_factory(
         {"models": {"alpha": local_model("alpha", free_port())}},
-        env={"SWAPD_PROXY_SHUTDOWN_GRACE": "30"},
+        run_args=("--shutdown-grace", "30"),
     )
     idle = await _kept_alive(stack)
     streaming = await RawConnection.open(stack.url)
@@ -76,7 +75,7 @@ async def test_a_stream_past_the_grace_is_ended_cleanly(
 ) -> None:
     stack = stack_factory(
         {"models": {"alpha": local_model("alpha", free_port())}},
-        env={"SWAPD_PROXY_SHUTDOWN_GRACE": "1"},
+        run_args=("--shutdown-grace", "1"),
     )
     await (await _kept_alive(stack)).close()  # alpha is ready
     streaming = await RawConnection.open(stack.url)

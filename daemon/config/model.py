@@ -14,6 +14,7 @@ import msgspec
 
 from ...ipc import aliases
 from ...ipc.messages import Filters, ModelRouting, RoutePeer
+from .busy_check import BusyCheck
 from .matrix_dsl import MatrixSet
 
 __all__ = [
@@ -69,6 +70,8 @@ class ModelConfig(ModelRouting, frozen=True, kw_only=True):
     # The allocated ${PORT}, when the model's cmd uses it.
     port: int | None = None
     forced: tuple[Forced, ...] = ()
+    # `busyCheck`: None = the model has none (the default: nothing asks its server).
+    busy_check: BusyCheck | None = None
 
 
 class GroupConfig(msgspec.Struct, frozen=True):

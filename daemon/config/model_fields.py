@@ -18,6 +18,7 @@ from ...ipc.messages import Capabilities
 from ...ipc.reserved import COMFYUI_MODEL_ID
 from . import model as c
 from . import shape
+from .busy_check import read_busy_check
 from .cmdline import split_command
 from .issues import Report, describe
 from .typed import Converter
@@ -100,6 +101,7 @@ def build(
     env = _env(raw.get("env"), path, report)
     filters = filters_of(spec.filters, (*path, "filters"), report)
     capabilities = capabilities_of(spec.capabilities, (*path, "capabilities"), report)
+    busy_check = read_busy_check(raw, path, report)
     if len(report.errors) > errors_before or cmd is None or proxy is None:
         return None
 
@@ -140,6 +142,7 @@ def build(
         gpus=gpus,
         port=port,
         forced=tuple(forced),
+        busy_check=busy_check,
     )
 
 

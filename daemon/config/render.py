@@ -9,8 +9,10 @@ from __future__ import annotations
 import re
 from typing import Any
 
+import msgspec
 import yaml
 
+from .busy_check import BusyCheck
 from .model import Config, Filters, Forced, ModelConfig
 
 HIDDEN = "(hidden)"
@@ -85,7 +87,25 @@ def _model(model: ModelConfig) -> dict[str, Any]:
         "metadata": dict(model.metadata),
         "filters": _filters(model.filters),
     }
+    if model.busy_check is not None:
+        body["busyCheck"] = _busy_check(model.busy_check)
     return body
+
+
+def _busy_check(check: BusyCheck) -> dict[str, Any]:
+    # A preset spelled out: what `busyCheck: comfyui` stands for.
+    counts = [
+        {k: v for k, v in msgspec.structs.asdict(count).items() if v is not None}
+        for count in check.counts
+    ]
+    return {
+        "preset": check.preset,
+        "path": check.path,
+        "count": counts,
+        "interval": _number(check.interval),
+        "timeout": _number(check.timeout),
+        "swapWait": _number(check.swap_wait),
+    }
 
 
 def _rest(config: Config) -> dict[str, Any]:

@@ -102,6 +102,8 @@ class Model(Section, frozen=True):
     gpus: Any = None
     # client: the client's Host goes upstream (the default); upstream: the upstream's host:port.
     host_header: Literal["client", "upstream"] | None = None
+    # A preset name or a mapping; its own keys are checked where it is read (busy_check.py).
+    busy_check: Any = None
     compat: Compat | None = None
     filters: ModelFilters | None = None
     send_loading_state: _ignored(_NO_LOADING_STATE) = None

@@ -9,14 +9,13 @@ import asyncio
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable, Coroutine, Mapping
-from typing import Generic
+from collections.abc import Callable, Coroutine, Iterable, Mapping
+from typing import Any, Protocol
 
 from ...ipc.messages import ModelState
-from ...ipc.timings import REPORT_GRACE
 from ..config import Config, ModelConfig
 from ..errors import BackingOff, EnsureError, ModelNotFound, ShuttingDown, StartFailed
-from . import eviction
+from .collation import BUSY_POLL, COLLATE_WINDOW, Collation
 from .records import LOADED_STATES, Effects, H, ModelRecord, Swap, retrieve
 
 log = logging.getLogger("swapd.scheduler")
@@ -24,18 +23,19 @@ log = logging.getLogger("swapd.scheduler")
 BACKOFF_AFTER = 3
 BACKOFF_BASE = 5.0
 BACKOFF_MAX = 300.0
-# Collation's bound on starvation (docs/swapping.md, "Queue, priorities and collation"): for this
-# long after a swap was queued, the models it must stop keep serving their own requests.
-COLLATE_WINDOW = 5.0
-# After giving a model back to its requests, a swap waits this long before draining it again, so
-# that the proxies' in-flight reports include the request it gave way to.
-RECLAIM_PAUSE = REPORT_GRACE
-# How often a swap that waits for busy models to go idle looks again (in-flight reports do not
-# wake the scheduler).
-BUSY_POLL = 0.1
 
 
-class SwapEngine(Generic[H]):
+class Hold(Protocol):
+    """What a swap asks before it stops models (`policy/busy.py`'s `SwapHold`)."""
+
+    def needed(self, models: Iterable[str]) -> frozenset[str]: ...
+
+    async def wait(
+        self, target: str, models: frozenset[str], aborted: asyncio.Future[Any]
+    ) -> frozenset[str]: ...
+
+
+class SwapEngine(Collation[H]):
     def __init__(
         self,
         config: Config,
@@ -65,6 +65,8 @@ class SwapEngine(Generic[H]):
         # Models an unload is stopping: ensures for them wait, then start them again.
         self._unloading: Counter[str] = Counter()
         self._changed = asyncio.Condition()
+        # Busy models hold a swap that would stop them (`busyCheck`); None: nothing holds one.
+        self.hold: Hold | None = None
 
     async def stop(self, model_id: str, reason: str, *, collatable: bool = False) -> None:
         raise NotImplementedError  # Scheduler.stop
@@ -152,73 +154,6 @@ class SwapEngine(Generic[H]):
                 f"next try in {wait:.0f}s (last error: {rec.reason})",
             )
 
-    def _collate(self, rec: ModelRecord[H]) -> bool:
-        """A request for a model a queued swap is draining: within the swaps' window, cancel the
-        drain so that the model serves it, and send those swaps back to the queue."""
-        drain = self._draining.get(rec.id)
-        swaps = [s for s in self._swaps.values() if s.claimed and rec.id in s.evict]
-        if drain is None or not swaps or rec.id not in self._collatable:
-            return False
-        if rec.id in self._unloading or self.shutting_down:
-            return False
-        now = self.clock()
-        if any(now - s.queued_at >= self.collate_window for s in swaps):
-            return False
-        for swap in swaps:
-            swap.claimed = False
-            swap.evict = frozenset()
-            swap.yielded_at = now
-        drain.cancel()
-        # At once, not when the stop task notices: the next request must see the model ready.
-        self._stops.pop(rec.id, None)
-        self._collatable.discard(rec.id)
-        self._set(rec, "ready", "kept: requested again before its stop")
-        return True
-
-    def _queued_ahead(self, swap: Swap[H]) -> list[Swap[H]]:
-        key = (-swap.priority, swap.seq)
-        return [
-            other
-            for other in self._swaps.values()
-            if other is not swap
-            and not other.claimed
-            and other.failed is None
-            and (-other.priority, other.seq) < key
-        ]
-
-    def _claimable(self, swap: Swap[H]) -> tuple[frozenset[str] | None, bool]:
-        """What `swap` would evict if it may claim now (else None), and whether it waits only
-        for busy models to go idle (then nothing wakes it: it polls)."""
-        target = swap.target
-        running = self.loaded() | {s.target for s in self._swaps.values() if s.claimed}
-        evict = eviction.evict_for(
-            target, running - {target}, self.config, canonical_gpus=self.canonical_gpus
-        )
-        if self._collides(target, evict):
-            return None, False
-        now = self.clock()
-        if evict and now - swap.queued_at < self.collate_window:
-            if swap.yielded_at is not None and now - swap.yielded_at < RECLAIM_PAUSE:
-                return None, True
-            # llama-swap's rule: busy models are not preempted (here: for the window).
-            if any(self.effects.busy(m) for m in evict):
-                return None, True
-        return evict, False
-
-    def _blocked_by_queue(self, swap: Swap[H], evict: frozenset[str]) -> bool:
-        """A swap ahead in the queue that may claim now and conflicts with this one goes first."""
-        for other in self._queued_ahead(swap):
-            if other.target not in self.config.models:
-                continue
-            theirs, _ = self._claimable(other)
-            if theirs is None:
-                continue
-            if other.target in evict or swap.target in theirs or theirs & evict:
-                return True
-            if other.target == swap.target:
-                return True
-        return False
-
     def _collides(self, target: str, evict: frozenset[str]) -> bool:
         # The target itself is still being stopped: start it again once that is done. (An evicted
         # model that is already stopping is no collision: the swap joins that stop.)
@@ -259,8 +194,12 @@ class SwapEngine(Generic[H]):
                 del self._swaps[swap.target]
             await self._wake()
 
-    async def _swap(self, swap: Swap[H]) -> H:
+    async def _claim(self, swap: Swap[H]) -> H | None:
+        """Wait until the swap may evict what it must, and claim that; or the target's handle,
+        when it is ready. Busy evictees are asked first (`hold`), outside the lock: meanwhile
+        they serve on, and other swaps go on."""
         target = swap.target
+        asked: frozenset[str] = frozenset()
         while True:
             async with self._changed:
                 while True:
@@ -275,8 +214,21 @@ class SwapEngine(Generic[H]):
                     if evict is not None and not self._blocked_by_queue(swap, evict):
                         break
                     await self._wait(BUSY_POLL if polling else None)
-                swap.evict = evict
-                swap.claimed = True
+                ask = self.hold.needed(evict - asked) if self.hold is not None else frozenset()
+                if not ask:
+                    swap.evict = evict
+                    swap.claimed = True
+                    return None
+            assert self.hold is not None
+            asked |= await self.hold.wait(target, ask, swap.result)
+
+    async def _swap(self, swap: Swap[H]) -> H:
+        target = swap.target
+        while True:
+            ready = await self._claim(swap)
+            if ready is not None:
+                return ready
+            evict = swap.evict
             if evict:
                 log.info("%s: swapping out %s", target, ", ".join(sorted(evict)))
                 ordered = sorted(evict)

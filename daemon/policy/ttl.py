@@ -1,9 +1,13 @@
 """TTL: a ready model unloads after `ttl` seconds without activity (0 = never). Activity is what
 the proxies report; a request in flight in any live proxy holds the model. Proxies hold a report
 back up to a second (one Activity per second per model), so a model is never due within
-REPORT_GRACE of its last report or Ready reply."""
+REPORT_GRACE of its last report or Ready reply. A model whose `busyCheck` finds it busy is held
+too: `held` is infinite while it is busy, then the time it turned idle (`policy/busy.py`)."""
 
 from __future__ import annotations
+
+import math
+from collections.abc import Callable
 
 from ...ipc.timings import REPORT_GRACE
 from ..config import Config, ModelConfig
@@ -18,10 +22,14 @@ def last_used(rec: ModelRecord[H], registry: ProxyRegistry) -> float:
 
 
 def ttl_left(
-    rec: ModelRecord[H], config: Config, registry: ProxyRegistry, now: float | None = None
+    rec: ModelRecord[H],
+    config: Config,
+    registry: ProxyRegistry,
+    now: float | None = None,
+    held: float = 0.0,
 ) -> float | None:
     """Seconds until the TTL unloads `rec`; None when no TTL applies (off, not ready, in use)."""
-    return ttl_left_of(rec, config.models.get(rec.id), registry, now)
+    return ttl_left_of(rec, config.models.get(rec.id), registry, now, held)
 
 
 def ttl_left_of(
@@ -29,19 +37,28 @@ def ttl_left_of(
     model: ModelConfig | None,
     registry: ProxyRegistry,
     now: float | None = None,
+    held: float = 0.0,
 ) -> float | None:
     """`ttl_left` for `rec` whose definition is `model` (None: a reload removed it)."""
     if model is None or model.ttl <= 0 or rec.state != "ready":
         return None
-    if registry.in_flight(rec.id) > 0:
+    if registry.in_flight(rec.id) > 0 or held == math.inf:
         return None
     now = registry.wall() if now is None else now
-    left = model.ttl - (now - last_used(rec, registry))
+    left = model.ttl - (now - max(last_used(rec, registry), held))
     unreported = REPORT_GRACE - (now - registry.last_report.get(rec.id, 0.0))
     return max(0.0, left, unreported)
 
 
 def due(
-    records: list[ModelRecord[H]], config: Config, registry: ProxyRegistry, now: float | None = None
+    records: list[ModelRecord[H]],
+    config: Config,
+    registry: ProxyRegistry,
+    now: float | None = None,
+    held: Callable[[str], float] | None = None,
 ) -> list[str]:
-    return [rec.id for rec in records if ttl_left(rec, config, registry, now) == 0.0]
+    return [
+        rec.id
+        for rec in records
+        if ttl_left(rec, config, registry, now, held(rec.id) if held else 0.0) == 0.0
+    ]

@@ -12,7 +12,9 @@ It behaves as the real server does for what swapd cares about:
 * `GET /api/jobs` (the list the open page polls), `GET /api/jobs/<id>`, `GET /api/queue`,
   `GET /api/system_stats`, `POST /api/prompt` (queues a fake job of `--job-steps` steps,
   `--step-delay` seconds each, that reports `execution_start`, `progress` and `executing` messages
-  over the websocket).
+  over the websocket). A prompt's `extra_data` may choose its own length: `x_steps` (-1: a job
+  that never ends) and `x_step_delay`. `GET /api/queue` answers as ComfyUI does:
+  `{"queue_running": [[number, prompt_id, prompt, extra_data, outputs]], "queue_pending": [...]}`.
 
 Like ComfyUI (its `origin_only_middleware`, on unless `--enable-cors-header`), it answers 403 to a
 request whose `Origin` names another host:port than its `Host`, when that Host is a loopback
@@ -73,7 +75,9 @@ COUNTER = itertools.count()
 
 
 def record(event: str, **fields: Any) -> None:
-    line = json.dumps({"event": event, "pid": os.getpid(), "name": ARGS.name, **fields})
+    line = json.dumps(
+        {"event": event, "pid": os.getpid(), "name": ARGS.name, "at": time.time(), **fields}
+    )
     print(f"comfyui-like {event} {line}", flush=True)
     if ARGS.request_log:
         with open(ARGS.request_log, "a", encoding="utf-8") as log:
@@ -216,9 +220,14 @@ async def job(request: web.Request) -> web.Response:
     return web.json_response(found)
 
 
+def _queue_item(job: dict[str, Any]) -> list[Any]:
+    # ComfyUI's queue entry: (number, prompt_id, prompt, extra_data, outputs_to_execute).
+    return [job["number"], job["id"], job["prompt"], {"client_id": job["client_id"]}, ["9"]]
+
+
 async def queue(request: web.Request) -> web.Response:
-    running = [j["id"] for j in APP[JOBS].values() if j["status"] == "running"]
-    pending = [j["id"] for j in APP[JOBS].values() if j["status"] == "pending"]
+    running = [_queue_item(j) for j in APP[JOBS].values() if j["status"] == "running"]
+    pending = [_queue_item(j) for j in APP[JOBS].values() if j["status"] == "pending"]
     return web.json_response({"queue_running": running, "queue_pending": pending})
 
 
@@ -232,12 +241,16 @@ async def prompt(request: web.Request) -> web.Response:
     except (json.JSONDecodeError, UnicodeDecodeError):
         return web.json_response({"error": "invalid prompt"}, status=400)
     prompt_id = str(uuid.uuid4())
+    body = body if isinstance(body, dict) else {}
+    extra = body.get("extra_data") if isinstance(body.get("extra_data"), dict) else {}
     APP[JOBS][prompt_id] = {
         "id": prompt_id,
         "number": next(COUNTER),
         "status": "pending",
-        "client_id": body.get("client_id") if isinstance(body, dict) else None,
-        "steps": ARGS.job_steps,
+        "client_id": body.get("client_id"),
+        "prompt": body.get("prompt", {}),
+        "steps": int(extra.get("x_steps", ARGS.job_steps)),
+        "step_delay": float(extra.get("x_step_delay", ARGS.step_delay)),
         "step": 0,
     }
     await APP[QUEUE].put(prompt_id)
@@ -253,10 +266,11 @@ async def worker(app: web.Application) -> None:
         current["status"] = "running"
         client = current["client_id"]
         await _broadcast({"type": "execution_start", "data": {"prompt_id": prompt_id}}, client)
-        for step in range(1, current["steps"] + 1):
-            await asyncio.sleep(ARGS.step_delay)
+        steps = current["steps"]  # -1: a job that never ends
+        for step in itertools.count(1) if steps < 0 else range(1, steps + 1):
+            await asyncio.sleep(current["step_delay"])
             current["step"] = step
-            progress = {"value": step, "max": current["steps"], "prompt_id": prompt_id}
+            progress = {"value": step, "max": steps, "prompt_id": prompt_id}
             await _broadcast({"type": "progress", "data": progress}, client)
         current["status"] = "done"
         record("job_done", prompt_id=prompt_id)

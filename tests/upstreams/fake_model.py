@@ -13,6 +13,11 @@ served it (`served_by`, the `--name` and pid), so tests can tell models apart.
 in order, the body's bytes as they came in base64), with request bodies left compressed, as a
 server that does not decompress them receives them: a test proves from it what the proxy sent,
 byte for byte, including any request nobody asked the proxy for.
+What the servers report about their own work, for swapd's `busyCheck` presets: `--slots N` serves
+llama-server's `GET /slots` (N slots; a chat completion or `/slow` request in progress occupies one
+and shows `is_processing: true`); without it `/slots` answers 501 as llama-server started with
+`--no-slots` does. `--metrics` serves vLLM's `GET /metrics` (Prometheus text) with
+`vllm:num_requests_running` and `vllm:num_requests_waiting`.
 """
 
 from __future__ import annotations
@@ -31,6 +36,20 @@ from aiohttp import WSMsgType, web
 
 ARGS: argparse.Namespace
 STARTED = time.monotonic()
+# The slots occupied by a generation in progress (slot id -> its task id), as llama-server keeps.
+BUSY_SLOTS: dict[int, int] = {}
+TASKS = iter(range(1, 2**31))
+
+
+class _Slot:
+    """A generation in progress holds a slot (the lowest free one) while it runs."""
+
+    def __enter__(self) -> None:
+        self.slot = next(i for i in range(len(BUSY_SLOTS) + 1) if i not in BUSY_SLOTS)
+        BUSY_SLOTS[self.slot] = next(TASKS)
+
+    def __exit__(self, *exc: object) -> None:
+        BUSY_SLOTS.pop(self.slot, None)
 
 
 def _served_by() -> dict[str, object]:
@@ -52,6 +71,11 @@ async def _json_body(request: web.Request) -> dict[str, object]:
 
 
 async def chat(request: web.Request) -> web.StreamResponse:
+    with _Slot():
+        return await _chat(request)
+
+
+async def _chat(request: web.Request) -> web.StreamResponse:
     body = await _json_body(request)
     chunks = int(body.get("x_chunks", request.query.get("chunks", 5)))  # type: ignore[arg-type]
     delay = float(body.get("x_delay", request.query.get("delay", 0)))  # type: ignore[arg-type]
@@ -161,6 +185,11 @@ async def websocket(request: web.Request) -> web.WebSocketResponse:
 
 async def slow(request: web.Request) -> web.StreamResponse:
     """Streams `n` chunks `delay` seconds apart (a long generation)."""
+    with _Slot():
+        return await _slow(request)
+
+
+async def _slow(request: web.Request) -> web.StreamResponse:
     n = int(request.query.get("n", 10))
     delay = float(request.query.get("delay", 0.1))
     resp = web.StreamResponse(headers={"Content-Type": "text/plain"})
@@ -179,6 +208,44 @@ async def slow(request: web.Request) -> web.StreamResponse:
         raise
     print(f"slow {tag}: finished {sent} chunks", flush=True)
     return resp
+
+
+def _slot(slot: int) -> dict[str, object]:
+    # The fields of llama-server's /slots entry that matter here, with some of the rest.
+    task = BUSY_SLOTS.get(slot)
+    return {
+        "id": slot,
+        "id_task": task if task is not None else -1,
+        "n_ctx": 4096,
+        "speculative": False,
+        "is_processing": task is not None,
+        "params": {"n_predict": -1, "temperature": 0.8},
+        "next_token": {"has_next_token": task is not None, "n_remain": -1, "n_decoded": 0},
+    }
+
+
+async def slots(request: web.Request) -> web.Response:
+    if not ARGS.slots:
+        error = {
+            "code": 501,
+            "message": "This server does not support slots endpoint. Start it with `--slots`",
+            "type": "not_supported_error",
+        }
+        return web.json_response({"error": error}, status=501)
+    return web.json_response([_slot(i) for i in range(ARGS.slots)])
+
+
+async def metrics(request: web.Request) -> web.Response:
+    labels = f'engine="0",model_name="{ARGS.name}"'
+    text = (
+        "# HELP vllm:num_requests_running Number of requests in model execution batches.\n"
+        "# TYPE vllm:num_requests_running gauge\n"
+        f"vllm:num_requests_running{{{labels}}} {float(len(BUSY_SLOTS))}\n"
+        "# HELP vllm:num_requests_waiting Number of requests waiting to be processed.\n"
+        "# TYPE vllm:num_requests_waiting gauge\n"
+        f"vllm:num_requests_waiting{{{labels}}} 0.0\n"
+    )
+    return web.Response(text=text, content_type="text/plain")
 
 
 async def blob(request: web.Request) -> web.Response:
@@ -251,6 +318,8 @@ def main() -> None:
     parser.add_argument("--fail", action="store_true", help="print an error and exit at once")
     parser.add_argument("--ignore-sigterm", action="store_true")
     parser.add_argument("--request-log", default=None, help="append each request here (JSON)")
+    parser.add_argument("--slots", type=int, default=0, help="serve llama-server's /slots")
+    parser.add_argument("--metrics", action="store_true", help="serve vLLM's /metrics")
     parser.add_argument(
         "--sigterm-exits",
         action="store_true",
@@ -278,6 +347,9 @@ def main() -> None:
     app.router.add_get("/slow", slow)
     app.router.add_get("/sse", sse)
     app.router.add_get("/blob", blob)
+    app.router.add_get("/slots", slots)
+    if ARGS.metrics:
+        app.router.add_get("/metrics", metrics)
     app.router.add_route("*", "/{tail:.*}", echo)
 
     async def exit_later(app: web.Application) -> None:

@@ -1,0 +1,228 @@
+"""`busyCheck`: how swapd asks a model's own server whether it is working (opt-in, per model).
+
+Written as a preset name (`busyCheck: comfyui`), as a preset with some settings changed
+(`busyCheck: {preset: comfyui, swapWait: 1800}`), or in full (`path` and `count`). Read here into
+a `BusyCheck`; what the daemon does with it is `policy/busy.py`'s, and the rule over an answer is
+`policy/busy_rule.py`'s. Without the key a model has no check and nothing changes.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Mapping
+from typing import Any
+
+import msgspec
+
+from .issues import Report, describe
+from .yaml_nodes import Path
+
+KEY = "busyCheck"
+DEFAULT_INTERVAL = 1.0
+DEFAULT_TIMEOUT = 2.0
+# A swap waits this long for a busy model at most, then goes ahead (a render of several minutes
+# fits; a job that never ends does not hold the GPUs for ever).
+DEFAULT_SWAP_WAIT = 600.0
+MIN_INTERVAL = 0.1
+
+
+class BusyCount(msgspec.Struct, frozen=True):
+    """One number in the upstream's answer; the model is busy while any count is above 0.
+
+    `json`: a dotted path into a JSON answer ("" is the answer itself); a list there counts its
+    items (only those whose `where` field is true, when `where` is set), a number counts as itself.
+    `metric`: a Prometheus metric in a text-format answer; its samples are summed.
+    `label`: what one of them is, a singular noun ("running job"); an "s" is added for several.
+    """
+
+    label: str
+    json: str | None = None
+    where: str | None = None
+    metric: str | None = None
+
+
+class BusyCheck(msgspec.Struct, frozen=True):
+    path: str
+    counts: tuple[BusyCount, ...]
+    interval: float = DEFAULT_INTERVAL  # seconds between polls while the model is ready
+    timeout: float = DEFAULT_TIMEOUT  # one poll; no answer in time counts as idle
+    swap_wait: float = DEFAULT_SWAP_WAIT  # how long a swap waits for the model to turn idle
+    preset: str | None = None
+
+
+PRESETS: dict[str, BusyCheck] = {
+    # ComfyUI: GET /api/queue -> {"queue_running": [[number, prompt_id, ...]], "queue_pending": []}
+    "comfyui": BusyCheck(
+        path="/api/queue",
+        counts=(
+            BusyCount(label="running job", json="queue_running"),
+            BusyCount(label="pending job", json="queue_pending"),
+        ),
+        preset="comfyui",
+    ),
+    # llama.cpp's llama-server: GET /slots -> [{"id": 0, "is_processing": true, ...}, ...]
+    "llamacpp": BusyCheck(
+        path="/slots",
+        counts=(BusyCount(label="processing slot", json="", where="is_processing"),),
+        preset="llamacpp",
+    ),
+    # vLLM: GET /metrics (Prometheus text) -> vllm:num_requests_running{...} 1.0
+    "vllm": BusyCheck(
+        path="/metrics",
+        counts=(BusyCount(label="running request", metric="vllm:num_requests_running"),),
+        preset="vllm",
+    ),
+}
+
+_SETTINGS = ("preset", "path", "count", "interval", "timeout", "swapWait")
+_COUNT_KEYS = ("json", "where", "metric", "label")
+
+
+def read_busy_check(body: Mapping[str, Any], path: Path, report: Report) -> BusyCheck | None:
+    """The model's `busyCheck` (None when it has none); problems go to `report`."""
+    value = body.get(KEY)
+    where = (*path, KEY)
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return _preset(value, where, report)
+    if not isinstance(value, dict):
+        report.error(
+            where,
+            f"expected a preset name ({_preset_names()}) or a mapping, got {describe(value)}",
+        )
+        return None
+    if not _known_keys(value, _SETTINGS, where, report):
+        return None
+    base = None
+    if value.get("preset") is not None:
+        if not isinstance(value["preset"], str):
+            report.error((*where, "preset"), f"expected a preset name ({_preset_names()})")
+            return None
+        base = _preset(value["preset"], (*where, "preset"), report)
+        if base is None:
+            return None
+    check_path = value.get("path", base.path if base else None)
+    if check_path is None:
+        report.error(where, "needs a path (or a preset)", key=True)
+        return None
+    if not isinstance(check_path, str) or not check_path.startswith("/"):
+        report.error(
+            (*where, "path"), f"expected a path starting with '/', got {describe(check_path)}"
+        )
+        return None
+    counts = _counts(value.get("count"), (*where, "count"), report)
+    if counts is None:
+        if value.get("count") is not None:
+            return None
+        if base is None:
+            report.error(where, "needs count (what makes the model busy) or a preset", key=True)
+            return None
+        counts = base.counts
+    start = base or BusyCheck(path=check_path, counts=counts)
+    interval = _seconds(value, where, "interval", report, MIN_INTERVAL, start.interval)
+    timeout = _seconds(value, where, "timeout", report, 0.001, start.timeout)
+    swap_wait = _seconds(value, where, "swapWait", report, 0.0, start.swap_wait)
+    if interval is None or timeout is None or swap_wait is None:
+        return None
+    return BusyCheck(
+        path=check_path,
+        counts=counts,
+        interval=interval,
+        timeout=timeout,
+        swap_wait=swap_wait,
+        preset=base.preset if base else None,
+    )
+
+
+def _preset_names() -> str:
+    return ", ".join(PRESETS)
+
+
+def _preset(name: str, where: Path, report: Report) -> BusyCheck | None:
+    preset = PRESETS.get(name.strip())
+    if preset is None:
+        close = difflib.get_close_matches(name, list(PRESETS), n=1, cutoff=0.6)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        report.error(where, f"unknown preset {name!r}: expected {_preset_names()}{hint}")
+    return preset
+
+
+def _known_keys(
+    mapping: Mapping[str, Any], known: tuple[str, ...], where: Path, report: Report
+) -> bool:
+    unknown = [k for k in mapping if k not in known]
+    for key in unknown:
+        close = difflib.get_close_matches(str(key), known, n=1, cutoff=0.6)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        report.error((*where, key), f"unknown key {key!r}{hint}", key=True)
+    return not unknown
+
+
+def _counts(value: Any, where: Path, report: Report) -> tuple[BusyCount, ...] | None:
+    if value is None:
+        return None
+    if not isinstance(value, list) or not value:
+        report.error(
+            where, f"expected a list of counts (json or metric, label), got {describe(value)}"
+        )
+        return None
+    counts: list[BusyCount] = []
+    for index, item in enumerate(value):
+        at = (*where, index)
+        if not isinstance(item, dict):
+            report.error(
+                at, f"expected a mapping with json or metric, and label, got {describe(item)}"
+            )
+            continue
+        if not _known_keys(item, _COUNT_KEYS, at, report):
+            continue
+        texts = {k: item.get(k) for k in _COUNT_KEYS}
+        wrong = [k for k, v in texts.items() if v is not None and not isinstance(v, str)]
+        for key in wrong:
+            report.error((*at, key), f"expected text, got {describe(texts[key])}")
+        if wrong:
+            continue
+        if (texts["json"] is None) == (texts["metric"] is None):
+            report.error(at, "needs exactly one of json (a path in a JSON answer) or metric")
+            continue
+        if texts["where"] is not None and texts["json"] is None:
+            report.error((*at, "where"), "applies to a json count only")
+            continue
+        if not texts["label"]:
+            report.error(at, "needs a label (what one of them is, such as 'running job')")
+            continue
+        counts.append(
+            BusyCount(
+                label=texts["label"],
+                json=texts["json"],
+                where=texts["where"],
+                metric=texts["metric"],
+            )
+        )
+    if len(counts) != len(value):
+        return None
+    if len({count.metric is None for count in counts}) > 1:
+        report.error(where, "mixes json and metric counts; one answer is either JSON or metrics")
+        return None
+    return tuple(counts)
+
+
+def _seconds(
+    mapping: Mapping[str, Any],
+    where: Path,
+    key: str,
+    report: Report,
+    minimum: float,
+    default: float,
+) -> float | None:
+    value = mapping.get(key)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int | float) or value != value:
+        report.error((*where, key), f"expected seconds (a number), got {describe(value)}")
+        return None
+    if value < minimum or value == float("inf"):
+        report.error((*where, key), f"must be at least {minimum:g} seconds and finite, got {value}")
+        return None
+    return float(value)

@@ -1,0 +1,272 @@
+"""Busy means busy: what each model's `busyCheck` last found, and what a busy model holds back.
+
+* The board keeps the last reading of every ready model with a check. A busy model's TTL does not
+  run out (`held` is infinite); when it turns idle the clock restarts from then (`held` is that
+  time). A failed check counts as idle and is logged once, until the check answers again.
+* `SwapHold` is what a swap asks before it stops models: it checks each once more, then waits while
+  any of them is busy, each for at most its `swapWait`, and then lets the swap go ahead (logged).
+  Only swaps wait; an unload, a reload and a shutdown do not.
+
+No I/O here: readings come in through `observe`, fresh polls are asked for through a callable.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import time
+from asyncio import FIRST_COMPLETED
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ...ipc.messages import Busy
+from ..config import Config
+from . import ttl
+from .busy_rule import Reading
+from .proxies import ProxyRegistry
+from .records import H, ModelRecord
+
+log = logging.getLogger("swapd.busy")
+
+
+@dataclass
+class _Entry:
+    reading: Reading
+    since: float  # wall: when the current busy, idle or failing spell began
+    idle_since: float = 0.0  # wall: when it last turned idle after being busy (0: never busy)
+    checked_at: float = 0.0
+    ttl_noted: bool = False  # the log said, in this busy spell, that the TTL waits
+    holding: dict[str, float] = field(default_factory=dict)  # swap target -> wall deadline
+
+
+def _shown(entry: _Entry | None) -> tuple[object, ...]:
+    if entry is None:
+        return ()
+    r = entry.reading
+    return (r.jobs, r.parts, r.error, tuple(sorted(entry.holding)))
+
+
+class BusyBoard:
+    def __init__(
+        self,
+        on_change: Callable[[str], None] | None = None,
+        *,
+        wall: Callable[[], float] = time.time,
+    ) -> None:
+        self.on_change = on_change
+        self.wall = wall
+        self._entries: dict[str, _Entry] = {}
+        self._event = asyncio.Event()
+
+    # ------------------------------------------------------------------------- readings
+
+    def observe(self, model_id: str, reading: Reading) -> None:
+        now = self.wall()
+        entry = self._entries.get(model_id)
+        before = _shown(entry)
+        if entry is None:
+            entry = self._entries[model_id] = _Entry(reading, since=now)
+            was = Reading()
+            if reading.busy:
+                log.info("%s: busy (%s)", model_id, reading.words())
+        else:
+            was, entry.reading = entry.reading, reading
+            self._log_turn(model_id, entry, was, reading, now)
+        if reading.error and not was.error:
+            log.warning(
+                "%s: busy check failed (%s); counted as idle until it answers again",
+                model_id,
+                reading.error,
+            )
+        elif was.error and not reading.error:
+            log.info("%s: busy check answers again (%s)", model_id, reading.words())
+        entry.checked_at = now
+        if _shown(entry) != before:
+            self._changed(model_id)
+
+    def _log_turn(
+        self, model_id: str, entry: _Entry, was: Reading, reading: Reading, now: float
+    ) -> None:
+        if reading.busy and not was.busy:
+            entry.since = now
+            log.info("%s: busy (%s)", model_id, reading.words())
+        elif was.busy and not reading.busy:
+            busy_for = now - entry.since
+            entry.since = entry.idle_since = now
+            restarts = "; its TTL counts from now" if entry.ttl_noted else ""
+            entry.ttl_noted = False
+            said = f"busy check failed: {reading.error}" if reading.error else reading.words()
+            log.info("%s: idle after %.0fs busy (%s)%s", model_id, busy_for, said, restarts)
+        elif bool(was.error) != bool(reading.error):
+            entry.since = now
+
+    def forget(self, model_id: str) -> None:
+        """The model is no longer ready: no reading, nothing held."""
+        if self._entries.pop(model_id, None) is not None:
+            self._changed(model_id)
+
+    def _changed(self, model_id: str) -> None:
+        self._event.set()
+        self._event = asyncio.Event()
+        if self.on_change is not None:
+            self.on_change(model_id)
+
+    # ---------------------------------------------------------------------------- views
+
+    def busy(self, model_id: str) -> bool:
+        entry = self._entries.get(model_id)
+        return entry is not None and entry.reading.busy
+
+    def words(self, model_id: str) -> str:
+        entry = self._entries.get(model_id)
+        return entry.reading.words() if entry is not None else "no reading"
+
+    def held(self, model_id: str) -> float:
+        """For the TTL: infinite while busy, else when it last turned idle (0.0: never busy)."""
+        entry = self._entries.get(model_id)
+        if entry is None:
+            return 0.0
+        return math.inf if entry.reading.busy else entry.idle_since
+
+    def report(self, model_id: str) -> Busy | None:
+        entry = self._entries.get(model_id)
+        if entry is None:
+            return None
+        r = entry.reading
+        if r.error:
+            message = f"idle (busy check failed: {r.error}; counted as idle)"
+        elif r.busy:
+            message = f"busy ({r.words()})"
+        else:
+            message = "idle"
+        holding = tuple(sorted(entry.holding))
+        if holding:
+            # A time, not a countdown: the message is published once and read later.
+            until = time.strftime("%H:%M:%S", time.localtime(max(entry.holding.values())))
+            message += f"; a swap to {', '.join(holding)} waits for it (until {until} at most)"
+        return Busy(
+            busy=r.busy,
+            jobs=r.jobs if r.busy else 0,
+            message=message,
+            since=entry.since,
+            checked_at=entry.checked_at,
+            error=r.error,
+            holding=holding,
+            hold_until=max(entry.holding.values(), default=0.0),
+        )
+
+    # ------------------------------------------------------------------------------ TTL
+
+    def note_ttl(
+        self, records: Iterable[ModelRecord[H]], config: Config, registry: ProxyRegistry
+    ) -> None:
+        """Log once per busy spell that a model's TTL ran out but it stays, being busy."""
+        for rec in records:
+            entry = self._entries.get(rec.id)
+            if entry is None or entry.ttl_noted or not entry.reading.busy:
+                continue
+            model = config.models.get(rec.id)
+            if ttl.ttl_left_of(rec, model, registry, held=entry.idle_since) == 0.0:
+                entry.ttl_noted = True
+                assert model is not None
+                log.info(
+                    "%s: TTL of %ss reached, but it stays loaded: busy (%s); the TTL counts "
+                    "again once it is idle",
+                    rec.id,
+                    model.ttl,
+                    entry.reading.words(),
+                )
+
+    # ---------------------------------------------------------------------------- holds
+
+    def hold(self, model_id: str, target: str, until: float) -> None:
+        entry = self._entries.get(model_id)
+        if entry is not None and entry.holding.get(target) != until:
+            entry.holding[target] = until
+            self._changed(model_id)
+
+    def release(self, model_id: str, target: str) -> None:
+        entry = self._entries.get(model_id)
+        if entry is not None and entry.holding.pop(target, None) is not None:
+            self._changed(model_id)
+
+    async def wait_change(self, timeout: float, *also: asyncio.Future[Any]) -> None:
+        """Until any reading changes, `timeout` passes, or one of `also` is done."""
+        change: asyncio.Future[Any] = asyncio.ensure_future(self._event.wait())
+        try:
+            await asyncio.wait({change, *also}, timeout=timeout, return_when=FIRST_COMPLETED)
+        finally:
+            change.cancel()
+
+
+class SwapHold:
+    """What a swap waits for before it stops the models it evicts (see the module's docstring)."""
+
+    def __init__(
+        self,
+        board: BusyBoard,
+        swap_wait: Callable[[str], float | None],
+        check_now: Callable[[str], Awaitable[None]],
+    ) -> None:
+        self.board = board
+        self.swap_wait = swap_wait  # a model's swapWait; None when it has no busyCheck
+        self.check_now = check_now
+
+    def needed(self, models: Iterable[str]) -> frozenset[str]:
+        """The models a swap must ask before it stops them (those with a busyCheck)."""
+        return frozenset(m for m in models if self.swap_wait(m) is not None)
+
+    async def wait(
+        self, target: str, models: frozenset[str], aborted: asyncio.Future[Any]
+    ) -> frozenset[str]:
+        """Return once none of `models` is busy, each busy one has had its `swapWait`, or the
+        swap was answered otherwise (`aborted` done). Returns `models` (all of them asked)."""
+        loop = asyncio.get_running_loop()
+        fresh: asyncio.Future[Any] = asyncio.ensure_future(
+            asyncio.gather(*(self.check_now(m) for m in models), return_exceptions=True)
+        )
+        await asyncio.wait({fresh, aborted}, return_when=FIRST_COMPLETED)
+        fresh.cancel()
+        start, wall = loop.time(), self.board.wall()
+        bounds = {m: self.swap_wait(m) or 0.0 for m in models}
+        waiting: set[str] = set()
+        gone: set[str] = set()  # busy past their swapWait: the swap goes ahead anyway
+        try:
+            while not aborted.done():
+                elapsed = loop.time() - start
+                busy = {m for m in models if self.board.busy(m)}
+                over = {m for m in busy if elapsed >= bounds[m]}
+                for m in over - gone:
+                    log.warning(
+                        "%s: still busy (%s) after %gs; the swap to %s goes ahead (swapWait)",
+                        m,
+                        self.board.words(m),
+                        bounds[m],
+                        target,
+                    )
+                gone |= over
+                for m in waiting - busy:
+                    log.info("%s: idle; the swap to %s goes ahead", m, target)
+                still = busy - over
+                for m in still - waiting:
+                    log.info(
+                        "%s: busy (%s); the swap to %s waits until it is idle, at most %gs",
+                        m,
+                        self.board.words(m),
+                        target,
+                        bounds[m],
+                    )
+                    self.board.hold(m, target, wall + bounds[m])
+                for m in waiting - still:
+                    self.board.release(m, target)
+                waiting = still
+                if not still:
+                    break
+                left = min(bounds[m] for m in still) - elapsed
+                await self.board.wait_change(left, aborted)
+        finally:
+            for m in waiting:
+                self.board.release(m, target)
+        return models
