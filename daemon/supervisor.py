@@ -8,7 +8,6 @@ what it needs and answers each request type from the endpoint's dispatch table.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import signal
@@ -46,7 +45,7 @@ from .busy_watch import BusyWatch
 from .config import Config, ModelConfig
 from .effects import DaemonEffects
 from .endpoint import Endpoint
-from .errors import DaemonError, EnsureError, InvalidConfig
+from .errors import DaemonError, EnsureError
 from .machinery import gpu, ports, readiness, reconcile
 from .machinery.circus_client import CircusClient
 from .machinery.exit_watch import ExitWatch
@@ -287,15 +286,9 @@ class Daemon:
         Raises DaemonError, after logging the whole report, when the file cannot be used: the
         old config keeps serving."""
         async with self._reload_lock:
-            try:
-                result = await reloading.apply(self.scheduler, self.config_path, self.gpu_backend)
-            except Exception as exc:
-                log.error("reload (%s) rejected, the old config stays: %s", why, exc)
-                if not isinstance(exc, DaemonError):
-                    exc = InvalidConfig(f"{type(exc).__name__}: {exc}")
-                raise exc from None
-            for warning in result.warnings:
-                log.warning("%s", warning)
+            result = await reloading.apply_logged(
+                self.scheduler, self.config_path, self.gpu_backend, why
+            )
             self.generation += 1
             self.table = routing.routing_table(
                 result.config, self.generation, self.endpoints.log_dir
@@ -312,11 +305,7 @@ class Daemon:
         return result
 
     def _reload_soon(self, why: str) -> None:
-        async def reload() -> None:
-            with contextlib.suppress(DaemonError):  # logged, and the old config stays
-                await self.reload(why)
-
-        self.spawn(reload())
+        self.spawn(reloading.quietly(self.reload(why)))
 
     # ------------------------------------------------------------------------------- loops
 

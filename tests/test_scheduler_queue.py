@@ -8,8 +8,8 @@ import asyncio
 import time
 
 from swapd.daemon.config import Config
-from swapd.daemon.policy.scheduler import Scheduler
 from swapd.daemon.policy.collation import RECLAIM_PAUSE
+from swapd.daemon.policy.scheduler import Scheduler
 from tests.test_scheduler import Clock, FakeEffects, make_config, settle
 
 
