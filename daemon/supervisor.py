@@ -32,6 +32,7 @@ from ..ipc.messages import (
     Ready,
     Reload,
     Reply,
+    SetProfile,
     Snapshot,
     SnapshotReply,
     StateChanged,
@@ -134,6 +135,7 @@ class Daemon:
         on(Ensure, self._ensure, spawn=True)
         on(Unload, self._unload, spawn=True)
         on(Reload, self._reload, spawn=True)
+        on(SetProfile, self._set_profile, spawn=True)
 
     def spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
         task = asyncio.get_running_loop().create_task(coro)
@@ -303,6 +305,18 @@ class Daemon:
                 result.restarted,
             )
         return result
+
+    async def _set_profile(self, identity: bytes, message: SetProfile) -> None:
+        table = routing.with_profile(self.table, message.name, self.generation + 1)
+        if isinstance(table, str):
+            reply: Reply = Error(id=message.id, status=404, code="not_found", message=table)
+        else:
+            if table is not self.table:
+                self.generation, self.table = table.generation, table
+                log.info("active profile changed to %r", message.name)
+                await self._publish_table()
+            reply = Ok(id=message.id, message=message.name or "")
+        await self.endpoint.reply(identity, reply)
 
     def _reload_soon(self, why: str) -> None:
         self.spawn(reloading.quietly(self.reload(why)))

@@ -83,6 +83,15 @@ class RoutePeer(msgspec.Struct, frozen=True):
     filters: Filters = msgspec.field(default_factory=Filters)
 
 
+class Profile(msgspec.Struct, frozen=True):
+    """A `profiles` entry: while it is active, a request for a pin's name goes to its target;
+    an empty target makes that name answer 404."""
+
+    id: str
+    description: str = ""
+    pins: dict[str, str] = msgspec.field(default_factory=dict)
+
+
 class RoutingTable(msgspec.Struct, frozen=True):
     generation: int
     models: tuple[RouteModel, ...] = ()
@@ -93,6 +102,9 @@ class RoutingTable(msgspec.Struct, frozen=True):
     log_dir: str = ""
     # The config's `logLevel` (debug, info, warn, error): the proxy's access log follows it.
     log_level: str = "info"
+    profiles: tuple[Profile, ...] = ()
+    # At most one, set by `PUT /api/profiles/active` (`SetProfile`); none after start or reload.
+    active_profile: str | None = None
 
 
 class LingeringProcess(msgspec.Struct, frozen=True):
@@ -191,7 +203,14 @@ class Snapshot(_Msg, frozen=True):
     id: int
 
 
-Request = Ensure | Unload | Status | Reload | Snapshot
+class SetProfile(_Msg, frozen=True):
+    """Make profile `name` the active one (None: no profile); `Ok` once the table says so."""
+
+    id: int
+    name: str | None = None
+
+
+Request = Ensure | Unload | Status | Reload | Snapshot | SetProfile
 
 
 # --------------------------------------------------------------------------------------------------
@@ -276,7 +295,7 @@ class Drained(_Msg, frozen=True):
 
 Cast = Hello | Activity | Drained
 
-Inbound = Ensure | Unload | Status | Reload | Snapshot | Hello | Activity | Drained
+Inbound = Ensure | Unload | Status | Reload | Snapshot | SetProfile | Hello | Activity | Drained
 
 
 # --------------------------------------------------------------------------------------------------

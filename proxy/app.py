@@ -14,7 +14,7 @@ from aiohttp import web
 
 from ..ipc.client import DaemonClient
 from ..ipc.endpoints import Endpoints
-from . import access_log, logs, models_list, ops, pipeline
+from . import access_log, logs, models_list, ops, pipeline, profiles
 from .admission import Admission
 from .auth import check_api_key, check_single_credentials
 from .context import CTX, ProxyContext
@@ -147,6 +147,8 @@ def make_app(*, run_dir: Path, processes: int = 1, proxy_id: str | None = None) 
     router.add_post("/api/models/unload", ops.handle_unload_all)
     router.add_post("/api/models/unload/{model:.+}", ops.handle_unload_one)
     router.add_get("/unload", ops.handle_unload_legacy)
+    router.add_get("/api/profiles", profiles.handle_profiles)
+    router.add_put("/api/profiles/active", profiles.handle_set_active)
     router.add_get("/logs", logs.handle_logs)
     router.add_get("/logs/stream", logs.handle_stream)
     router.add_get("/logs/stream/{which:.+}", logs.handle_stream)

@@ -106,13 +106,22 @@ def redirect_with_slash(ask: Ask, location: str) -> Redirect:
 def for_model(ask: Ask, routes: Routes, ready: Ready) -> Decision:
     """A model route: the model named in the body or query, local first, then peers."""
     name = ask.model or ""
+    # The active profile's pin comes first (before aliases and filters), and does not chain.
+    pinned = routes.pins.get(name) if routes.pins else None
+    if pinned is not None:
+        if not pinned:
+            return model_not_found(name)
+        name = pinned
     route = routes.model(name)
     path_qs = upstream_path(ask.path) + ask.query
     if route is not None:
-        decision = _local(ask, route, path_qs, None, ready, route.use_model_name, route.filters)
-        by_id = route.filters.set_params_by_id
-        if by_id and isinstance(decision, Serve):
-            decision.by_id = by_id.get(name)
+        rename = route.use_model_name or pinned
+        decision = _local(ask, route, path_qs, None, ready, rename, route.filters)
+        if isinstance(decision, Serve):
+            decision.rename_query = pinned is not None and route.use_model_name is None
+            by_id = route.filters.set_params_by_id
+            if by_id:
+                decision.by_id = by_id.get(name)
         return decision
     peer = routes.peer(name)
     if peer is not None:
@@ -122,6 +131,14 @@ def for_model(ask: Ask, routes: Routes, ready: Ready) -> Decision:
 
 def for_upstream(ask: Ask, routes: Routes, ready: Ready) -> Decision:
     """`/upstream/<model>/<path>`: the model (or peer model) the path names."""
+    if routes.pins:
+        pinned = _upstream_pin(routes.pins, ask.path)
+        if pinned is not None:
+            pin, target_name = pinned
+            if not target_name:
+                return model_not_found(pin)
+            rest = ask.path[len(UPSTREAM_PREFIX) + len(pin) :]
+            ask = Ask(ask.method, UPSTREAM_PREFIX + target_name + rest, ask.query, ask.websocket)
     target = upstream_target(routes, ask.path)
     if target is None:
         return Refuse(404, f"model not found in {ask.path!r}")
@@ -147,6 +164,16 @@ def for_comfyui(ask: Ask, routes: Routes, ready: Ready) -> Decision:
     rest = ask.path[len(comfyui.PREFIX) :]
     reason = comfyui.IGNORED_PATH if comfyui.is_ignored(ask.method, rest) else None
     return _local(ask, route, rest + ask.query, reason, ready, None, None)
+
+
+def _upstream_pin(pins: dict[str, str], path: str) -> tuple[str, str] | None:
+    """The longest pin that `/upstream/<pin>` or `/upstream/<pin>/...` names (llama-swap's)."""
+    tail = path[len(UPSTREAM_PREFIX) :]
+    found = [p for p in pins if tail == p or tail.startswith(p + "/")]
+    if not found:
+        return None
+    pin = max(found, key=len)
+    return pin, pins[pin]
 
 
 def upstream_target(routes: Routes, path: str) -> tuple[str, str, str | None] | None:

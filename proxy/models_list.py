@@ -64,6 +64,20 @@ async def handle_models(request: web.Request) -> web.Response:
                 data.append(
                     _entry(alias, route, created, loaded, {"type": "alias", "modelID": route.id})
                 )
+    # The active profile's pins that name something new are listed too (llama-swap's rows).
+    taken = {*routes.by_name, *routes.peers}
+    for pin, target in sorted(routes.pins.items()):
+        if target and pin not in taken:
+            data.append(
+                {
+                    "id": pin,
+                    "object": "model",
+                    "created": created,
+                    "owned_by": OWNED_BY,
+                    "meta": {"llamaswap": {"type": "profile", "target": target}},
+                    "status": {"value": "unloaded"},
+                }
+            )
     for peer in routes.table.peers:
         for name in peer.models:
             data.append(

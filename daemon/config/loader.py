@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from . import macros, model_fields, routing, shape, stages, top_fields
+from . import macros, model_fields, profiles, routing, shape, stages, top_fields
 from . import model as c
 from .issues import ConfigError, ConfigIssue, Report, describe
 from .schema import TOP_LEVEL, KeyCheck
@@ -239,6 +239,7 @@ class _Build:
             peers=peers,
             ignore_paths=top_fields.ignore_paths(top, self.typed, report),
             preload=top_fields.preload(top, built, self.typed, report),
+            profiles=profiles.read(top.profiles, names, peers, report),
             source=self.source,
             forced=health_forced,
         )

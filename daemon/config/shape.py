@@ -159,6 +159,15 @@ class Routing(Section, frozen=True):
     scheduler: SchedulerSpec | None = None
 
 
+class Profile(Section, frozen=True):
+    expected: ClassVar[str] = (
+        "a mapping with description and pins (the legacy list syntax is no longer supported)"
+    )
+
+    description: str | None = None
+    pins: dict[str, str | None] | None = None
+
+
 class Peer(Section, frozen=True):
     expected: ClassVar[str] = "a mapping with proxy and models"
 
@@ -204,9 +213,7 @@ class Top(Section, frozen=True):
     store: _ignored("swapd keeps no activity database") = None
     ui: _ignored("swapd has no web UI") = None
     performance: _ignored("swapd does not sample performance") = None
-    profiles: _ignored(
-        "profiles are not implemented; requests are routed by model id and alias"
-    ) = None
-    selectors: _ignored("selectors are not implemented") = None
+    profiles: dict[str, Profile] | None = None
+    selectors: _ignored("selectors (warm, pin, spillover) are not implemented") = None
     routing: Routing | None = None
     matrix: Matrix | None = None  # legacy top-level form of routing.router.settings.matrix
