@@ -106,3 +106,19 @@ async def test_queued_swaps_go_in_arrival_order_within_a_priority() -> None:
 async def test_a_higher_priority_goes_first() -> None:
     assert await _order({"c": 5}) == ["a", "d", "c", "b"]
     assert await _order({"b": 1, "c": -1}) == ["a", "d", "b", "c"]
+
+
+async def test_a_stop_someone_else_also_wants_is_not_taken_back() -> None:
+    sched, fx, _ = build(make_config("a", "b"))
+    await sched.ensure("a")
+    fx.drain_gates["a"] = asyncio.Event()
+    to_b = asyncio.create_task(sched.ensure("b"))
+    await settle()
+    reload_stop = asyncio.create_task(sched.stop("a", "config changed"))  # joins the swap's stop
+    await settle()
+    to_a = asyncio.create_task(sched.ensure("a"))
+    await settle()
+    assert not to_a.done() and sched.record("a").state == "draining"
+    fx.drain_gates.pop("a").set()
+    await asyncio.wait_for(asyncio.gather(to_b, reload_stop, to_a), 5)
+    assert [m for kind, m in fx.log if kind == "start"] == ["a", "b", "a"]

@@ -56,6 +56,9 @@ class Scheduler(SwapEngine[H]):
         drains (collation)."""
         existing = self._stops.get(model_id)
         if existing is not None:
+            if not collatable:
+                # An unload, a TTL or a reload wants it stopped too: no request takes it back.
+                self._collatable.discard(model_id)
             await asyncio.shield(existing)
             return
         rec = self.record(model_id)
