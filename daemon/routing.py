@@ -44,4 +44,5 @@ def routing_table(config: Config, generation: int, log_dir: Path | None = None) 
         log_dir=str(log_dir) if log_dir is not None else "",
         log_level=config.log_level,
         profiles=tuple(config.profiles[name] for name in sorted(config.profiles)),
+        selectors=tuple(config.selectors.values()),
     )

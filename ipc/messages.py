@@ -92,6 +92,20 @@ class Profile(msgspec.Struct, frozen=True):
     pins: dict[str, str] = msgspec.field(default_factory=dict)
 
 
+class RouteSelector(msgspec.Struct, frozen=True):
+    """A `selectors` entry: a name that picks one of its targets per request. Targets are
+    resolved (a local model id, or a peer model's `peer/model`)."""
+
+    id: str
+    strategy: str  # warm, pin, spillover
+    targets: tuple[str, ...]
+    spillover: int = 1
+    name: str | None = None
+    description: str | None = None
+    unlisted: bool = False
+    metadata: dict[str, Any] = msgspec.field(default_factory=dict)
+
+
 class RoutingTable(msgspec.Struct, frozen=True):
     generation: int
     models: tuple[RouteModel, ...] = ()
@@ -103,6 +117,7 @@ class RoutingTable(msgspec.Struct, frozen=True):
     # The config's `logLevel` (debug, info, warn, error): the proxy's access log follows it.
     log_level: str = "info"
     profiles: tuple[Profile, ...] = ()
+    selectors: tuple[RouteSelector, ...] = ()
     # At most one, set by `PUT /api/profiles/active` (`SetProfile`); none after start or reload.
     active_profile: str | None = None
 

@@ -23,10 +23,10 @@ from typing import Any
 
 from ..ipc.messages import Filters, RouteModel
 from ..ipc.reserved import COMFYUI_MODEL_ID
-from . import comfyui
+from . import comfyui, selectors
 from .errors import ProxyError
 from .model_routes import upstream_path
-from .state import PeerTarget, Routes
+from .state import ModelRuntime, PeerTarget, Routes
 
 UPSTREAM_PREFIX = "/upstream/"
 IGNORED_PATH = "path matches upstream.ignorePaths"
@@ -45,6 +45,8 @@ class Ask:
     query: str = ""
     websocket: bool = False
     model: str | None = None
+    # This process's models, for selectors (which target is ready, how busy each is).
+    runtimes: Mapping[str, ModelRuntime] | None = None
 
 
 @dataclass(slots=True)
@@ -112,6 +114,12 @@ def for_model(ask: Ask, routes: Routes, ready: Ready) -> Decision:
         if not pinned:
             return model_not_found(name)
         name = pinned
+    selector = routes.selectors.get(name) if routes.selectors else None
+    if selector is not None:
+        chosen = selectors.choose(selector, ask.runtimes or {})
+        if chosen is None:
+            return Refuse(503, f'selector "{name}" has no available spillover targets')
+        name = pinned = chosen
     route = routes.model(name)
     path_qs = upstream_path(ask.path) + ask.query
     if route is not None:

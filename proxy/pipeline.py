@@ -91,10 +91,10 @@ async def _pipeline(
     routes = await routes_of(ctx)
     found = await read_model(request) if by_body else None
     path, query = target(request)
-    ask = decide.Ask(
-        request.method, path, query, is_websocket(request), found.name if found else None
-    )
     runtimes = ctx.state.runtimes
+    ask = decide.Ask(
+        request.method, path, query, is_websocket(request), found.name if found else None, runtimes
+    )
 
     def ready(model_id: str) -> bool:
         rt = runtimes.get(model_id)

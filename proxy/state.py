@@ -27,6 +27,7 @@ from ..ipc.messages import (
     ModelStatus,
     RouteModel,
     RoutePeer,
+    RouteSelector,
     RoutingTable,
     SnapshotReply,
     StateChanged,
@@ -60,6 +61,7 @@ class Routes:
         "max_name_parts",
         "peers",
         "pins",
+        "selectors",
         "table",
     )
 
@@ -93,6 +95,7 @@ class Routes:
         # The active profile's pins: a name a client asks for -> its target ("" disables it).
         active = [p for p in table.profiles if p.id == table.active_profile]
         self.pins: dict[str, str] = dict(active[0].pins) if active else {}
+        self.selectors: dict[str, RouteSelector] = {s.id: s for s in table.selectors}
 
     def model(self, name: str) -> RouteModel | None:
         """The alias rule, in one place: an id, else an alias (ids win over aliases)."""

@@ -32,7 +32,6 @@ def test_every_key_loads_with_only_documented_warnings() -> None:
         "sendLoadingState",
         "models.small.sendLoadingState",
         "models.small.timeouts",
-        "selectors",
         "peers.remote.timeouts",
     }
     documented = _documented()
@@ -46,3 +45,4 @@ def test_every_key_loads_with_only_documented_warnings() -> None:
     assert config.models["small"].aliases == ("tiny", "small:high")
     assert config.priority == {"big": 10} and config.router == "group"
     assert config.profiles["quick"].pins == {"chat": "small", "big": ""}
+    assert config.selectors["chat-any"].targets == ("small", "big")

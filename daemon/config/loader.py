@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from . import macros, model_fields, profiles, routing, shape, stages, top_fields
+from . import macros, model_fields, profiles, routing, selectors, shape, stages, top_fields
 from . import model as c
 from .issues import ConfigError, ConfigIssue, Report, describe
 from .schema import TOP_LEVEL, KeyCheck
@@ -224,6 +224,7 @@ class _Build:
         peers = cross.peers(top, top_raw.get("peers") or {})
         cross.aliases_and_ids(peers)
         cross.by_id_names(by_id)
+        chosen = selectors.read(top.selectors, names, peers, routes.groups, routes.matrix, report)
         return c.Config(
             models=built,
             health_check_timeout=health,
@@ -239,7 +240,8 @@ class _Build:
             peers=peers,
             ignore_paths=top_fields.ignore_paths(top, self.typed, report),
             preload=top_fields.preload(top, built, self.typed, report),
-            profiles=profiles.read(top.profiles, names, peers, report),
+            profiles=profiles.read(top.profiles, [*names, *chosen], peers, report),
+            selectors=chosen,
             source=self.source,
             forced=health_forced,
         )

@@ -14,7 +14,7 @@ sets it references, otherwise in the order written).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 import msgspec
 
@@ -188,3 +188,39 @@ def compile_sets(
     for name in sets:
         visit(name)
     return tuple(linked[name] for name in order)
+
+
+def _unique(states: Iterable[frozenset[str]]) -> list[frozenset[str]]:
+    return list(dict.fromkeys(states))
+
+
+class Projection:
+    """Every combination a set allows, projected onto the `relevant` models (what the solver and
+    the selectors' coexistence check ask about), each distinct projection once, in order."""
+
+    def __init__(self, sets: tuple[MatrixSet, ...], relevant: frozenset[str]) -> None:
+        self.relevant = relevant
+        self.exprs = {s.name: s.expr for s in sets}
+        self.memo: dict[str, list[frozenset[str]]] = {}
+
+    def states(self, expr: Expr) -> list[frozenset[str]]:
+        if isinstance(expr, Leaf):
+            return [frozenset({expr.model}) & self.relevant]
+        if isinstance(expr, Ref):
+            if expr.set not in self.memo:
+                self.memo[expr.set] = self.states(self.exprs[expr.set])
+            return self.memo[expr.set]
+        if isinstance(expr, AnyOf):
+            return _unique(state for item in expr.items for state in self.states(item))
+        assert isinstance(expr, All)
+        combined = [frozenset[str]()]
+        for item in expr.items:
+            options = self.states(item)
+            combined = _unique(a | b for a in combined for b in options)
+        return combined
+
+
+def can_contain_all(sets: tuple[MatrixSet, ...], models: frozenset[str]) -> bool:
+    """Whether one combination of one set holds every model of `models`."""
+    projection = Projection(sets, models)
+    return any(state == models for s in sets for state in projection.states(s.expr))

@@ -13,7 +13,7 @@ from typing import Any
 import msgspec
 
 from ...ipc import aliases
-from ...ipc.messages import Filters, ModelRouting, Profile, RoutePeer
+from ...ipc.messages import Filters, ModelRouting, Profile, RoutePeer, RouteSelector
 from .busy_check import BusyCheck
 from .matrix_dsl import MatrixSet
 
@@ -27,6 +27,7 @@ __all__ = [
     "ModelRouting",
     "PeerConfig",
     "Profile",
+    "RouteSelector",
 ]
 
 # llama-swap's defaults (shared/reference/llama-swap.md §1.2, §1.3).
@@ -114,6 +115,7 @@ class Config(msgspec.Struct, frozen=True):
     ignore_paths: tuple[str, ...] = DEFAULT_IGNORE_PATHS
     preload: tuple[str, ...] = ()
     profiles: dict[str, Profile] = msgspec.field(default_factory=dict)
+    selectors: dict[str, RouteSelector] = msgspec.field(default_factory=dict)
     # Where it was read from; "" for a config built in code.
     source: str = ""
     # Top-level settings the loader overrode (healthCheckTimeout below 15), with the reason.

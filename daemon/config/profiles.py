@@ -1,9 +1,9 @@
 """`profiles`: llama-swap's named sets of pins, checked with its rules and messages
 (`validateProfiles` in its internal/config/load.go).
 
-A pin maps a name a client asks for to a target: a local model id or alias, or a peer model
-(`peer/model`, or a bare name one peer offers). An empty or null target disables the name while
-the profile is active. Selectors, which llama-swap also accepts as targets, are not implemented.
+A pin maps a name a client asks for to a target: a local model id or alias, a peer model
+(`peer/model`, or a bare name one peer offers), or a selector. An empty or null target disables
+the name while the profile is active.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ def read(
     peers: Mapping[str, PeerConfig],
     report: Report,
 ) -> dict[str, Profile]:
-    """`names`: every local model id and alias."""
+    """`names`: every local model id and alias, and every selector id."""
     offered = {f"{peer_id}/{m}" for peer_id, peer in peers.items() for m in peer.models}
     offered |= {m for peer in peers.values() for m in peer.models}
     result: dict[str, Profile] = {}

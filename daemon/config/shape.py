@@ -168,6 +168,22 @@ class Profile(Section, frozen=True):
     pins: dict[str, str | None] | None = None
 
 
+class SelectorSettings(Section, frozen=True):
+    spillover: Int | None = None
+
+
+class Selector(Section, frozen=True):
+    expected: ClassVar[str] = "a mapping with strategy and targets"
+
+    strategy: str | None = None
+    targets: Texts | None = None
+    settings: SelectorSettings | None = None
+    name: str | None = None
+    description: str | None = None
+    unlisted: bool | None = None
+    metadata: Free | None = None
+
+
 class Peer(Section, frozen=True):
     expected: ClassVar[str] = "a mapping with proxy and models"
 
@@ -214,6 +230,6 @@ class Top(Section, frozen=True):
     ui: _ignored("swapd has no web UI") = None
     performance: _ignored("swapd does not sample performance") = None
     profiles: dict[str, Profile] | None = None
-    selectors: _ignored("selectors (warm, pin, spillover) are not implemented") = None
+    selectors: dict[str, Selector] | None = None
     routing: Routing | None = None
     matrix: Matrix | None = None  # legacy top-level form of routing.router.settings.matrix

@@ -16,12 +16,12 @@ that differ only in models that are not running are one state (llama-swap does t
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable
+from collections.abc import Collection
 
 import msgspec
 
 from ..config import MatrixConfig
-from ..config.matrix_dsl import All, AnyOf, Expr, Leaf, Ref
+from ..config.matrix_dsl import All, AnyOf, Expr, Leaf, Projection
 
 DEFAULT_COST = 1
 
@@ -30,33 +30,6 @@ class Decision(msgspec.Struct, frozen=True):
     evict: frozenset[str]
     set_name: str | None = None  # None: T is running already, or no set names it
     cost: int = 0
-
-
-def _unique(states: Iterable[frozenset[str]]) -> list[frozenset[str]]:
-    return list(dict.fromkeys(states))
-
-
-class _Projection:
-    def __init__(self, matrix: MatrixConfig, relevant: frozenset[str]) -> None:
-        self.relevant = relevant
-        self.exprs = {s.name: s.expr for s in matrix.sets}
-        self.memo: dict[str, list[frozenset[str]]] = {}
-
-    def states(self, expr: Expr) -> list[frozenset[str]]:
-        if isinstance(expr, Leaf):
-            return [frozenset({expr.model}) & self.relevant]
-        if isinstance(expr, Ref):
-            if expr.set not in self.memo:
-                self.memo[expr.set] = self.states(self.exprs[expr.set])
-            return self.memo[expr.set]
-        if isinstance(expr, AnyOf):
-            return _unique(state for item in expr.items for state in self.states(item))
-        assert isinstance(expr, All)
-        combined = [frozenset[str]()]
-        for item in expr.items:
-            options = self.states(item)
-            combined = _unique(a | b for a in combined for b in options)
-        return combined
 
 
 def named(matrix: MatrixConfig) -> frozenset[str]:
@@ -80,7 +53,7 @@ def solve(target: str, running: Collection[str], matrix: MatrixConfig) -> Decisi
     running = frozenset(running)
     if target in running:
         return Decision(frozenset())
-    projection = _Projection(matrix, running | {target})
+    projection = Projection(matrix.sets, running | {target})
     best: tuple[int, str, frozenset[str]] | None = None
     for matrix_set in matrix.sets:
         for state in projection.states(matrix_set.expr):
