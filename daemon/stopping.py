@@ -33,12 +33,16 @@ async def stop(
     grace: float,
 ) -> None:
     notify.stopping()
+    # circusd signals the model watchers before the daemon: a model whose client exited just
+    # now is being cleaned up (its cmdStop included). That must finish before the daemon goes.
+    under_way = scheduler.stops_under_way()
     records = list(scheduler.records.values())
     loaded = [r for r in records if r.handle is not None]
     starting = [r for r in records if r.state == "starting"]
     if not loaded and not starting:
         await scheduler.shutdown()
         lifecycle.closing = True
+        await asyncio.gather(*under_way, return_exceptions=True)
         return
     try:
         reply = await circus.call("status", timeout=2.0)
@@ -76,4 +80,6 @@ async def stop(
         model = rec.model or scheduler.config.models.get(rec.id)
         await lifecycle.stop(handle, model, remove=False)
 
-    await asyncio.gather(aborting, *(stop_one(rec) for rec in loaded), return_exceptions=True)
+    await asyncio.gather(
+        aborting, *(stop_one(rec) for rec in loaded), *under_way, return_exceptions=True
+    )

@@ -25,10 +25,7 @@ from __future__ import annotations
 import json
 import shlex
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -37,12 +34,13 @@ import pytest
 from tests.realparts import provision, systemd_image
 from tests.realparts.docker_engine import DockerEngine
 from tests.realparts.plugin import _need
-from tests.realparts.systemd_image import SetupError, SystemdContainer
+from tests.realparts.systemd_image import SystemdContainer
+from tests.realparts.systemd_swapd import CIRCUSCTL, SWAPD, VENV, Host, install
 from tests.stack import REPO, free_port, free_port_range, http_get, wait_for
 from tests.test_systemd import service
 
 # The first test's set-up makes the root filesystem when it is not cached yet (debootstrap: about
-# a minute and a half); with it cached the whole module takes about a minute.
+# a minute and a half); with it cached the whole module takes 1.5 to 2.5 minutes here.
 pytestmark = [
     pytest.mark.processes,
     pytest.mark.docker,
@@ -50,17 +48,7 @@ pytestmark = [
     pytest.mark.timeout(480),
 ]
 
-UNIT_FILE = REPO / "systemd" / "swapd.service"
-VENV = "/opt/swapd/venv"
-SWAPD = f"{VENV}/bin/swapd"
-CIRCUSCTL = f"{VENV}/bin/circusctl"
-DROPIN_DIR = "/etc/systemd/system/swapd.service.d"
 BOX_UNIT = "swapd-box-boxed.service"
-# What `systemctl edit swapd` writes for a new listen address (docs/install.md).
-LISTEN_DROPIN = """[Service]
-ExecStart=
-ExecStart={swapd} run -c /etc/swapd/config.yaml --run-dir /run/swapd --listen 127.0.0.1:{port}
-"""
 WATCHDOG_SEC = 5
 CONFIG = """healthCheckTimeout: 30
 startPort: {base}
@@ -75,89 +63,10 @@ models:
 """
 
 
-@dataclass
-class Host:
-    box: SystemdContainer
-    port: int
-
-    def chat(self, model: str) -> dict[str, Any]:
-        body = {"model": model, "messages": [{"role": "user", "content": "hi"}]}
-        request = urllib.request.Request(
-            f"http://127.0.0.1:{self.port}/v1/chat/completions",
-            data=json.dumps(body).encode(),
-            headers={"Content-Type": "application/json"},
-        )
-        try:
-            with urllib.request.urlopen(request, timeout=60) as response:
-                reply: dict[str, Any] = json.load(response)
-        except urllib.error.HTTPError as exc:
-            raise AssertionError(f"{model}: HTTP {exc.code}: {exc.read()[:2000]!r}") from None
-        return reply
-
-    def serving(self, *load: str) -> None:
-        """swapd started (a no-op when it runs) and `load` loaded, so a test also runs alone."""
-        self.box.exec("systemctl", "start", "swapd", timeout=90)
-        for model_id in load:
-            self.chat(model_id)
-
-    def status(self) -> dict[str, Any]:
-        """`swapd status --json`, as root finds it (the default run dir /run/swapd)."""
-        result: dict[str, Any] = json.loads(self.box.exec(SWAPD, "status", "--json").stdout)
-        return result
-
-    def model(self, model_id: str) -> dict[str, Any]:
-        return next(m for m in self.status()["models"] if m["model"] == model_id)
-
-    def unit(self, *properties: str, unit: str = "swapd.service") -> dict[str, str]:
-        return self.box.show(unit, *properties)
-
-    def unit_pids(self) -> set[int]:
-        """Every process in swapd.service's cgroup (read from /proc: cgroup v1 or v2 alike)."""
-        script = (
-            "for f in /proc/[0-9]*/cgroup; do grep -qs /system.slice/swapd.service $f && "
-            "p=${f#/proc/} && echo ${p%/cgroup}; done; true"
-        )
-        return {int(pid) for pid in self.box.sh(script).stdout.split()}
-
-    def alive(self, pids: set[int]) -> set[int]:
-        if not pids:
-            return set()
-        script = " ".join(f"[ -d /proc/{pid} ] && echo {pid};" for pid in sorted(pids)) + " true"
-        return {int(pid) for pid in self.box.sh(script).stdout.split()}
-
-    def journal(self, unit: str = "swapd.service") -> list[dict[str, Any]]:
-        out = self.box.exec("journalctl", "--unit", unit, "--output=json", "--no-pager").stdout
-        return [json.loads(line) for line in out.splitlines() if line.strip()]
-
-    def set_dropin(self, name: str, text: str | None) -> None:
-        path = f"{DROPIN_DIR}/{name}"
-        if text is None:
-            self.box.exec("rm", "-f", path)
-        else:
-            self.box.write(path, text)
-        self.box.exec("systemctl", "daemon-reload")
-
-
 def _cannot_run(reason: str) -> None:
     if provision.mode() == "require":
         pytest.fail(f"real systemd part cannot run (CI requires it): {reason}", pytrace=False)
     pytest.skip(f"real systemd part not available: {reason}")
-
-
-def _install(box: SystemdContainer, wheels: Path, port: int, base_port: int) -> None:
-    """docs/install.md, step by step, offline (wheels and `pip install --no-index`)."""
-    box.copy_in(wheels, "/tmp/swapd-wheels")
-    box.exec("python3", "-m", "venv", VENV)
-    box.exec(
-        f"{VENV}/bin/pip", "install", "-q", "--no-index", "--find-links", "/tmp/swapd-wheels",
-        "swapd", timeout=300,
-    )  # fmt: skip
-    box.exec("install", "-d", "-m", "0755", "/etc/swapd")
-    box.write("/etc/swapd/config.yaml", CONFIG.format(base=base_port, venv=VENV))
-    box.exec(SWAPD, "check-config", "-c", "/etc/swapd/config.yaml")
-    box.copy_in(UNIT_FILE, "/etc/systemd/system/swapd.service")
-    box.write(f"{DROPIN_DIR}/override.conf", LISTEN_DROPIN.format(swapd=SWAPD, port=port))
-    box.exec("systemctl", "daemon-reload")
 
 
 @pytest.fixture(scope="module")
@@ -169,15 +78,15 @@ def host(docker_engine: DockerEngine, tmp_path_factory: pytest.TempPathFactory) 
         systemd_image.build_wheels(wheels, REPO)
         box = SystemdContainer(docker_engine, systemd_image.ensure_image(docker_engine, tools))
         box.start()
-    except SetupError as exc:
+    except provision.PartMissing as exc:
         if box is not None:
             box.remove()
         _cannot_run(str(exc))
     assert box is not None
     try:
         port = free_port()
-        _install(box, wheels, port, free_port_range(2))
-        yield Host(box, port)
+        config = CONFIG.format(base=free_port_range(2), venv=VENV)
+        yield install(box, wheels, config, port)
     finally:
         box.remove()
 
@@ -196,9 +105,16 @@ def test_start_returns_only_once_the_proxy_answers(host: Host) -> None:
     host.box.exec("systemctl", "start", "swapd", timeout=90)
     # One request, no retry: Type=notify holds `systemctl start` until the daemon's READY=1,
     # which it sends once the proxy listens.
-    status, body = http_get(f"http://127.0.0.1:{host.port}/v1/models", timeout=5)
+    status, body = http_get(f"http://127.0.0.1:{host.port}/v1/models", timeout=2)
     assert status == 200, body
     assert {m["id"] for m in json.loads(body)["data"]} == {"boxed", "plain"}
+    # The unit became active at READY=1, not at exec: circusd, the daemon and a proxy had to
+    # start first (Python start-ups, well over 0.3 s; with Type=simple the two are equal).
+    times = host.unit("ExecMainStartTimestampMonotonic", "ActiveEnterTimestampMonotonic")
+    waited = (
+        int(times["ActiveEnterTimestampMonotonic"]) - int(times["ExecMainStartTimestampMonotonic"])
+    ) / 1e6
+    assert waited > 0.3, f"active {waited:.3f}s after exec: not held back by READY=1"
     props = host.unit("ActiveState", "SubState", "Type", "NRestarts")
     assert props == {"ActiveState": "active", "SubState": "running", "Type": "notify",
                      "NRestarts": "0"}  # fmt: skip
@@ -295,6 +211,23 @@ def test_a_daemon_killed_with_sigkill_is_restarted_by_circus_with_the_models_kep
     assert host.unit("MainPID", "NRestarts") == unit_before
     assert host.unit("MainPID", unit=BOX_UNIT)["MainPID"] == server_before
     assert "Hello from boxed" in host.chat("boxed")["choices"][0]["message"]["content"]
+
+
+def test_a_killed_client_leaves_no_server_behind_cmdstop_stops_it(host: Host) -> None:
+    # `docker run` killed (the OOM killer, an operator) leaves its container running; so does
+    # `systemd-run --pipe` its unit. The daemon notices the exit and runs the model's cmdStop.
+    host.serving("boxed")
+    client = host.model("boxed")["pid"]
+    server = host.unit("MainPID", unit=BOX_UNIT)["MainPID"]
+    host.box.exec("kill", "-KILL", str(client))
+    wait_for(lambda: host.model("boxed")["state"] == "stopped", timeout=30, what="boxed stopped")
+    wait_for(
+        lambda: host.unit("ActiveState", unit=BOX_UNIT)["ActiveState"] in ("inactive", "failed"),
+        timeout=30,
+        what="cmdStop to stop the server the killed client left",
+    )
+    assert "Hello from boxed" in host.chat("boxed")["choices"][0]["message"]["content"]
+    assert host.unit("MainPID", unit=BOX_UNIT)["MainPID"] not in ("0", server)
 
 
 def _freeze_the_daemon_until_systemd_restarts_swapd(host: Host) -> set[int]:

@@ -293,6 +293,11 @@ class Lifecycle:
                 )
                 process_tree.kill_tree(pid, tree)
                 await process_tree.wait_gone(pid, 5.0)
+        elif model is not None and model.cmd_stop and "${PID}" not in " ".join(model.cmd_stop):
+            # The client is gone (circusd's own SIGTERM at shutdown, or it died), but what it
+            # started may not be: a container outlives its `docker run`. cmdStop stops that. Not
+            # when cmdStop names ${PID}: that pid is dead and may already be another process's.
+            await self._run_cmd_stop(model, pid, grace)
         if remove and not self.closing:
             if defer_remove:
                 self.watchers.defer(running.model)

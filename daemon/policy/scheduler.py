@@ -209,6 +209,10 @@ class Scheduler(SwapEngine[H]):
             self._abort(swap, error, "swapd is shutting down", cancel_start=False)
         await self._wake()
 
+    def stops_under_way(self) -> list[asyncio.Task[None]]:
+        """The stops running now (unloads, and cleanups after a process exited on its own)."""
+        return list(self._stops.values())
+
     def tasks(self) -> list[asyncio.Task[None]]:
         """The swaps and stops under way (for the daemon to cancel as it exits)."""
         swaps = [s.task for s in self._swaps.values() if s.task is not None]

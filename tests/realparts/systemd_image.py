@@ -6,9 +6,9 @@ the host (systemd-analyze) and `debootstrap`, installed when missing where CI=tr
 The root filesystem comes from Debian's packages (`debootstrap --variant=minbase` with systemd,
 dbus, python3, curl and procps), is cached as a tarball under $SWAPD_TEST_CACHE (default
 ~/.cache/swapd-tests) so that reruns skip the minute and a half debootstrap takes, and becomes an
-image with
-`docker import` (`CMD /sbin/init`; import takes no STOPSIGNAL, so the container is removed with
-`docker rm --force`, which kills its whole PID namespace and leaves no cgroup behind).
+image with `docker import` (`CMD /sbin/init`; import takes no STOPSIGNAL, so the container is
+removed with `docker rm --force`, which kills its whole PID namespace and leaves no cgroup behind).
+What cannot be made here raises provision.PartMissing: a skip, or a failure where CI=true.
 
 `SystemdContainer` runs it the way systemd wants to run in a container without --privileged:
 `--network host` (loopback only: the container's servers are on this machine's 127.0.0.1, never on
@@ -28,7 +28,6 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -59,24 +58,9 @@ RUN_OPTIONS = (
 )
 
 
-class SetupError(RuntimeError):
-    """The systemd container cannot be made on this machine (says why)."""
-
-
 def rootfs_key() -> str:
     recipe = f"debootstrap --variant=minbase --include={','.join(PACKAGES)} {SUITE} - {TRIMMED}"
     return hashlib.sha256(recipe.encode()).hexdigest()[:12]
-
-
-def _run(argv: Sequence[str], *, timeout: float, what: str) -> str:
-    try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise SetupError(f"{what}: {exc}") from exc
-    if done.returncode != 0:
-        tail = (done.stderr or done.stdout)[-3000:]
-        raise SetupError(f"{what} exited with {done.returncode}:\n{tail}")
-    return done.stdout
 
 
 @dataclass(frozen=True)
@@ -115,13 +99,13 @@ def rootfs_tarball(tools: SystemdTools) -> Path:
             return tarball
         debootstrap = tools.debootstrap
         if debootstrap is None:
-            raise SetupError(
+            raise provision.PartMissing(
                 f"debootstrap is not installed (Debian package debootstrap); "
                 f"{provision.HOW_TO_INSTALL}"
             )
         with tempfile.TemporaryDirectory(dir=cache, prefix="rootfs-build-") as work:
             root = Path(work) / "root"
-            _run(
+            provision._run(
                 [
                     debootstrap,
                     "--variant=minbase",
@@ -134,7 +118,7 @@ def rootfs_tarball(tools: SystemdTools) -> Path:
             )
             partial = Path(work) / "rootfs.tar"
             excludes = [f"--exclude=./{path}/*" for path in TRIMMED]
-            _run(
+            provision._run(
                 ["tar", "--numeric-owner", *excludes, "-C", str(root), "-cf", str(partial), "."],
                 timeout=300,
                 what="tar of the root filesystem",
@@ -159,14 +143,16 @@ def ensure_image(engine: DockerEngine, tools: SystemdTools) -> str:
         return tag
     tarball = rootfs_tarball(tools)
     changes = [arg for change in IMAGE_CHANGES for arg in ("--change", change)]
-    _run([*docker, "import", *changes, str(tarball), tag], timeout=300, what="docker import")
+    provision._run(
+        [*docker, "import", *changes, str(tarball), tag], timeout=300, what="docker import"
+    )
     return tag
 
 
 def build_wheels(dest: Path, source: Path) -> list[Path]:
     """swapd and everything it needs, as wheels, so the container installs with --no-index."""
     dest.mkdir(parents=True, exist_ok=True)
-    _run(
+    provision._run(
         [sys.executable, "-m", "pip", "wheel", "-q", str(source), "-w", str(dest)],
         timeout=600,
         what="pip wheel",
@@ -184,7 +170,7 @@ class SystemdContainer:
         self.started = False
 
     def start(self, timeout: float = 60.0) -> SystemdContainer:
-        _run(
+        provision._run(
             [*self.docker, "run", "--detach", f"--name={self.name}", *RUN_OPTIONS, self.image],
             timeout=120,
             what="docker run of the systemd image",
@@ -202,7 +188,9 @@ class SystemdContainer:
             time.sleep(0.2)  # systemd's bus is not up yet: it answers "offline" or nothing
         if state != "running":
             failed = self.exec("systemctl", "--failed", "--no-pager", check=False).stdout
-            raise SetupError(f"systemd in the container did not boot ({state!r}):\n{failed}")
+            raise provision.PartMissing(
+                f"systemd in the container did not boot ({state!r}):\n{failed}"
+            )
         return self
 
     def exec(
@@ -239,7 +227,7 @@ class SystemdContainer:
 
     def copy_in(self, source: Path, dest: str) -> None:
         argv = [*self.docker, "cp", str(source), f"{self.name}:{dest}"]
-        _run(argv, timeout=120, what="docker cp")
+        provision._run(argv, timeout=120, what="docker cp")
 
     def show(self, unit: str, *properties: str) -> dict[str, str]:
         """`systemctl show` properties of a unit, as a dict."""
@@ -249,6 +237,8 @@ class SystemdContainer:
 
     def remove(self) -> None:
         if self.started:
-            with contextlib.suppress(SetupError):
-                _run([*self.docker, "rm", "--force", self.name], timeout=60, what="docker rm")
+            with contextlib.suppress(provision.PartMissing):
+                provision._run(
+                    [*self.docker, "rm", "--force", self.name], timeout=60, what="docker rm"
+                )
             self.started = False
