@@ -5,10 +5,11 @@ and against a brute force that expands every set in full, and `gpus` under the m
 from __future__ import annotations
 
 import itertools
+import math
 import textwrap
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from swapd.daemon.config import Config, ConfigError, MatrixConfig, load_config_text
@@ -128,6 +129,18 @@ def expand(expr: Expr, sets: dict[str, Expr]) -> list[frozenset[str]]:
     return [frozenset().union(*combo) for combo in itertools.product(*options)]
 
 
+def combinations(expr: Expr, sets: dict[str, Expr]) -> int:
+    """How many combinations `expand` would write out (to keep the brute force small)."""
+    if isinstance(expr, Leaf):
+        return 1
+    if isinstance(expr, Ref):
+        return combinations(sets[expr.set], sets)
+    counts = [combinations(item, sets) for item in expr.items]
+    if isinstance(expr, AnyOf):
+        return sum(counts)
+    return math.prod(counts)
+
+
 def brute(target: str, running: frozenset[str], m: MatrixConfig) -> frozenset[str]:
     if target in running:
         return frozenset()
@@ -163,6 +176,9 @@ def matrices(draw: st.DrawFn) -> MatrixConfig:
         sets[f"s{index}"] = draw(dsl(3, list(sets)))  # references only backwards: no cycles
     costs = draw(st.dictionaries(st.sampled_from(MODELS), st.integers(1, 5), max_size=4))
     compiled = compile_sets(sets, lambda ident: ident if ident in MODELS else None)
+    exprs = {c.name: c.expr for c in compiled}
+    # References nest: a brute force over millions of combinations would fill the memory.
+    assume(sum(combinations(c.expr, exprs) for c in compiled) <= 2000)
     return MatrixConfig(sets=compiled, evict_costs=costs)
 
 
