@@ -22,8 +22,10 @@ from .machinery import gpu, process_tree
 from .machinery.footprints import FILE_NAME, Footprints, Usage, attribute, default_state_dir
 from .machinery.gpu_backend import GpuBackend, NullBackend
 from .machinery.model_process import definition_hash
+from .observe import gpu_metrics as figures
+from .observe.gpu_metrics import PlacementCounts
 from .policy.eviction_groups import memberships
-from .policy.placement import DEFAULT_MARGIN, Fit, Gpu, NoFit, Request, Resident, gib, place
+from .policy.placement import Fit, Gpu, NoFit, Request, Resident, gib, place
 from .policy.placing import Occupant
 from .policy.proxies import ProxyRegistry
 
@@ -38,13 +40,10 @@ class Placer:
         backend: GpuBackend,
         footprints: Footprints,
         registry: ProxyRegistry,
-        *,
-        margin: int = DEFAULT_MARGIN,
     ) -> None:
         self.backend = backend
         self.footprints = footprints
         self.registry = registry
-        self.margin = margin
         # By model id: GPU UUID (case-folded) -> bytes reserved for its current run.
         self.reserved: dict[str, dict[str, int]] = {}
         # Models placed without a footprint (their GPUs cleared) until their first sample.
@@ -54,6 +53,10 @@ class Placer:
         # The last reading, for status.
         self.usage = Usage({}, {}, {})
         self.devices: list[GpuInfo] = []
+        # For /metrics (observe/gpu_metrics.py).
+        self.counts = PlacementCounts()
+        # Models whose start waits for busy models to go idle (its first NoFit logged, counted).
+        self.waiting: set[str] = set()
 
     # ------------------------------------------------------------------------------- reading
 
@@ -78,6 +81,7 @@ class Placer:
 
         devices, usage = await asyncio.to_thread(reading)
         self.devices, self.usage = devices, usage
+        self.counts.used = usage.by_model
         return devices, usage
 
     def need_of(self, model: ModelConfig) -> tuple[tuple[int, ...] | None, str]:
@@ -133,24 +137,51 @@ class Placer:
     ) -> Fit | NoFit:
         devices, usage = await self.read(occupants)
         residents = self._residents(occupants, devices, usage, config, target.id)
-        gpus = [_gpu_of(d, usage, residents, self.margin) for d in devices]
+        margin = config.vram_margin
+        gpus = [_gpu_of(d, usage, residents, margin) for d in devices]
         need, source = self.need_of(target)
         learned = self.footprints.learned(target.id, definition_hash(target))
         prefer = tuple(learned.peak) if learned is not None else ()
-        result = place(Request(target.id, need, prefer=prefer), residents, gpus, margin=self.margin)
+        may_use = allowed_gpus(target, devices)
+        request = Request(target.id, need, may_use=may_use, prefer=prefer)
+        result = place(request, residents, gpus, margin=margin)
         if isinstance(result, NoFit):
-            log.warning("%s: %s (footprint: %s)", target.id, result.reason, source)
+            self._no_fit(target.id, result, source)
             return result
+        self.waiting.discard(target.id)
         by_id = {d.uuid.casefold(): d for d in devices}
         chosen = [by_id[g] for g in result.gpus]
         if need is None:
             self.reserved[target.id] = {d.uuid.casefold(): d.total_bytes for d in chosen}
             self.cleared.add(target.id)
+            how, why = figures.PLACED_CLEARED, figures.EVICTED_TO_CLEAR
         else:
             self.reserved[target.id] = dict(zip(result.gpus, result.amounts, strict=True))
             self.cleared.discard(target.id)
-        log.info("%s: %s (footprint: %s)", target.id, result.reason, source)
+            how = figures.PLACED_EVICTING if result.evict else figures.PLACED_FITS
+            why = figures.EVICTED_FOR_ROOM
+        self.counts.placed(target.id, how)
+        for evicted in result.evict:
+            self.counts.evicted(evicted, why)
+        log.info(
+            "%s: %s (footprint: %s; GPUs free now: %s)",
+            target.id,
+            result.reason,
+            source,
+            _free_text(devices),
+        )
         return Fit(gpus=tuple(d.uuid for d in chosen), evict=result.evict, reason=result.reason)
+
+    def _no_fit(self, model: str, result: NoFit, source: str) -> None:
+        """Logged and counted once per wait (the scheduler asks again every change and 0.5 s)."""
+        if not result.wait:
+            self.waiting.discard(model)
+            self.counts.placed(model, figures.NO_ROOM)
+            log.warning("%s: %s (footprint: %s)", model, result.reason, source)
+        elif model not in self.waiting:
+            self.waiting.add(model)
+            self.counts.placed(model, figures.WAITED)
+            log.info("%s: waits for busy models: %s (footprint: %s)", model, result.reason, source)
 
     # ------------------------------------------------------------------------------ learning
 
@@ -182,6 +213,7 @@ class Placer:
                 before = reserved.get(g, 0)
                 if now > before:
                     if before:
+                        self.counts.corrected(o.model)
                         log.warning(
                             "%s uses %s on GPU %s, above the %s reserved for it: footprint "
                             "corrected to %s",
@@ -225,6 +257,17 @@ class Placer:
             reserved=dict(self.reserved.get(model.id, {})) if live and model.gpus_auto else {},
             placed_by_memory=model.gpus_auto,
         )
+
+
+def allowed_gpus(model: ModelConfig, devices: Sequence[GpuInfo]) -> tuple[str, ...] | None:
+    """The canonical ids of the GPUs a `gpus: {auto: [...]}` model may be placed on; None: any."""
+    if model.gpus_allowed is None:
+        return None
+    return tuple(d.uuid.casefold() for d in gpu.resolve_gpus(model.gpus_allowed, devices))
+
+
+def _free_text(devices: Sequence[GpuInfo]) -> str:
+    return ", ".join(f"GPU {d.index} {gib(d.free_bytes)}" for d in devices) or "no GPU"
 
 
 def _norm(spec: str) -> str:

@@ -182,7 +182,7 @@ class _Build:
                 body,
                 global_macros,
                 report,
-                auto_default=top.gpus == gpu_fields.AUTO and model_id not in grouped,
+                auto_default=gpu_fields.auto_wanted(top.gpus, False) and model_id not in grouped,
             )
             for model_id, body in data["models"].items()
         ]
@@ -223,7 +223,9 @@ class _Build:
             if result is not None:
                 built[model.id] = result
 
-        gpu_fields.check_placement(built, data["models"], grouped, report)
+        built = gpu_fields.check_placement(
+            built, data["models"], top.gpus, grouped, report, model_fields.gpus_of
+        )
         cross = top_fields.CrossCheck(data["models"], aliases, self.typed, document)
         groups = cross.groups(top)
         peers = cross.peers(top, top_raw.get("peers") or {})
@@ -239,6 +241,7 @@ class _Build:
             include_aliases_in_list=bool(top.include_aliases_in_list),
             metrics_max_in_memory=max(0, top.metrics_max_in_memory or 0)
             or c.DEFAULT_METRICS_MAX_IN_MEMORY,
+            vram_margin=gpu_fields.margin_of(top.vram_margin, ("vramMargin",), report),
             groups=groups,
             peers=peers,
             ignore_paths=top_fields.ignore_paths(top, self.typed, report),

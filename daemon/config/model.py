@@ -70,6 +70,8 @@ class ModelConfig(ModelRouting, frozen=True, kw_only=True):
     gpus_auto: bool = False
     # `vram:` bytes on each GPU, the footprint until a measurement exists.
     vram: tuple[int, ...] | None = None
+    # `gpus: {auto: [...]}`: the GPUs placement may choose from, as written; None = every GPU.
+    gpus_allowed: tuple[str, ...] | None = None
     # The allocated ${PORT}, when the model's cmd uses it.
     port: int | None = None
     forced: tuple[Forced, ...] = ()
@@ -89,6 +91,8 @@ PeerConfig = RoutePeer
 
 
 DEFAULT_METRICS_MAX_IN_MEMORY = 1000
+# `vramMargin` (gpu_fields.py): left free on each GPU a placement by memory uses.
+DEFAULT_VRAM_MARGIN = 512 * 1024**2
 
 
 class Config(msgspec.Struct, frozen=True):
@@ -103,6 +107,7 @@ class Config(msgspec.Struct, frozen=True):
     include_aliases_in_list: bool = False
     # The activity log's size in memory (llama-swap's default; 0 or less means the default).
     metrics_max_in_memory: int = DEFAULT_METRICS_MAX_IN_MEMORY
+    vram_margin: int = DEFAULT_VRAM_MARGIN
     groups: dict[str, GroupConfig] = msgspec.field(default_factory=dict)
     peers: dict[str, PeerConfig] = msgspec.field(default_factory=dict)
     ignore_paths: tuple[str, ...] = DEFAULT_IGNORE_PATHS

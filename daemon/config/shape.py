@@ -152,8 +152,10 @@ class Top(Section, frozen=True):
     peers: dict[str, Peer] | None = None
     upstream: Upstream | None = None
     hooks: Hooks | None = None
-    # `auto`: every model that sets no `gpus` and is in no group is placed by memory.
-    gpus: Literal["auto"] | None = None
+    # `auto` (or `auto: [GPUs]`): placement by memory for every model that sets no `gpus` and is
+    # in no group; both read by hand in gpu_fields.py, as is `vramMargin`.
+    gpus: Any = None
+    vram_margin: Any = None
     log_time_format: _ignored("swapd's log lines have their own format") = None
     log_requests: _ignored("deprecated in llama-swap too") = None
     metrics_max_in_memory: Int | None = None

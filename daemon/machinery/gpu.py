@@ -102,23 +102,28 @@ def verify_gpus(backend: GpuBackend, config: Config) -> None:
     inventory. Without NVML at all, `make_backend` already logged its one line and the GPUs are
     passed to the models unchecked.
     """
-    users = {mid: m.gpus for mid, m in config.models.items() if m.gpus}
+    users = {(mid, "gpus"): m.gpus for mid, m in config.models.items() if m.gpus}
+    # `gpus: {auto: [...]}` (placement by memory, kept to those GPUs).
+    users.update(
+        {(mid, "gpus.auto"): m.gpus_allowed for mid, m in config.models.items() if m.gpus_allowed}
+    )
     if not users:
         return
     if isinstance(backend, NullBackend):
         if backend.broken:
             raise GpuError(
-                f"{backend.reason}; models {', '.join(sorted(users))} set `gpus`, which needs "
+                f"{backend.reason}; models {', '.join(sorted({m for m, _ in users}))} set `gpus`, "
+                "which needs "
                 "a working NVML (fix the driver, or remove `gpus`)"
             )
         return
     devices = backend.devices()
     problems = []
-    for mid, spec in sorted(users.items()):
+    for (mid, key), spec in sorted(users.items()):
         try:
             resolve_gpus(spec, devices)
         except GpuError as exc:
-            problems.append(f"models.{mid}.gpus: {exc}")
+            problems.append(f"models.{mid}.{key}: {exc}")
     if problems:
         raise GpuError("\n".join(problems))
 

@@ -1,7 +1,8 @@
 """swapd's Prometheus figures, in one registry in the daemon (prometheus-client): the requests
 every proxy process reported (from their activity records, so each request counts once whichever
 process served it), and the daemon's own (starts, swaps and their phases, failures, crashes,
-back-offs, TTL unloads, and at scrape time the per-model gauges and GPU memory).
+back-offs, TTL unloads, and at scrape time the per-model gauges; GPU memory and placement by memory
+in gpu_metrics.py).
 
 Names are `swapd_*`; label `model` is a model id (a peer's requests as `peer/model`), `route` one
 of model, upstream, comfyui, peer.
@@ -19,6 +20,7 @@ from prometheus_client.registry import Collector
 
 from ...ipc.activity import ActivityRecord
 from ...ipc.messages import GpuInfo, ModelStatus
+from .gpu_metrics import GpuCollector, GpuGauges
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 # Request durations, time to first byte and waits: from a ready model's milliseconds to a cold
@@ -79,19 +81,6 @@ class _Live(Collector):
                 linger_port.add_metric([st.model, str(st.lingering.port)], 1.0)
             linger_gpu.add_metric([st.model], float(len(st.gpu_lingering)))
         yield from (loaded, state, in_flight, waiting, linger_port, linger_gpu)
-        total = GaugeMetricFamily(
-            "swapd_gpu_memory_total_bytes", "GPU memory (NVML)", labels=["gpu", "name", "uuid"]
-        )
-        used = GaugeMetricFamily(
-            "swapd_gpu_memory_used_bytes",
-            "GPU memory in use (NVML)",
-            labels=["gpu", "name", "uuid"],
-        )
-        for gpu in self.gauges.gpus():
-            labels = [str(gpu.index), gpu.name, gpu.uuid]
-            total.add_metric(labels, float(gpu.total_bytes))
-            used.add_metric(labels, float(gpu.used_bytes))
-        yield from (total, used)
 
 
 class _PerModel:
@@ -113,6 +102,9 @@ class Metrics:
         self.registry = registry = CollectorRegistry()
         self.gauges = Gauges()
         registry.register(_Live(self.gauges))
+        # GPU memory and placement by memory (gpu_metrics.py); `gpu.counts` is the placer's.
+        self.gpu = GpuGauges(gpus=lambda: self.gauges.gpus(), models=lambda: self.gauges.models())
+        registry.register(GpuCollector(self.gpu))
         self.requests = Counter(
             "swapd_requests",
             "model requests answered",
