@@ -291,6 +291,15 @@ def _gpu_of(device: GpuInfo, usage: Usage, residents: Sequence[Resident], margin
     )
 
 
+async def gpu_devices(
+    backend: GpuBackend, placer: Placer | None, live: Collection[str]
+) -> list[GpuInfo]:
+    """NVML's devices with what placement reserved on each for the `live` models: what
+    `swapd status`, `/running` and `/metrics` show."""
+    devices = await gpu.read_devices(backend)
+    return devices if placer is None else placer.gpu_view(devices, live)
+
+
 def make_placer(backend: GpuBackend, registry: ProxyRegistry) -> Placer | None:
     """The placer, with the footprints of the state directory; None without a GPU inventory
     (then `gpus: auto` models get every GPU, as models without `gpus`)."""

@@ -102,7 +102,9 @@ class Daemon:
         )
         self.registry = ProxyRegistry()
         self.endpoint = Endpoint(self.endpoints, self.instance, self.ctx)
-        gpus = lambda: gpu.read_devices(self.gpu_backend)  # noqa: E731
+        gpus = lambda: placer.gpu_devices(  # noqa: E731
+            self.gpu_backend, self.placer, self.scheduler.loaded()
+        )
         self.observer = Observer(config, self.instance, self.endpoint, self.all_status, gpus)
         self.metrics = self.observer.metrics
         self.exits = ExitWatch(self.lifecycle.watchers, self._exited)
@@ -123,6 +125,7 @@ class Daemon:
         self.scheduler.hold = self.busy.hold
         if self.placer is not None:
             self.placer.busy_of = self.busy.board.busy
+            self.metrics.gpu.counts = lambda: self.placer.counts if self.placer else None
         self.table = routing.routing_table(config, self.generation, self.endpoints.log_dir)
         self._tasks: set[asyncio.Task[Any]] = set()
         self._stop = asyncio.Event()
@@ -242,12 +245,11 @@ class Daemon:
 
     async def _status(self, identity: bytes, message: Status) -> None:
         try:
-            devices = tuple(await gpu.read_devices(self.gpu_backend))
+            live = self.scheduler.loaded()
+            devices = tuple(await placer.gpu_devices(self.gpu_backend, self.placer, live))
         except Exception as exc:
             log.warning("GPU inventory failed: %s", exc)
             devices = ()
-        if self.placer is not None:
-            devices = tuple(self.placer.gpu_view(devices, self.scheduler.loaded()))
         reply = StatusReply(
             id=message.id,
             instance=self.instance,
