@@ -15,7 +15,7 @@ import psutil
 import pytest
 
 from swapd.daemon.machinery.gpu_fake import fake_uuid
-from tests.stack import FAKE_GPU_SCOPE_ENV, fake_model_cmd, free_ports
+from tests.stack import FAKE_GPU_SCOPE_ENV, fake_model_cmd, free_port_range
 
 pytestmark = pytest.mark.processes
 
@@ -38,7 +38,8 @@ def config(models: dict[str, dict[str, object]]) -> dict[str, object]:
     base = {"proxy": "http://127.0.0.1:${PORT}", "unloadTimeout": 3}
     return {
         "healthCheckTimeout": 15,
-        "startPort": free_ports(1)[0],
+        # Below the ephemeral range: a client socket could take a model's port up there.
+        "startPort": free_port_range(len(models)),
         "models": {
             mid: {"cmd": fake_model_cmd(mid), **base, **spec} for mid, spec in models.items()
         },

@@ -19,7 +19,7 @@ import psutil
 import pytest
 
 from swapd.daemon.machinery.gpu_fake import fake_uuid
-from tests.stack import fake_model_cmd, free_ports, http_get, wait_for
+from tests.stack import fake_model_cmd, free_port_range, http_get, wait_for
 
 pytestmark = pytest.mark.processes
 
@@ -50,7 +50,8 @@ def config(models: dict[str, dict[str, object]]) -> dict[str, object]:
             "gpus": "auto",
             **spec,
         }
-    return {"healthCheckTimeout": 15, "startPort": free_ports(1)[0], "models": built}
+    # Below the ephemeral range: a client socket could take a model's port up there.
+    return {"healthCheckTimeout": 15, "startPort": free_port_range(len(built)), "models": built}
 
 
 def chat(url: str, model: str) -> dict[str, object]:
