@@ -23,25 +23,32 @@ async def handle_health(_request: web.Request) -> web.Response:
     return web.Response(text="OK")
 
 
+async def daemon_status(ctx: ProxyContext) -> StatusReply | None:
+    """The daemon's `Status` (what `swapd status` shows), or None when it does not answer in
+    time (it is restarting: the caller answers from its local copy)."""
+    try:
+        reply = await ctx.link.request(lambda i: Status(id=i), timeout=_STATUS_WAIT_S)
+    except Exception:
+        return None
+    return reply if isinstance(reply, StatusReply) else None
+
+
 async def ttl_left_now(ctx: ProxyContext) -> dict[str, float | None] | None:
     """Each model's `ttl_left` now, from the daemon (the TTL's owner: what `swapd status` says),
     or None when it does not answer in time. The state broadcasts carry the value of the moment
     of the change only, which does not count down."""
-    try:
-        reply = await ctx.link.request(lambda i: Status(id=i), timeout=_STATUS_WAIT_S)
-    except Exception:  # the daemon is restarting: answer from the local copy
-        return None
-    if not isinstance(reply, StatusReply):
-        return None
-    return {m.model: m.ttl_left for m in reply.models}
+    reply = await daemon_status(ctx)
+    return None if reply is None else {m.model: m.ttl_left for m in reply.models}
 
 
 async def handle_running(request: web.Request) -> web.Response:
     """Models in any state but `stopped`, as this proxy last heard from the daemon, with the
-    TTL left as the daemon counts it, and this proxy process's counters under `"proxy"`."""
+    TTL left as the daemon counts it, the GPUs (total, used, free, reserved) as the daemon reads
+    them, and this proxy process's counters under `"proxy"`."""
     ctx = request.app[CTX]
     await routes_of(ctx)
-    ttl_left = await ttl_left_now(ctx)
+    reply = await daemon_status(ctx)
+    ttl_left = None if reply is None else {m.model: m.ttl_left for m in reply.models}
     running = []
     for rt in sorted(ctx.state.runtimes.values(), key=lambda r: r.id):
         if rt.state == "stopped":
@@ -83,6 +90,9 @@ async def handle_running(request: web.Request) -> web.Response:
             {
                 "running": running,
                 "lingering": lingering,
+                # Each GPU's memory (NVML) and what placement reserved on it; absent when the
+                # daemon did not answer in time.
+                **({"gpus": msgspec.to_builtins(reply.gpus)} if reply is not None else {}),
                 "proxy": {**STATS.as_dict(), "events": request.app[HUB_KEY].counters()},
             }
         ),

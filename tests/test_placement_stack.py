@@ -119,6 +119,10 @@ def test_two_that_fit_share_a_gpu_and_a_third_evicts_only_the_least_recently_use
     assert running["a"]["gpus"] == [fake_uuid(0)]
     assert running["a"]["footprint"] == {fake_uuid(0).casefold(): 3 * GIB}
     assert running["a"]["reserved"] == {fake_uuid(0).casefold(): 3 * GIB}
+    (gpu,) = json.loads(body)["gpus"]
+    assert gpu["uuid"] == fake_uuid(0) and gpu["total_bytes"] == 8 * GIB
+    assert gpu["reserved_bytes"] == 6 * GIB
+    assert gpu["used_bytes"] == 6 * GIB and gpu["free_bytes"] == 2 * GIB  # a and c, as NVML has it
 
 
 def test_a_model_that_grew_after_start_is_corrected(stack_factory) -> None:
