@@ -3,8 +3,8 @@
 Run it on the GPU machine, in swapd's venv:  python benchmarks/gpu_check.py [--gpu 0] [--mib 1024]
 
 1. NvmlBackend inventory (index, UUID, name, total/used/free) and the cost of one process listing.
-2. A child process allocates --mib MiB on --gpu (torch, else cupy, else the CUDA driver API through
-   ctypes: libcuda ships with the driver, so this works without any CUDA toolkit). The script waits
+2. A child process (gpu_holder.py) allocates --mib MiB on --gpu (torch, else cupy, else the CUDA
+   driver API through ctypes: libcuda ships with the driver, so no CUDA toolkit). The script waits
    until NVML lists the child on that GPU and prints what NVML reports for it.
 3. The child exits (SIGTERM, or SIGKILL with --kill); the script times how long, after the exit was
    reaped, `wait_released` takes to see the process gone, and how long the GPU's `used` takes to
@@ -19,50 +19,13 @@ import os
 import signal
 import statistics
 import sys
-import textwrap
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout too
 
-CHILD = textwrap.dedent(
-    """
-    import ctypes, signal, sys, time
-
-    def allocate(size):
-        try:
-            import torch
-            buf = torch.empty(size, dtype=torch.uint8, device="cuda")
-            torch.cuda.synchronize()
-            return "torch", buf
-        except Exception:
-            pass
-        try:
-            import cupy
-            return "cupy", cupy.empty(size, dtype=cupy.uint8)
-        except Exception:
-            pass
-        cuda = ctypes.CDLL("libcuda.so.1")
-        def check(ret, what):
-            if ret != 0:
-                sys.exit(f"{what} failed: CUresult {ret}")
-        check(cuda.cuInit(0), "cuInit")
-        dev = ctypes.c_int()
-        check(cuda.cuDeviceGet(ctypes.byref(dev), 0), "cuDeviceGet")
-        ctx = ctypes.c_void_p()
-        check(cuda.cuCtxCreate_v2(ctypes.byref(ctx), 0, dev), "cuCtxCreate")
-        ptr = ctypes.c_uint64()
-        check(cuda.cuMemAlloc_v2(ctypes.byref(ptr), ctypes.c_size_t(size)), "cuMemAlloc")
-        return "libcuda (driver API via ctypes)", ptr
-
-    size = int(sys.argv[1])
-    how, keep = ("nothing (dry run)", None) if sys.argv[2:] == ["dry"] else allocate(size)
-    print(f"allocated {size} bytes with {how}", flush=True)
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-    while True:
-        time.sleep(1)
-    """
-)
+# The process holding GPU memory (shared with gpu_placement_check.py).
+HOLDER = Path(__file__).resolve().parent / "gpu_holder.py"
 
 
 def _mib(value: int | None) -> str:
@@ -109,10 +72,10 @@ async def main() -> int:
 
     size = args.mib * 2**20
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": str(target.index), "SWAPD_FAKE_GPU_MEM": str(size)}
-    dry = ["dry"] if args.backend == "fake" else []
+    dry = ["--dry"] if args.backend == "fake" else []
     started = time.perf_counter()
     child = await asyncio.create_subprocess_exec(
-        sys.executable, "-c", CHILD, str(size), *dry, env=env, stdout=asyncio.subprocess.PIPE
+        sys.executable, str(HOLDER), str(size), *dry, env=env, stdout=asyncio.subprocess.PIPE
     )
     try:
         assert child.stdout is not None

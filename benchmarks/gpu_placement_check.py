@@ -7,8 +7,8 @@ falls back to libcuda through ctypes):
     python benchmarks/gpu_placement_check.py [--mib 2048,3072,4096] [--timeout 120]
 
 It runs the real swapd (`swapd run`, with circusd, the daemon and the proxy; SWAPD_GPU_BACKEND=nvml)
-with one `gpus: auto` model per `--mib` entry, no `vram` hints. Each model is a small HTTP server
-that allocates that many MiB on the GPU CUDA_VISIBLE_DEVICES gives it, then answers /health. The
+with one `gpus: auto` model per `--mib` entry, no `vram` hints. Each model (gpu_holder.py) allocates
+that many MiB on the GPU CUDA_VISIBLE_DEVICES gives it, then answers /health. The
 script starts them one after another through the proxy and prints, per model:
 
 * allocated MiB, the footprint swapd learned (NVML's per-process memory, summed over the model's
@@ -31,7 +31,6 @@ import os
 import subprocess
 import sys
 import tempfile
-import textwrap
 import time
 import urllib.request
 from pathlib import Path
@@ -42,61 +41,10 @@ sys.path.insert(0, str(REPO))  # run from a checkout
 import psutil  # noqa: E402
 
 from swapd.daemon.machinery.gpu import GpuBackend, make_backend  # noqa: E402
-from tests.stack import Stack, free_ports, wait_for  # noqa: E402
+from tests.stack import Stack, free_port_range, wait_for  # noqa: E402
 
-MODEL = textwrap.dedent(
-    """
-    import ctypes, http.server, os, sys
-
-    port, size, fake = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3] == "fake"
-
-    def allocate(size):
-        if fake:
-            path = os.path.join(os.environ["SWAPD_FAKE_GPU_MEM_DIR"], str(os.getpid()))
-            open(path, "w").write(str(size))
-            return "fake", None
-        try:
-            import torch
-            buf = torch.empty(size, dtype=torch.uint8, device="cuda")
-            torch.cuda.synchronize()
-            return "torch", buf
-        except Exception:
-            pass
-        try:
-            import cupy
-            return "cupy", cupy.empty(size, dtype=cupy.uint8)
-        except Exception:
-            pass
-        cuda = ctypes.CDLL("libcuda.so.1")
-        def check(ret, what):
-            if ret != 0:
-                sys.exit(f"{what} failed: CUresult {ret}")
-        check(cuda.cuInit(0), "cuInit")
-        dev = ctypes.c_int()
-        check(cuda.cuDeviceGet(ctypes.byref(dev), 0), "cuDeviceGet")
-        ctx = ctypes.c_void_p()
-        check(cuda.cuCtxCreate_v2(ctypes.byref(ctx), 0, dev), "cuCtxCreate")
-        ptr = ctypes.c_uint64()
-        check(cuda.cuMemAlloc_v2(ctypes.byref(ptr), ctypes.c_size_t(size)), "cuMemAlloc")
-        return "libcuda", ptr
-
-    how, keep = allocate(size)
-    where = os.environ.get("CUDA_VISIBLE_DEVICES")
-    print(f"allocated {size} bytes with {how} on {where}", flush=True)
-
-    class Health(http.server.BaseHTTPRequestHandler):
-        def do_GET(self):
-            self.send_response(200)
-            self.send_header("Content-Length", "2")
-            self.end_headers()
-            self.wfile.write(b"ok")
-        def log_message(self, *args):
-            pass
-
-    http.server.ThreadingHTTPServer(("127.0.0.1", port), Health).serve_forever()
-    """
-)
-
+# Each model: a process holding its MiB on the GPU and answering /health (gpu_holder.py).
+HOLDER = REPO / "benchmarks" / "gpu_holder.py"
 MIB = 1024**2
 
 
@@ -142,8 +90,6 @@ def main() -> int:
     sizes = [int(x) * MIB for x in args.mib.split(",")]
 
     work = Path(tempfile.mkdtemp(prefix="swapd-place-"))
-    script = work / "gpu_model.py"
-    script.write_text(MODEL)
     env = {"SWAPD_GPU_BACKEND": "nvml", "STATE_DIRECTORY": str(work / "state")}
     if args.fake:
         mem_dir = work / "mem"
@@ -154,14 +100,14 @@ def main() -> int:
             "SWAPD_FAKE_GPUS": json.dumps([{"name": "fake", "total_bytes": total}]),
             "SWAPD_FAKE_GPU_MEM_DIR": str(mem_dir),
         }
-    mode = "fake" if args.fake else "real"
+    mode = " --fake" if args.fake else ""
     names = [f"m{i}-{size // MIB}mib" for i, size in enumerate(sizes)]
     config = {
         "healthCheckTimeout": int(args.timeout),
-        "startPort": free_ports(1)[0],
+        "startPort": free_port_range(len(names)),
         "models": {
             name: {
-                "cmd": f"{sys.executable} {script} ${{PORT}} {size} {mode}",
+                "cmd": f"{sys.executable} {HOLDER} {size} --port ${{PORT}}{mode}",
                 "proxy": "http://127.0.0.1:${PORT}",
                 "checkEndpoint": "/health",
                 "gpus": "auto",
