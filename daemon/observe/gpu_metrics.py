@@ -11,8 +11,9 @@ now (a card taken out) keeps its UUID and an empty `gpu`.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
@@ -118,30 +119,34 @@ def gpu_families(
 
 
 def _counters(counts: PlacementCounts) -> Iterator[Metric]:
-    placements = CounterMetricFamily(
-        "swapd_placements",
-        "placement decisions for gpus: auto starts, by reason: fits, evicting, cleared, "
-        "waiting (busy models in the way; once per wait), no_room (refused)",
-        labels=["model", "reason"],
+    labelled: tuple[tuple[str, str, list[str], Mapping[Any, int]], ...] = (
+        (
+            "swapd_placements",
+            "placement decisions for gpus: auto starts, by reason: fits, evicting, cleared, "
+            "waiting (busy models in the way; once per wait), no_room (refused)",
+            ["model", "reason"],
+            counts.placements,
+        ),
+        (
+            "swapd_placement_evictions",
+            "models a placement chose to stop, by reason: room (least recently used, to make "
+            "room), cleared (the GPUs of a model without a footprint)",
+            ["model", "reason"],
+            counts.evictions,
+        ),
+        (
+            "swapd_footprint_corrections",
+            "times a model placed by memory used more than was reserved for it (the reservation "
+            "grew)",
+            ["model"],
+            counts.corrections,
+        ),
     )
-    for (model, reason), n in sorted(counts.placements.items()):
-        placements.add_metric([model, reason], float(n))
-    evictions = CounterMetricFamily(
-        "swapd_placement_evictions",
-        "models a placement chose to stop, by reason: room (least recently used, to make room), "
-        "cleared (the GPUs of a model without a footprint)",
-        labels=["model", "reason"],
-    )
-    for (model, reason), n in sorted(counts.evictions.items()):
-        evictions.add_metric([model, reason], float(n))
-    corrections = CounterMetricFamily(
-        "swapd_footprint_corrections",
-        "times a model placed by memory used more than was reserved for it (the reservation grew)",
-        labels=["model"],
-    )
-    for model, n in sorted(counts.corrections.items()):
-        corrections.add_metric([model], float(n))
-    yield from (placements, evictions, corrections)
+    for name, documentation, labels, values in labelled:
+        family = CounterMetricFamily(name, documentation, labels=labels)
+        for key, n in sorted(values.items()):
+            family.add_metric(list(key) if isinstance(key, tuple) else [key], float(n))
+        yield family
 
 
 class GpuCollector(Collector):
