@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pynvml
 import pytest
 
@@ -415,6 +416,18 @@ def test_gpus_naming_no_device_are_an_error() -> None:
         f"models.a.gpus: no GPU '7' (GPUs here: 0 ({fake_uuid(0)}), 1 ({fake_uuid(1)}))",
         f"models.b.gpus: no GPU 'GPU-nope' (GPUs here: 0 ({fake_uuid(0)}), 1 ({fake_uuid(1)}))",
     ]
+
+
+def test_gpus_auto_kept_to_gpus_naming_no_device_is_an_error() -> None:
+    backend = make_backend(environ=FAKE)
+    kept = msgspec.structs.replace(model("a", None), gpus_auto=True, gpus_allowed=("1", "5"))
+    with pytest.raises(GpuError) as info:
+        verify_gpus(backend, Config(models={"a": kept}))
+    assert str(info.value) == (
+        f"models.a.gpus.auto: no GPU '5' (GPUs here: 0 ({fake_uuid(0)}), 1 ({fake_uuid(1)}))"
+    )
+    fine = msgspec.structs.replace(kept, gpus_allowed=("1", fake_uuid(0)))
+    verify_gpus(backend, Config(models={"a": fine}))
 
 
 def test_resolve_gpus_by_index_and_uuid() -> None:

@@ -167,3 +167,19 @@ def test_a_fit_exists_whenever_evicting_all_idle_models_would_make_room(case) ->
     stay = [r for r in residents if r.busy or r.persistent]
     possible = fits(request, stay, gpus)
     assert isinstance(place(request, residents, gpus, margin=MARGIN), Fit) == possible
+
+
+@settings(max_examples=200, deadline=None)
+@given(scenario(), st.data())
+def test_a_model_kept_to_some_gpus_is_placed_as_if_only_those_existed(case, data) -> None:
+    # `gpus: {auto: [...]}`: the GPUs outside the list are not candidates, and nothing changes
+    # for the ones inside it.
+    request, residents, gpus = case
+    allowed = data.draw(st.lists(st.sampled_from([g.id for g in gpus]), min_size=1, unique=True))
+    limited = Request(request.model, request.need, may_use=tuple(allowed))
+    result = place(limited, residents, gpus, margin=MARGIN)
+    alone = place(request, residents, [g for g in gpus if g.id in allowed], margin=MARGIN)
+    assert type(result) is type(alone)
+    if isinstance(result, Fit) and isinstance(alone, Fit):
+        assert set(result.gpus) <= set(allowed)
+        assert (result.gpus, result.evict) == (alone.gpus, alone.evict)
