@@ -47,6 +47,7 @@ def _top(config: Config) -> dict[str, Any]:
         "globalTTL": config.global_ttl,
         "includeAliasesInList": config.include_aliases_in_list,
         "metricsMaxInMemory": config.metrics_max_in_memory,
+        "vramMargin": config.vram_margin,  # bytes
         "apiKeys": [HIDDEN for _ in config.api_keys],
     }
 
@@ -86,6 +87,8 @@ def _model(model: ModelConfig) -> dict[str, Any]:
     }
     if model.vram is not None:
         body["vram"] = list(model.vram)  # bytes on each GPU
+    if model.gpus_allowed is not None:
+        body["gpus"] = {"auto": list(model.gpus_allowed)}  # placed by memory, on these GPUs only
     if model.busy_check is not None:
         body["busyCheck"] = _busy_check(model.busy_check)
     return body
