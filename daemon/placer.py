@@ -173,7 +173,8 @@ class Placer:
         return Fit(gpus=tuple(d.uuid for d in chosen), evict=result.evict, reason=result.reason)
 
     def _no_fit(self, model: str, result: NoFit, source: str) -> None:
-        """Logged and counted once per wait (the scheduler asks again every change and 0.5 s)."""
+        """A wait is counted once (the scheduler asks again at every change and every 0.5 s, and
+        logs the wait's start itself: policy/placing.py)."""
         if not result.wait:
             self.waiting.discard(model)
             self.counts.placed(model, figures.NO_ROOM)
@@ -181,7 +182,7 @@ class Placer:
         elif model not in self.waiting:
             self.waiting.add(model)
             self.counts.placed(model, figures.WAITED)
-            log.info("%s: waits for busy models: %s (footprint: %s)", model, result.reason, source)
+            log.debug("%s: waits for busy models (footprint: %s)", model, source)
 
     # ------------------------------------------------------------------------------ learning
 
