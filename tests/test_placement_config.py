@@ -7,6 +7,7 @@ import textwrap
 import pytest
 
 from swapd.daemon.config.loader import ConfigError, load_config_text
+from swapd.daemon.policy.placement import DEFAULT_MARGIN
 
 GIB = 1024**3
 
@@ -89,7 +90,7 @@ def test_bad_placement_settings_say_where_and_what() -> None:
 
 def test_vram_margin_is_a_size_with_a_default() -> None:
     base = "models:\n  a:\n    cmd: server --port ${PORT}\n    gpus: auto\n"
-    assert load(base).vram_margin == 512 * 1024**2
+    assert load(base).vram_margin == 512 * 1024**2 == DEFAULT_MARGIN
     assert load("vramMargin: 1.5GiB\n" + base).vram_margin == int(1.5 * GIB)
     assert load("vramMargin: 0\n" + base).vram_margin == 0
     with pytest.raises(ConfigError) as caught:

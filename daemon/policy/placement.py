@@ -23,7 +23,8 @@ from dataclasses import dataclass, field
 
 GIB = 1024**3
 MIB = 1024**2
-# Left free on every GPU a placement uses: CUDA context growth, allocator fragmentation.
+# Left free on every GPU a placement uses: CUDA context growth, allocator fragmentation. The daemon
+# passes the config's `vramMargin`, whose default (config/model.py) is this same figure.
 DEFAULT_MARGIN = 512 * MIB
 # Above this many eviction candidates, the exact search for the fewest gives way to LRU greed.
 EXACT_CANDIDATES = 10
