@@ -52,6 +52,8 @@ class CircusLayout:
     proxy_processes: int = 1
     # How long circusd lets the daemon run cmdStop for every model on shutdown before SIGKILL.
     daemon_graceful_timeout: float = 30.0
+    # `swapd run --watch-config`: the daemon reloads the config file when it changes.
+    watch_config: bool = False
     # How long requests in flight may run when swapd stops (`swapd run --shutdown-grace`).
     shutdown_grace: float = DEFAULT_GRACE
 
@@ -77,6 +79,7 @@ def render(layout: CircusLayout) -> str:
             str(layout.config_path),
             "--shutdown-grace",
             f"{layout.shutdown_grace:g}",
+            *(["--watch-config"] if layout.watch_config else []),
         ]
     )
     # circus replaces `$(circus.sockets.swapd)` with the inherited fd; shlex.join would quote it.

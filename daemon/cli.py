@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
 from ..ipc.endpoints import default_run_dir
+
+# `swapd run --watch-config` by environment, for the systemd unit (`Environment=` in a drop-in).
+WATCH_CONFIG_ENV = "SWAPD_WATCH_CONFIG"
 
 
 def _add_run_dir(parser: argparse.ArgumentParser) -> None:
@@ -50,6 +54,13 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SECONDS",
         help="on Ctrl-C or SIGTERM, how long requests in flight may run before they are ended "
         "and the models stopped (default 30)",
+    )
+    run.add_argument(
+        "--watch-config",
+        action="store_true",
+        default=os.environ.get(WATCH_CONFIG_ENV, "").lower() in ("1", "true", "yes"),
+        help="apply the config file whenever it changes, as `swapd reload` does (llama-swap's "
+        f"-watch-config; also on when {WATCH_CONFIG_ENV}=1)",
     )
     _add_run_dir(run)
 

@@ -17,6 +17,7 @@ import os
 import sys
 from pathlib import Path
 
+from ..ipc import log_time
 from .config import load_config
 from .policy.shutdown import DEFAULT_GRACE
 from .supervisor import Daemon
@@ -38,14 +39,24 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=DEFAULT_GRACE,
         help="when swapd stops, how long requests in flight may run before models are stopped",
     )
+    parser.add_argument(
+        "--watch-config",
+        action="store_true",
+        help="reload the config file when it changes (as `swapd reload` does)",
+    )
     return parser.parse_args(argv)
 
 
 async def _main(args: argparse.Namespace) -> int:
     try:
         config = await asyncio.to_thread(load_config, args.config)
+        log_time.restamp(config.log_time_format)
         daemon = Daemon(
-            args.run_dir, args.config, config, shutdown_grace=max(0.0, args.shutdown_grace)
+            args.run_dir,
+            args.config,
+            config,
+            shutdown_grace=max(0.0, args.shutdown_grace),
+            watch_config=args.watch_config,
         )
     except Exception as exc:
         # `swapd run` checked the file, so it changed since (edited without `swapd reload`).

@@ -130,6 +130,7 @@ def main(args: argparse.Namespace) -> int:
         proxy_processes=args.proxy_processes,
         daemon_graceful_timeout=args.shutdown_grace + max(unload_timeouts) + _SHUTDOWN_MARGIN,
         shutdown_grace=args.shutdown_grace,
+        watch_config=args.watch_config,
     )
     ini = circus_config.write(layout)
     if is_embedded:

@@ -12,6 +12,7 @@ from .model import (
     Filters,
     Forced,
     GroupConfig,
+    MatrixConfig,
     ModelConfig,
     PeerConfig,
 )
@@ -23,6 +24,7 @@ __all__ = [
     "Filters",
     "Forced",
     "GroupConfig",
+    "MatrixConfig",
     "ModelConfig",
     "PeerConfig",
     "load",

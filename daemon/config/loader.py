@@ -16,7 +16,18 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from . import gpu_fields, macros, model_fields, shape, stages, top_fields
+from . import (
+    gpu_fields,
+    macros,
+    model_fields,
+    profiles,
+    router_members,
+    routing,
+    selectors,
+    shape,
+    stages,
+    top_fields,
+)
 from . import model as c
 from .issues import ConfigError, ConfigIssue, Report, describe
 from .schema import TOP_LEVEL, KeyCheck
@@ -175,14 +186,15 @@ class _Build:
 
         health, health_forced = top_fields.health_check_timeout(top.health_check_timeout, report)
         start_port = top.start_port or c.DEFAULT_START_PORT
-        grouped = gpu_fields.grouped_models(data.get("groups"))
+        grouped = router_members.grouped(data)
+        decided = grouped | router_members.matrix_named(data)
         staged = [
             stages.expand_model(
                 model_id,
                 body,
                 global_macros,
                 report,
-                auto_default=top.gpus == gpu_fields.AUTO and model_id not in grouped,
+                auto_default=top.gpus == gpu_fields.AUTO and model_id not in decided,
             )
             for model_id, body in data["models"].items()
         ]
@@ -195,6 +207,7 @@ class _Build:
         )
         built: dict[str, c.ModelConfig] = {}
         aliases: dict[str, list[str]] = {}
+        by_id: dict[str, list[str]] = {}
         for model in staged:
             stages.check_leftovers(
                 _without(model.body, "macros"),
@@ -208,6 +221,8 @@ class _Build:
             errors_before = len(report.errors)
             spec = self.typed.section(model.body, shape.Model, model.path)
             aliases[model.id] = model_fields.aliases_of(model.id, spec.aliases, report)
+            by_id[model.id] = model_fields.by_id_names(model.id, spec)
+            extra = [n for n in by_id[model.id] if n not in aliases[model.id]]
             result = model_fields.build(
                 model.id,
                 spec,
@@ -216,7 +231,7 @@ class _Build:
                 gpus=model.gpus,
                 gpus_auto=model.gpus_auto,
                 defaults=defaults,
-                aliases=aliases[model.id],
+                aliases=[*aliases[model.id], *extra],
                 report=report,
                 errors_before=errors_before,
             )
@@ -225,24 +240,36 @@ class _Build:
 
         gpu_fields.check_placement(built, data["models"], grouped, report)
         cross = top_fields.CrossCheck(data["models"], aliases, self.typed, document)
-        groups = cross.groups(top)
+        names = {model_id: model_id for model_id in data["models"]}
+        names.update({a: model_id for model_id, alist in aliases.items() for a in alist})
+        names.update({n: model_id for model_id, nlist in by_id.items() for n in nlist})
+        routes = routing.normalise(top, cross, data["models"], names, report)
+        router_members.check_auto_in_matrix(built, routes.matrix, report)
         peers = cross.peers(top, top_raw.get("peers") or {})
         cross.aliases_and_ids(peers)
+        cross.by_id_names(by_id)
+        chosen = selectors.read(top.selectors, names, peers, routes.groups, routes.matrix, report)
         return c.Config(
             models=built,
             health_check_timeout=health,
             log_level=top_fields.log_level(top.log_level, report),
             log_to_stdout=top.log_to_stdout or "proxy",
+            log_time_format=top_fields.log_time_format(top.log_time_format, report),
             start_port=start_port,
             global_ttl=top.global_ttl or 0,
             api_keys=top_fields.api_keys(top, self.typed, report),
             include_aliases_in_list=bool(top.include_aliases_in_list),
             metrics_max_in_memory=max(0, top.metrics_max_in_memory or 0)
             or c.DEFAULT_METRICS_MAX_IN_MEMORY,
-            groups=groups,
+            router=routes.router,
+            groups=routes.groups,
+            matrix=routes.matrix,
+            priority=routes.priority,
             peers=peers,
             ignore_paths=top_fields.ignore_paths(top, self.typed, report),
             preload=top_fields.preload(top, built, self.typed, report),
+            profiles=profiles.read(top.profiles, [*names, *chosen], peers, report),
+            selectors=chosen,
             source=self.source,
             forced=health_forced,
         )
