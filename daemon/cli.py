@@ -22,6 +22,17 @@ def _add_run_dir(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_config_dir(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--config-dir",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="directory of *.yml/*.yaml config files merged after -c, in sorted order "
+        "(llama-swap's -config-dir)",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="swapd",
@@ -34,10 +45,11 @@ def build_parser() -> argparse.ArgumentParser:
         "run",
         help="run swapd in the foreground (circusd with the daemon and proxy watchers)",
         description="Write the circus config into the run directory and become circusd in the "
-        "foreground. Without -c, serve the embedded demo config. Ctrl-C or SIGTERM stops every "
-        "model and exits 0.",
+        "foreground. Without -c or --config-dir, serve the embedded demo config. Ctrl-C or "
+        "SIGTERM stops every model and exits 0.",
     )
     run.add_argument("-c", "--config", type=Path, help="llama-swap style YAML config file")
+    _add_config_dir(run)
     run.add_argument(
         "--listen", default="127.0.0.1:8080", help="HOST:PORT of the proxy (default 127.0.0.1:8080)"
     )
@@ -67,11 +79,13 @@ def build_parser() -> argparse.ArgumentParser:
     check = sub.add_parser(
         "check-config",
         help="validate a config file",
-        description="Load a config file the way `swapd run` does. Exit 0 if it is valid, 1 with "
+        description="Load a config file (and/or --config-dir) the way `swapd run` does. Exit 0 "
+        "if it is valid, 1 with "
         "every error (file:line key.path: message) if not. Warnings (llama-swap keys swapd "
         "accepts but ignores, and the like) go to stderr and do not fail the check.",
     )
-    check.add_argument("-c", "--config", type=Path, required=True, help="the YAML config file")
+    check.add_argument("-c", "--config", type=Path, help="the YAML config file")
+    _add_config_dir(check)
     check.add_argument(
         "--print",
         dest="print_config",

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ..ipc import log_time
-from .config import Config, ConfigError, ConfigIssue, ModelConfig, load
+from .config import Config, ConfigError, ConfigIssue, ConfigSources, ModelConfig, load
 from .errors import DaemonError, GpuError, InvalidConfig
 from .machinery import gpu
 from .machinery.gpu_backend import GpuBackend
@@ -34,7 +34,9 @@ class Reloaded:
     warnings: tuple[ConfigIssue, ...]
 
 
-async def apply(scheduler: Scheduler[Running], path: Path, backend: GpuBackend) -> Reloaded:
+async def apply(
+    scheduler: Scheduler[Running], path: Path | ConfigSources, backend: GpuBackend
+) -> Reloaded:
     """Raises InvalidConfig (the old config stays) when the file cannot be used."""
     records = list(scheduler.records.values())
     keep = reload.ports_to_keep(
@@ -63,7 +65,7 @@ async def apply(scheduler: Scheduler[Running], path: Path, backend: GpuBackend) 
 
 
 async def apply_logged(
-    scheduler: Scheduler[Running], path: Path, backend: GpuBackend, why: str
+    scheduler: Scheduler[Running], path: Path | ConfigSources, backend: GpuBackend, why: str
 ) -> Reloaded:
     """`apply`, with the outcome in the log: a refused file's whole report (then DaemonError is
     raised and the old config keeps serving), or the new file's warnings."""
@@ -86,7 +88,7 @@ async def quietly(reloading: Coroutine[Any, Any, Reloaded]) -> None:
         await reloading
 
 
-def report(path: Path, result: Reloaded) -> str:
+def report(path: Path | ConfigSources, result: Reloaded) -> str:
     """What `swapd reload` prints: check-config's warnings (one `warning: ` line each, which the
     CLI writes to stderr as check-config does), then what the reload did."""
     lines = [f"warning: {warning}" for warning in result.warnings]

@@ -43,7 +43,7 @@ from ..ipc.messages import (
 )
 from . import chores, config_watch, placer, preloading, reloading, routing, status, stopping
 from .busy_watch import BusyWatch
-from .config import Config, ModelConfig
+from .config import Config, ConfigSources, ModelConfig
 from .effects import DaemonEffects
 from .endpoint import Endpoint
 from .errors import DaemonError, EnsureError, error_reply
@@ -72,7 +72,7 @@ class Daemon:
     def __init__(
         self,
         run_dir: Path,
-        config_path: Path,
+        config_path: ConfigSources,
         config: Config,
         *,
         shutdown_grace: float = shutdown.DEFAULT_GRACE,

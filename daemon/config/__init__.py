@@ -16,11 +16,13 @@ from .model import (
     ModelConfig,
     PeerConfig,
 )
+from .sources import ConfigSources
 
 __all__ = [
     "Config",
     "ConfigError",
     "ConfigIssue",
+    "ConfigSources",
     "Filters",
     "Forced",
     "GroupConfig",

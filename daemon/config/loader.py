@@ -30,11 +30,21 @@ from . import (
 )
 from . import model as c
 from .issues import ConfigError, ConfigIssue, Report, describe
+from .merge import Merged
 from .schema import TOP_LEVEL, KeyCheck
+from .sources import ConfigSources
 from .typed import Converter
 from .yaml_nodes import NESTED_TOO_DEEPLY, Document, Path, YamlSyntaxError, parse
 
-__all__ = ["ConfigError", "ConfigIssue", "Loaded", "load", "load_config", "load_config_text"]
+__all__ = [
+    "ConfigError",
+    "ConfigIssue",
+    "ConfigSources",
+    "Loaded",
+    "load",
+    "load_config",
+    "load_config_text",
+]
 
 log = logging.getLogger("swapd.config")
 
@@ -50,7 +60,7 @@ class Loaded:
 
 
 def load_config(
-    path: str | os.PathLike[str],
+    path: str | os.PathLike[str] | ConfigSources,
     *,
     environ: Mapping[str, str] | None = None,
     ports: Mapping[str, int] | None = None,
@@ -70,14 +80,25 @@ def load_config_text(
 
 
 def load(
-    path: str | os.PathLike[str],
+    path: str | os.PathLike[str] | ConfigSources,
     *,
     environ: Mapping[str, str] | None = None,
     ports: Mapping[str, int] | None = None,
 ) -> Loaded:
-    """Load a config file, keeping the warnings. `ports` (model id -> port) are `${PORT}`s that
-    carry over from the config this one replaces (see `stages.allocate_ports`)."""
+    """Load a config file (or `--config`/`--config-dir` sources), keeping the warnings. `ports`
+    (model id -> port) are `${PORT}`s that carry over from the config this one replaces (see
+    `stages.allocate_ports`)."""
+    if isinstance(path, ConfigSources):
+        if path.directory is None and path.file is not None:
+            path = path.file
+        else:
+            return _load_sources(path, environ, ports)
     source = os.fspath(path)
+    return load_text(_read(source), source, environ=environ, ports=ports)
+
+
+def _read(source: str) -> str:
+    """A config file's text; raises ConfigError naming the file when it cannot be read."""
     try:
         with open(source, "rb") as file:
             data = file.read(MAX_FILE_BYTES + 1)  # bounded: `-c /dev/zero` is an error, not a hang
@@ -99,7 +120,41 @@ def load(
             f"line {line})"
         )
         raise ConfigError([ConfigIssue(source, None, "", message)]) from None
-    return load_text(text, source, environ=environ, ports=ports)
+    return text
+
+
+def _load_sources(
+    sources: ConfigSources, environ: Mapping[str, str] | None, ports: Mapping[str, int] | None
+) -> Loaded:
+    label = str(sources)
+    merged: Merged | None = None
+    issues: list[ConfigIssue] = []
+    for path in sources.paths():
+        name = os.fspath(path)
+        try:
+            document = parse(_read(name))
+        except YamlSyntaxError as error:
+            issues.append(ConfigIssue(name, error.line, "", error.message))
+            continue
+        except ConfigError as error:
+            issues += error.issues
+            continue
+        if document.data is None:
+            continue  # empty or comments only
+        if not isinstance(document.data, dict):
+            got = describe(document.data)
+            message = f"the top level must be a mapping (keys such as models:), got {got}"
+            issues.append(ConfigIssue(name, document.line(()), "", message))
+        elif merged is None:
+            merged = Merged(document, name)
+        else:
+            merged.add(document, name)
+    if merged is not None:
+        issues += [ConfigIssue(file, line, "", message) for file, line, message in merged.problems]
+    if issues:
+        raise ConfigError(issues)
+    document = merged.document if merged is not None else parse("")
+    return _load_document(document, label, environ, ports)
 
 
 def load_text(
@@ -114,6 +169,15 @@ def load_text(
         document = parse(text)
     except YamlSyntaxError as error:
         raise ConfigError([ConfigIssue(source, error.line, "", error.message)]) from None
+    return _load_document(document, source, environ, ports)
+
+
+def _load_document(
+    document: Document,
+    source: str,
+    environ: Mapping[str, str] | None,
+    ports: Mapping[str, int] | None,
+) -> Loaded:
     builder = _Build(document, source, os.environ if environ is None else environ, ports)
     try:
         config = builder.build()
