@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import os
 import sys
 from pathlib import Path
@@ -11,6 +12,16 @@ from ..ipc.endpoints import default_run_dir
 
 # `swapd run --watch-config` by environment, for the systemd unit (`Environment=` in a drop-in).
 WATCH_CONFIG_ENV = "SWAPD_WATCH_CONFIG"
+
+
+def version_line() -> str:
+    """llama-swap's `-version` line. swapd is installed from source: no commit or build date
+    are recorded, so they read `unknown` (`GET /api/version` has them empty)."""
+    try:
+        version = importlib.metadata.version("swapd")
+    except importlib.metadata.PackageNotFoundError:
+        version = "unknown"
+    return f"version: {version} (unknown), built at unknown"
 
 
 def _add_run_dir(parser: argparse.ArgumentParser) -> None:
@@ -38,6 +49,12 @@ def build_parser() -> argparse.ArgumentParser:
         prog="swapd",
         description="swapd runs many local inference servers behind one port and swaps them in and "
         "out of the GPUs on demand. It reads llama-swap's YAML config format.",
+    )
+    parser.add_argument(
+        "--version",
+        action="version",
+        version=version_line(),
+        help="print swapd's version (as llama-swap's -version) and exit",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 import shutil
 import subprocess
@@ -133,3 +134,12 @@ def test_swapd_python_is_set_as_swapd_run_sets_it(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     cmd = yaml.safe_load(result.stdout)["models"]["m"]["cmd"]
     assert Path(cmd[0]).name.startswith("python")
+
+
+def test_version_is_llama_swaps_line_with_the_package_version() -> None:
+    result = swapd("--version")
+    version = importlib.metadata.version("swapd")
+    assert (result.returncode, result.stdout) == (
+        0,
+        f"version: {version} (unknown), built at unknown\n",
+    )
