@@ -17,7 +17,6 @@ from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any
 
-import psutil
 import zmq.asyncio
 
 from ..ipc.endpoints import Endpoints
@@ -42,6 +41,7 @@ from ..ipc.messages import (
     Unload,
 )
 from . import chores, config_watch, placer, preloading, reloading, routing, status, stopping
+from .announcing import Announcer
 from .busy_watch import BusyWatch
 from .config import Config, ConfigSources, ModelConfig
 from .effects import DaemonEffects
@@ -60,8 +60,6 @@ from .policy.scheduler import Scheduler
 
 log = logging.getLogger("swapd.daemon")
 
-# How many of each proxy's first heartbeats re-announce this daemon instance (see _announce).
-ANNOUNCE_HELLOS = 3
 # How long a stop waits for NVML to show the model's GPU memory released (default 10 s).
 GPU_RELEASE_ENV = "SWAPD_GPU_RELEASE_TIMEOUT"
 # How long a start waits for a port its model's last stop left in use (default 10 s).
@@ -127,7 +125,7 @@ class Daemon:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._stop = asyncio.Event()
         self._reload_lock = asyncio.Lock()
-        self._announced: dict[str, int] = {}
+        self.announcer = Announcer()
         self._register()
 
     def _register(self) -> None:
@@ -207,26 +205,8 @@ class Daemon:
 
     async def _hello(self, _identity: bytes, message: Hello) -> None:
         self.registry.hello(message.proxy_id, message.pid)
-        await self._announce(message.proxy_id, message.pid)
-
-    async def _announce(self, proxy_id: str, pid: int) -> None:
-        """Publish the table again on the first heartbeats of a proxy older than this daemon.
-
-        Such a proxy followed a previous daemon, and learns that it was replaced only from an
-        event carrying the new `instance`; the one published at bind time is lost while its SUB
-        reconnects. Until it learns, it does not send again the Ensures the dead daemon never
-        answered, so a restarted daemon with nothing else to publish would leave them waiting for
-        ever. Its queued first Hello may arrive before its SUB is subscribed again, so the next
-        heartbeats (1 s apart) repeat it. A proxy started after this daemon takes a snapshot.
-        """
-        count = self._announced.get(proxy_id, 0)
-        if count >= ANNOUNCE_HELLOS:
-            return
-        self._announced[proxy_id] = count + 1
-        if count == 0 and not _older_than_me(pid):
-            self._announced[proxy_id] = ANNOUNCE_HELLOS
-            return
-        await self._publish_table()
+        if self.announcer.due(message.proxy_id, message.pid):
+            await self._publish_table()
 
     async def _snapshot(self, identity: bytes, message: Snapshot) -> None:
         await self.endpoint.reply(
@@ -347,7 +327,7 @@ class Daemon:
         )  # fmt: skip
 
     def _forget_proxy(self, proxy_id: str) -> None:
-        self._announced.pop(proxy_id, None)
+        self.announcer.forget(proxy_id)
         self.observer.forget(proxy_id)
 
     async def run(self) -> None:
@@ -405,11 +385,3 @@ class Daemon:
         self.gpu_backend.close()
         # destroy, not term: term waits for every socket, and one left open would hang the exit.
         self.ctx.destroy(linger=0)
-
-
-def _older_than_me(pid: int) -> bool:
-    """Whether process `pid` was started before this one (True when that cannot be told)."""
-    try:
-        return bool(psutil.Process(pid).create_time() < psutil.Process().create_time())
-    except psutil.Error:
-        return True

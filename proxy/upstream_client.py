@@ -304,12 +304,9 @@ class UpstreamPool:
         try:
             async with asyncio.timeout(limit or None):
                 _, conn = await loop.create_connection(lambda: _Conn(self, key), key[0], key[1])
-        except TimeoutError as exc:
-            raise UpstreamError(
-                f"cannot connect to {key[0]}:{key[1]}: no connection within {limit:g}s"
-            ) from exc
-        except OSError as exc:
-            raise UpstreamError(f"cannot connect to {key[0]}:{key[1]}: {exc}") from exc
+        except (OSError, TimeoutError) as exc:
+            reason = str(exc) or f"no connection within {limit:g}s"  # a TimeoutError says nothing
+            raise UpstreamError(f"cannot connect to {key[0]}:{key[1]}: {reason}") from exc
         if timeouts is not None and conn.transport is not None:
             set_keepalive(conn.transport, timeouts.keepalive)
         return conn
