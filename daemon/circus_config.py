@@ -45,15 +45,19 @@ def parse_listen(value: str) -> tuple[str, int]:
 @dataclass(frozen=True)
 class CircusLayout:
     endpoints: Endpoints
-    config_path: Path
+    config_path: Path | None
     listen_host: str
     listen_port: int
     python: str
     proxy_processes: int = 1
     # How long circusd lets the daemon run cmdStop for every model on shutdown before SIGKILL.
     daemon_graceful_timeout: float = 30.0
+    # `swapd run --watch-config`: the daemon reloads the config file when it changes.
+    watch_config: bool = False
     # How long requests in flight may run when swapd stops (`swapd run --shutdown-grace`).
     shutdown_grace: float = DEFAULT_GRACE
+    # `swapd run --config-dir`: its files merged after `config_path` (None: no file, only these).
+    config_dir: Path | None = None
 
 
 def _value(text: str) -> str:
@@ -73,10 +77,11 @@ def render(layout: CircusLayout) -> str:
             "swapd.daemon.main",
             "--run-dir",
             run_dir,
-            "--config",
-            str(layout.config_path),
+            *(["--config", str(layout.config_path)] if layout.config_path is not None else []),
+            *(["--config-dir", str(layout.config_dir)] if layout.config_dir is not None else []),
             "--shutdown-grace",
             f"{layout.shutdown_grace:g}",
+            *(["--watch-config"] if layout.watch_config else []),
         ]
     )
     # circus replaces `$(circus.sockets.swapd)` with the inherited fd; shlex.join would quote it.

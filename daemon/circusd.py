@@ -7,6 +7,10 @@ its own shutdown (`arbiter_stop`, while the models drain and stop); a tick that 
 `ConflictError: arbiter is already running ... command`, which circus's loop logs as an ERROR
 with a traceback, and manages nothing that tick anyway. Skipping is what that tick does in effect;
 the next one, `check_delay` later, manages the watchers.
+
+And one more: SIGHUP (`systemctl reload`, `kill -HUP`) goes to the daemon watcher, which reloads
+the YAML as `swapd reload` does. circus's own SIGHUP restarts every process, models included,
+and its config reload would remove the model watchers the daemon added at run time.
 """
 
 from __future__ import annotations
@@ -35,8 +39,30 @@ def patch_manage_watchers() -> bool:
     return True
 
 
+def patch_sighup() -> bool:
+    """Make circusd's SIGHUP a `signal swapd-daemon HUP`; False when circus has changed."""
+    import signal
+
+    from circus.client import make_json
+    from circus.sighandler import SysHandler
+
+    from .circus_config import DAEMON_WATCHER
+
+    if not hasattr(SysHandler, "handle_hup"):
+        return False
+
+    def handle_hup(self: Any) -> None:
+        # As circus's own handlers do: hand over to the loop's thread.
+        command = make_json("signal", name=DAEMON_WATCHER, signum=int(signal.SIGHUP))
+        self.controller.loop.add_callback_from_signal(self.controller.dispatch, (None, command))
+
+    SysHandler.handle_hup = handle_hup  # type: ignore[method-assign]
+    return True
+
+
 def main() -> None:
     patch_manage_watchers()
+    patch_sighup()
     from circus.circusd import main as circusd_main
 
     circusd_main()

@@ -3,10 +3,25 @@
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
+import os
 import sys
 from pathlib import Path
 
 from ..ipc.endpoints import default_run_dir
+
+# `swapd run --watch-config` by environment, for the systemd unit (`Environment=` in a drop-in).
+WATCH_CONFIG_ENV = "SWAPD_WATCH_CONFIG"
+
+
+def version_line() -> str:
+    """llama-swap's `-version` line. swapd is installed from source: no commit or build date
+    are recorded, so they read `unknown` (`GET /api/version` has them empty)."""
+    try:
+        version = importlib.metadata.version("swapd")
+    except importlib.metadata.PackageNotFoundError:
+        version = "unknown"
+    return f"version: {version} (unknown), built at unknown"
 
 
 def _add_run_dir(parser: argparse.ArgumentParser) -> None:
@@ -18,11 +33,28 @@ def _add_run_dir(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_config_dir(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--config-dir",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="directory of *.yml/*.yaml config files merged after -c, in sorted order "
+        "(llama-swap's -config-dir)",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="swapd",
         description="swapd runs many local inference servers behind one port and swaps them in and "
         "out of the GPUs on demand. It reads llama-swap's YAML config format.",
+    )
+    parser.add_argument(
+        "--version",
+        action="version",
+        version=version_line(),
+        help="print swapd's version (as llama-swap's -version) and exit",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
@@ -30,10 +62,11 @@ def build_parser() -> argparse.ArgumentParser:
         "run",
         help="run swapd in the foreground (circusd with the daemon and proxy watchers)",
         description="Write the circus config into the run directory and become circusd in the "
-        "foreground. Without -c, serve the embedded demo config. Ctrl-C or SIGTERM stops every "
-        "model and exits 0.",
+        "foreground. Without -c or --config-dir, serve the embedded demo config. Ctrl-C or "
+        "SIGTERM stops every model and exits 0.",
     )
     run.add_argument("-c", "--config", type=Path, help="llama-swap style YAML config file")
+    _add_config_dir(run)
     run.add_argument(
         "--listen", default="127.0.0.1:8080", help="HOST:PORT of the proxy (default 127.0.0.1:8080)"
     )
@@ -51,16 +84,25 @@ def build_parser() -> argparse.ArgumentParser:
         help="on Ctrl-C or SIGTERM, how long requests in flight may run before they are ended "
         "and the models stopped (default 30)",
     )
+    run.add_argument(
+        "--watch-config",
+        action="store_true",
+        default=os.environ.get(WATCH_CONFIG_ENV, "").lower() in ("1", "true", "yes"),
+        help="apply the config file whenever it changes, as `swapd reload` does (llama-swap's "
+        f"-watch-config; also on when {WATCH_CONFIG_ENV}=1)",
+    )
     _add_run_dir(run)
 
     check = sub.add_parser(
         "check-config",
         help="validate a config file",
-        description="Load a config file the way `swapd run` does. Exit 0 if it is valid, 1 with "
+        description="Load a config file (and/or --config-dir) the way `swapd run` does. Exit 0 "
+        "if it is valid, 1 with "
         "every error (file:line key.path: message) if not. Warnings (llama-swap keys swapd "
         "accepts but ignores, and the like) go to stderr and do not fail the check.",
     )
-    check.add_argument("-c", "--config", type=Path, required=True, help="the YAML config file")
+    check.add_argument("-c", "--config", type=Path, help="the YAML config file")
+    _add_config_dir(check)
     check.add_argument(
         "--print",
         dest="print_config",

@@ -73,6 +73,9 @@ class DaemonEffects:
         await self.registry.drain(model_id, publish)
         self.metrics.phase.labels(model_id, "drain").observe(time.monotonic() - began)
 
+    def busy(self, model_id: str) -> bool:
+        return self.registry.in_flight(model_id) > 0
+
     async def stop(
         self, model_id: str, handle: Running, model: ModelConfig | None, *, start_follows: bool
     ) -> None:

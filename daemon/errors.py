@@ -30,6 +30,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ..ipc.errors import Failure
+from ..ipc.messages import Error
 
 __all__ = [
     "BackingOff",
@@ -161,3 +162,14 @@ class GpuError(DaemonError):
         # opposed to present but failing (driver not loaded, no permission): only the latter
         # is an error when models name GPUs.
         self.library_missing = library_missing
+
+
+def error_reply(request_id: int, exc: DaemonError, *, with_tail: bool = True) -> Error:
+    """The `Error` reply that answers a request with `exc`."""
+    return Error(
+        id=request_id,
+        status=exc.status,
+        code=exc.code,
+        message=exc.message,
+        log_tail=exc.log_tail if with_tail else (),
+    )

@@ -17,7 +17,8 @@ import os
 import sys
 from pathlib import Path
 
-from .config import load_config
+from ..ipc import log_time
+from .config import ConfigSources, load_config
 from .policy.shutdown import DEFAULT_GRACE
 from .supervisor import Daemon
 
@@ -30,7 +31,8 @@ RETRY_DELAY = 5.0
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m swapd.daemon.main", description=__doc__)
     parser.add_argument("--run-dir", type=Path, required=True)
-    parser.add_argument("--config", type=Path, required=True)
+    parser.add_argument("--config", type=Path, default=None)
+    parser.add_argument("--config-dir", type=Path, default=None)
     parser.add_argument("--log-level", default=os.environ.get("SWAPD_LOG_LEVEL", "INFO"))
     parser.add_argument(
         "--shutdown-grace",
@@ -38,19 +40,30 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=DEFAULT_GRACE,
         help="when swapd stops, how long requests in flight may run before models are stopped",
     )
+    parser.add_argument(
+        "--watch-config",
+        action="store_true",
+        help="reload the config file when it changes (as `swapd reload` does)",
+    )
     return parser.parse_args(argv)
 
 
 async def _main(args: argparse.Namespace) -> int:
+    sources = ConfigSources(args.config, args.config_dir)
     try:
-        config = await asyncio.to_thread(load_config, args.config)
+        config = await asyncio.to_thread(load_config, sources)
+        log_time.restamp(config.log_time_format)
         daemon = Daemon(
-            args.run_dir, args.config, config, shutdown_grace=max(0.0, args.shutdown_grace)
+            args.run_dir,
+            sources,
+            config,
+            shutdown_grace=max(0.0, args.shutdown_grace),
+            watch_config=args.watch_config,
         )
     except Exception as exc:
         # `swapd run` checked the file, so it changed since (edited without `swapd reload`).
         # circusd restarts the daemon when it exits: do not turn that into a busy loop.
-        log.error("cannot start with %s:\n%s\n(retrying in %gs)", args.config, exc, RETRY_DELAY)
+        log.error("cannot start with %s:\n%s\n(retrying in %gs)", sources, exc, RETRY_DELAY)
         await asyncio.sleep(RETRY_DELAY)
         return 1
     try:

@@ -7,12 +7,16 @@ warnings `swapd check-config` prints for the file (`accepted but ignored` keys a
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+from collections.abc import Coroutine
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from .config import Config, ConfigError, ConfigIssue, ModelConfig, load
-from .errors import GpuError, InvalidConfig
+from ..ipc import log_time
+from .config import Config, ConfigError, ConfigIssue, ConfigSources, ModelConfig, load
+from .errors import DaemonError, GpuError, InvalidConfig
 from .machinery import gpu
 from .machinery.gpu_backend import GpuBackend
 from .machinery.model_process import Running, definition_hash
@@ -30,7 +34,9 @@ class Reloaded:
     warnings: tuple[ConfigIssue, ...]
 
 
-async def apply(scheduler: Scheduler[Running], path: Path, backend: GpuBackend) -> Reloaded:
+async def apply(
+    scheduler: Scheduler[Running], path: Path | ConfigSources, backend: GpuBackend
+) -> Reloaded:
     """Raises InvalidConfig (the old config stays) when the file cannot be used."""
     records = list(scheduler.records.values())
     keep = reload.ports_to_keep(
@@ -58,7 +64,31 @@ async def apply(scheduler: Scheduler[Running], path: Path, backend: GpuBackend) 
     return Reloaded(new, stopped, restarted, loaded.warnings)
 
 
-def report(path: Path, result: Reloaded) -> str:
+async def apply_logged(
+    scheduler: Scheduler[Running], path: Path | ConfigSources, backend: GpuBackend, why: str
+) -> Reloaded:
+    """`apply`, with the outcome in the log: a refused file's whole report (then DaemonError is
+    raised and the old config keeps serving), or the new file's warnings."""
+    try:
+        result = await apply(scheduler, path, backend)
+    except Exception as exc:
+        log.error("reload (%s) rejected, the old config stays: %s", why, exc)
+        if not isinstance(exc, DaemonError):
+            exc = InvalidConfig(f"{type(exc).__name__}: {exc}")
+        raise exc from None
+    log_time.restamp(result.config.log_time_format)
+    for warning in result.warnings:
+        log.warning("%s", warning)
+    return result
+
+
+async def quietly(reloading: Coroutine[Any, Any, Reloaded]) -> None:
+    """A reload nobody waits for (SIGHUP): its refusal is in the log already."""
+    with contextlib.suppress(DaemonError):
+        await reloading
+
+
+def report(path: Path | ConfigSources, result: Reloaded) -> str:
     """What `swapd reload` prints: check-config's warnings (one `warning: ` line each, which the
     CLI writes to stderr as check-config does), then what the reload did."""
     lines = [f"warning: {warning}" for warning in result.warnings]

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import msgspec
+
 from ..ipc.messages import ModelRouting, RouteModel, RoutingTable
 from ..ipc.path_patterns import search_form
 from .config import Config, ModelConfig
@@ -20,6 +22,17 @@ def route(model: ModelConfig) -> RouteModel:
     return RouteModel(**shared, upstream=model.proxy)
 
 
+def with_profile(table: RoutingTable, name: str | None, generation: int) -> RoutingTable | str:
+    """The table with profile `name` active (None: none); the same table when it already is; or
+    the error message, llama-swap's, for a profile the config does not have."""
+    name = name or None
+    if name is not None and name not in {p.id for p in table.profiles}:
+        return f'profile "{name}" not found'
+    if name == table.active_profile:
+        return table
+    return msgspec.structs.replace(table, generation=generation, active_profile=name)
+
+
 def routing_table(config: Config, generation: int, log_dir: Path | None = None) -> RoutingTable:
     return RoutingTable(
         generation=generation,
@@ -30,4 +43,7 @@ def routing_table(config: Config, generation: int, log_dir: Path | None = None) 
         include_aliases_in_list=config.include_aliases_in_list,
         log_dir=str(log_dir) if log_dir is not None else "",
         log_level=config.log_level,
+        log_time_format=config.log_time_format,
+        profiles=tuple(config.profiles[name] for name in sorted(config.profiles)),
+        selectors=tuple(config.selectors.values()),
     )

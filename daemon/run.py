@@ -77,7 +77,7 @@ def _check_gpus(config: Config) -> str | None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from .config import ConfigError, load_config
+    from .config import ConfigError, ConfigSources, load_config
 
     try:
         host, port = circus_config.parse_listen(args.listen)
@@ -94,15 +94,21 @@ def main(args: argparse.Namespace) -> int:
     # The embedded config's cmd says ${env.SWAPD_PYTHON}; the daemon re-reads the file with the
     # environment circusd passes on, so export it before loading and before exec.
     os.environ["SWAPD_PYTHON"] = sys.executable
-    is_embedded = args.config is None
-    config_path = embedded.default_config_path() if is_embedded else Path(args.config).resolve()
+    config_dir = getattr(args, "config_dir", None)
+    is_embedded = args.config is None and config_dir is None
+    config_path = (
+        embedded.default_config_path()
+        if is_embedded
+        else (Path(args.config).resolve() if args.config is not None else None)
+    )
+    sources = ConfigSources(config_path, Path(config_dir).resolve() if config_dir else None)
     try:
-        config = load_config(config_path)
+        config = load_config(sources)
     except ConfigError as exc:
-        print(f"swapd: invalid config {config_path}:\n{exc}", file=sys.stderr)
+        print(f"swapd: invalid config {sources}:\n{exc}", file=sys.stderr)
         return 1
     except OSError as exc:
-        print(f"swapd: cannot read config {config_path}: {exc.strerror}", file=sys.stderr)
+        print(f"swapd: cannot read config {sources}: {exc.strerror}", file=sys.stderr)
         return 1
 
     problem = _check_gpus(config) or _check_port_free(host, port)
@@ -123,13 +129,15 @@ def main(args: argparse.Namespace) -> int:
     unload_timeouts = [m.unload_timeout for m in config.models.values()] or [0.0]
     layout = circus_config.CircusLayout(
         endpoints=endpoints,
-        config_path=config_path,
+        config_path=sources.file,
+        config_dir=sources.directory,
         listen_host=host,
         listen_port=port,
         python=sys.executable,
         proxy_processes=args.proxy_processes,
         daemon_graceful_timeout=args.shutdown_grace + max(unload_timeouts) + _SHUTDOWN_MARGIN,
         shutdown_grace=args.shutdown_grace,
+        watch_config=args.watch_config,
     )
     ini = circus_config.write(layout)
     if is_embedded:

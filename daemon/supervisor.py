@@ -17,7 +17,6 @@ from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any
 
-import psutil
 import zmq.asyncio
 
 from ..ipc.endpoints import Endpoints
@@ -32,6 +31,7 @@ from ..ipc.messages import (
     Ready,
     Reload,
     Reply,
+    SetProfile,
     Snapshot,
     SnapshotReply,
     StateChanged,
@@ -40,30 +40,26 @@ from ..ipc.messages import (
     TableChanged,
     Unload,
 )
-from . import circus_config, placer, reloading, routing, status, stopping
+from . import chores, config_watch, placer, preloading, reloading, routing, status, stopping
+from .announcing import Announcer
 from .busy_watch import BusyWatch
-from .config import Config, ModelConfig
+from .config import Config, ConfigSources, ModelConfig
 from .effects import DaemonEffects
 from .endpoint import Endpoint
-from .errors import DaemonError, EnsureError, InvalidConfig
+from .errors import DaemonError, EnsureError, error_reply
 from .machinery import gpu, ports, readiness, reconcile
 from .machinery.circus_client import CircusClient
 from .machinery.exit_watch import ExitWatch
 from .machinery.lifecycle import GPU_RELEASE_TIMEOUT, Lifecycle
 from .machinery.model_process import Running
 from .observe.service import Observer
-from .policy import shutdown, ttl
+from .policy import shutdown
 from .policy.proxies import ProxyRegistry
 from .policy.records import ModelRecord
 from .policy.scheduler import Scheduler
 
 log = logging.getLogger("swapd.daemon")
 
-TICK = 0.25
-# The lingering ports are checked again this often (and before each start of their model).
-LINGER_RECHECK = 2.0
-# How many of each proxy's first heartbeats re-announce this daemon instance (see _announce).
-ANNOUNCE_HELLOS = 3
 # How long a stop waits for NVML to show the model's GPU memory released (default 10 s).
 GPU_RELEASE_ENV = "SWAPD_GPU_RELEASE_TIMEOUT"
 # How long a start waits for a port its model's last stop left in use (default 10 s).
@@ -74,12 +70,14 @@ class Daemon:
     def __init__(
         self,
         run_dir: Path,
-        config_path: Path,
+        config_path: ConfigSources,
         config: Config,
         *,
         shutdown_grace: float = shutdown.DEFAULT_GRACE,
+        watch_config: bool = False,
     ) -> None:
         self.endpoints = Endpoints(run_dir)
+        self.watch_config = watch_config
         self.config_path = config_path
         self.shutdown_grace = shutdown_grace
         self.instance = uuid.uuid4().hex[:12]
@@ -130,7 +128,7 @@ class Daemon:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._stop = asyncio.Event()
         self._reload_lock = asyncio.Lock()
-        self._announced: dict[str, int] = {}
+        self.announcer = Announcer()
         self._register()
 
     def _register(self) -> None:
@@ -144,6 +142,7 @@ class Daemon:
         on(Ensure, self._ensure, spawn=True)
         on(Unload, self._unload, spawn=True)
         on(Reload, self._reload, spawn=True)
+        on(SetProfile, self._set_profile, spawn=True)
 
     def spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
         task = asyncio.get_running_loop().create_task(coro)
@@ -209,26 +208,8 @@ class Daemon:
 
     async def _hello(self, _identity: bytes, message: Hello) -> None:
         self.registry.hello(message.proxy_id, message.pid)
-        await self._announce(message.proxy_id, message.pid)
-
-    async def _announce(self, proxy_id: str, pid: int) -> None:
-        """Publish the table again on the first heartbeats of a proxy older than this daemon.
-
-        Such a proxy followed a previous daemon, and learns that it was replaced only from an
-        event carrying the new `instance`; the one published at bind time is lost while its SUB
-        reconnects. Until it learns, it does not send again the Ensures the dead daemon never
-        answered, so a restarted daemon with nothing else to publish would leave them waiting for
-        ever. Its queued first Hello may arrive before its SUB is subscribed again, so the next
-        heartbeats (1 s apart) repeat it. A proxy started after this daemon takes a snapshot.
-        """
-        count = self._announced.get(proxy_id, 0)
-        if count >= ANNOUNCE_HELLOS:
-            return
-        self._announced[proxy_id] = count + 1
-        if count == 0 and not _older_than_me(pid):
-            self._announced[proxy_id] = ANNOUNCE_HELLOS
-            return
-        await self._publish_table()
+        if self.announcer.due(message.proxy_id, message.pid):
+            await self._publish_table()
 
     async def _snapshot(self, identity: bytes, message: Snapshot) -> None:
         await self.endpoint.reply(
@@ -268,7 +249,7 @@ class Daemon:
             with self.metrics.waiting_for(message.model):
                 handle = await self.scheduler.ensure(message.model)
         except EnsureError as exc:
-            reply: Reply = _error(message.id, exc)
+            reply: Reply = error_reply(message.id, exc)
         except Exception as exc:
             log.exception("ensure %s failed", message.model)
             reply = Error(
@@ -285,22 +266,29 @@ class Daemon:
         try:
             stopped = await self.scheduler.unload(message.model)
         except EnsureError as exc:
-            reply: Reply = _error(message.id, exc, with_tail=False)
+            reply: Reply = error_reply(message.id, exc, with_tail=False)
         else:
             text = f"unloaded {', '.join(stopped)}" if stopped else "nothing to unload"
             reply = Ok(id=message.id, message=text)
         await self.endpoint.reply(identity, reply)
 
     async def _reload(self, identity: bytes, message: Reload) -> None:
+        try:
+            result = await self.reload("swapd reload")
+        except DaemonError as exc:
+            await self.endpoint.reply(identity, error_reply(message.id, exc, with_tail=False))
+            return
+        text = reloading.report(self.config_path, result)
+        await self.endpoint.reply(identity, Ok(id=message.id, message=text))
+
+    async def reload(self, why: str) -> reloading.Reloaded:
+        """Read the config file again and switch to it (`swapd reload`, SIGHUP, --watch-config).
+        Raises DaemonError, after logging the whole report, when the file cannot be used: the
+        old config keeps serving."""
         async with self._reload_lock:
-            try:
-                result = await reloading.apply(self.scheduler, self.config_path, self.gpu_backend)
-            except Exception as exc:
-                log.error("reload rejected, the old config stays: %s", exc)
-                if not isinstance(exc, DaemonError):
-                    exc = InvalidConfig(f"{type(exc).__name__}: {exc}")
-                await self.endpoint.reply(identity, _error(message.id, exc, with_tail=False))
-                return
+            result = await reloading.apply_logged(
+                self.scheduler, self.config_path, self.gpu_backend, why
+            )
             self.generation += 1
             self.observer.store.resize(result.config.metrics_max_in_memory)
             self.table = routing.routing_table(
@@ -315,41 +303,41 @@ class Daemon:
                 result.stopped,
                 result.restarted,
             )
-        text = reloading.report(self.config_path, result)
-        await self.endpoint.reply(identity, Ok(id=message.id, message=text))
+        return result
+
+    async def _set_profile(self, identity: bytes, message: SetProfile) -> None:
+        table = routing.with_profile(self.table, message.name, self.generation + 1)
+        if isinstance(table, str):
+            reply: Reply = Error(id=message.id, status=404, code="not_found", message=table)
+        else:
+            if table is not self.table:
+                self.generation, self.table = table.generation, table
+                log.info("active profile changed to %r", message.name)
+                await self._publish_table()
+            reply = Ok(id=message.id, message=message.name or "")
+        await self.endpoint.reply(identity, reply)
+
+    def _reload_soon(self, why: str) -> None:
+        self.spawn(reloading.quietly(self.reload(why)))
 
     # ------------------------------------------------------------------------------- loops
 
     async def tick_loop(self) -> None:
-        """TTL unloads, silent proxies forgotten, lingering ports checked again."""
-        last_recheck = last_sample = 0.0
-        loop = asyncio.get_running_loop()
-        while True:
-            await asyncio.sleep(TICK)
-            if self.placer is not None and loop.time() - last_sample >= placer.SAMPLE_EVERY:
-                last_sample = loop.time()
-                for model_id in await self.placer.sample(self.scheduler.occupants()):
-                    self._publish_state(self.scheduler.record(model_id))
-            for gone in self.registry.expire():
-                self._announced.pop(gone, None)
-                self.observer.forget(gone)
-            config = self.scheduler.config
-            records = list(self.scheduler.records.values())
-            self.busy.tick(records, config, self.registry)
-            for model_id in ttl.due(records, config, self.registry, held=self.busy.held):
-                model = config.models.get(model_id)
-                log.info("%s: unloading, TTL of %ss reached", model_id, model.ttl if model else "?")
-                self.metrics.ttl_unloads.labels(model_id).inc()
-                self.spawn(self.scheduler.stop(model_id, "ttl expired"))
-            if self.lifecycle.lingering and loop.time() - last_recheck >= LINGER_RECHECK:
-                last_recheck = loop.time()
-                for model_id in self.lifecycle.recheck_lingering():
-                    self._publish_state(self.scheduler.record(model_id))
+        await chores.tick_loop(
+            self.scheduler, self.registry, self.busy, self.lifecycle, self.metrics, self.placer,
+            forget=self._forget_proxy, publish_state=self._publish_state, spawn=self.spawn,
+        )  # fmt: skip
+
+    def _forget_proxy(self, proxy_id: str) -> None:
+        self.announcer.forget(proxy_id)
+        self.observer.forget(proxy_id)
 
     async def run(self) -> None:
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, self._stop.set)
+        # circusd forwards its SIGHUP here (circusd.py) instead of restarting every process.
+        loop.add_signal_handler(signal.SIGHUP, self._reload_soon, "SIGHUP")
         events = self.spawn(
             self.exits.follow_circus(self.endpoints.circus_pub, self.ctx, self._pid_of)
         )
@@ -367,7 +355,10 @@ class Daemon:
         await self._publish_table()
         loops = [self.spawn(self.endpoint.serve()), self.spawn(self.tick_loop()), events]
         loops.append(self.spawn(readiness.serve(self.registry.first_hello, self.circus)))
-        self._preload()
+        if self.watch_config:
+            watching = config_watch.watch(self.config_path, lambda: self.reload("file changed"))
+            loops.append(self.spawn(watching))
+        preloading.preload(self.endpoints.run_dir, self.scheduler, self.spawn)
         await self._stop.wait()
         await self.shutdown()
         await self.busy.close()
@@ -383,27 +374,6 @@ class Daemon:
             task.cancel()
         await asyncio.gather(*pending, return_exceptions=True)
 
-    def _preload(self) -> None:
-        """`hooks.on_startup.preload`, once per swapd start: not again when circusd restarts the
-        daemon (the new daemon adopted what runs, maybe a model the user loaded since)."""
-        marker = self.endpoints.run_dir / circus_config.PRELOADED_FILE
-        if marker.exists():
-            if self.scheduler.config.preload:
-                log.info("preload skipped: it ran when this swapd started (daemon restarted)")
-            return
-        try:
-            marker.touch(mode=0o600)
-        except OSError as exc:
-            log.warning("cannot write %s (%s): a restarted daemon would preload again", marker, exc)
-        for model_id in self.scheduler.config.preload:
-            self.spawn(self._preload_one(model_id))
-
-    async def _preload_one(self, model_id: str) -> None:
-        try:
-            await self.scheduler.ensure(model_id)
-        except EnsureError as exc:
-            log.error("preload of %s failed: %s", model_id, exc.message)
-
     async def shutdown(self) -> None:
         """SIGTERM: what `policy/shutdown.py` decides, done (`stopping.py`)."""
         await stopping.stop(
@@ -417,21 +387,3 @@ class Daemon:
         self.gpu_backend.close()
         # destroy, not term: term waits for every socket, and one left open would hang the exit.
         self.ctx.destroy(linger=0)
-
-
-def _error(request_id: int, exc: DaemonError, *, with_tail: bool = True) -> Error:
-    return Error(
-        id=request_id,
-        status=exc.status,
-        code=exc.code,
-        message=exc.message,
-        log_tail=exc.log_tail if with_tail else (),
-    )
-
-
-def _older_than_me(pid: int) -> bool:
-    """Whether process `pid` was started before this one (True when that cannot be told)."""
-    try:
-        return bool(psutil.Process(pid).create_time() < psutil.Process().create_time())
-    except psutil.Error:
-        return True

@@ -37,6 +37,18 @@ class Filters(msgspec.Struct, frozen=True):
 
     strip_params: tuple[str, ...] = ()
     set_params: dict[str, Any] = msgspec.field(default_factory=dict)
+    # The name the client asked for -> params set after `set_params` (a model's setParamsByID).
+    set_params_by_id: dict[str, dict[str, Any]] = msgspec.field(default_factory=dict)
+
+
+class Capabilities(msgspec.Struct, frozen=True):
+    """A model's `capabilities` (llama-swap's), rendered into `/v1/models` by the proxy."""
+
+    inputs: tuple[str, ...] = ()  # `in`: text, audio, image
+    outputs: tuple[str, ...] = ()  # `out`
+    tools: bool = False
+    reranker: bool = False
+    context: int = 0
 
 
 class ModelRouting(msgspec.Struct, frozen=True, kw_only=True):
@@ -58,6 +70,9 @@ class ModelRouting(msgspec.Struct, frozen=True, kw_only=True):
     description: str | None = None
     metadata: dict[str, Any] = msgspec.field(default_factory=dict)
     filters: Filters = msgspec.field(default_factory=Filters)
+    capabilities: Capabilities | None = None  # None: not configured (or all empty)
+    # `timeouts` (llama-swap's, with its defaults), for the proxy's connections to the upstream.
+    timeouts: Timeouts = msgspec.field(default_factory=lambda: Timeouts())
 
 
 class RouteModel(ModelRouting, frozen=True, kw_only=True):
@@ -72,6 +87,31 @@ class RoutePeer(msgspec.Struct, frozen=True):
     models: tuple[str, ...]
     api_key: str | None = None
     filters: Filters = msgspec.field(default_factory=Filters)
+    # A peer's `timeouts`: llama-swap's defaults, but 60 s for the response head.
+    timeouts: Timeouts = msgspec.field(default_factory=lambda: Timeouts(response_header=60.0))
+
+
+class Profile(msgspec.Struct, frozen=True):
+    """A `profiles` entry: while it is active, a request for a pin's name goes to its target;
+    an empty target makes that name answer 404."""
+
+    id: str
+    description: str = ""
+    pins: dict[str, str] = msgspec.field(default_factory=dict)
+
+
+class RouteSelector(msgspec.Struct, frozen=True):
+    """A `selectors` entry: a name that picks one of its targets per request. Targets are
+    resolved (a local model id, or a peer model's `peer/model`)."""
+
+    id: str
+    strategy: str  # warm, pin, spillover
+    targets: tuple[str, ...]
+    spillover: int = 1
+    name: str | None = None
+    description: str | None = None
+    unlisted: bool = False
+    metadata: dict[str, Any] = msgspec.field(default_factory=dict)
 
 
 class RoutingTable(msgspec.Struct, frozen=True):
@@ -84,6 +124,12 @@ class RoutingTable(msgspec.Struct, frozen=True):
     log_dir: str = ""
     # The config's `logLevel` (debug, info, warn, error): the proxy's access log follows it.
     log_level: str = "info"
+    profiles: tuple[Profile, ...] = ()
+    selectors: tuple[RouteSelector, ...] = ()
+    # At most one, set by `PUT /api/profiles/active` (`SetProfile`); none after start or reload.
+    active_profile: str | None = None
+    # The config's `logTimeFormat` (ipc/log_time.py): the proxies' log lines follow it.
+    log_time_format: str | None = None
 
 
 class LingeringProcess(msgspec.Struct, frozen=True):
@@ -212,7 +258,24 @@ class QueryMetrics(_Msg, frozen=True):
     id: int
 
 
-Request = Ensure | Unload | Status | Reload | Snapshot | QueryActivity | QueryStats | QueryMetrics
+class SetProfile(_Msg, frozen=True):
+    """Make profile `name` the active one (None: no profile); `Ok` once the table says so."""
+
+    id: int
+    name: str | None = None
+
+
+Request = (
+    Ensure
+    | Unload
+    | Status
+    | Reload
+    | Snapshot
+    | QueryActivity
+    | QueryStats
+    | QueryMetrics
+    | SetProfile
+)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -383,3 +446,15 @@ class CancelRequested(_Msg, frozen=True):
 
 
 Event = TableChanged | StateChanged | Draining | ActivityAdded | InFlightChanged | CancelRequested
+
+
+class Timeouts(msgspec.Struct, frozen=True):
+    """llama-swap's `timeouts` of a model or peer, in seconds; 0 means no limit. The defaults
+    are llama-swap's (a peer's `response_header` is 60). docs/configuration.md, "timeouts"."""
+
+    connect: float = 30.0
+    keepalive: float = 30.0  # TCP keep-alive probes on an open connection
+    response_header: float = 0.0  # from the request sent to the response head received
+    tls_handshake: float = 10.0
+    expect_continue: float = 1.0
+    idle_conn: float = 90.0  # how long a kept-alive connection may sit unused in the pool

@@ -1,6 +1,7 @@
 """The access log: one INFO line per request, from the `swapd.proxy.access` logger, in the proxy's
 log stream (stderr, which circus keeps, and `/logs/stream/proxy`), written once the response is
 complete; on at the config's `logLevel` info or debug (`follow_config`), off at warn and error.
+The stamp is `logTimeFormat`'s when the config sets one (`ipc/log_time.py`).
 
     2026-12-01 08:16:51,123 INFO swapd-proxy[4242] swapd.proxy.access: 127.0.0.1
         "POST /v1/chat/completions" 200 1234B 12.3ms model=alpha waited=0.0ms    (one line)
@@ -22,10 +23,13 @@ import logging
 import os
 import sys
 import time
+from collections.abc import Callable
 
 from aiohttp import web
 from aiohttp.abc import AbstractAccessLogger
 
+from ..ipc import log_time
+from ..ipc.messages import RoutingTable
 from .account import ACCOUNT, Account
 from .activity import RECORDER
 from .log_hub import LogHub
@@ -38,9 +42,14 @@ FLUSH_BYTES = 64 * 1024
 _NONE = Account()
 
 
-def follow_config(log_level: str) -> None:
-    """The config's `logLevel`: the access lines are INFO, so `warn` and `error` turn them off."""
-    LOGGER.setLevel(logging.INFO if log_level in ("debug", "info") else logging.WARNING)
+def follow_config(table: RoutingTable) -> None:
+    """The config's `logLevel` (the access lines are INFO, so `warn` and `error` turn them off)
+    and `logTimeFormat` (the stamp of every line the proxy logs)."""
+    LOGGER.setLevel(logging.INFO if table.log_level in ("debug", "info") else logging.WARNING)
+    if table.log_time_format != BATCH.time_format:
+        BATCH.time_format = table.log_time_format
+        BATCH.stamp = log_time.stamper(table.log_time_format)
+        log_time.restamp(table.log_time_format)
 
 
 class _Batch:
@@ -53,20 +62,29 @@ class _Batch:
         self._second = -1
         self._stamps = ("", "")
         self._prefix = f" INFO swapd-proxy[{os.getpid()}] {LOGGER.name}: "
+        # `logTimeFormat` (ipc/log_time.py); stamp None: swapd's own, cached per second.
+        self.time_format: str | None = None
+        self.stamp: Callable[[int], str] | None = None
 
     def add(self, message: str) -> None:
-        now = time.time()
-        second = int(now)
-        if second != self._second:
-            self._second = second
-            local = time.localtime(now)
-            self._stamps = (
-                time.strftime("%Y-%m-%d %H:%M:%S", local),
-                time.strftime("[%Y-%m-%d %H:%M:%S] [INFO] ", local),
-            )
-        stamp, ring_stamp = self._stamps
-        self._stream.append(f"{stamp},{int(now * 1000) % 1000:03d}{self._prefix}{message}\n")
-        self._ring.append(f"{ring_stamp}{message}\n")
+        if self.stamp is not None:
+            stamp = self.stamp(time.time_ns())
+            prefix = self._prefix if stamp else self._prefix[1:]
+            self._stream.append(f"{stamp}{prefix}{message}\n")
+            self._ring.append(f"[{stamp}] [INFO] {message}\n" if stamp else f"[INFO] {message}\n")
+        else:
+            now = time.time()
+            second = int(now)
+            if second != self._second:
+                self._second = second
+                local = time.localtime(now)
+                self._stamps = (
+                    time.strftime("%Y-%m-%d %H:%M:%S", local),
+                    time.strftime("[%Y-%m-%d %H:%M:%S] [INFO] ", local),
+                )
+            stamp, ring_stamp = self._stamps
+            self._stream.append(f"{stamp},{int(now * 1000) % 1000:03d}{self._prefix}{message}\n")
+            self._ring.append(f"{ring_stamp}{message}\n")
         self._size += len(message)
         if self._size >= FLUSH_BYTES:
             self.flush()

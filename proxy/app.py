@@ -15,7 +15,7 @@ from aiohttp import web
 
 from ..ipc.client import DaemonClient
 from ..ipc.endpoints import Endpoints
-from . import access_log, events, logs, models_list, observe_api, ops, pipeline
+from . import access_log, events, logs, models_list, observe_api, ops, pipeline, profiles
 from .activity import RECORDER
 from .admission import Admission
 from .auth import check_api_key, check_single_credentials
@@ -35,7 +35,7 @@ log = logging.getLogger(__name__)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
-_OPEN_PATHS = frozenset({"/health"})
+_OPEN_PATHS = frozenset({"/health", "/wol-health"})
 _CORS_METHODS = "GET, POST, PUT, PATCH, DELETE, OPTIONS"
 _CORS_DEFAULT_HEADERS = "Content-Type, Authorization, Accept, X-Requested-With"
 _TOKEN_CHARS = frozenset(
@@ -146,6 +146,7 @@ def make_app(*, run_dir: Path, processes: int = 1, proxy_id: str | None = None) 
 
     router = app.router
     router.add_get("/health", ops.handle_health)
+    router.add_get("/wol-health", ops.handle_health)  # llama-swap's, for wake-on-LAN proxies
     for method, path in MODEL_ROUTES:
         router.add_route(method, path, pipeline.handle_model_route)
     router.add_get("/v1/models", models_list.handle_models)
@@ -164,6 +165,8 @@ def make_app(*, run_dir: Path, processes: int = 1, proxy_id: str | None = None) 
     router.add_get("/api/metrics/activity", observe_api.handle_activity)
     router.add_get("/api/metrics/stats", observe_api.handle_stats)
     router.add_get("/metrics", observe_api.handle_metrics)
+    router.add_get("/api/profiles", profiles.handle_profiles)
+    router.add_put("/api/profiles/active", profiles.handle_set_active)
     router.add_get("/logs", logs.handle_logs)
     router.add_get("/logs/stream", logs.handle_stream)
     router.add_get("/logs/stream/{which:.+}", logs.handle_stream)

@@ -250,8 +250,10 @@ def filter_json(
     model: str | None,
     strip: Sequence[str] = (),
     set_params: Mapping[str, Any] | None = None,
+    then: Mapping[str, Any] | None = None,
 ) -> bytes:
-    """Rewrite a JSON body: `model` (when not None), then drop `strip`, then set `set_params`.
+    """Rewrite a JSON body: `model` (when not None), then drop `strip`, then set `set_params`,
+    then set `then` (setParamsByID's params for the requested name), as llama-swap does.
 
     Keys may be dotted paths into nested objects (`a.b`), as llama-swap's sjson paths are. `model`
     itself is protected from strip and set.
@@ -267,10 +269,10 @@ def filter_json(
     for key in strip:
         if key != "model":
             _delete_path(doc, key.split("."))
-    params = set_params or {}
-    for key in sorted(params):
-        if key != "model":
-            _set_path(doc, key.split("."), params[key])
+    for params in (set_params or {}, then or {}):
+        for key in sorted(params):
+            if key != "model":
+                _set_path(doc, key.split("."), params[key])
     return _json_encode(doc)
 
 

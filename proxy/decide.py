@@ -17,14 +17,16 @@ The passthrough rules (`/upstream/` and `/comfyui/`), for a local model:
 from __future__ import annotations
 
 import urllib.parse
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from ..ipc.messages import Filters, RouteModel
 from ..ipc.reserved import COMFYUI_MODEL_ID
-from . import comfyui
+from . import comfyui, selectors
 from .errors import ProxyError
-from .state import PeerTarget, Routes
+from .model_routes import upstream_path
+from .state import ModelRuntime, PeerTarget, Routes
 
 UPSTREAM_PREFIX = "/upstream/"
 IGNORED_PATH = "path matches upstream.ignorePaths"
@@ -43,6 +45,8 @@ class Ask:
     query: str = ""
     websocket: bool = False
     model: str | None = None
+    # This process's models, for selectors (which target is ready, how busy each is).
+    runtimes: Mapping[str, ModelRuntime] | None = None
 
 
 @dataclass(slots=True)
@@ -61,6 +65,8 @@ class Serve:
     rename_query: bool = False
     admitted: bool = True
     websocket: bool = False
+    # setParamsByID's params for the name the client asked for, set after the filters' own.
+    by_id: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,10 +108,29 @@ def redirect_with_slash(ask: Ask, location: str) -> Redirect:
 def for_model(ask: Ask, routes: Routes, ready: Ready) -> Decision:
     """A model route: the model named in the body or query, local first, then peers."""
     name = ask.model or ""
+    # The active profile's pin comes first (before aliases and filters), and does not chain.
+    pinned = routes.pins.get(name) if routes.pins else None
+    if pinned is not None:
+        if not pinned:
+            return model_not_found(name)
+        name = pinned
+    selector = routes.selectors.get(name) if routes.selectors else None
+    if selector is not None:
+        chosen = selectors.choose(selector, ask.runtimes or {})
+        if chosen is None:
+            return Refuse(503, f'selector "{name}" has no available spillover targets')
+        name = pinned = chosen
     route = routes.model(name)
-    path_qs = ask.path + ask.query
+    path_qs = upstream_path(ask.path) + ask.query
     if route is not None:
-        return _local(ask, route, path_qs, None, ready, route.use_model_name, route.filters)
+        rename = route.use_model_name or pinned
+        decision = _local(ask, route, path_qs, None, ready, rename, route.filters)
+        if isinstance(decision, Serve):
+            decision.rename_query = pinned is not None and route.use_model_name is None
+            by_id = route.filters.set_params_by_id
+            if by_id:
+                decision.by_id = by_id.get(name)
+        return decision
     peer = routes.peer(name)
     if peer is not None:
         return _peer(ask, peer, path_qs, name)
@@ -114,6 +139,14 @@ def for_model(ask: Ask, routes: Routes, ready: Ready) -> Decision:
 
 def for_upstream(ask: Ask, routes: Routes, ready: Ready) -> Decision:
     """`/upstream/<model>/<path>`: the model (or peer model) the path names."""
+    if routes.pins:
+        pinned = _upstream_pin(routes.pins, ask.path)
+        if pinned is not None:
+            pin, target_name = pinned
+            if not target_name:
+                return model_not_found(pin)
+            rest = ask.path[len(UPSTREAM_PREFIX) + len(pin) :]
+            ask = Ask(ask.method, UPSTREAM_PREFIX + target_name + rest, ask.query, ask.websocket)
     target = upstream_target(routes, ask.path)
     if target is None:
         return Refuse(404, f"model not found in {ask.path!r}")
@@ -139,6 +172,16 @@ def for_comfyui(ask: Ask, routes: Routes, ready: Ready) -> Decision:
     rest = ask.path[len(comfyui.PREFIX) :]
     reason = comfyui.IGNORED_PATH if comfyui.is_ignored(ask.method, rest) else None
     return _local(ask, route, rest + ask.query, reason, ready, None, None)
+
+
+def _upstream_pin(pins: dict[str, str], path: str) -> tuple[str, str] | None:
+    """The longest pin that `/upstream/<pin>` or `/upstream/<pin>/...` names (llama-swap's)."""
+    tail = path[len(UPSTREAM_PREFIX) :]
+    found = [p for p in pins if tail == p or tail.startswith(p + "/")]
+    if not found:
+        return None
+    pin = max(found, key=len)
+    return pin, pins[pin]
 
 
 def upstream_target(routes: Routes, path: str) -> tuple[str, str, str | None] | None:

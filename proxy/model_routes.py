@@ -1,7 +1,9 @@
 """Routes dispatched by the request's `model` (OpenAI, Anthropic, llama.cpp, stable-diffusion).
 
 The model comes from a JSON body, a multipart or urlencoded form, or `?model=` (`body.py`); each of
-these routes is served by `pipeline.handle_model_route`.
+these routes is served by `pipeline.handle_model_route`. The versionless `/v/...` routes and the
+audio.cpp `/audioapi/...` routes reach the upstream without their prefix, as in llama-swap
+(`/v/chat/completions` is sent as `/chat/completions`, `/audioapi/v1/tasks/run` as `/v1/tasks/run`).
 """
 
 from __future__ import annotations
@@ -30,4 +32,23 @@ MODEL_ROUTES: tuple[tuple[str, str], ...] = (
     ("POST", "/sdapi/v1/img2img"),
     ("GET", "/sdapi/v1/loras"),
     ("GET", "/props"),
+    ("POST", "/audioapi/v1/tasks/run"),
+    ("POST", "/v/chat/completions"),
+    ("POST", "/v/responses"),
+    ("POST", "/v/completions"),
+    ("POST", "/v/messages"),
+    ("POST", "/v/messages/count_tokens"),
+    ("POST", "/v/embeddings"),
+    ("POST", "/v/rerank"),
+    ("POST", "/v/reranking"),
 )
+
+_STRIPPED_PREFIXES = ("/v/", "/audioapi/")
+
+
+def upstream_path(path: str) -> str:
+    """The path a model route is sent upstream as (llama-swap's rewrites, applied last)."""
+    for prefix in _STRIPPED_PREFIXES:
+        if path.startswith(prefix):
+            return path[len(prefix) - 1 :]
+    return path

@@ -9,13 +9,15 @@ llama-swap's shape so tools written for it keep working.
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import msgspec
 from aiohttp import web
 
-from ..ipc.messages import RouteModel
+from ..ipc.messages import RouteModel, RouteSelector
 from ..ipc.states import LOADED_STATES
+from . import capabilities
 from .context import CTX
 from .ops import ttl_left_now
 from .sync_wait import routes_of
@@ -33,8 +35,41 @@ def _entry(
         item["name"] = route.name.strip()
     if route.description and route.description.strip():
         item["description"] = route.description.strip()
-    item["meta"] = {"llamaswap": {**route.metadata, **meta}}
+    metadata = route.metadata
+    if route.capabilities is not None:
+        rendered = capabilities.render(route.capabilities)
+        item.update(rendered)
+        metadata = {k: v for k, v in metadata.items() if k not in capabilities.OWNED}
+    item["meta"] = {"llamaswap": {**metadata, **meta}}
+    if "context_length" in item:
+        item["meta"]["n_ctx"] = item["context_length"]
     item["status"] = status
+    return item
+
+
+def _selector_entry(
+    selector: RouteSelector, created: int, runtimes: Mapping[str, Any]
+) -> dict[str, Any]:
+    """llama-swap's selector row: loaded when a local target is ready or starting (for `pin`,
+    its first target)."""
+    item: dict[str, Any] = {"id": selector.id, "object": "model", "created": created}
+    item["owned_by"] = OWNED_BY
+    if selector.name and selector.name.strip():
+        item["name"] = selector.name.strip()
+    if selector.description and selector.description.strip():
+        item["description"] = selector.description.strip()
+    meta: dict[str, Any] = {
+        **selector.metadata,
+        "type": "selector",
+        "strategy": selector.strategy,
+        "targets": list(selector.targets),
+    }
+    if selector.strategy == "spillover":
+        meta["spillover"] = selector.spillover
+    item["meta"] = {"llamaswap": meta}
+    looked = selector.targets[:1] if selector.strategy == "pin" else selector.targets
+    loaded = any(t in runtimes and runtimes[t].state in ("ready", "starting") for t in looked)
+    item["status"] = {"value": "loaded" if loaded else "unloaded"}
     return item
 
 
@@ -65,6 +100,23 @@ async def handle_models(request: web.Request) -> web.Response:
                 data.append(
                     _entry(alias, route, created, status, {"type": "alias", "modelID": route.id})
                 )
+    for selector in routes.table.selectors:
+        if not selector.unlisted:
+            data.append(_selector_entry(selector, created, ctx.state.runtimes))
+    # The active profile's pins that name something new are listed too (llama-swap's rows).
+    taken = {*routes.by_name, *routes.peers, *routes.selectors}
+    for pin, target in sorted(routes.pins.items()):
+        if target and pin not in taken:
+            data.append(
+                {
+                    "id": pin,
+                    "object": "model",
+                    "created": created,
+                    "owned_by": OWNED_BY,
+                    "meta": {"llamaswap": {"type": "profile", "target": target}},
+                    "status": {"value": "unloaded"},
+                }
+            )
     for peer in routes.table.peers:
         for name in peer.models:
             data.append(

@@ -98,10 +98,10 @@ async def _route(
     if found is not None and found.name:
         acc.asked = acc.model = found.name
     path, query = target(request)
-    ask = decide.Ask(
-        request.method, path, query, is_websocket(request), found.name if found else None
-    )
     runtimes = ctx.state.runtimes
+    ask = decide.Ask(
+        request.method, path, query, is_websocket(request), found.name if found else None, runtimes
+    )
 
     def ready(model_id: str) -> bool:
         rt = runtimes.get(model_id)
@@ -211,6 +211,7 @@ async def _send(
             request, ctx, address, path_qs, rt.id, host=host, ignored_in=ignored_in
         )
     out = outgoing(request, address, path_qs, host=host, body=body, plain=plain)
+    out.timeouts = rt.route.timeouts
     transport = ctx.lean if address.lean else ctx.aiohttp
     return await forward(request, transport, out, rt.id, into=into)
 
@@ -247,6 +248,7 @@ async def _serve_peer(
     out = outgoing(
         request, target_.address, path_qs, host=host, body=body, plain=plain, replace=keys
     )
+    out.timeouts = peer.timeouts
     try:
         return await forward(request, ctx.aiohttp, out, label)
     except ProxyError as exc:
@@ -274,11 +276,16 @@ def _body(found: RequestModel | None, decision: decide.Serve) -> tuple[bytes | N
         return None, False, path_qs
     filters = decision.filters
     if found.kind == "json" and (
-        rename or (filters is not None and (filters.strip_params or filters.set_params))
+        rename
+        or decision.by_id
+        or (filters is not None and (filters.strip_params or filters.set_params))
     ):
         strip = filters.strip_params if filters is not None else ()
         params = filters.set_params if filters is not None else None
-        return filter_json(found.body, model=rename, strip=strip, set_params=params), True, path_qs
+        body = filter_json(
+            found.body, model=rename, strip=strip, set_params=params, then=decision.by_id
+        )
+        return body, True, path_qs
     if found.kind == "multipart" and rename and found.model_span is not None:
         return replace_span(found.body, found.model_span, rename), True, path_qs
     return found.raw, False, path_qs

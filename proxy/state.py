@@ -27,6 +27,7 @@ from ..ipc.messages import (
     ModelStatus,
     RouteModel,
     RoutePeer,
+    RouteSelector,
     RoutingTable,
     SnapshotReply,
     StateChanged,
@@ -59,6 +60,8 @@ class Routes:
         "longest_name",
         "max_name_parts",
         "peers",
+        "pins",
+        "selectors",
         "table",
     )
 
@@ -89,6 +92,10 @@ class Routes:
         self.ignore_paths = tuple(compile_path_pattern(p) for p in table.ignore_paths)
         self.include_aliases_in_list = table.include_aliases_in_list
         self.log_dir = table.log_dir
+        # The active profile's pins: a name a client asks for -> its target ("" disables it).
+        active = [p for p in table.profiles if p.id == table.active_profile]
+        self.pins: dict[str, str] = dict(active[0].pins) if active else {}
+        self.selectors: dict[str, RouteSelector] = {s.id: s for s in table.selectors}
 
     def model(self, name: str) -> RouteModel | None:
         """The alias rule, in one place: an id, else an alias (ids win over aliases)."""

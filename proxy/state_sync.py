@@ -79,7 +79,7 @@ class StateSync:
                 self._state.apply_snapshot(reply)
                 if self._hub is not None:
                     self._hub.snapshot(reply)
-                follow_config(reply.table.log_level)
+                follow_config(reply.table)
                 log.info(
                     "routing table generation %d from daemon %s (seq %d)",
                     reply.table.generation,
@@ -135,7 +135,7 @@ class StateSync:
             if self._hub is not None:
                 self._hub.event(event)
             if isinstance(event, TableChanged):
-                follow_config(event.table.log_level)
+                follow_config(event.table)
 
     async def _heartbeat(self) -> None:
         while True:

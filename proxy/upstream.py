@@ -14,6 +14,7 @@ rules (`forward.py`).
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Protocol
@@ -22,8 +23,10 @@ import aiohttp
 from multidict import CIMultiDict
 from yarl import URL
 
+from ..ipc.messages import Timeouts
 from .address import UpstreamAddress
 from .upstream_client import UpstreamBroken, UpstreamError, UpstreamPool
+from .upstream_timeouts import HeadTimeout
 
 __all__ = [
     "AiohttpTransport",
@@ -50,6 +53,8 @@ class Outgoing:
     headers: list[tuple[bytes, bytes]]
     body: bytes | AsyncIterator[bytes] | None = None
     length: int | None = None
+    # The model's or peer's `timeouts` (None: the transport's defaults, no head limit).
+    timeouts: Timeouts | None = None
 
 
 class Reply(Protocol):
@@ -100,6 +105,7 @@ class LeanTransport:
             body,
             head_request=out.method == "HEAD",
             chunked=chunked,
+            timeouts=out.timeouts,
         )
 
 
@@ -152,20 +158,39 @@ class AiohttpTransport:
             headers["Content-Length"] = str(out.length)
         address = out.address
         url = URL(f"{address.scheme}://{address.hostport}{out.target}", encoded=True)
+        limits = out.timeouts
+        head_wait = limits.response_header if limits is not None else 0.0
         try:
-            response = await self.session.request(
-                out.method,
-                url,
-                headers=headers,
-                data=out.body,
-                allow_redirects=False,
-                compress=None,
-            )
+            async with asyncio.timeout(head_wait or None):
+                response = await self.session.request(
+                    out.method,
+                    url,
+                    headers=headers,
+                    data=out.body,
+                    allow_redirects=False,
+                    compress=None,
+                    timeout=_client_timeout(limits, address.scheme == "https"),
+                )
         except aiohttp.ClientConnectorError as exc:
             raise UpstreamError(str(exc.os_error)) from exc
-        except (aiohttp.ClientError, TimeoutError) as exc:
+        except aiohttp.ClientError as exc:  # its connect timeouts too
             raise UpstreamError(f"failed before answering: {exc!r}") from exc
+        except TimeoutError as exc:  # asyncio.timeout's: the head did not come in time
+            raise HeadTimeout(
+                f"timeout awaiting response headers ({head_wait:g}s, timeouts.responseHeader)"
+            ) from exc
         return _AiohttpReply(response)
+
+
+def _client_timeout(limits: Timeouts | None, tls: bool) -> aiohttp.ClientTimeout | None:
+    """aiohttp's limits from `timeouts`: `connect` bounds the TCP connect, and with TLS the
+    connect plus `tlsHandshake` bound getting a connection (aiohttp times the handshake only as
+    part of that). None: the session's."""
+    if limits is None:
+        return None
+    connect = limits.connect or None
+    whole = connect + limits.tls_handshake if tls and connect and limits.tls_handshake else None
+    return aiohttp.ClientTimeout(total=None, sock_connect=connect, connect=whole)
 
 
 def make_session() -> aiohttp.ClientSession:

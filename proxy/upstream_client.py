@@ -25,7 +25,9 @@ from typing import Any
 
 from httptools import HttpParserError, HttpParserUpgrade, HttpResponseParser
 
+from ..ipc.messages import Timeouts
 from .upstream_response import UpstreamBroken, UpstreamError, UpstreamResponse
+from .upstream_timeouts import HeadTimeout, expired, head_within, set_keepalive
 
 __all__ = ["UpstreamBroken", "UpstreamError", "UpstreamPool", "UpstreamResponse"]
 
@@ -88,6 +90,9 @@ class _Conn(asyncio.Protocol):
         self.paused = False
         self.write_paused: asyncio.Future[None] | None = None
         self.closed = False
+        # In the pool since (loop time), and how long it may stay there (timeouts.idleConn).
+        self.idle_since = 0.0
+        self.idle_limit = 0.0
 
     # --- asyncio.Protocol -----------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -257,6 +262,7 @@ class UpstreamPool:
 
     def __init__(self, connect_timeout: float = 10.0) -> None:
         self._idle: dict[tuple[str, int], list[_Conn]] = {}
+        # For requests that carry no `Timeouts` of their own.
         self._connect_timeout = connect_timeout
 
     def close(self) -> None:
@@ -267,23 +273,42 @@ class UpstreamPool:
 
     def _release(self, conn: _Conn) -> None:
         idle = self._idle.setdefault(conn.key, [])
+        now = asyncio.get_running_loop().time()
+        # The oldest idle connection is at the bottom: close it once it is past its limit.
+        if idle and expired(idle[0], now):
+            idle[0].abort()
         if len(idle) < _IDLE_PER_HOST:
+            conn.idle_since = now
             idle.append(conn)
         else:
             conn.abort()
+
+    def _take(self, key: tuple[str, int]) -> _Conn | None:
+        """A pooled connection to `key` that has not sat idle past its `idleConn`."""
+        idle = self._idle.get(key)
+        while idle:
+            conn = idle.pop()
+            if not expired(conn, asyncio.get_running_loop().time()):
+                return conn
+            conn.abort()
+        return None
 
     def _forget(self, conn: _Conn) -> None:
         idle = self._idle.get(conn.key)
         if idle and conn in idle:
             idle.remove(conn)
 
-    async def _connect(self, key: tuple[str, int]) -> _Conn:
+    async def _connect(self, key: tuple[str, int], timeouts: Timeouts | None) -> _Conn:
         loop = asyncio.get_running_loop()
+        limit = timeouts.connect if timeouts is not None else self._connect_timeout
         try:
-            async with asyncio.timeout(self._connect_timeout):
+            async with asyncio.timeout(limit or None):
                 _, conn = await loop.create_connection(lambda: _Conn(self, key), key[0], key[1])
         except (OSError, TimeoutError) as exc:
-            raise UpstreamError(f"cannot connect to {key[0]}:{key[1]}: {exc}") from exc
+            reason = str(exc) or f"no connection within {limit:g}s"  # a TimeoutError says nothing
+            raise UpstreamError(f"cannot connect to {key[0]}:{key[1]}: {reason}") from exc
+        if timeouts is not None and conn.transport is not None:
+            set_keepalive(conn.transport, timeouts.keepalive)
         return conn
 
     async def request(
@@ -295,23 +320,34 @@ class UpstreamPool:
         *,
         head_request: bool = False,
         chunked: bool = False,
+        timeouts: Timeouts | None = None,
     ) -> UpstreamResponse:
         """Send `head` (request line and headers, ending with the blank line) and `body`.
 
         A bytes body must already be announced by a Content-Length in `head`; an iterator body is
         sent as is, or chunk-framed when `chunked` (the head then says chunked encoding).
         `head_request`: the request is a HEAD, so the response has no body whatever it announces.
+        `timeouts`: the model's (connect, keepalive, responseHeader, idleConn); None: connect
+        within the pool's default, no other limit.
         """
         key = (host, port)
         retry = True
         while True:
-            idle = self._idle.get(key)
-            conn = idle.pop() if idle else await self._connect(key)
+            conn = self._take(key) or await self._connect(key, timeouts)
             reused = conn.reused
+            if timeouts is not None:
+                conn.idle_limit = timeouts.idle_conn
+            head_wait = timeouts.response_header if timeouts is not None else 0.0
             try:
-                return await self._exchange(conn, head, body, head_request, chunked)
-            except UpstreamError:
-                if reused and retry and not conn.received_any and not _is_stream(body):
+                return await self._exchange(conn, head, body, head_request, chunked, head_wait)
+            except UpstreamError as exc:
+                if (
+                    reused
+                    and retry
+                    and not isinstance(exc, HeadTimeout)
+                    and not conn.received_any
+                    and not _is_stream(body)
+                ):
                     retry = False
                     continue
                 raise
@@ -333,7 +369,13 @@ class UpstreamPool:
         return response
 
     async def _exchange(
-        self, conn: _Conn, head: bytes, body: Any, head_request: bool, chunked: bool
+        self,
+        conn: _Conn,
+        head: bytes,
+        body: Any,
+        head_request: bool,
+        chunked: bool,
+        head_wait: float = 0.0,
     ) -> UpstreamResponse:
         if conn.closed or conn.transport is None:
             raise UpstreamError("connection closed")
@@ -359,7 +401,7 @@ class UpstreamPool:
                 else:
                     if chunked:
                         transport.write(b"0\r\n\r\n")
-            return await waiter
+            return await (head_within(waiter, head_wait) if head_wait else waiter)
         except BaseException:
             conn.head_waiter = None
             conn.abort()

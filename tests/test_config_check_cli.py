@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 import shutil
 import subprocess
@@ -75,13 +76,13 @@ def test_unreadable_file_exits_1_with_a_clear_message(tmp_path: Path, kind: str)
 
 def test_warnings_go_to_stderr_and_do_not_fail(tmp_path: Path) -> None:
     config = tmp_path / "config.yaml"
-    config.write_text("logTimeFormat: rfc3339\nmodels:\n  m:\n    cmd: srv --port ${PORT}\n")
+    config.write_text("logRequests: true\nmodels:\n  m:\n    cmd: srv --port ${PORT}\n")
     result = swapd("check-config", "-c", str(config))
     assert result.returncode == 0
     assert result.stdout.strip() == "OK: 1 model, 1 warning"
     assert result.stderr.strip() == (
-        f"warning: {config}:1 logTimeFormat: llama-swap key accepted but ignored by swapd "
-        "(swapd's log lines have their own format)"
+        f"warning: {config}:1 logRequests: llama-swap key accepted but ignored by swapd "
+        "(deprecated in llama-swap too)"
     )
 
 
@@ -133,3 +134,12 @@ def test_swapd_python_is_set_as_swapd_run_sets_it(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     cmd = yaml.safe_load(result.stdout)["models"]["m"]["cmd"]
     assert Path(cmd[0]).name.startswith("python")
+
+
+def test_version_is_llama_swaps_line_with_the_package_version() -> None:
+    result = swapd("--version")
+    version = importlib.metadata.version("swapd")
+    assert (result.returncode, result.stdout) == (
+        0,
+        f"version: {version} (unknown), built at unknown\n",
+    )

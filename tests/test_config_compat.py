@@ -122,7 +122,11 @@ def test_llama_swap_config_with_groups_macros_aliases_filters_and_peers_loads() 
     )
     assert gpt.filters.strip_params == ("temperature", "top_k", "top_p")
     assert gpt.filters.set_params == {"temperature": 0.7, "top_p": 0.9}
-    assert gpt.aliases == ("gpt-4o-mini", "gpt-3.5-turbo")
+    # setParamsByID's names are aliases after the written ones (macros in the key expanded).
+    assert gpt.aliases == ("gpt-4o-mini", "gpt-3.5-turbo", "gpt-oss-120b:high")
+    assert gpt.filters.set_params_by_id == {
+        "gpt-oss-120b:high": {"chat_template_kwargs": {"reasoning_effort": "high"}}
+    }
     assert gpt.env == {"CUDA_VISIBLE_DEVICES": "0,1,2"}
     assert gpt.ttl == 60 and gpt.concurrency_limit == 10
     # sendLoadingState: true at the top, false on gpt-oss-120b: the model's own value wins.
@@ -148,10 +152,7 @@ def test_llama_swap_config_with_groups_macros_aliases_filters_and_peers_loads() 
     assert openrouter.filters.set_params == {"provider": {"data_collection": "deny", "zdr": True}}
     assert config.resolve("gpt-4o-mini") is gpt
 
-    ignored = {w.path for w in loaded.warnings}
     assert config.log_to_stdout == "proxy"
-    assert ignored == {
-        "models.gpt-oss-120b.filters.setParamsByID",
-        "models.gpt-oss-120b.timeouts",
-        "peers.openrouter.timeouts",
-    }
+    assert gpt.timeouts.connect == 30 and gpt.timeouts.response_header == 60
+    assert openrouter.timeouts.response_header == 60
+    assert loaded.warnings == ()

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from tests.proxy_helpers import received
 from tests.stack import (
     Stack,
     fake_model_cmd,
@@ -120,8 +121,12 @@ def test_a_request_waiting_for_a_swap_is_answered_after_the_daemon_is_killed(
     streamer = threading.Thread(target=stream, daemon=True)
     streamer.start()
     wait_for(lambda: stack.model("first")["in_flight"] == 1, what="the stream to be in flight")
+    ensures = received(stack).get("Ensure", 0)
     thread, outcome = _request_in_background(stack.url, "second")
-    stack.wait_state("first", "draining")
+    # The Ensure waits in the daemon: `first` is busy, so the swap does not drain it yet
+    # (collation, docs/swapping.md), and once it does, the drain waits for the stream.
+    wait_for(lambda: received(stack).get("Ensure", 0) > ensures, what="the Ensure for second")
+    assert stack.model("first")["state"] in ("ready", "draining")
     stack.kill_watcher("swapd-daemon", signal.SIGKILL, timeout=10)
     thread.join(30)
     streamer.join(30)

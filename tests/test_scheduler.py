@@ -60,6 +60,7 @@ class FakeEffects:
         self.pid = 100
         self.states: list[tuple[str, str]] = []
         self.told: list[tuple[str, bool]] = []  # (model, start_follows) of every stop
+        self.busy_models: set[str] = set()  # what the proxies report as in flight
 
     async def start(self, m: ModelConfig) -> Handle:
         self.log.append(("start", m.id))
@@ -86,6 +87,9 @@ class FakeEffects:
         gate = self.drain_gates.get(model_id)
         if gate is not None:
             await gate.wait()
+
+    def busy(self, model_id: str) -> bool:
+        return model_id in self.busy_models
 
     async def stop(
         self, model_id: str, handle: Handle, m: ModelConfig | None, *, start_follows: bool
@@ -162,13 +166,15 @@ async def test_swap_drains_and_stops_before_starting() -> None:
 
 
 async def test_swap_waits_for_the_drain_and_requests_for_the_draining_model_queue() -> None:
-    sched, fx, _ = setup("a", "b")
+    sched, fx, clock = setup("a", "b")
     await sched.ensure("a")
     fx.drain_gates["a"] = asyncio.Event()
     to_b = asyncio.create_task(sched.ensure("b"))
     await settle()
     assert sched.record("a").state == "draining"
-    # A request for the draining model is not served from it: it waits its turn.
+    # Past the collation window, a request for the draining model is not served from it: it
+    # waits its turn.
+    clock.now += sched.collate_window
     to_a = asyncio.create_task(sched.ensure("a"))
     await settle()
     assert not to_b.done() and not to_a.done()
@@ -325,11 +331,12 @@ async def test_unload_aborts_a_start_and_answers_every_waiter_at_once() -> None:
 
 
 async def test_unload_answers_a_request_queued_behind_a_swap() -> None:
-    sched, fx, _ = setup("a", "b")
+    sched, fx, clock = setup("a", "b")
     await sched.ensure("a")
     fx.drain_gates["a"] = asyncio.Event()
     to_b = asyncio.create_task(sched.ensure("b"))
     await settle()
+    clock.now += sched.collate_window  # past collation: a request for a waits for the swap
     to_a = asyncio.create_task(sched.ensure("a"))  # waits: a is being swapped out
     await settle()
     unloading = asyncio.create_task(sched.unload("a"))

@@ -12,17 +12,21 @@ from .model import (
     Filters,
     Forced,
     GroupConfig,
+    MatrixConfig,
     ModelConfig,
     PeerConfig,
 )
+from .sources import ConfigSources
 
 __all__ = [
     "Config",
     "ConfigError",
     "ConfigIssue",
+    "ConfigSources",
     "Filters",
     "Forced",
     "GroupConfig",
+    "MatrixConfig",
     "ModelConfig",
     "PeerConfig",
     "load",

@@ -8,6 +8,7 @@ import sys
 
 from .loader import ConfigError, load
 from .render import render
+from .sources import ConfigSources
 
 
 def _plural(count: int, word: str) -> str:
@@ -17,15 +18,19 @@ def _plural(count: int, word: str) -> str:
 def main(args: argparse.Namespace) -> int:
     # `swapd run` exports SWAPD_PYTHON (its own interpreter) before it loads the config.
     environ = {**os.environ, "SWAPD_PYTHON": sys.executable}
+    sources = ConfigSources(args.config, getattr(args, "config_dir", None))
+    if sources.file is None and sources.directory is None:
+        print("swapd check-config: give -c FILE, --config-dir DIR, or both", file=sys.stderr)
+        return 2
     try:
-        loaded = load(args.config, environ=environ)
+        loaded = load(sources, environ=environ)
     except ConfigError as error:
         for warning in error.warnings:
             print(f"warning: {warning}", file=sys.stderr)
         for issue in error.issues:
             print(issue, file=sys.stderr)
         count = len(error.issues)
-        print(f"{args.config}: {_plural(count, 'error')}, config not usable", file=sys.stderr)
+        print(f"{sources}: {_plural(count, 'error')}, config not usable", file=sys.stderr)
         return 1
     for warning in loaded.warnings:
         print(f"warning: {warning}", file=sys.stderr)
@@ -38,7 +43,7 @@ def main(args: argparse.Namespace) -> int:
     if loaded.warnings:
         summary.append(_plural(len(loaded.warnings), "warning"))
     if args.print_config:
-        print(f"# {args.config}: resolved by swapd (macros expanded, defaults filled)")
+        print(f"# {sources}: resolved by swapd (macros expanded, defaults filled)")
         print(render(config), end="")
     print(f"OK: {', '.join(summary)}", file=sys.stderr if args.print_config else sys.stdout)
     return 0

@@ -68,9 +68,12 @@ class Report:
         self._seen: set[tuple[bool, ConfigIssue]] = set()
 
     def _issue(self, path: Path, message: str, key: bool, line: int | None) -> ConfigIssue:
-        if line is None and self.document is not None:
-            line = self.document.line(path, key=key)
-        return ConfigIssue(self.source, line, format_path(path), message)
+        source = self.source
+        if self.document is not None:
+            if line is None:
+                line = self.document.line(path, key=key)
+            source = self.document.file_of(path) or source
+        return ConfigIssue(source, line, format_path(path), message)
 
     def error(
         self, path: Path, message: str, *, key: bool = False, line: int | None = None

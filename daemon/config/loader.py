@@ -16,14 +16,35 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from . import gpu_fields, macros, model_fields, shape, stages, top_fields
+from . import (
+    gpu_fields,
+    macros,
+    model_fields,
+    profiles,
+    router_members,
+    routing,
+    selectors,
+    shape,
+    stages,
+    top_fields,
+)
 from . import model as c
 from .issues import ConfigError, ConfigIssue, Report, describe
+from .merge import Merged
 from .schema import TOP_LEVEL, KeyCheck
+from .sources import ConfigSources
 from .typed import Converter
 from .yaml_nodes import NESTED_TOO_DEEPLY, Document, Path, YamlSyntaxError, parse
 
-__all__ = ["ConfigError", "ConfigIssue", "Loaded", "load", "load_config", "load_config_text"]
+__all__ = [
+    "ConfigError",
+    "ConfigIssue",
+    "ConfigSources",
+    "Loaded",
+    "load",
+    "load_config",
+    "load_config_text",
+]
 
 log = logging.getLogger("swapd.config")
 
@@ -39,7 +60,7 @@ class Loaded:
 
 
 def load_config(
-    path: str | os.PathLike[str],
+    path: str | os.PathLike[str] | ConfigSources,
     *,
     environ: Mapping[str, str] | None = None,
     ports: Mapping[str, int] | None = None,
@@ -59,14 +80,25 @@ def load_config_text(
 
 
 def load(
-    path: str | os.PathLike[str],
+    path: str | os.PathLike[str] | ConfigSources,
     *,
     environ: Mapping[str, str] | None = None,
     ports: Mapping[str, int] | None = None,
 ) -> Loaded:
-    """Load a config file, keeping the warnings. `ports` (model id -> port) are `${PORT}`s that
-    carry over from the config this one replaces (see `stages.allocate_ports`)."""
+    """Load a config file (or `--config`/`--config-dir` sources), keeping the warnings. `ports`
+    (model id -> port) are `${PORT}`s that carry over from the config this one replaces (see
+    `stages.allocate_ports`)."""
+    if isinstance(path, ConfigSources):
+        if path.directory is None and path.file is not None:
+            path = path.file
+        else:
+            return _load_sources(path, environ, ports)
     source = os.fspath(path)
+    return load_text(_read(source), source, environ=environ, ports=ports)
+
+
+def _read(source: str) -> str:
+    """A config file's text; raises ConfigError naming the file when it cannot be read."""
     try:
         with open(source, "rb") as file:
             data = file.read(MAX_FILE_BYTES + 1)  # bounded: `-c /dev/zero` is an error, not a hang
@@ -88,7 +120,41 @@ def load(
             f"line {line})"
         )
         raise ConfigError([ConfigIssue(source, None, "", message)]) from None
-    return load_text(text, source, environ=environ, ports=ports)
+    return text
+
+
+def _load_sources(
+    sources: ConfigSources, environ: Mapping[str, str] | None, ports: Mapping[str, int] | None
+) -> Loaded:
+    label = str(sources)
+    merged: Merged | None = None
+    issues: list[ConfigIssue] = []
+    for path in sources.paths():
+        name = os.fspath(path)
+        try:
+            document = parse(_read(name))
+        except YamlSyntaxError as error:
+            issues.append(ConfigIssue(name, error.line, "", error.message))
+            continue
+        except ConfigError as error:
+            issues += error.issues
+            continue
+        if document.data is None:
+            continue  # empty or comments only
+        if not isinstance(document.data, dict):
+            got = describe(document.data)
+            message = f"the top level must be a mapping (keys such as models:), got {got}"
+            issues.append(ConfigIssue(name, document.line(()), "", message))
+        elif merged is None:
+            merged = Merged(document, name)
+        else:
+            merged.add(document, name)
+    if merged is not None:
+        issues += [ConfigIssue(file, line, "", message) for file, line, message in merged.problems]
+    if issues:
+        raise ConfigError(issues)
+    document = merged.document if merged is not None else parse("")
+    return _load_document(document, label, environ, ports)
 
 
 def load_text(
@@ -103,6 +169,15 @@ def load_text(
         document = parse(text)
     except YamlSyntaxError as error:
         raise ConfigError([ConfigIssue(source, error.line, "", error.message)]) from None
+    return _load_document(document, source, environ, ports)
+
+
+def _load_document(
+    document: Document,
+    source: str,
+    environ: Mapping[str, str] | None,
+    ports: Mapping[str, int] | None,
+) -> Loaded:
     builder = _Build(document, source, os.environ if environ is None else environ, ports)
     try:
         config = builder.build()
@@ -175,14 +250,15 @@ class _Build:
 
         health, health_forced = top_fields.health_check_timeout(top.health_check_timeout, report)
         start_port = top.start_port or c.DEFAULT_START_PORT
-        grouped = gpu_fields.grouped_models(data.get("groups"))
+        grouped = router_members.grouped(data)
+        decided = grouped | router_members.matrix_named(data)
         staged = [
             stages.expand_model(
                 model_id,
                 body,
                 global_macros,
                 report,
-                auto_default=gpu_fields.auto_wanted(top.gpus, False) and model_id not in grouped,
+                auto_default=gpu_fields.auto_wanted(top.gpus, False) and model_id not in decided,
             )
             for model_id, body in data["models"].items()
         ]
@@ -195,6 +271,7 @@ class _Build:
         )
         built: dict[str, c.ModelConfig] = {}
         aliases: dict[str, list[str]] = {}
+        by_id: dict[str, list[str]] = {}
         for model in staged:
             stages.check_leftovers(
                 _without(model.body, "macros"),
@@ -208,6 +285,8 @@ class _Build:
             errors_before = len(report.errors)
             spec = self.typed.section(model.body, shape.Model, model.path)
             aliases[model.id] = model_fields.aliases_of(model.id, spec.aliases, report)
+            by_id[model.id] = model_fields.by_id_names(model.id, spec)
+            extra = [n for n in by_id[model.id] if n not in aliases[model.id]]
             result = model_fields.build(
                 model.id,
                 spec,
@@ -216,7 +295,7 @@ class _Build:
                 gpus=model.gpus,
                 gpus_auto=model.gpus_auto,
                 defaults=defaults,
-                aliases=aliases[model.id],
+                aliases=[*aliases[model.id], *extra],
                 report=report,
                 errors_before=errors_before,
             )
@@ -227,14 +306,21 @@ class _Build:
             built, data["models"], top.gpus, grouped, report, model_fields.gpus_of
         )
         cross = top_fields.CrossCheck(data["models"], aliases, self.typed, document)
-        groups = cross.groups(top)
+        names = {model_id: model_id for model_id in data["models"]}
+        names.update({a: model_id for model_id, alist in aliases.items() for a in alist})
+        names.update({n: model_id for model_id, nlist in by_id.items() for n in nlist})
+        routes = routing.normalise(top, cross, data["models"], names, report)
+        router_members.check_auto_in_matrix(built, routes.matrix, report)
         peers = cross.peers(top, top_raw.get("peers") or {})
         cross.aliases_and_ids(peers)
+        cross.by_id_names(by_id)
+        chosen = selectors.read(top.selectors, names, peers, routes.groups, routes.matrix, report)
         return c.Config(
             models=built,
             health_check_timeout=health,
             log_level=top_fields.log_level(top.log_level, report),
             log_to_stdout=top.log_to_stdout or "proxy",
+            log_time_format=top_fields.log_time_format(top.log_time_format, report),
             start_port=start_port,
             global_ttl=top.global_ttl or 0,
             api_keys=top_fields.api_keys(top, self.typed, report),
@@ -242,10 +328,15 @@ class _Build:
             metrics_max_in_memory=max(0, top.metrics_max_in_memory or 0)
             or c.DEFAULT_METRICS_MAX_IN_MEMORY,
             vram_margin=gpu_fields.margin_of(top.vram_margin, ("vramMargin",), report),
-            groups=groups,
+            router=routes.router,
+            groups=routes.groups,
+            matrix=routes.matrix,
+            priority=routes.priority,
             peers=peers,
             ignore_paths=top_fields.ignore_paths(top, self.typed, report),
             preload=top_fields.preload(top, built, self.typed, report),
+            profiles=profiles.read(top.profiles, [*names, *chosen], peers, report),
+            selectors=chosen,
             source=self.source,
             forced=health_forced,
         )

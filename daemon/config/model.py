@@ -13,17 +13,21 @@ from typing import Any
 import msgspec
 
 from ...ipc import aliases
-from ...ipc.messages import Filters, ModelRouting, RoutePeer
+from ...ipc.messages import Filters, ModelRouting, Profile, RoutePeer, RouteSelector
 from .busy_check import BusyCheck
+from .matrix_dsl import MatrixSet
 
 __all__ = [
     "Config",
     "Filters",
     "Forced",
     "GroupConfig",
+    "MatrixConfig",
     "ModelConfig",
     "ModelRouting",
     "PeerConfig",
+    "Profile",
+    "RouteSelector",
 ]
 
 # llama-swap's defaults (shared/reference/llama-swap.md §1.2, §1.3).
@@ -86,6 +90,16 @@ class GroupConfig(msgspec.Struct, frozen=True):
     persistent: bool = False
 
 
+class MatrixConfig(msgspec.Struct, frozen=True):
+    """`routing.router.settings.matrix` (or the legacy top-level `matrix`), compiled."""
+
+    # In the solver's order (`matrix_dsl.compile_sets`), identifiers resolved to model ids.
+    sets: tuple[MatrixSet, ...]
+    # model id -> cost of evicting it (vars resolved); a model not listed costs 1.
+    evict_costs: dict[str, int] = msgspec.field(default_factory=dict)
+    vars: dict[str, str] = msgspec.field(default_factory=dict)
+
+
 # A peer needs nothing the proxy does not: the config holds the routing table's struct.
 PeerConfig = RoutePeer
 
@@ -108,10 +122,19 @@ class Config(msgspec.Struct, frozen=True):
     # The activity log's size in memory (llama-swap's default; 0 or less means the default).
     metrics_max_in_memory: int = DEFAULT_METRICS_MAX_IN_MEMORY
     vram_margin: int = DEFAULT_VRAM_MARGIN
+    # `logTimeFormat`, trimmed and lower-case (ipc/log_time.py); None: unset.
+    log_time_format: str | None = None
+    # Which router decides evictions: "group" (groups, the default) or "matrix".
+    router: str = "group"
     groups: dict[str, GroupConfig] = msgspec.field(default_factory=dict)
+    matrix: MatrixConfig | None = None
+    # routing.scheduler.settings.fifo.priority: model id -> priority (default 0, higher first).
+    priority: dict[str, int] = msgspec.field(default_factory=dict)
     peers: dict[str, PeerConfig] = msgspec.field(default_factory=dict)
     ignore_paths: tuple[str, ...] = DEFAULT_IGNORE_PATHS
     preload: tuple[str, ...] = ()
+    profiles: dict[str, Profile] = msgspec.field(default_factory=dict)
+    selectors: dict[str, RouteSelector] = msgspec.field(default_factory=dict)
     # Where it was read from; "" for a config built in code.
     source: str = ""
     # Top-level settings the loader overrode (healthCheckTimeout below 15), with the reason.

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
+from ...ipc.messages import Capabilities
 from ...ipc.reserved import COMFYUI_MODEL_ID
 from . import model as c
 from . import shape
@@ -21,6 +22,7 @@ from .busy_check import read_busy_check
 from .cmdline import split_command
 from .gpu_fields import vram_of
 from .issues import Report, describe
+from .timeouts import timeouts_of
 from .typed import Converter
 from .yaml_nodes import Path
 
@@ -103,6 +105,7 @@ def build(
     env = _env(raw.get("env"), path, report)
     filters = filters_of(spec.filters, (*path, "filters"), report)
     vram = vram_of(spec.vram, (*path, "vram"), report)
+    capabilities = capabilities_of(spec.capabilities, (*path, "capabilities"), report)
     busy_check = read_busy_check(raw, path, report)
     if len(report.errors) > errors_before or cmd is None or proxy is None:
         return None
@@ -145,6 +148,8 @@ def build(
         description=spec.description or None,
         metadata=spec.metadata or {},
         filters=filters,
+        capabilities=capabilities,
+        timeouts=timeouts_of(spec.timeouts, peer=False),
         gpus=gpus,
         gpus_auto=gpus_auto,
         vram=vram,
@@ -264,7 +269,52 @@ def filters_of(spec: shape.PeerFilters | None, where: Path, report: Report) -> c
     if "model" in set_params:
         report.warn((*where, "setParams", "model"), "'model' cannot be set; ignored")
         del set_params["model"]
-    return c.Filters(strip_params=tuple(params), set_params=set_params)
+    by_id: dict[str, dict[str, Any]] = {}
+    for name, values in (getattr(spec, "set_params_by_id", None) or {}).items():
+        if values is not None and not isinstance(values, dict):
+            report.error(
+                (*where, "setParamsByID", name),
+                f"expected a mapping of parameters to set, got {describe(values)}",
+            )
+            continue
+        values = dict(values or {})
+        if "model" in values:
+            report.warn((*where, "setParamsByID", name, "model"), "'model' cannot be set; ignored")
+            del values["model"]
+        by_id[name] = values
+    return c.Filters(strip_params=tuple(params), set_params=set_params, set_params_by_id=by_id)
+
+
+MODALITIES = ("text", "audio", "image")
+
+
+def capabilities_of(
+    spec: shape.Capabilities | None, where: Path, report: Report
+) -> Capabilities | None:
+    if spec is None:
+        return None
+    for key, values in (("in", spec.inputs), ("out", spec.outputs)):
+        for index, value in enumerate(values or ()):
+            if value not in MODALITIES:
+                report.error(
+                    (*where, key, index),
+                    f'capabilities.{key}: invalid modality "{value}", must be one of: '
+                    + ", ".join(MODALITIES),
+                )
+    caps = Capabilities(
+        inputs=tuple(spec.inputs or ()),
+        outputs=tuple(spec.outputs or ()),
+        tools=bool(spec.tools),
+        reranker=bool(spec.reranker),
+        context=spec.context or 0,
+    )
+    return None if caps == Capabilities() else caps
+
+
+def by_id_names(model_id: str, spec: shape.Model) -> list[str]:
+    """setParamsByID's names other than the model's own id: llama-swap makes them aliases."""
+    names = (spec.filters.set_params_by_id or {}) if spec.filters else {}
+    return [name for name in names if name != model_id]
 
 
 def gpus_of(value: Any, where: Path, report: Report) -> tuple[str, ...] | None:

@@ -58,7 +58,13 @@ def _number(value: float) -> float | int:
 
 
 def _filters(filters: Filters) -> dict[str, Any]:
-    return {"stripParams": ",".join(filters.strip_params), "setParams": dict(filters.set_params)}
+    shown: dict[str, Any] = {
+        "stripParams": ",".join(filters.strip_params),
+        "setParams": dict(filters.set_params),
+    }
+    if filters.set_params_by_id:
+        shown["setParamsByID"] = {k: dict(v) for k, v in filters.set_params_by_id.items()}
+    return shown
 
 
 def _model(model: ModelConfig) -> dict[str, Any]:
@@ -122,6 +128,14 @@ def _rest(config: Config) -> dict[str, Any]:
             }
             for name, group in config.groups.items()
         }
+    if config.matrix is not None:
+        rest["matrix"] = {
+            "vars": dict(config.matrix.vars),
+            "evict_costs": dict(config.matrix.evict_costs),
+            "sets": {s.name: s.dsl for s in config.matrix.sets},
+        }
+    if config.priority:
+        rest["routing"] = {"scheduler": {"settings": {"fifo": {"priority": dict(config.priority)}}}}
     if config.peers:
         rest["peers"] = {
             name: {

@@ -48,8 +48,6 @@ Texts = tuple[str, ...]
 # Free-form values (metadata, setParams): anything YAML holds, as long as msgpack can carry it.
 Free = dict[str, Any]
 
-_NO_TIMEOUTS = "swapd's proxy uses its own upstream timeouts"
-
 
 class Section(msgspec.Struct, frozen=True, rename="camel"):
     """A mapping in the file. `expected` words the error when the value is not a mapping."""
@@ -64,13 +62,31 @@ class PeerFilters(Section, frozen=True):
 
 
 class ModelFilters(PeerFilters, frozen=True):
-    set_params_by_id: _ignored("swapd applies stripParams and setParams only") = field(
-        default=None, name="setParamsByID"
-    )
+    # requested name -> params applied after setParams; each name is also an alias.
+    set_params_by_id: dict[str, Free] | None = field(default=None, name="setParamsByID")
 
 
 class Compat(Section, frozen=True):
     ignore_websockets: bool | None = None
+
+
+class Timeouts(Section, frozen=True):
+    """llama-swap's upstream transport timeouts, seconds (0: none); config/timeouts.py."""
+
+    connect: Seconds | None = None
+    keepalive: Seconds | None = field(default=None, name="keepalive")
+    response_header: Seconds | None = None
+    tls_handshake: Seconds | None = None
+    expect_continue: Seconds | None = None
+    idle_conn: Seconds | None = None
+
+
+class Capabilities(Section, frozen=True):
+    inputs: Texts | None = field(default=None, name="in")
+    outputs: Texts | None = field(default=None, name="out")
+    tools: bool | None = None
+    reranker: bool | None = None
+    context: Count | None = None
 
 
 class Model(Section, frozen=True):
@@ -101,8 +117,8 @@ class Model(Section, frozen=True):
     filters: ModelFilters | None = None
     # Stream loading progress to a streaming chat request that waits for a start.
     send_loading_state: bool | None = None
-    timeouts: _ignored(_NO_TIMEOUTS) = None
-    capabilities: _ignored("swapd does not report capabilities in /v1/models") = None
+    timeouts: Timeouts | None = None
+    capabilities: Capabilities | None = None
 
 
 class Group(Section, frozen=True):
@@ -114,6 +130,70 @@ class Group(Section, frozen=True):
     members: Texts | None = None
 
 
+class Matrix(Section, frozen=True):
+    expected: ClassVar[str] = "a mapping with sets"
+
+    vars: dict[str, str] | None = None
+    evict_costs: dict[str, Annotated[int, Meta(le=MAX_INT)]] | None = field(
+        default=None, name="evict_costs"
+    )
+    # An ordered mapping of set name -> DSL; the order breaks ties between equal costs.
+    sets: dict[str, str] | None = None
+
+
+class RouterSettings(Section, frozen=True):
+    groups: dict[str, Group] | None = None
+    matrix: Matrix | None = None
+
+
+class Router(Section, frozen=True):
+    use: str | None = None
+    settings: RouterSettings | None = None
+
+
+class Fifo(Section, frozen=True):
+    priority: dict[str, Int] | None = None
+
+
+class SchedulerSettings(Section, frozen=True):
+    fifo: Fifo | None = None
+
+
+class SchedulerSpec(Section, frozen=True):
+    use: str | None = None
+    settings: SchedulerSettings | None = None
+
+
+class Routing(Section, frozen=True):
+    router: Router | None = None
+    scheduler: SchedulerSpec | None = None
+
+
+class Profile(Section, frozen=True):
+    expected: ClassVar[str] = (
+        "a mapping with description and pins (the legacy list syntax is no longer supported)"
+    )
+
+    description: str | None = None
+    pins: dict[str, str | None] | None = None
+
+
+class SelectorSettings(Section, frozen=True):
+    spillover: Int | None = None
+
+
+class Selector(Section, frozen=True):
+    expected: ClassVar[str] = "a mapping with strategy and targets"
+
+    strategy: str | None = None
+    targets: Texts | None = None
+    settings: SelectorSettings | None = None
+    name: str | None = None
+    description: str | None = None
+    unlisted: bool | None = None
+    metadata: Free | None = None
+
+
 class Peer(Section, frozen=True):
     expected: ClassVar[str] = "a mapping with proxy and models"
 
@@ -121,7 +201,7 @@ class Peer(Section, frozen=True):
     api_key: str | None = None
     models: Texts | None = None
     filters: PeerFilters | None = None
-    timeouts: _ignored(_NO_TIMEOUTS) = None
+    timeouts: Timeouts | None = None
 
 
 class Upstream(Section, frozen=True):
@@ -148,15 +228,16 @@ class Top(Section, frozen=True):
     api_keys: Texts | None = None
     include_aliases_in_list: bool | None = None
     models: Annotated[dict[str, Model], Expect("a mapping of model ids")] | None = None
-    groups: dict[str, Group] | None = None
+    groups: dict[str, Group] | None = None  # legacy form of routing.router.settings.groups
     peers: dict[str, Peer] | None = None
     upstream: Upstream | None = None
     hooks: Hooks | None = None
     # `auto` (or `auto: [GPUs]`): placement by memory for every model that sets no `gpus` and is
-    # in no group; both read by hand in gpu_fields.py, as is `vramMargin`.
+    # in no group or matrix set; both read by hand in gpu_fields.py, as is `vramMargin`.
     gpus: Any = None
     vram_margin: Any = None
-    log_time_format: _ignored("swapd's log lines have their own format") = None
+    # The timestamp of swapd's own log lines (ipc/log_time.py); unset: swapd's own.
+    log_time_format: str | None = None
     log_requests: _ignored("deprecated in llama-swap too") = None
     metrics_max_in_memory: Int | None = None
     capture_buffer: _ignored("swapd does not capture requests") = None
@@ -165,9 +246,7 @@ class Top(Section, frozen=True):
     store: _ignored("swapd keeps no activity database") = None
     ui: _ignored("swapd has no web UI") = None
     performance: _ignored("swapd does not sample performance") = None
-    profiles: _ignored(
-        "profiles are not implemented; requests are routed by model id and alias"
-    ) = None
-    selectors: _ignored("selectors are not implemented") = None
-    routing: _ignored("swapd routes with groups and gpus; set groups at the top level") = None
-    matrix: _ignored("the matrix router is not implemented; use groups or gpus") = None
+    profiles: dict[str, Profile] | None = None
+    selectors: dict[str, Selector] | None = None
+    routing: Routing | None = None
+    matrix: Matrix | None = None  # legacy top-level form of routing.router.settings.matrix

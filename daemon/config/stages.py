@@ -82,7 +82,13 @@ def expand_model(
     path = ("models", model_id)
     own = macros.declare(body.get("macros"), (*path, "macros"), report)
     scope = macros.scope(model_id, global_macros, own)
-    model = Staged(model_id, path, _expand_fields(body, scope, path), scope=scope)
+    try:
+        expanded = _expand_fields(body, scope, path)
+    except KeysCollide as error:
+        report.error(error.path, str(error), key=True)
+        body = {k: v for k, v in body.items() if k != "filters"}
+        expanded = _expand_fields(body, scope, path)
+    model = Staged(model_id, path, expanded, scope=scope)
     # `gpus: auto`: ${GPUS} stays in place until a start knows its GPUs (model_process.fill_gpus).
     model.gpus_auto = auto_wanted(model.body.get("gpus"), auto_default)
     if model.gpus_auto:
@@ -101,10 +107,35 @@ def _with_cmd_text(model: Staged) -> Staged:
 
 
 def _expand_fields(body: dict[str, Any], scope: list[macros.Macro], path: Path) -> dict[str, Any]:
-    return {
+    expanded = {
         key: value if key == "macros" else macros.expand(value, scope, (*path, key))
         for key, value in body.items()
     }
+    filters = expanded.get("filters")
+    if isinstance(filters, dict) and isinstance(filters.get(BY_ID), dict):
+        # setParamsByID's keys are names a client asks for: llama-swap expands macros in them.
+        by_id: dict[str, Any] = {}
+        first: dict[str, str] = {}  # expanded name -> the key written
+        for key, value in filters[BY_ID].items():
+            name = macros.expand(key, scope, (*path, "filters", BY_ID))
+            name = name if isinstance(name, str) else key
+            if name in first:
+                raise KeysCollide(first[name], key, (*path, "filters", BY_ID, key))
+            first[name] = key
+            by_id[name] = value
+        expanded["filters"] = {**filters, BY_ID: by_id}
+    return expanded
+
+
+BY_ID = "setParamsByID"
+
+
+class KeysCollide(Exception):
+    """Two setParamsByID keys that name the same model once their macros are expanded."""
+
+    def __init__(self, first: str, second: str, path: Path) -> None:
+        super().__init__(f'keys "{first}" and "{second}" resolve to the same value')
+        self.path = path
 
 
 def allocate_ports(

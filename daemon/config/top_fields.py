@@ -7,12 +7,14 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from ...ipc import log_time
 from . import model as c
 from . import shape
 from .issues import Report
-from .model_fields import check_url, filters_of
+from .model_fields import check_url, filters_of, name_problem
 from .patterns import NESTED_QUANTIFIER_WARNING, has_nested_quantifier
 from .schema import suggest
+from .timeouts import timeouts_of
 from .typed import Converter
 from .yaml_nodes import Document
 
@@ -48,6 +50,17 @@ def log_level(level: str | None, report: Report) -> str:
         )
         return "info"
     return level
+
+
+def log_time_format(value: str | None, report: Report) -> str | None:
+    name = log_time.normalise(value)
+    if name and name not in log_time.NAMES:
+        report.warn(
+            ("logTimeFormat",),
+            f"unknown time format {value!r}: swapd's log lines get no timestamp, as llama-swap's "
+            f"(one of {', '.join(log_time.NAMES)})",
+        )
+    return name
 
 
 def api_keys(top: shape.Top, typed: Converter, report: Report) -> tuple[str, ...]:
@@ -133,11 +146,13 @@ class CrossCheck:
                 return model_id
         return None
 
-    def groups(self, top: shape.Top) -> dict[str, c.GroupConfig]:
+    def groups(
+        self, specs: Mapping[str, shape.Group] | None, base: tuple[str, ...] = ("groups",)
+    ) -> dict[str, c.GroupConfig]:
         groups: dict[str, c.GroupConfig] = {}
         owner: dict[str, str] = {}
-        for group_id, spec in (top.groups or {}).items():
-            path = ("groups", group_id)
+        for group_id, spec in (specs or {}).items():
+            path = (*base, group_id)
             members: list[str] = []
             for index, member in self.typed.indexed((*path, "members"), spec.members):
                 where = (*path, "members", index)
@@ -195,8 +210,39 @@ class CrossCheck:
                     models=tuple(models),
                     api_key=spec.api_key,
                     filters=filters,
+                    timeouts=timeouts_of(spec.timeouts, peer=True),
                 )
         return peers
+
+    def by_id_names(self, by_id: Mapping[str, list[str]]) -> None:
+        """setParamsByID names become aliases (llama-swap): they may name no other model."""
+        owners: dict[str, str] = {}
+        for model_id, names in by_id.items():
+            for name in names:
+                where = ("models", model_id, "filters", "setParamsByID", name)
+                alias_of = self._alias_owner(name)
+                problem = name_problem(name, "a setParamsByID key")
+                if problem is not None:
+                    self.report.error(where, problem, key=True)
+                elif name in self.raw_models:
+                    self.report.error(
+                        where, f"setParamsByID key {name!r} is the id of model {name!r}", key=True
+                    )
+                elif alias_of is not None and alias_of != model_id:
+                    self.report.error(
+                        where,
+                        f"duplicate alias {name!r}: already an alias of model {alias_of!r}",
+                        key=True,
+                    )
+                elif name in owners:
+                    self.report.error(
+                        where,
+                        f"duplicate alias {name!r}: already a setParamsByID key of model "
+                        f"{owners[name]!r}",
+                        key=True,
+                    )
+                else:
+                    owners[name] = model_id
 
     def aliases_and_ids(self, peers: Mapping[str, c.PeerConfig]) -> None:
         seen: dict[str, str] = {}

@@ -74,6 +74,21 @@ class Document:
     # Per multi-line scalar, the first line of each `${...}` in it: a 2 MB cmd full of unknown
     # macros costs one pass over its lines, not one pass per macro.
     _tokens: dict[Path, dict[str, int]] = field(default_factory=dict, repr=False)
+    # Several files merged (`--config-dir`, merge.py): the file each path came from, and each
+    # file's lines. Empty for one file: every path is the report's own source.
+    origins: dict[Path, str] = field(default_factory=dict)
+    file_lines: dict[str, list[str]] = field(default_factory=dict)
+
+    def file_of(self, path: Path) -> str | None:
+        """The file the value at `path` (or its nearest ancestor) came from; None: one file."""
+        if not self.origins:
+            return None
+        probe = path
+        while True:
+            found = self.origins.get(probe)
+            if found is not None or not probe:
+                return found
+            probe = probe[:-1]
 
     def line(self, path: Path, *, key: bool = False) -> int | None:
         """The line of the value at `path` (or of its key); for a key that is not there, the line
@@ -97,17 +112,23 @@ class Document:
             if _TOKEN.fullmatch(needle):
                 found = self._token_lines(path, first, last).get(needle)
                 return found if found is not None else self.line(path)
+            lines = self._lines_of(path)
             for number in range(first, last + 1):
-                if needle in self.source_lines[number - 1]:
+                if needle in lines[number - 1]:
                     return number
         return self.line(path)
+
+    def _lines_of(self, path: Path) -> list[str]:
+        file = self.file_of(path)
+        return self.source_lines if file is None else self.file_lines.get(file, self.source_lines)
 
     def _token_lines(self, path: Path, first: int, last: int) -> dict[str, int]:
         lines = self._tokens.get(path)
         if lines is None:
             lines = {}
+            source = self._lines_of(path)
             for number in range(first, last + 1):
-                for token in _TOKEN.findall(self.source_lines[number - 1]):
+                for token in _TOKEN.findall(source[number - 1]):
                     lines.setdefault(token, number)
             self._tokens[path] = lines
         return lines

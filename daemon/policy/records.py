@@ -53,7 +53,13 @@ class Effects(Protocol[H]):
         ...
 
     async def drain(self, model_id: str) -> None:
-        """Phase one of a stop: until every live proxy has no request in flight for it."""
+        """Phase one of a stop: until every live proxy has no request in flight for it. May be
+        cancelled (a request for the model came first: it serves again)."""
+        ...
+
+    def busy(self, model_id: str) -> bool:
+        """Whether the proxies report requests in flight for the model (a swap that must stop
+        it waits, within its collation window, rather than start draining it)."""
         ...
 
     async def stop(
@@ -85,6 +91,12 @@ class Swap(Generic[H]):
     restart: bool = False  # a reload changed the definition being started
     gpus: tuple[str, ...] | None = None  # `gpus: auto`: where placement put it
     place_deadline: float | None = None  # `gpus: auto`: waiting for busy models until then
+    # The queue: higher priority first, then arrival order (`seq`), from `queued_at` (monotonic).
+    priority: int = 0
+    seq: int = 0
+    queued_at: float = 0.0
+    # When a request for a model it was draining took that model back (collation).
+    yielded_at: float | None = None
 
 
 def retrieve(future: asyncio.Future[H]) -> None:

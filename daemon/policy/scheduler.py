@@ -6,6 +6,9 @@ lifecycle state: stopped -> starting -> ready -> draining -> stopping -> stopped
 
 Rules (llama-swap's FIFO scheduler, adapted to the two-phase drain):
 * a ready model that no swap is evicting is served at once;
+* collation (docs/swapping.md): for COLLATE_WINDOW after it was queued, a swap waits for busy
+  models it must stop to go idle, and a request for a model it is draining takes that model back;
+* queued swaps that conflict begin in priority order, arrival order within a priority;
 * one start per model: concurrent ensures of a model join the same swap task;
 * a swap evicts what the eviction policy names, draining and stopping them in parallel, then starts
   its target; swaps whose evict sets touch each other (or each other's targets) wait their turn,
@@ -47,10 +50,15 @@ log = logging.getLogger("swapd.scheduler")
 class Scheduler(SwapEngine[H]):
     # ------------------------------------------------------------------------------- stop
 
-    async def stop(self, model_id: str, reason: str) -> None:
-        """Drain and stop one model (joins a stop already under way); no-op when not loaded."""
+    async def stop(self, model_id: str, reason: str, *, collatable: bool = False) -> None:
+        """Drain and stop one model (joins a stop already under way); no-op when not loaded.
+        `collatable`: a swap stops it, so a request for it may still take it back while it
+        drains (collation)."""
         existing = self._stops.get(model_id)
         if existing is not None:
+            if not collatable:
+                # An unload, a TTL or a reload wants it stopped too: no request takes it back.
+                self._collatable.discard(model_id)
             await asyncio.shield(existing)
             return
         rec = self.record(model_id)
@@ -64,13 +72,27 @@ class Scheduler(SwapEngine[H]):
             return
         task = asyncio.get_running_loop().create_task(self._stop(rec, reason))
         self._stops[model_id] = task
+        if collatable:
+            self._collatable.add(model_id)
         await asyncio.shield(task)
 
     async def _stop(self, rec: ModelRecord[H], reason: str) -> None:
         try:
             if rec.state == "ready":
                 self._set(rec, "draining", reason)
-                await self.effects.drain(rec.id)
+                drain = asyncio.get_running_loop().create_task(self.effects.drain(rec.id))
+                self._draining[rec.id] = drain
+                try:
+                    await asyncio.wait([drain])
+                finally:
+                    if self._draining.get(rec.id) is drain:
+                        del self._draining[rec.id]
+                    if not drain.done():
+                        drain.cancel()  # this stop was cancelled itself
+                if drain.cancelled():
+                    return  # collation took the model back (`_collate` set it ready)
+                drain.result()
+            self._collatable.discard(rec.id)
             self._set(rec, "stopping", reason)
             handle = rec.handle
             assert handle is not None
@@ -83,7 +105,9 @@ class Scheduler(SwapEngine[H]):
             rec.handle = None
             self._set(rec, "stopped", reason)
         finally:
-            self._stops.pop(rec.id, None)
+            if self._stops.get(rec.id) is asyncio.current_task():
+                del self._stops[rec.id]
+                self._collatable.discard(rec.id)
             await self._wake()
 
     async def unload(self, model_id: str | None, reason: str = "unloaded") -> list[str]:

@@ -11,12 +11,13 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Callable, Coroutine, Iterable, Mapping
-from typing import Any, Generic, Protocol
+from typing import Any, Protocol
 
 from ...ipc.messages import ModelState
 from ..config import Config, ModelConfig
 from ..errors import BackingOff, EnsureError, ModelNotFound, ShuttingDown, StartFailed
-from . import eviction, placing
+from . import placing
+from .collation import BUSY_POLL, COLLATE_WINDOW, Collation
 from .records import LOADED_STATES, Effects, H, ModelRecord, Swap, retrieve
 
 log = logging.getLogger("swapd.scheduler")
@@ -36,7 +37,7 @@ class Hold(Protocol):
     ) -> frozenset[str]: ...
 
 
-class SwapEngine(Generic[H]):
+class SwapEngine(Collation[H]):
     def __init__(
         self,
         config: Config,
@@ -46,6 +47,7 @@ class SwapEngine(Generic[H]):
         clock: Callable[[], float] = time.monotonic,
         backoff_base: float = BACKOFF_BASE,
         placer: placing.Placer | None = None,
+        collate_window: float = COLLATE_WINDOW,
     ) -> None:
         self.config = config
         self.effects = effects
@@ -55,6 +57,12 @@ class SwapEngine(Generic[H]):
         self.canonical_gpus = canonical_gpus
         self.clock = clock
         self.backoff_base = backoff_base
+        self.collate_window = collate_window
+        self._seq = 0
+        # The drain under way of each draining model, cancelled when collation takes it back.
+        self._draining: dict[str, asyncio.Task[None]] = {}
+        # Models whose stop a swap began (only those may be taken back by their requests).
+        self._collatable: set[str] = set()
         self.records: dict[str, ModelRecord[H]] = {}
         self.shutting_down = False
         self._swaps: dict[str, Swap[H]] = {}
@@ -65,7 +73,7 @@ class SwapEngine(Generic[H]):
         # Busy models hold a swap that would stop them (`busyCheck`); None: nothing holds one.
         self.hold: Hold | None = None
 
-    async def stop(self, model_id: str, reason: str) -> None:
+    async def stop(self, model_id: str, reason: str, *, collatable: bool = False) -> None:
         raise NotImplementedError  # Scheduler.stop
 
     async def _start_effect(self, model: ModelConfig) -> H | None:
@@ -139,11 +147,20 @@ class SwapEngine(Generic[H]):
         rec = self.record(model.id)
         if rec.state == "ready" and rec.handle is not None and not self._evicting(model.id):
             return rec.handle
+        if rec.state == "draining" and rec.handle is not None and self._collate(rec):
+            return rec.handle
         swap = self._swaps.get(model.id)
         if swap is None:
             self._check_backoff(rec)
             loop = asyncio.get_running_loop()
-            swap = self._swaps[model.id] = Swap(model.id, loop.create_future())
+            self._seq += 1
+            swap = self._swaps[model.id] = Swap(
+                model.id,
+                loop.create_future(),
+                priority=self.config.priority.get(model.id, 0),
+                seq=self._seq,
+                queued_at=self.clock(),
+            )
             swap.result.add_done_callback(retrieve)
             swap.task = loop.create_task(self._run_swap(swap))
         # A requester that gives up must not cancel a start others (or the next request) wait for.
@@ -215,27 +232,22 @@ class SwapEngine(Generic[H]):
                     rec = self.record(target)
                     if rec.state == "ready" and rec.handle and not self._evicting(target):
                         return rec.handle
-                    running = self.loaded() | {s.target for s in self._swaps.values() if s.claimed}
-                    occupants = self.occupants()
                     if model.gpus_auto and self.placer is not None:
                         placed = await placing.decide(
-                            self.placer, swap, model, occupants, self.config, self.clock()
+                            self.placer, swap, model, self.occupants(), self.config, self.clock()
                         )
                         if placed is None:  # busy models in the way: decide again soon
-                            with contextlib.suppress(TimeoutError):
-                                await asyncio.wait_for(self._changed.wait(), placing.RETRY)
+                            await self._wait(placing.RETRY)
                             continue
-                        evict = placed
-                    else:
-                        evict = eviction.evict_for(
-                            target,
-                            running - {target},
-                            placing.placed_view(self.config, occupants),
-                            canonical_gpus=self.canonical_gpus,
-                        )
-                    if not self._collides(target, evict):
+                        if not self._collides(target, placed):
+                            evict = placed
+                            break
+                        await self._wait(None)
+                        continue
+                    evict, polling = self._claimable(swap)
+                    if evict is not None and not self._blocked_by_queue(swap, evict):
                         break
-                    await self._changed.wait()
+                    await self._wait(BUSY_POLL if polling else None)
                 ask = self.hold.needed(evict - asked) if self.hold is not None else frozenset()
                 if not ask:
                     swap.evict = evict
@@ -253,13 +265,18 @@ class SwapEngine(Generic[H]):
             evict = swap.evict
             if evict:
                 log.info("%s: swapping out %s", target, ", ".join(sorted(evict)))
+                ordered = sorted(evict)
                 results = await asyncio.gather(
-                    *(self.stop(m, f"swapped out for {target}") for m in evict),
+                    *(self.stop(m, f"swapped out for {target}", collatable=True) for m in ordered),
                     return_exceptions=True,
                 )
-                for m, result in zip(sorted(evict), results, strict=False):
+                for m, result in zip(ordered, results, strict=False):
                     if isinstance(result, BaseException):
                         log.error("%s: stopping %s failed: %r", target, m, result)
+                if not swap.claimed:
+                    # Collation took a model back: queue again (first in line at this priority).
+                    log.info("%s: waits again: a model it was stopping serves its requests", target)
+                    continue
             self._check_aborted(swap)
             # A reload during the evictions may have changed or removed the target.
             model = self.config.models.get(target)
@@ -278,6 +295,14 @@ class SwapEngine(Generic[H]):
             swap.claimed = False
             swap.evict = frozenset()
             swap.gpus = None
+
+    async def _wait(self, timeout: float | None) -> None:
+        """Wait (the condition's lock held) for a change, or at most `timeout` seconds."""
+        if timeout is None:
+            await self._changed.wait()
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._changed.wait(), timeout)
 
     def _check_aborted(self, swap: Swap[H]) -> None:
         if swap.failed is not None:

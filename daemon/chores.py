@@ -1,0 +1,62 @@
+"""The daemon's periodic chores, every TICK: TTL unloads, silent proxies forgotten, `busyCheck`
+probes, the placer's memory samples, lingering ports checked again."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from . import placer as placer_module
+from .busy_watch import BusyWatch
+from .machinery.lifecycle import Lifecycle
+from .machinery.model_process import Running
+from .observe.metrics import Metrics
+from .placer import Placer
+from .policy import ttl
+from .policy.proxies import ProxyRegistry
+from .policy.records import ModelRecord
+from .policy.scheduler import Scheduler
+
+log = logging.getLogger("swapd.daemon")
+
+TICK = 0.25
+# The lingering ports are checked again this often (and before each start of their model).
+LINGER_RECHECK = 2.0
+
+
+async def tick_loop(
+    scheduler: Scheduler[Running],
+    registry: ProxyRegistry,
+    busy: BusyWatch,
+    lifecycle: Lifecycle,
+    metrics: Metrics,
+    placer: Placer | None,
+    *,
+    forget: Callable[[str], None],
+    publish_state: Callable[[ModelRecord[Running]], None],
+    spawn: Callable[[Coroutine[Any, Any, Any]], object],
+) -> None:
+    last_recheck = last_sample = 0.0
+    loop = asyncio.get_running_loop()
+    while True:
+        await asyncio.sleep(TICK)
+        if placer is not None and loop.time() - last_sample >= placer_module.SAMPLE_EVERY:
+            last_sample = loop.time()
+            for model_id in await placer.sample(scheduler.occupants()):
+                publish_state(scheduler.record(model_id))
+        for gone in registry.expire():
+            forget(gone)
+        config = scheduler.config
+        records = list(scheduler.records.values())
+        busy.tick(records, config, registry)
+        for model_id in ttl.due(records, config, registry, held=busy.held):
+            model = config.models.get(model_id)
+            log.info("%s: unloading, TTL of %ss reached", model_id, model.ttl if model else "?")
+            metrics.ttl_unloads.labels(model_id).inc()
+            spawn(scheduler.stop(model_id, "ttl expired"))
+        if lifecycle.lingering and loop.time() - last_recheck >= LINGER_RECHECK:
+            last_recheck = loop.time()
+            for model_id in lifecycle.recheck_lingering():
+                publish_state(scheduler.record(model_id))
