@@ -52,6 +52,7 @@ from .machinery.exit_watch import ExitWatch
 from .machinery.lifecycle import GPU_RELEASE_TIMEOUT, Lifecycle
 from .machinery.model_process import Running
 from .observe.service import Observer
+from .observe.swap_log import SwapLog
 from .policy import shutdown, ttl
 from .policy.proxies import ProxyRegistry
 from .policy.records import ModelRecord
@@ -107,7 +108,8 @@ class Daemon:
         self.metrics = self.observer.metrics
         self.exits = ExitWatch(self.lifecycle.watchers, self._exited)
         parts = (self.lifecycle, self.registry, self.endpoint, self.exits, self.model_status)
-        effects = DaemonEffects(*parts, self.metrics)
+        self.swaps = SwapLog(self.instance, self.endpoint)
+        effects = DaemonEffects(*parts, self.metrics, self.swaps)
         self.placer = placer.make_placer(self.gpu_backend, self.registry)
         self.scheduler: Scheduler[Running] = Scheduler(
             config,
@@ -136,6 +138,7 @@ class Daemon:
         on(Activity, lambda _, m: self.registry.activity(m.proxy_id, m.model, m.in_flight, m.at))
         on(Drained, lambda _, m: self.registry.drained(m.proxy_id, m.model, m.epoch))
         self.observer.register(on)
+        self.swaps.register(on)
         on(Snapshot, self._snapshot)
         on(Status, self._status)
         on(Ensure, self._ensure, spawn=True)
@@ -262,6 +265,8 @@ class Daemon:
 
     async def _ensure(self, identity: bytes, message: Ensure) -> None:
         self.registry.seen(message.proxy_id)
+        model = self.scheduler.config.resolve(message.model)
+        self.swaps.wanted(model.id if model else message.model, "request")
         try:
             with self.metrics.waiting_for(message.model):
                 handle = await self.scheduler.ensure(message.model)
@@ -397,6 +402,8 @@ class Daemon:
             self.spawn(self._preload_one(model_id))
 
     async def _preload_one(self, model_id: str) -> None:
+        model = self.scheduler.config.resolve(model_id)
+        self.swaps.wanted(model.id if model else model_id, "preload")
         try:
             await self.scheduler.ensure(model_id)
         except EnsureError as exc:
