@@ -145,13 +145,12 @@ def test_a_model_log_streams_new_lines_in_colour(chromium: Path, stack: Stack) -
         before = page.locator("#log span.fg-31", has_text=COLOUR).count()
         _chat(stack, "b")  # a start of `b` writes the coloured line again
         pid = stack.model("b")["pid"]
-        page.wait_for_selector(f'#log >> text="fake model b starting on port" >> nth=-1')
         wait_for(
             lambda: page.locator("#log span.fg-31", has_text=COLOUR).count() > before,
             15,
             what="the new coloured line",
         )
-        page.wait_for_selector(f"#log >> text=pid {pid}")
+        page.wait_for_selector(f"#log .line:has-text('starting on port') >> text=pid {pid}")
         # The filter keeps only matching lines.
         page.fill("#log-filter", "starting on port")
         lines = page.eval_on_selector_all("#log .line", "els => els.map(e => e.textContent)")
@@ -233,8 +232,14 @@ def test_with_api_keys_nothing_answers_without_the_key(
         assert call(stack.url + path, password="sekret-key")[0] == 200, path
     assert call(stack.url + "/", password="sekret-key")[1]["Location"] == "/ui/"
     with ui_page(chromium, "") as page:
-        response = page.goto(stack.url + "/ui/")
-        assert response is not None and response.status == 401
+        answer = page.request.get(stack.url + "/ui/")
+        assert answer.status == 401
+        assert answer.headers["www-authenticate"] == 'Basic realm="swapd"'
+        # The browser itself is asked for credentials, and with none to give, gets no page.
+        from playwright.sync_api import Error as PlaywrightError
+
+        with pytest.raises(PlaywrightError, match="ERR_INVALID_AUTH_CREDENTIALS"):
+            page.goto(stack.url + "/ui/")
     with ui_page(chromium, stack.url + "/ui/", password="sekret-key") as page:
         page.wait_for_selector('article[data-model="a"]')
         page.wait_for_selector("#conn.live")  # the event stream got in too

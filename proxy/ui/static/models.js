@@ -89,7 +89,10 @@ function card(item) {
   if (detail && state === "starting" && detail.since) facts.push(fact("starting for", since(detail.since)));
   if (detail && state === "ready" && detail.since) facts.push(fact("up", since(detail.since)));
   if (detail && detail.pid) facts.push(fact("pid", String(detail.pid)));
-  if (detail && detail.port && state !== "stopped") facts.push(fact("port", String(detail.port)));
+  if (detail && state !== "stopped") {
+    if (detail.port) facts.push(fact("port", String(detail.port)));
+    else if (detail.upstream) facts.push(fact("upstream", detail.upstream));
+  }
   if (detail && detail.gpus && detail.gpus.length) facts.push(fact("GPUs", detail.gpus.join(", ")));
   if (detail && state === "ready") {
     if (detail.ttl_left !== null && detail.ttl_left !== undefined && detail.ttl > 0) {
