@@ -244,3 +244,30 @@ def test_with_api_keys_nothing_answers_without_the_key(
         page.wait_for_selector('article[data-model="a"]')
         page.wait_for_selector("#conn.live")  # the event stream got in too
         assert page.errors == []
+
+
+def test_gpus_page_shows_memory_and_holders(
+    chromium: Path, stack_factory: Callable[..., Stack], shots: Path
+) -> None:
+    # The fake GPU backend stands for NVML (docs/gpus.md): two GPUs; `g` holds 2 GiB on GPU 0.
+    (port,) = model_ports(1)
+    held = 2 * 1024**3
+    model = {**local_model("g", port, gpus=[0]), "env": [f"SWAPD_FAKE_GPU_MEM={held}"]}
+    stack = stack_factory(
+        {"healthCheckTimeout": 15, "models": {"g": model}},
+        env={"SWAPD_GPU_BACKEND": "fake", "SWAPD_FAKE_GPUS": "2"},
+    )
+    _chat(stack, "g")
+    status = json.loads(call(stack.url + "/api/status")[2])
+    gpu0 = next(g for g in status["gpus"] if g["index"] == 0)
+    assert gpu0["used_bytes"] == held
+    for label, viewport in (("desktop", DESKTOP), ("phone", PHONE)):
+        with ui_page(chromium, stack.url + "/ui/#gpus", viewport=viewport) as page:
+            page.wait_for_selector("#gpus-tab:not([hidden])")
+            card = page.wait_for_selector(f'#gpus article[data-gpu="{gpu0["uuid"]}"]')
+            page.wait_for_selector(f'#gpus article[data-gpu="{gpu0["uuid"]}"] [data-holder="g"]')
+            text = card.text_content() or ""
+            assert "2.0 GiB of" in text and "g (ready)" in text
+            assert page.locator("#gpus article").count() == 2
+            shoot(page, shots, f"{label}-gpus")
+            assert page.errors == []

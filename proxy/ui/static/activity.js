@@ -3,7 +3,7 @@
 // with token counts and speeds; a capture viewer for records that have one.
 
 import { encode, getJSON, send } from "./api.js";
-import { clock, el, epoch, ms, seconds, toast } from "./dom.js";
+import { clock, el, epoch, labelled, ms, seconds, toast } from "./dom.js";
 import * as events from "./events.js";
 import { store, subscribe } from "./store.js";
 
@@ -65,6 +65,7 @@ function renderActivity(freshId) {
     return;
   }
   body.replaceChildren(...sorted.map((r) => row(r, r.id === freshId)));
+  labelled(document.getElementById("activity"));
 }
 
 async function cancel(button, id) {
@@ -98,6 +99,7 @@ function renderInflight() {
       el("td", {}, button),
     );
   }));
+  labelled(document.getElementById("inflight"));
 }
 
 async function load() {

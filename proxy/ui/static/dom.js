@@ -65,3 +65,12 @@ export function toast(text) {
   clearTimeout(toastTimer);
   toastTimer = setTimeout(() => { node.hidden = true; }, 4000);
 }
+
+// Each cell's column name (`data-label`), for the phone layout, where a row is a stack of
+// labelled cells instead of a line of columns.
+export function labelled(table) {
+  const names = [...table.querySelectorAll("thead th")].map((th) => th.textContent);
+  for (const row of table.querySelectorAll("tbody tr")) {
+    [...row.children].forEach((td, i) => { if (names[i]) td.dataset.label = names[i]; });
+  }
+}

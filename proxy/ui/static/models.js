@@ -206,6 +206,6 @@ export function init() {
     }
     loadProfiles();
   });
+  // Every new event-stream connection starts with a `profileChanged`: that loads them.
   events.on("profileChanged", loadProfiles);
-  loadProfiles();
 }

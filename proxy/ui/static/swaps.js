@@ -2,7 +2,7 @@
 // first, each with its phases as a bar and in numbers, and its cause.
 
 import { getJSON } from "./api.js";
-import { clock, el, seconds } from "./dom.js";
+import { clock, el, labelled, seconds } from "./dom.js";
 import * as events from "./events.js";
 
 const MAX_ROWS = 200;
@@ -67,6 +67,7 @@ function render(freshId) {
     return;
   }
   body.replaceChildren(...sorted.map((r) => row(r, r.id === freshId)));
+  labelled(document.getElementById("swaps"));
 }
 
 async function load() {
