@@ -82,7 +82,9 @@ def test_models_page_renders_the_config(chromium: Path, stack: Stack, shots: Pat
         page.wait_for_selector('article[data-model="a"]')
         page.wait_for_selector('article[data-model="b"]')
         assert page.url == stack.url + "/ui/"
-        ids = page.eval_on_selector_all("article[data-model]", "els => els.map(e => e.dataset.model)")
+        ids = page.eval_on_selector_all(
+            "article[data-model]", "els => els.map(e => e.dataset.model)"
+        )
         assert ids == ["a", "b"]
         assert page.text_content('article[data-model="b"] .desc') == "Model B"
         for model in ("a", "b"):
@@ -91,9 +93,7 @@ def test_models_page_renders_the_config(chromium: Path, stack: Stack, shots: Pat
         assert page.errors == []
 
 
-def test_a_swap_shows_live_then_in_the_timeline(
-    chromium: Path, stack: Stack, shots: Path
-) -> None:
+def test_a_swap_shows_live_then_in_the_timeline(chromium: Path, stack: Stack, shots: Path) -> None:
     stack.swapd("unload")
     with ui_page(chromium, stack.url + "/ui/") as page:
         page.wait_for_selector("#conn.live")

@@ -60,7 +60,8 @@ def _need(part: str, make: Callable[[Any], Any] = lambda prepared: prepared) -> 
 
 
 def pytest_report_header() -> str:
-    return f"real tier (markers docker, llamacpp, systemd, browser): SWAPD_REAL_PARTS={provision.mode()}"
+    markers = "docker, llamacpp, systemd, browser"
+    return f"real tier (markers {markers}): SWAPD_REAL_PARTS={provision.mode()}"
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:

@@ -42,7 +42,7 @@ function phases(r) {
     bar.append(part);
     text.push(`${p} ${seconds(r.phases[p])}`);
   }
-  return el("div", {}, bar, el("div", { class: "phase-text", text: text.join(" · ") || "–" }));
+  return el("div", { class: "phase-cell" }, bar, el("div", { class: "phase-text", text: text.join(" · ") || "–" }));
 }
 
 function row(r, fresh) {
