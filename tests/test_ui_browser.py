@@ -271,3 +271,39 @@ def test_gpus_page_shows_memory_and_holders(
             assert page.locator("#gpus article").count() == 2
             shoot(page, shots, f"{label}-gpus")
             assert page.errors == []
+
+
+def test_failed_start_remote_models_and_two_proxy_processes(
+    chromium: Path, stack_factory: Callable[..., Stack]
+) -> None:
+    """A model that fails to start shows its reason and its log's tail; a peer's models are
+    marked remote; with two proxy processes the page shows what the daemon knows, whichever
+    process serves it (the request and the activity row may come from the other one)."""
+    ok, broken, peer = model_ports(3)
+    config = {
+        "healthCheckTimeout": 15,
+        "models": {"ok": local_model("ok", ok), "broken": local_model("broken", broken, "--fail")},
+        "peers": {"far": {"proxy": f"http://127.0.0.1:{peer}", "models": ["remote-one"]}},
+    }
+    stack = stack_factory(config, proxy_processes=2)
+    with ui_page(chromium, stack.url + "/ui/") as page:
+        page.wait_for_selector("#conn.live")
+        remote = page.wait_for_selector('article[data-model="far/remote-one"]')
+        assert "remote" in (remote.text_content() or "")
+        assert remote.query_selector("button") is None  # nothing to load or unload here
+        page.click('article[data-model="broken"] button[data-action="load"]')
+        card = page.wait_for_selector('article[data-model="broken"][data-state="failed"]')
+        page.wait_for_selector('article[data-model="broken"] pre.tail')
+        reason = stack.model("broken")["reason"]
+        assert reason and reason in (card.text_content() or "")
+        tail = page.text_content('article[data-model="broken"] pre.tail') or ""
+        assert "error: broken cannot load its weights" in tail
+        for _ in range(4):  # spread over both processes
+            _chat(stack, "ok")
+        tab(page, "activity")
+        wait_for(
+            lambda: page.locator('#activity tr[data-model="ok"]').count() == 4,
+            15,
+            what="four activity rows for ok",
+        )
+        assert page.errors == []
