@@ -129,7 +129,7 @@ function card(item) {
     item.description ? el("div", { class: "desc", text: item.description }) : null,
     el("dl", { class: "facts" }, facts),
     detail && detail.reason && (failed || state === "stopped")
-      ? el("div", { class: "reason", text: detail.reason })
+      ? el("div", { class: failed ? "reason" : "desc", "data-role": "reason", text: detail.reason })
       : null,
     failed && tails.get(item.id) ? el("pre", { class: "tail", text: tails.get(item.id) }) : null,
     remote ? null : el("div", { class: "actions" }, load, unload),
