@@ -23,13 +23,40 @@ function speed(t) {
   return t.prompt_per_second >= 0 ? `${gen} (prompt ${t.prompt_per_second.toFixed(0)})` : gen;
 }
 
+// A body as the capture holds it (base64 in llama-swap's JSON): text when it is UTF-8, pretty
+// when it is JSON, else its size.
+function bodyText(b64) {
+  if (b64 === null || b64 === undefined) return "(not captured)";
+  let bytes;
+  try { bytes = Uint8Array.from(atob(b64), (c) => c.charCodeAt(0)); } catch { return String(b64); }
+  let text;
+  try { text = new TextDecoder("utf-8", { fatal: true }).decode(bytes); } catch {
+    return `(${bytes.length} bytes of binary data)`;
+  }
+  try { return JSON.stringify(JSON.parse(text), null, 2); } catch { return text; }
+}
+
+function headerText(headers) {
+  return Object.entries(headers || {}).map(([k, v]) => `${k}: ${v}`).join("\n") || "(none)";
+}
+
+function captureText(c) {
+  return [
+    `${c.req_path || ""}`,
+    "", "— request headers —", headerText(c.req_headers),
+    "", "— request body —", bodyText(c.req_body),
+    "", "— response headers —", headerText(c.resp_headers),
+    "", "— response body —", bodyText(c.resp_body),
+  ].join("\n");
+}
+
 async function showCapture(id) {
   const dialog = document.getElementById("capture");
   const body = document.getElementById("capture-body");
   body.textContent = "loading…";
   dialog.showModal();
   try {
-    body.textContent = JSON.stringify(await getJSON(`/api/captures/${encode(id)}`), null, 2);
+    body.textContent = captureText(await getJSON(`/api/captures/${encode(id)}`));
   } catch (err) {
     body.textContent = `capture ${id} is not available (${err.message})`;
   }

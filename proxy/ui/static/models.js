@@ -40,6 +40,8 @@ async function loadTail(id) {
   if (tails.has(id)) return;
   tails.set(id, "");
   const controller = new AbortController();
+  // An empty log sends no history: give up on it rather than wait for a line.
+  const timer = setTimeout(() => controller.abort(), 3000);
   try {
     // The stream's first chunk is the history; nothing else is wanted here.
     const response = await fetch(`/logs/stream/${encode(id)}`, { signal: controller.signal });
@@ -47,8 +49,9 @@ async function loadTail(id) {
     const text = new TextDecoder().decode(value || new Uint8Array());
     tails.set(id, text.split("\n").filter((l) => l.trim()).slice(-15).join("\n"));
   } catch (err) {
-    tails.set(id, `(log not available: ${err.message})`);
+    tails.set(id, controller.signal.aborted ? "(its log is empty)" : `(no log: ${err.message})`);
   } finally {
+    clearTimeout(timer);
     controller.abort();
   }
   render();
