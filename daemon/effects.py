@@ -92,9 +92,9 @@ class DaemonEffects:
     def changed(self, record: ModelRecord[Running], model: ModelConfig | None) -> None:
         if record.state == "failed" and record.failures >= BACKOFF_AFTER:
             self.metrics.backoffs.labels(record.id).inc()
-        if self.swaps is not None:
-            self.swaps.changed(record.id, record.state, record.reason)
         self._publish(self.status_of(record, model))
+        if self.swaps is not None:  # after the state event: a record follows what it records
+            self.swaps.changed(record.id, record.state, record.reason)
 
     def _publish(self, status: ModelStatus) -> None:
         self._last[status.model] = status
