@@ -44,7 +44,7 @@ def _coloured(port: int) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def stack() -> Iterator[Stack]:
+def stack(chromium: Path) -> Iterator[Stack]:  # no browser, no stack: skipped before it starts
     a, b = model_ports(2)
     config = {
         "healthCheckTimeout": 15,
