@@ -16,6 +16,7 @@ from .machinery.exit_watch import ExitWatch
 from .machinery.lifecycle import Lifecycle
 from .machinery.model_process import Running
 from .observe.metrics import Metrics
+from .observe.swap_log import SwapLog
 from .policy.proxies import ProxyRegistry
 from .policy.records import ModelRecord
 from .policy.swaps import BACKOFF_AFTER
@@ -32,6 +33,7 @@ class DaemonEffects:
         exits: ExitWatch,
         status_of: StatusOf,
         metrics: Metrics | None = None,
+        swaps: SwapLog | None = None,
     ) -> None:
         self.lifecycle = lifecycle
         self.registry = registry
@@ -39,12 +41,15 @@ class DaemonEffects:
         self.exits = exits
         self.status_of = status_of
         self.metrics = metrics or Metrics()
+        self.swaps = swaps
         lifecycle.on_phase = self._phase
         # The last status published per model: a phase change republishes it with a new reason.
         self._last: dict[str, ModelStatus] = {}
 
     def _phase(self, model_id: str, phase: str, seconds: float) -> None:
         self.metrics.phase.labels(model_id, phase).observe(seconds)
+        if self.swaps is not None:
+            self.swaps.phase(model_id, phase, seconds)
         last = self._last.get(model_id)
         if phase == "start" and last is not None and last.state == "starting":
             self._publish(msgspec.structs.replace(last, reason=HEALTH_CHECK_REASON))
@@ -71,7 +76,7 @@ class DaemonEffects:
 
         began = time.monotonic()
         await self.registry.drain(model_id, publish)
-        self.metrics.phase.labels(model_id, "drain").observe(time.monotonic() - began)
+        self._phase(model_id, "drain", time.monotonic() - began)
 
     def busy(self, model_id: str) -> bool:
         return self.registry.in_flight(model_id) > 0
@@ -83,7 +88,7 @@ class DaemonEffects:
         began = time.monotonic()
         # A swap starts its target right after: the watcher's `rm` waits until that has spawned.
         await self.lifecycle.stop(handle, model, defer_remove=start_follows)
-        self.metrics.phase.labels(model_id, "stop").observe(time.monotonic() - began)
+        self._phase(model_id, "stop", time.monotonic() - began)
         if start_follows:
             self.metrics.swaps.labels(model_id).inc()
 
@@ -91,6 +96,8 @@ class DaemonEffects:
         if record.state == "failed" and record.failures >= BACKOFF_AFTER:
             self.metrics.backoffs.labels(record.id).inc()
         self._publish(self.status_of(record, model))
+        if self.swaps is not None:  # after the state event: a record follows what it records
+            self.swaps.changed(record.id, record.state, record.reason)
 
     def _publish(self, status: ModelStatus) -> None:
         self._last[status.model] = status

@@ -10,11 +10,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-import msgspec
-
 from ..ipc.client import DaemonClient, DaemonUnavailable
 from ..ipc.endpoints import Endpoints, default_run_dir
 from ..ipc.messages import Error, ModelStatus, Ok, Reload, Status, StatusReply, Unload
+from ..ipc.status_doc import status_json
 
 STATUS_TIMEOUT = 5.0
 # An unload waits for drains (a long stream is never cut) and for cmdStop.
@@ -121,15 +120,6 @@ def render_table(reply: StatusReply, now: float | None = None) -> str:
     return "\n".join(lines + notes)
 
 
-def _status_json(reply: StatusReply) -> dict[str, Any]:
-    data: dict[str, Any] = msgspec.to_builtins(reply)
-    data.pop("id", None)
-    data.pop("type", None)
-    for model in data["models"]:
-        model.pop("type", None)
-    return data
-
-
 async def _call(run_dir: Path, make: Any, timeout: float) -> Any:
     client = DaemonClient(Endpoints(run_dir).daemon)
     try:
@@ -148,7 +138,7 @@ def main(args: argparse.Namespace) -> int:
             reply = asyncio.run(_call(run_dir, lambda i: Status(id=i), STATUS_TIMEOUT))
             if isinstance(reply, StatusReply):
                 if args.json:
-                    print(json.dumps(_status_json(reply), indent=2))
+                    print(json.dumps(status_json(reply), indent=2))
                 else:
                     print(render_table(reply))
                 return 0

@@ -19,9 +19,10 @@ def preload(
     run_dir: Path,
     scheduler: Scheduler[Running],
     spawn: Callable[[Coroutine[Any, Any, Any]], object],
+    wanted: Callable[[str, str], None],
 ) -> None:
     """Not again when circusd restarts the daemon (the new daemon adopted what runs, maybe a
-    model the user loaded since)."""
+    model the user loaded since). `wanted` tells the swap log why each start was asked for."""
     marker = run_dir / circus_config.PRELOADED_FILE
     if marker.exists():
         if scheduler.config.preload:
@@ -32,10 +33,14 @@ def preload(
     except OSError as exc:
         log.warning("cannot write %s (%s): a restarted daemon would preload again", marker, exc)
     for model_id in scheduler.config.preload:
-        spawn(_preload_one(scheduler, model_id))
+        spawn(_preload_one(scheduler, model_id, wanted))
 
 
-async def _preload_one(scheduler: Scheduler[Running], model_id: str) -> None:
+async def _preload_one(
+    scheduler: Scheduler[Running], model_id: str, wanted: Callable[[str, str], None]
+) -> None:
+    model = scheduler.config.resolve(model_id)
+    wanted(model.id if model else model_id, "preload")
     try:
         await scheduler.ensure(model_id)
     except EnsureError as exc:

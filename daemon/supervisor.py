@@ -53,6 +53,7 @@ from .machinery.exit_watch import ExitWatch
 from .machinery.lifecycle import GPU_RELEASE_TIMEOUT, Lifecycle
 from .machinery.model_process import Running
 from .observe.service import Observer
+from .observe.swap_log import SwapLog
 from .policy import shutdown
 from .policy.proxies import ProxyRegistry
 from .policy.records import ModelRecord
@@ -107,7 +108,8 @@ class Daemon:
         self.metrics = self.observer.metrics
         self.exits = ExitWatch(self.lifecycle.watchers, self._exited)
         parts = (self.lifecycle, self.registry, self.endpoint, self.exits, self.model_status)
-        effects = DaemonEffects(*parts, self.metrics)
+        self.swaps = SwapLog(self.instance, self.endpoint)
+        effects = DaemonEffects(*parts, self.metrics, self.swaps)
         self.placer = placer.make_placer(self.gpu_backend, self.registry)
         self.scheduler: Scheduler[Running] = Scheduler(
             config,
@@ -137,6 +139,7 @@ class Daemon:
         on(Activity, lambda _, m: self.registry.activity(m.proxy_id, m.model, m.in_flight, m.at))
         on(Drained, lambda _, m: self.registry.drained(m.proxy_id, m.model, m.epoch))
         self.observer.register(on)
+        self.swaps.register(on)
         on(Snapshot, self._snapshot)
         on(Status, self._status)
         on(Ensure, self._ensure, spawn=True)
@@ -245,6 +248,8 @@ class Daemon:
 
     async def _ensure(self, identity: bytes, message: Ensure) -> None:
         self.registry.seen(message.proxy_id)
+        model = self.scheduler.config.resolve(message.model)
+        self.swaps.wanted(model.id if model else message.model, "request")
         try:
             with self.metrics.waiting_for(message.model):
                 handle = await self.scheduler.ensure(message.model)
@@ -358,7 +363,7 @@ class Daemon:
         if self.watch_config:
             watching = config_watch.watch(self.config_path, lambda: self.reload("file changed"))
             loops.append(self.spawn(watching))
-        preloading.preload(self.endpoints.run_dir, self.scheduler, self.spawn)
+        preloading.preload(self.endpoints.run_dir, self.scheduler, self.spawn, self.swaps.wanted)
         await self._stop.wait()
         await self.shutdown()
         await self.busy.close()

@@ -15,7 +15,7 @@ from aiohttp import web
 
 from ..ipc.client import DaemonClient
 from ..ipc.endpoints import Endpoints
-from . import access_log, events, logs, models_list, observe_api, ops, pipeline, profiles
+from . import access_log, events, logs, models_list, observe_api, ops, pipeline, profiles, ui_routes
 from .activity import RECORDER
 from .admission import Admission
 from .auth import check_api_key, check_single_credentials
@@ -170,4 +170,5 @@ def make_app(*, run_dir: Path, processes: int = 1, proxy_id: str | None = None) 
     router.add_get("/logs", logs.handle_logs)
     router.add_get("/logs/stream", logs.handle_stream)
     router.add_get("/logs/stream/{which:.+}", logs.handle_stream)
+    ui_routes.register(app)
     return app

@@ -4,9 +4,10 @@ Each frame is `event:message\\ndata:{"type": T, "data": "<JSON text>"}\\n\\n`, T
 `modelStatus` (every model's state, on any change), `logData` (`{"source": "proxy"|"upstream",
 "data"}`), `activity` (a new activity record: llama-swap's `{id}` plus the record's fields),
 `inflight` (`{"operation": "snapshot", "requests"}`, then `upsert` with `request` or `remove` with
-`id`), `uiConfig` and `profileChanged` (fixed: swapd has neither a UI nor profiles). A new
-subscriber first gets the log histories, `modelStatus`, `uiConfig`, `profileChanged` and the
-in-flight snapshot.
+`id`), `swap` (swapd's own: a swap record as `GET /api/swaps` lists them, once its episode
+ended), `uiConfig` and `profileChanged` (fixed: swapd has no profiles). A new subscriber
+first gets the log histories, `modelStatus`, `uiConfig`, `profileChanged` and the in-flight
+snapshot.
 
 Activity and in-flight events come from the daemon (`ActivityAdded`, `InFlightChanged`), so they
 cover every proxy process; `logData` with source `proxy` is this process's own log.
@@ -38,6 +39,7 @@ from ..ipc.messages import (
     InFlightChanged,
     SnapshotReply,
     StateChanged,
+    SwapRecorded,
     TableChanged,
 )
 from .context import CTX
@@ -178,6 +180,8 @@ class EventHub:
             return
         if isinstance(event, StateChanged | TableChanged):
             self._broadcast(frame("modelStatus", self.model_status()))
+        elif isinstance(event, SwapRecorded):
+            self._broadcast(frame("swap", event.record))
         elif isinstance(event, ActivityAdded):
             for record in codec.decode_records(event.records):
                 self._broadcast(activity_frame(record))

@@ -8,6 +8,7 @@
   on first use and stopped at the end of the session; `docker` (function): the same engine, with
   every container removed after the test; `busybox_image`: that image's tag.
 - `llamacpp` (session): where llama.cpp's server code and the Gemma 270M GGUF are.
+- `chromium` (session): Debian's chromium for the web UI's Playwright tests (marker `browser`).
 
 A part that cannot run skips its tests with the reason, or, in `require` mode, fails them.
 """
@@ -19,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from tests.realparts import provision, systemd_image
+from tests.realparts import browser, provision, systemd_image
 from tests.realparts.docker_engine import DockerEngine, EngineUnavailable
 from tests.realparts.images import BUSYBOX_IMAGE, build_busybox_image
 
@@ -27,6 +28,7 @@ PARTS: dict[str, Callable[[str], Any]] = {
     "docker": provision.ensure_docker,
     "llamacpp": provision.ensure_llamacpp,
     "systemd": systemd_image.prepare,
+    "browser": browser.ensure_browser,
 }
 # part -> what its preparation returned, or the PartMissing it raised
 _prepared: dict[str, Any] = {}
@@ -58,7 +60,8 @@ def _need(part: str, make: Callable[[Any], Any] = lambda prepared: prepared) -> 
 
 
 def pytest_report_header() -> str:
-    return f"real tier (markers docker, llamacpp): SWAPD_REAL_PARTS={provision.mode()}"
+    markers = "docker, llamacpp, systemd, browser"
+    return f"real tier (markers {markers}): SWAPD_REAL_PARTS={provision.mode()}"
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
@@ -100,6 +103,12 @@ def docker(docker_engine: DockerEngine) -> Iterator[DockerEngine]:
 @pytest.fixture(scope="session")
 def busybox_image(docker_engine: DockerEngine) -> str:
     return BUSYBOX_IMAGE
+
+
+@pytest.fixture(scope="session")
+def chromium() -> Any:
+    """Debian's chromium, ready for Playwright (tests/realparts/browser.py): its path."""
+    return _need("browser")
 
 
 @pytest.fixture(scope="session")

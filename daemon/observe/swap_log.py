@@ -1,0 +1,170 @@
+"""The swap log: a bounded ring of what happened to the models (starts, swaps, stops, crashes),
+each with the duration of its phases and its cause, for the web UI's timeline (`GET /api/swaps`,
+and `swap` events on `/api/events`).
+
+It is told what the scheduler does through the daemon's effects (every state change with its
+reason, and each phase's duration as the machinery measures it) and, by the daemon, why a start
+was asked for (a request or the preload hook); it decides nothing. A record is kept, and
+published, once its episode ended: a start when the model is ready (or failed, or the start was
+aborted), a stop when the model is stopped. The stops of a swap's evicted models are records of
+their own (cause `swap`) and are folded into the swap's record as its drain and stop phases.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import msgspec
+
+from ...ipc.messages import Document, Event, QuerySwaps, SwapRecord, SwapRecorded
+
+# How many records the ring keeps (the UI shows the recent ones; Prometheus keeps the figures).
+RING_SIZE = 200
+SWAPPED_OUT = "swapped out for "
+EXITED = "exited on its own"
+
+_encode = msgspec.json.Encoder().encode
+
+
+def stop_cause(reason: str) -> tuple[str, str]:
+    """(cause, for_model) of a stop, from the scheduler's reason for it."""
+    if reason.startswith(SWAPPED_OUT):
+        return "swap", reason[len(SWAPPED_OUT) :]
+    if reason == "unloaded":
+        return "unload", ""
+    if reason == "ttl expired":
+        return "ttl", ""
+    if reason == "config changed":
+        return "reload", ""
+    if "shutting down" in reason:
+        return "shutdown", ""
+    return "other", ""
+
+
+class Publisher(Protocol):
+    """The daemon's endpoint, as far as the swap log uses it."""
+
+    def publish_nowait(self, make: Callable[[int], Event]) -> None: ...
+
+    def reply(self, identity: bytes, reply: Document) -> Any: ...
+
+
+@dataclass
+class _Open:
+    kind: str
+    cause: str
+    began: float
+    phases: dict[str, float] = field(default_factory=dict)
+    evicted: tuple[str, ...] = ()
+    for_model: str = ""
+
+
+class SwapLog:
+    def __init__(
+        self,
+        instance: str,
+        endpoint: Publisher,
+        size: int = RING_SIZE,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.instance = instance
+        self.endpoint = endpoint
+        self.clock = clock
+        self.records: deque[SwapRecord] = deque(maxlen=size)
+        self.next_id = 1
+        self._state: dict[str, str] = {}
+        self._open: dict[str, _Open] = {}
+        self._hints: dict[str, str] = {}
+        # Stops done for a swap to `target` whose start has not begun yet: target -> stops.
+        self._evicted: dict[str, list[SwapRecord]] = {}
+
+    def register(self, on: Callable[..., None]) -> None:
+        reply = self.endpoint.reply
+        on(QuerySwaps, lambda i, m: reply(i, self.document(m)))
+
+    def document(self, message: QuerySwaps) -> Document:
+        return Document(id=message.id, body=_encode({"swaps": list(self.records)}))
+
+    # ---------------------------------------------------------------------------- told
+
+    def wanted(self, model_id: str, cause: str) -> None:
+        """The next start of `model_id` (if one follows) is for `cause` (`request`, `preload`)."""
+        self._hints[model_id] = cause
+
+    def phase(self, model_id: str, phase: str, seconds: float) -> None:
+        episode = self._open.get(model_id)
+        if episode is not None:
+            episode.phases[phase] = round(seconds, 4)
+
+    def changed(self, model_id: str, state: str, reason: str) -> None:
+        before = self._state.get(model_id, "stopped")
+        self._state[model_id] = state
+        if state == before:
+            return  # a new reason for the same state (the health check began)
+        episode = self._open.get(model_id)
+        if state == "starting":
+            self._open_start(model_id, reason)
+        elif state in ("draining", "stopping"):
+            if episode is None or episode.kind not in ("stop",):
+                cause, for_model = stop_cause(reason)
+                self._open[model_id] = _Open("stop", cause, self.clock(), for_model=for_model)
+        elif state == "ready":
+            self._close(model_id, "ok", "")
+        elif state == "failed":
+            self._close(model_id, "failed", reason)
+        elif state == "stopped":
+            if episode is None:
+                if before == "ready" and EXITED in reason:
+                    self._open[model_id] = _Open("crash", "crash", self.clock())
+                    self._close(model_id, "ok", reason)
+                return
+            if episode.kind == "stop":
+                record = self._close(model_id, "ok", reason)
+                if record is not None and record.cause == "swap" and record.for_model:
+                    self._evicted.setdefault(record.for_model, []).append(record)
+            else:
+                self._close(model_id, "aborted", reason)
+
+    # ---------------------------------------------------------------------------- inside
+
+    def _open_start(self, model_id: str, reason: str) -> None:
+        hint = self._hints.pop(model_id, "")
+        cause = "adopted" if reason == "adopting" else hint or "request"
+        stops = self._evicted.pop(model_id, [])
+        episode = _Open("swap" if stops else "start", cause, self.clock())
+        if stops:
+            episode.began = min(s.began for s in stops)
+            episode.evicted = tuple(sorted(s.model for s in stops))
+            for name in ("drain", "stop"):
+                taken = [s.phases[name] for s in stops if name in s.phases]
+                if taken:
+                    episode.phases[name] = max(taken)
+        self._open[model_id] = episode
+
+    def _close(self, model_id: str, result: str, reason: str) -> SwapRecord | None:
+        episode = self._open.pop(model_id, None)
+        if episode is None:
+            return None
+        record = SwapRecord(
+            id=self.next_id,
+            kind=episode.kind,
+            model=model_id,
+            cause=episode.cause,
+            began=episode.began,
+            ended=self.clock(),
+            result=result,
+            reason=reason,
+            phases=episode.phases,
+            evicted=episode.evicted,
+            for_model=episode.for_model,
+        )
+        self.next_id += 1
+        self.records.append(record)
+        self.endpoint.publish_nowait(
+            lambda seq: SwapRecorded(instance=self.instance, seq=seq, record=record)
+        )
+        return record

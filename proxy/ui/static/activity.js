@@ -1,0 +1,152 @@
+// The Activity page: requests under way (the `inflight` events, every proxy process's) with a
+// cancel button, and the request log (`GET /api/metrics/activity` once, then `activity` events),
+// with token counts and speeds; a capture viewer for records that have one.
+
+import { encode, getJSON, send } from "./api.js";
+import { clock, el, epoch, labelled, ms, seconds, toast } from "./dom.js";
+import * as events from "./events.js";
+import { store, subscribe } from "./store.js";
+
+const MAX_ROWS = 300;
+const records = new Map();
+
+function tokens(t) {
+  if (!t) return "–";
+  const a = t.input_tokens >= 0 ? t.input_tokens : "–";
+  const b = t.output_tokens >= 0 ? t.output_tokens : "–";
+  return `${a} / ${b}`;
+}
+
+function speed(t) {
+  if (!t || t.tokens_per_second < 0) return "–";
+  const gen = t.tokens_per_second.toFixed(1);
+  return t.prompt_per_second >= 0 ? `${gen} (prompt ${t.prompt_per_second.toFixed(0)})` : gen;
+}
+
+// A body as the capture holds it (base64 in llama-swap's JSON): text when it is UTF-8, pretty
+// when it is JSON, else its size.
+function bodyText(b64) {
+  if (b64 === null || b64 === undefined) return "(not captured)";
+  let bytes;
+  try { bytes = Uint8Array.from(atob(b64), (c) => c.charCodeAt(0)); } catch { return String(b64); }
+  let text;
+  try { text = new TextDecoder("utf-8", { fatal: true }).decode(bytes); } catch {
+    return `(${bytes.length} bytes of binary data)`;
+  }
+  try { return JSON.stringify(JSON.parse(text), null, 2); } catch { return text; }
+}
+
+function headerText(headers) {
+  return Object.entries(headers || {}).map(([k, v]) => `${k}: ${v}`).join("\n") || "(none)";
+}
+
+function captureText(c) {
+  return [
+    `${c.req_path || ""}`,
+    "", "— request headers —", headerText(c.req_headers),
+    "", "— request body —", bodyText(c.req_body),
+    "", "— response headers —", headerText(c.resp_headers),
+    "", "— response body —", bodyText(c.resp_body),
+  ].join("\n");
+}
+
+async function showCapture(id) {
+  const dialog = document.getElementById("capture");
+  const body = document.getElementById("capture-body");
+  body.textContent = "loading…";
+  dialog.showModal();
+  try {
+    body.textContent = captureText(await getJSON(`/api/captures/${encode(id)}`));
+  } catch (err) {
+    body.textContent = `capture ${id} is not available (${err.message})`;
+  }
+}
+
+function row(r, fresh) {
+  const ok = r.resp_status_code < 400;
+  const capture = r.has_capture
+    ? el("button", { text: "capture", onclick: () => showCapture(r.id) })
+    : null;
+  const asked = r.model_asked && r.model_asked !== r.model ? ` (as ${r.model_asked})` : "";
+  return el(
+    "tr",
+    { class: fresh ? "new" : null, "data-activity": r.id, "data-model": r.model },
+    el("td", { text: clock(epoch(r.timestamp)) }),
+    el("td", { class: "wrap", text: `${r.model}${asked}` }),
+    el("td", { text: r.route || "" }),
+    el("td", { class: "wrap", text: `${r.method || ""} ${r.req_path}` }),
+    el("td", { class: ok ? "status-ok" : "status-bad", text: String(r.resp_status_code), title: r.error_msg || null }),
+    el("td", { class: "num", text: ms(r.duration_ms) }),
+    el("td", { class: "num", text: r.wait_ms > 0 ? ms(r.wait_ms) : "–" }),
+    el("td", { class: "num", text: tokens(r.tokens) }),
+    el("td", { class: "num", "data-role": "speed", text: speed(r.tokens) }),
+    el("td", {}, capture),
+  );
+}
+
+function renderActivity(freshId) {
+  const body = document.querySelector("#activity tbody");
+  const sorted = [...records.values()].sort((a, b) => b.id - a.id).slice(0, MAX_ROWS);
+  if (sorted.length === 0) {
+    body.replaceChildren(el("tr", { class: "empty" }, el("td", { colspan: "10", text: "no requests yet" })));
+    return;
+  }
+  body.replaceChildren(...sorted.map((r) => row(r, r.id === freshId)));
+  labelled(document.getElementById("activity"));
+}
+
+async function cancel(button, id) {
+  button.disabled = true;
+  try {
+    await send("POST", `/api/inflight/${encode(id)}/cancel`);
+  } catch (err) {
+    toast(`cancel failed: ${err.message}`);
+    button.disabled = false;
+  }
+}
+
+function renderInflight() {
+  const body = document.querySelector("#inflight tbody");
+  const flights = [...store.inflight.values()].sort((a, b) => a.timestamp - b.timestamp);
+  if (flights.length === 0) {
+    body.replaceChildren(el("tr", { class: "empty" }, el("td", { colspan: "5", text: "nothing in flight" })));
+    return;
+  }
+  body.replaceChildren(...flights.map((f) => {
+    const button = el("button", { class: "danger", text: "Cancel" });
+    button.addEventListener("click", () => cancel(button, f.id));
+    const at = epoch(f.timestamp);
+    return el(
+      "tr",
+      { "data-inflight": f.id },
+      el("td", { text: clock(at) }),
+      el("td", { text: f.model }),
+      el("td", { class: "wrap", text: `${f.method} ${f.req_path}` }),
+      el("td", { class: "num" }, el("span", { "data-since": String(at), text: seconds(Date.now() / 1000 - at) })),
+      el("td", {}, button),
+    );
+  }));
+  labelled(document.getElementById("inflight"));
+}
+
+async function load() {
+  try {
+    const page = await getJSON("/api/metrics/activity?limit=200");
+    records.clear();
+    for (const r of page.data || []) records.set(r.id, r);
+  } catch (err) {
+    console.warn("activity", err);
+  }
+  renderActivity(null);
+}
+
+export function init() {
+  events.on("activity", (r) => {
+    records.set(r.id, r);
+    renderActivity(r.id);
+  });
+  events.on("open", load);
+  subscribe(renderInflight);
+  renderActivity(null);
+  renderInflight();
+}

@@ -1,0 +1,97 @@
+// The Logs page: one of `/logs/stream` (combined), `/logs/stream/proxy`, `/logs/stream/upstream`
+// or `/logs/stream/<model>`, streamed (its history first, then each new line as it is written),
+// ANSI colours rendered, filtered as you type.
+
+import { encode, stream } from "./api.js";
+import { el } from "./dom.js";
+import { AnsiState, render as ansi, strip } from "./ansi.js";
+import { store, subscribe } from "./store.js";
+
+const MAX_LINES = 5000;
+let lines = [];
+let partial = "";
+let controller = null;
+let state = new AnsiState();
+let filter = "";
+let current = null;
+
+const view = () => document.getElementById("log");
+
+function matches(line) {
+  return !filter || strip(line).toLowerCase().includes(filter);
+}
+
+function append(line) {
+  const node = el("div", { class: "line" }, ansi(line, state));
+  view().append(node);
+}
+
+function redraw() {
+  state = new AnsiState();
+  view().replaceChildren();
+  for (const line of lines) if (matches(line)) append(line);
+  follow();
+}
+
+function follow() {
+  if (document.getElementById("log-follow").checked) {
+    const node = view();
+    node.scrollTop = node.scrollHeight;
+  }
+}
+
+function take(text) {
+  const parts = (partial + text).split("\n");
+  partial = parts.pop();
+  for (const line of parts) {
+    lines.push(line);
+    if (matches(line)) append(line);
+  }
+  if (lines.length > MAX_LINES) {
+    lines = lines.slice(-MAX_LINES);
+    const node = view();
+    while (node.childElementCount > MAX_LINES) node.firstChild.remove();
+  }
+  follow();
+}
+
+function open(which) {
+  if (controller) controller.abort();
+  controller = new AbortController();
+  current = which;
+  lines = [];
+  partial = "";
+  redraw();
+  const path = which ? `/logs/stream/${encode(which)}` : "/logs/stream";
+  const mine = controller;
+  stream(path, take, mine.signal).catch((err) => {
+    if (!mine.signal.aborted) take(`\n— log stream ended: ${err.message} —\n`);
+  });
+}
+
+function sources() {
+  const select = document.getElementById("log-source");
+  const fixed = ["", "proxy", "upstream"];
+  const models = store.table.filter((m) => !m.peerID).map((m) => m.id);
+  const have = [...select.options].map((o) => o.value);
+  const want = [...fixed, ...models];
+  if (JSON.stringify(have) === JSON.stringify(want)) return;
+  const value = select.value;
+  for (const option of [...select.options]) if (!fixed.includes(option.value)) option.remove();
+  for (const id of models) select.append(el("option", { value: id, text: `model ${id}` }));
+  select.value = want.includes(value) ? value : "";
+}
+
+export function show() {
+  if (current === null) open(document.getElementById("log-source").value);
+}
+
+export function init() {
+  subscribe(sources);
+  document.getElementById("log-source").addEventListener("change", (e) => open(e.target.value));
+  document.getElementById("log-filter").addEventListener("input", (e) => {
+    filter = e.target.value.trim().toLowerCase();
+    redraw();
+  });
+  document.getElementById("log-clear").addEventListener("click", () => { lines = []; redraw(); });
+}

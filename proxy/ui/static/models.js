@@ -1,0 +1,214 @@
+// The Models page: a card per model with its live state, Load / Unload, Unload all, and the
+// active profile (hidden when the proxy has no `/api/profiles`).
+
+import { encode, getJSON, send } from "./api.js";
+import { bytes, el, now, seconds, toast } from "./dom.js";
+import * as events from "./events.js";
+import { inflightOf, modelStatus, refresh, store, subscribe } from "./store.js";
+
+const cards = new Map(); // id -> {node, signature}
+const tails = new Map(); // failed model id -> its log tail (text)
+const root = () => document.getElementById("models");
+
+function sum(values) {
+  return Object.values(values || {}).reduce((a, b) => a + b, 0);
+}
+
+function fact(dt, dd) {
+  return [el("dt", { text: dt }), el("dd", {}, dd)];
+}
+
+// A text that counts (elapsed time since `at`, or the time left until `deadline`): the ticker
+// below updates it every second without re-rendering the card.
+function since(at) {
+  return el("span", { "data-since": String(at), text: seconds(now() - at) });
+}
+function until(deadline) {
+  return el("span", { "data-until": String(deadline), text: seconds(deadline - now()) });
+}
+
+function memory(st) {
+  const learned = sum(st.footprint);
+  const reserved = sum(st.reserved);
+  const parts = [];
+  if (learned) parts.push(`${bytes(learned)} ${st.footprint_source || "learned"}`);
+  if (reserved) parts.push(`${bytes(reserved)} reserved`);
+  return parts.join(", ");
+}
+
+async function loadTail(id) {
+  if (tails.has(id)) return;
+  tails.set(id, "");
+  const controller = new AbortController();
+  // An empty log sends no history: give up on it rather than wait for a line.
+  const timer = setTimeout(() => controller.abort(), 3000);
+  try {
+    // The stream's first chunk is the history; nothing else is wanted here.
+    const response = await fetch(`/logs/stream/${encode(id)}`, { signal: controller.signal });
+    const { value } = await response.body.getReader().read();
+    const text = new TextDecoder().decode(value || new Uint8Array());
+    tails.set(id, text.split("\n").filter((l) => l.trim()).slice(-15).join("\n"));
+  } catch (err) {
+    tails.set(id, controller.signal.aborted ? "(its log is empty)" : `(no log: ${err.message})`);
+  } finally {
+    clearTimeout(timer);
+    controller.abort();
+  }
+  render();
+}
+
+// Load is a request through `/upstream/<model>/`, as in llama-swap: it starts the model (a swap if
+// needed); whatever the model answers at its root is fine, only swapd's own failure counts.
+async function load(path) {
+  const response = await fetch(path);
+  if (response.status >= 500) {
+    let message = response.statusText;
+    try { message = (await response.json()).error.message; } catch { /* not swapd's JSON */ }
+    throw new Error(`${response.status}: ${message}`);
+  }
+}
+
+async function act(button, what, path) {
+  button.disabled = true;
+  try {
+    if (what === "load") await load(path);
+    else await send("POST", path);
+  } catch (err) {
+    toast(`${what} failed: ${err.message}`);
+  } finally {
+    button.disabled = false;
+    refresh();
+  }
+}
+
+function card(item) {
+  const st = modelStatus(item.id);
+  const remote = Boolean(item.peerID);
+  let state = item.state || "stopped";
+  const detail = st && st.state === state ? st : null;
+  const inflight = inflightOf(item.id);
+  const facts = [];
+  if (remote) facts.push(fact("peer", item.peerID));
+  if (detail && state === "starting" && detail.since) facts.push(fact("starting for", since(detail.since)));
+  if (detail && state === "ready" && detail.since) facts.push(fact("up", since(detail.since)));
+  if (detail && detail.pid) facts.push(fact("pid", String(detail.pid)));
+  if (detail && state !== "stopped") {
+    if (detail.port) facts.push(fact("port", String(detail.port)));
+    else if (detail.upstream) facts.push(fact("upstream", detail.upstream));
+  }
+  if (detail && detail.gpus && detail.gpus.length) facts.push(fact("GPUs", detail.gpus.join(", ")));
+  if (detail && state === "ready") {
+    if (detail.ttl_left !== null && detail.ttl_left !== undefined && detail.ttl > 0) {
+      facts.push(fact("TTL left", until(store.fetchedAt + detail.ttl_left)));
+    } else if (detail.ttl > 0) {
+      facts.push(fact("TTL", `${detail.ttl} s (held: requests in flight)`));
+    } else {
+      facts.push(fact("TTL", "never unloads"));
+    }
+  }
+  if (!remote) facts.push(fact("in flight", String(inflight)));
+  if (detail && memory(detail)) facts.push(fact("GPU memory", memory(detail)));
+  if (item.aliases && item.aliases.length) facts.push(fact("aliases", item.aliases.join(", ")));
+
+  const failed = state === "failed";
+  if (failed && !tails.has(item.id)) loadTail(item.id);
+  if (!failed) tails.delete(item.id);
+  const loaded = ["starting", "ready", "draining", "stopping"].includes(state);
+  const load = el("button", { class: "primary", "data-action": "load", disabled: loaded, text: "Load" });
+  load.addEventListener("click", () => act(load, "load", `/upstream/${encode(item.id)}/`));
+  const unload = el("button", { "data-action": "unload", disabled: !loaded, text: "Unload" });
+  unload.addEventListener("click", () => act(unload, "unload", `/api/models/unload/${encode(item.id)}`));
+  return el(
+    "article",
+    { class: "card", "data-model": item.id, "data-state": state },
+    el(
+      "div",
+      { class: "card-head" },
+      el("span", { class: "name", text: item.id }),
+      el("span", { class: `badge state-${state}`, "data-role": "state", text: state }),
+      remote ? el("span", { class: "badge remote", text: "remote" }) : null,
+    ),
+    item.name && item.name !== item.id ? el("div", { class: "desc", text: item.name }) : null,
+    item.description ? el("div", { class: "desc", text: item.description }) : null,
+    el("dl", { class: "facts" }, facts),
+    detail && detail.reason && (failed || state === "stopped")
+      ? el("div", { class: failed ? "reason" : "desc", "data-role": "reason", text: detail.reason })
+      : null,
+    failed && tails.get(item.id) ? el("pre", { class: "tail", text: tails.get(item.id) }) : null,
+    remote ? null : el("div", { class: "actions" }, load, unload),
+  );
+}
+
+function signature(item) {
+  const st = modelStatus(item.id);
+  return JSON.stringify([item, st, inflightOf(item.id), tails.get(item.id), st ? store.fetchedAt : 0]);
+}
+
+export function render() {
+  const container = root();
+  const seen = new Set();
+  let previous = null;
+  for (const item of store.table) {
+    seen.add(item.id);
+    const sig = signature(item);
+    let entry = cards.get(item.id);
+    if (!entry || entry.signature !== sig) {
+      const node = card(item);
+      if (entry) entry.node.replaceWith(node);
+      entry = { node, signature: sig };
+      cards.set(item.id, entry);
+    }
+    const expected = previous ? previous.nextSibling : container.firstChild;
+    if (expected !== entry.node) container.insertBefore(entry.node, expected);
+    previous = entry.node;
+  }
+  for (const [id, entry] of cards) {
+    if (!seen.has(id)) { entry.node.remove(); cards.delete(id); }
+  }
+}
+
+function tick() {
+  const t = now();
+  for (const node of document.querySelectorAll("[data-since]")) {
+    node.textContent = seconds(t - Number(node.dataset.since));
+  }
+  for (const node of document.querySelectorAll("[data-until]")) {
+    node.textContent = seconds(Math.max(0, Number(node.dataset.until) - t));
+  }
+}
+
+async function loadProfiles() {
+  const box = document.getElementById("profile-box");
+  const select = document.getElementById("profile");
+  let data;
+  try {
+    data = await getJSON("/api/profiles");
+  } catch {
+    box.hidden = true; // no profiles on this proxy (404): no control
+    return;
+  }
+  select.replaceChildren(
+    el("option", { value: "", text: "(none)" }),
+    ...(data.profiles || []).map((p) =>
+      el("option", { value: p.id, text: p.description ? `${p.id} — ${p.description}` : p.id })),
+  );
+  select.value = data.active || "";
+  box.hidden = (data.profiles || []).length === 0;
+}
+
+export function init() {
+  subscribe(render);
+  setInterval(tick, 1000);
+  document.getElementById("unload-all").addEventListener("click", (e) =>
+    act(e.currentTarget, "unload all", "/api/models/unload"));
+  document.getElementById("profile").addEventListener("change", async (e) => {
+    try {
+      await send("PUT", "/api/profiles/active", { name: e.target.value || null });
+    } catch (err) {
+      toast(`profile: ${err.message}`);
+    }
+    loadProfiles();
+  });
+  // Every new event-stream connection starts with a `profileChanged`: that loads them.
+  events.on("profileChanged", loadProfiles);
+}

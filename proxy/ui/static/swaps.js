@@ -1,0 +1,89 @@
+// The Swaps page: the daemon's swap records (`GET /api/swaps` once, then `swap` events), newest
+// first, each with its phases as a bar and in numbers, and its cause.
+
+import { getJSON } from "./api.js";
+import { clock, el, labelled, seconds } from "./dom.js";
+import * as events from "./events.js";
+
+const MAX_ROWS = 200;
+const PHASES = ["drain", "stop", "start", "health"];
+const records = new Map(); // id -> record
+
+function what(r) {
+  if (r.kind === "swap") return `${r.evicted.join(", ")} → ${r.model}`;
+  if (r.kind === "start") return `start ${r.model}`;
+  if (r.kind === "crash") return `${r.model} crashed`;
+  return `stop ${r.model}`;
+}
+
+function cause(r) {
+  switch (r.cause) {
+    case "request": return r.for_model ? `a request for ${r.for_model}` : `a request for ${r.model}`;
+    case "swap": return `a request for ${r.for_model}`;
+    case "unload": return "manual unload";
+    case "ttl": return "TTL";
+    case "preload": return "preload hook";
+    case "adopted": return "adopted after a daemon restart";
+    case "reload": return "config changed";
+    case "shutdown": return "shutdown";
+    case "crash": return "crash";
+    default: return r.reason || r.cause;
+  }
+}
+
+function phases(r) {
+  const total = PHASES.reduce((a, p) => a + (r.phases[p] || 0), 0);
+  const bar = el("div", { class: "phases", title: "drain · stop · start · health" });
+  const text = [];
+  for (const p of PHASES) {
+    if (!(p in r.phases)) continue;
+    const part = el("span", { class: `ph-${p}`, title: `${p} ${seconds(r.phases[p])}` });
+    part.style.width = `${total > 0 ? (100 * r.phases[p]) / total : 0}%`;
+    bar.append(part);
+    text.push(`${p} ${seconds(r.phases[p])}`);
+  }
+  return el("div", { class: "phase-cell" }, bar, el("div", { class: "phase-text", text: text.join(" · ") || "–" }));
+}
+
+function row(r, fresh) {
+  const bad = r.result !== "ok";
+  return el(
+    "tr",
+    { class: fresh ? "new" : null, "data-kind": r.kind, "data-model": r.model, "data-swap": r.id },
+    el("td", { text: clock(r.began) }),
+    el("td", { class: "wrap", text: what(r) }),
+    el("td", { class: "wrap", text: cause(r) }),
+    el("td", {}, phases(r)),
+    el("td", { class: "num", text: seconds(r.ended - r.began) }),
+    el("td", { class: `wrap ${bad ? "status-bad" : "status-ok"}`, text: bad ? `${r.result}: ${r.reason}` : "ok" }),
+  );
+}
+
+function render(freshId) {
+  const body = document.querySelector("#swaps tbody");
+  const sorted = [...records.values()].sort((a, b) => b.id - a.id).slice(0, MAX_ROWS);
+  if (sorted.length === 0) {
+    body.replaceChildren(el("tr", { class: "empty" }, el("td", { colspan: "6", text: "no swaps yet" })));
+    return;
+  }
+  body.replaceChildren(...sorted.map((r) => row(r, r.id === freshId)));
+  labelled(document.getElementById("swaps"));
+}
+
+async function load() {
+  try {
+    const data = await getJSON("/api/swaps");
+    records.clear(); // ids start again at 1 when the daemon restarts
+    for (const r of data.swaps || []) records.set(r.id, r);
+  } catch (err) {
+    console.warn("swaps", err);
+  }
+  render(null);
+}
+
+export function init() {
+  events.on("swap", (r) => { records.set(r.id, r); render(r.id); });
+  // A new connection (a daemon or proxy restart): the ring may hold records we missed.
+  events.on("open", load);
+  render(null);
+}

@@ -1,0 +1,107 @@
+"""The daemon's swap log (daemon/observe/swap_log.py), told a scheduler's state changes and phase
+durations as the daemon's effects tell it: the records it keeps and publishes."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from swapd.daemon.observe.swap_log import SwapLog
+from swapd.ipc.messages import Document, Event, QuerySwaps, SwapRecorded
+
+
+class FakeEndpoint:
+    """Stands for the daemon's endpoint: keeps what would be published."""
+
+    def __init__(self) -> None:
+        self.events: list[Event] = []
+        self.seq = 0
+
+    def publish_nowait(self, make: Callable[[int], Event]) -> None:
+        self.seq += 1
+        self.events.append(make(self.seq))
+
+    def reply(self, identity: bytes, reply: Document) -> Any:
+        return None
+
+
+def make() -> tuple[SwapLog, FakeEndpoint, list[float]]:
+    now = [1000.0]
+    endpoint = FakeEndpoint()
+    return SwapLog("inst", endpoint, size=5, clock=lambda: now[0]), endpoint, now
+
+
+def test_a_start_then_a_swap_with_its_four_phases() -> None:
+    log, endpoint, now = make()
+    log.wanted("a", "request")
+    log.changed("a", "starting", "")
+    log.phase("a", "start", 0.1)
+    log.changed("a", "starting", "waiting for the health check")  # same state: nothing
+    log.phase("a", "health", 0.5)
+    now[0] += 0.6
+    log.changed("a", "ready", "")
+    (start,) = log.records
+    assert (start.kind, start.model, start.cause, start.result) == ("start", "a", "request", "ok")
+    assert start.phases == {"start": 0.1, "health": 0.5}
+    assert round(start.ended - start.began, 6) == 0.6
+
+    log.wanted("b", "request")
+    log.changed("a", "draining", "swapped out for b")
+    log.phase("a", "drain", 0.2)
+    log.changed("a", "stopping", "swapped out for b")
+    log.phase("a", "stop", 0.3)
+    now[0] += 0.5
+    log.changed("a", "stopped", "swapped out for b")
+    log.changed("b", "starting", "")
+    log.phase("b", "start", 0.05)
+    log.phase("b", "health", 1.0)
+    now[0] += 1.05
+    log.changed("b", "ready", "")
+    _, stop, swap = log.records
+    assert (stop.kind, stop.cause, stop.for_model, stop.phases) == (
+        "stop", "swap", "b", {"drain": 0.2, "stop": 0.3},
+    )  # fmt: skip
+    assert swap.kind == "swap" and swap.evicted == ("a",) and swap.cause == "request"
+    assert swap.phases == {"drain": 0.2, "stop": 0.3, "start": 0.05, "health": 1.0}
+    assert swap.began == stop.began and round(swap.ended - swap.began, 6) == 1.55
+    published = [e.record for e in endpoint.events if isinstance(e, SwapRecorded)]
+    assert published == list(log.records)
+    assert [e.seq for e in endpoint.events] == [1, 2, 3]
+
+
+def test_causes_of_stops_crash_failure_and_preload() -> None:
+    log, _, _ = make()
+    for model, reason in (("t", "ttl expired"), ("u", "unloaded"), ("r", "config changed")):
+        log.changed(model, "ready", "")
+        log.changed(model, "draining", reason)
+        log.changed(model, "stopped", reason)
+    assert [(r.model, r.kind, r.cause) for r in log.records] == [
+        ("t", "stop", "ttl"), ("u", "stop", "unload"), ("r", "stop", "reload"),
+    ]  # fmt: skip
+    log.changed("c", "ready", "")
+    log.changed("c", "stopped", "process 12 exited on its own (exit code 3)")
+    crash = log.records[-1]
+    assert (crash.kind, crash.cause, crash.reason) == (
+        "crash", "crash", "process 12 exited on its own (exit code 3)",
+    )  # fmt: skip
+    log.wanted("f", "preload")
+    log.changed("f", "starting", "")
+    log.changed("f", "failed", "exited during startup with exit code 1")
+    failed = log.records[-1]
+    assert (failed.kind, failed.cause, failed.result) == ("start", "preload", "failed")
+    assert failed.reason == "exited during startup with exit code 1"
+    # The ring is bounded (size 5 here): with a sixth record, the oldest went.
+    assert len(log.records) == 5 and log.records[0].model == "t"
+    log.changed("c", "ready", "")
+    log.changed("c", "stopped", "process 13 exited on its own (exit code 3)")
+    assert len(log.records) == 5 and log.records[0].model == "u"
+
+
+def test_an_aborted_start_and_the_query() -> None:
+    log, _, _ = make()
+    log.changed("a", "starting", "")
+    log.changed("a", "stopped", "start aborted: unloaded")
+    (record,) = log.records
+    assert record.result == "aborted" and record.reason == "start aborted: unloaded"
+    document = log.document(QuerySwaps(id=7))
+    assert document.id == 7 and b'"result":"aborted"' in document.body
