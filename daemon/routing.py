@@ -30,4 +30,5 @@ def routing_table(config: Config, generation: int, log_dir: Path | None = None) 
         include_aliases_in_list=config.include_aliases_in_list,
         log_dir=str(log_dir) if log_dir is not None else "",
         log_level=config.log_level,
+        capture_bytes=config.capture_buffer * 1024 * 1024,
     )

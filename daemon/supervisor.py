@@ -300,7 +300,7 @@ class Daemon:
                 await self.endpoint.reply(identity, _error(message.id, exc, with_tail=False))
                 return
             self.generation += 1
-            self.observer.store.resize(result.config.metrics_max_in_memory)
+            self.observer.reconfigure(result.config)
             self.table = routing.routing_table(
                 result.config, self.generation, self.endpoints.log_dir
             )
@@ -410,6 +410,7 @@ class Daemon:
         )  # fmt: skip
 
     def close(self) -> None:
+        self.observer.close()
         self.circus.close()
         self.endpoint.close()
         self.gpu_backend.close()

@@ -56,3 +56,29 @@ class InFlight(msgspec.Struct, kw_only=True):
     method: str
     remote_ip: str = ""
     proxy_id: str = ""
+
+
+class Capture(msgspec.Struct, kw_only=True):
+    """A request's and its response's headers and bodies (`captureBuffer`), in llama-swap's
+    `ReqRespCapture` shape (`GET /api/captures/{id}`; bodies are base64 in its JSON). Sent with
+    its record's batch: `record` is the record's index in that `ActivityReport`, `id` the
+    record's id once the daemon numbered it. Secret headers read `[REDACTED]`; a body swapd did
+    not capture (by path, or of a failed response) is None."""
+
+    id: int = 0
+    record: int = -1
+    req_path: str = ""
+    req_headers: dict[str, str] | None = None
+    req_body: bytes | None = None
+    resp_headers: dict[str, str] | None = None
+    resp_body: bytes | None = None
+
+    @property
+    def size(self) -> int:
+        """The bytes it holds (bodies and headers), which `captureBuffer` bounds."""
+        heads = (self.req_headers or {}, self.resp_headers or {})
+        return (
+            len(self.req_body or b"")
+            + len(self.resp_body or b"")
+            + sum(len(k) + len(v) for h in heads for k, v in h.items())
+        )

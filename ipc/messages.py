@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 import msgspec
 
-from .activity import ActivityRecord, InFlight
+from .activity import ActivityRecord, Capture, InFlight
 
 ModelState = Literal["stopped", "starting", "ready", "draining", "stopping", "failed"]
 
@@ -84,6 +84,8 @@ class RoutingTable(msgspec.Struct, frozen=True):
     log_dir: str = ""
     # The config's `logLevel` (debug, info, warn, error): the proxy's access log follows it.
     log_level: str = "info"
+    # `captureBuffer` in bytes: the bound of one capture and of all of them (0: no captures).
+    capture_bytes: int = 0
 
 
 class LingeringProcess(msgspec.Struct, frozen=True):
@@ -212,7 +214,24 @@ class QueryMetrics(_Msg, frozen=True):
     id: int
 
 
-Request = Ensure | Unload | Status | Reload | Snapshot | QueryActivity | QueryStats | QueryMetrics
+class QueryCapture(_Msg, frozen=True):
+    """`GET /api/captures/{id}`: the capture of activity record `capture`."""
+
+    id: int
+    capture: int
+
+
+Request = (
+    Ensure
+    | Unload
+    | Status
+    | Reload
+    | Snapshot
+    | QueryActivity
+    | QueryStats
+    | QueryMetrics
+    | QueryCapture
+)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -315,6 +334,8 @@ class ActivityReport(_Msg, frozen=True):
     records: tuple[ActivityRecord, ...] = ()
     started: tuple[InFlight, ...] = ()
     ended: tuple[str, ...] = ()
+    # The captures of some of `records` (`captureBuffer`), each naming its record by index.
+    captures: tuple[Capture, ...] = ()
 
 
 class CancelInFlight(_Msg, frozen=True):

@@ -2,7 +2,10 @@
 way through the pipeline: set by the stages that know it, read once when the response is done.
 
 `Tail` keeps the last bytes of a streamed body as they pass (never the whole stream): the final
-SSE chunks are where OpenAI `usage` and llama.cpp `timings` arrive.
+SSE chunks are where OpenAI `usage` and llama.cpp `timings` arrive. For a capture
+(`captureBuffer`) it keeps every chunk relayed while they add up to at most `keep` bytes, and
+goes back to the last bytes only once they do not (the capture is then dropped, as llama-swap
+drops one larger than its buffer): the client gets each chunk as it comes either way.
 """
 
 from __future__ import annotations
@@ -19,23 +22,29 @@ TAIL_BYTES = 16 * 1024
 
 
 class Tail:
-    __slots__ = ("chunks", "size", "total")
+    __slots__ = ("chunks", "keep", "size", "total")
 
-    def __init__(self) -> None:
+    def __init__(self, keep: int = 0) -> None:
         self.chunks: deque[bytes] = deque()
         self.size = 0
         self.total = 0  # every byte fed: the streamed body's length
+        self.keep = keep
 
     def feed(self, chunk: bytes) -> None:
         chunks = self.chunks
         chunks.append(chunk)
         self.size += len(chunk)
         self.total += len(chunk)
-        while self.size - len(chunks[0]) >= TAIL_BYTES:
-            self.size -= len(chunks.popleft())
+        if self.total > self.keep:
+            while self.size - len(chunks[0]) >= TAIL_BYTES:
+                self.size -= len(chunks.popleft())
 
     def data(self) -> bytes:
         return b"".join(self.chunks)[-TAIL_BYTES:]
+
+    def whole(self) -> bytes | None:
+        """Every byte fed, when they fit in `keep`; None otherwise."""
+        return b"".join(self.chunks) if self.total <= self.keep else None
 
 
 @dataclass(slots=True)
@@ -53,6 +62,8 @@ class Account:
     body: bytes | None = None  # a small response body, read whole by the relay
     tail: Tail | None = field(default=None)
     flight: str = ""  # the in-flight id (`activity.Recorder.begin`)
+    keep: int = 0  # the capture bound in bytes (`captureBuffer`); 0: no capture
+    req_body: bytes | None = None  # the request body as the client sent it, for a capture
 
 
 def account(request: web.BaseRequest) -> Account:

@@ -19,28 +19,38 @@ from typing import Any
 
 from aiohttp import web
 
-from ..ipc.activity import ActivityRecord, InFlight, Tokens
+from ..ipc.activity import ActivityRecord, Capture, InFlight, Tokens
 from ..ipc.messages import ActivityReport
 from . import tokens as token_parse
 from .account import Account
+from .captures import capture_of
+from .state import ProxyState
 
 FLUSH_S = 0.1
 MAX_PENDING = 10_000
 
 
 class _Pending:
-    __slots__ = ("body", "record", "tail")
+    __slots__ = ("body", "capture", "record", "tail")
 
-    def __init__(self, record: ActivityRecord, body: bytes | None, tail: bytes | None) -> None:
+    def __init__(
+        self,
+        record: ActivityRecord,
+        body: bytes | None,
+        tail: bytes | None,
+        capture: Capture | None,
+    ) -> None:
         self.record = record
         self.body = body
         self.tail = tail
+        self.capture = capture
 
 
 class Recorder:
     def __init__(self) -> None:
         self.send: Callable[[ActivityReport], None] | None = None
         self.proxy_id = ""
+        self.state: ProxyState | None = None  # for the table's `captureBuffer`
         # Off: no activity records, so no request figures in /metrics and no activity or
         # in-flight events (the benchmark's baseline; operators who want none of it).
         self.enabled = os.environ.get("SWAPD_PROXY_ACTIVITY", "1") != "0"
@@ -53,12 +63,15 @@ class Recorder:
         self._reported: dict[str, asyncio.Task[Any] | None] = {}
         self._ended: list[str] = []
         self._count = 0
+        self._capture_bytes = 0  # of the captures waiting: at most one `captureBuffer`
 
     def begin(self, request: web.BaseRequest, acc: Account) -> None:
         """A model request entered the pipeline (acc.started is set)."""
         if not self.enabled or self.send is None:
             return
         self._count += 1
+        if self.state is not None:
+            acc.keep = self.state.routes.table.capture_bytes
         acc.flight = flight = f"{self.proxy_id}-{self._count}"
         self._new[flight] = (request, acc, time.time(), asyncio.current_task())
         if self._timer is None:
@@ -115,9 +128,28 @@ class Recorder:
             error_msg=response.reason if status >= 400 else "",
             proxy_id=self.proxy_id,
         )
-        self._pending.append(_Pending(record, body, tail.data() if tail is not None else None))
+        capture = None
+        if acc.keep:
+            capture = capture_of(request, response, acc, record.req_path)
+            if capture is not None:
+                self._capture_bytes += capture.size
+                if self._capture_bytes > acc.keep:
+                    self._evict_captures(acc.keep)
+        self._pending.append(
+            _Pending(record, body, tail.data() if tail is not None else None, capture)
+        )
         if self._timer is None:
             self._timer = loop.call_later(FLUSH_S, self.flush)
+
+    def _evict_captures(self, keep: int) -> None:
+        """The captures waiting outgrew one `captureBuffer` (the daemon keeps no more, and may
+        be away): the oldest go first, their records stay."""
+        for item in self._pending:
+            if self._capture_bytes <= keep:
+                return
+            if item.capture is not None:
+                self._capture_bytes -= item.capture.size
+                item.capture = None
 
     def flush(self) -> None:
         report = self.take()
@@ -130,6 +162,7 @@ class Recorder:
             self._timer.cancel()
         self._timer = None
         pending, self._pending = self._pending, deque(maxlen=MAX_PENDING)
+        self._capture_bytes = 0
         started = tuple(
             InFlight(
                 id=flight,
@@ -148,7 +181,11 @@ class Recorder:
         if not pending and not started and not ended:
             return None
         records = []
+        captures = []
         for item in pending:
+            if item.capture is not None:
+                item.capture.record = len(records)
+                captures.append(item.capture)
             rec = item.record
             rec.tokens = _tokens_of(rec, item.body, item.tail)
             if rec.resp_status_code >= 400:
@@ -157,7 +194,11 @@ class Recorder:
                 )
             records.append(rec)
         return ActivityReport(
-            proxy_id=self.proxy_id, records=tuple(records), started=started, ended=ended
+            proxy_id=self.proxy_id,
+            records=tuple(records),
+            started=started,
+            ended=ended,
+            captures=tuple(captures),
         )
 
 

@@ -239,6 +239,10 @@ class _Build:
             include_aliases_in_list=bool(top.include_aliases_in_list),
             metrics_max_in_memory=max(0, top.metrics_max_in_memory or 0)
             or c.DEFAULT_METRICS_MAX_IN_MEMORY,
+            capture_buffer=c.DEFAULT_CAPTURE_BUFFER_MB
+            if top.capture_buffer is None
+            else top.capture_buffer,
+            store_path=top_fields.store_path(top, self.source, report),
             groups=groups,
             peers=peers,
             ignore_paths=top_fields.ignore_paths(top, self.typed, report),

@@ -89,6 +89,7 @@ PeerConfig = RoutePeer
 
 
 DEFAULT_METRICS_MAX_IN_MEMORY = 1000
+DEFAULT_CAPTURE_BUFFER_MB = 5
 
 
 class Config(msgspec.Struct, frozen=True):
@@ -103,6 +104,9 @@ class Config(msgspec.Struct, frozen=True):
     include_aliases_in_list: bool = False
     # The activity log's size in memory (llama-swap's default; 0 or less means the default).
     metrics_max_in_memory: int = DEFAULT_METRICS_MAX_IN_MEMORY
+    # `captureBuffer` (MB) and `store.path` (absolute; "": the activity log is in memory only).
+    capture_buffer: int = DEFAULT_CAPTURE_BUFFER_MB
+    store_path: str = ""
     groups: dict[str, GroupConfig] = msgspec.field(default_factory=dict)
     peers: dict[str, PeerConfig] = msgspec.field(default_factory=dict)
     ignore_paths: tuple[str, ...] = DEFAULT_IGNORE_PATHS
