@@ -262,7 +262,7 @@ def test_unknown_preload_entry_is_dropped_with_a_warning(tmp_path: Path) -> None
 def test_ignored_llama_swap_keys_load_with_warnings(tmp_path: Path) -> None:
     path = tmp_path / "config.yaml"
     path.write_text(
-        "logTimeFormat: rfc3339\ncaptureBuffer: 5\n"
+        "logTimeFormat: rfc3339\nperformance: {every: 5s}\n"
         + MINIMAL
         + "    capabilities: {tools: true}\n    timeouts: {connect: 5}\n"
         + "    filters: {setParamsByID: {'m:high': {effort: high}}}\n"
@@ -270,7 +270,7 @@ def test_ignored_llama_swap_keys_load_with_warnings(tmp_path: Path) -> None:
     loaded = load(path, environ={})
     assert [w.path for w in loaded.warnings] == [
         "logTimeFormat",
-        "captureBuffer",
+        "performance",
         "models.m.capabilities",
         "models.m.timeouts",
         "models.m.filters.setParamsByID",
