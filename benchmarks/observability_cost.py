@@ -8,6 +8,8 @@ alternating.
   no activity events), no events subscriber;
 * on: `swapd run` as shipped, with an `/api/events` subscriber reading every event, and
   `/metrics` scraped once a second;
+* captures (`captureBuffer`) are off in both, as the target is about the activity log, metrics
+  and events; `--captures` turns them on (llama-swap's default, 5 MB) in "on" to see their cost;
 * both: one proxy process, small JSON POSTs with a `model` (the key check, route decision,
   admission, forward, relay and accounting all run).
 
@@ -15,7 +17,7 @@ Printed, each with its target: req/s at 32 connections, on / off >= 0.95; median
 connection, on - off <= 0.02 ms; and the proxy's CPU per request, on and off (for scale).
 
 Needs `wrk` and `nginx` (Debian: `apt-get install wrk nginx-light`). Loopback only. Run:
-`python benchmarks/observability_cost.py [--seconds 3] [--rounds 5]`.
+`python benchmarks/observability_cost.py [--seconds 3] [--rounds 5] [--captures]`.
 """
 
 from __future__ import annotations
@@ -151,6 +153,7 @@ def main() -> int:
     parser.add_argument(
         "--no-subscriber", action="store_true", help="on without the events subscriber and scrapes"
     )
+    parser.add_argument("--captures", action="store_true", help="on with captureBuffer: 5")
     args = parser.parse_args()
     if not tools_found():
         return 2
@@ -160,6 +163,7 @@ def main() -> int:
         with nginx(tmp) as port:
             config = f"""
 healthCheckTimeout: 15
+captureBuffer: {{captures}}
 models:
   bench:
     cmd: sleep 1000000
@@ -168,8 +172,10 @@ models:
     concurrencyLimit: 100000
 """
             with (
-                swapd(config, {"SWAPD_PROXY_ACTIVITY": "0"}) as off,
-                swapd(config, {"SWAPD_PROXY_ACTIVITY": "1"}) as on,
+                swapd(config.format(captures=0), {"SWAPD_PROXY_ACTIVITY": "0"}) as off,
+                swapd(
+                    config.format(captures=5 if args.captures else 0), {"SWAPD_PROXY_ACTIVITY": "1"}
+                ) as on,
                 Watcher(on.url) if not args.no_subscriber else contextlib.nullcontext() as watcher,
             ):
                 targets = {"off": off, "on": on}

@@ -378,12 +378,13 @@ class Draining(_Msg, frozen=True):
 
 class ActivityAdded(_Msg, frozen=True):
     """Records the daemon stored (from any proxy), with their ids: every proxy's `/api/events`
-    subscribers get an `activity` event for each. `records` is the msgpack of a tuple of
-    `ActivityRecord`s, left undecoded (`decode_records`) by a proxy with no subscriber."""
+    subscribers get an `activity` event for each. `records` holds each record's JSON as the
+    event shows it, encoded once by the daemon: a proxy with a subscriber only wraps it in the
+    frame, one with none does nothing with it."""
 
     instance: str
     seq: int
-    records: msgspec.Raw
+    records: tuple[bytes, ...]
 
 
 class InFlightChanged(_Msg, frozen=True):

@@ -29,8 +29,7 @@ from typing import Any, cast
 import msgspec
 from aiohttp import web
 
-from ..ipc import codec
-from ..ipc.activity import ActivityRecord, InFlight
+from ..ipc.activity import InFlight
 from ..ipc.messages import (
     ActivityAdded,
     CancelRequested,
@@ -54,10 +53,12 @@ def frame(kind: str, data: Any) -> bytes:
     return b"event:message\ndata:%s\n\n" % _encode({"type": kind, "data": _encode(data).decode()})
 
 
-def activity_frame(record: ActivityRecord) -> bytes:
-    # The record's JSON as the envelope's string, without building it as a dict first.
-    data = _encode(record).decode()
-    return b"event:message\ndata:%s\n\n" % _encode({"type": "activity", "data": data})
+def activity_frame(record: bytes) -> bytes:
+    """The frame of a record's JSON (as the daemon sent it): the JSON as the envelope's string.
+    Escaping `\\` and `"` is all a JSON string needs for valid JSON text, which has no control
+    characters left raw: the same bytes as encoding the envelope, at a fraction of the cost."""
+    data = record.replace(b"\\", b"\\\\").replace(b'"', b'\\"')
+    return b'event:message\ndata:{"type":"activity","data":"%s"}\n\n' % data
 
 
 def flight_data(flight: InFlight) -> dict[str, Any]:
@@ -179,7 +180,7 @@ class EventHub:
         if isinstance(event, StateChanged | TableChanged):
             self._broadcast(frame("modelStatus", self.model_status()))
         elif isinstance(event, ActivityAdded):
-            for record in codec.decode_records(event.records):
+            for record in event.records:
                 self._broadcast(activity_frame(record))
         elif isinstance(event, InFlightChanged):
             for flight in event.upserts:

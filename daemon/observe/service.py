@@ -115,9 +115,9 @@ class Observer:
         )
 
     def _publish(self, records: tuple[ActivityRecord, ...]) -> None:
-        raw = codec.encode_records(records)
+        encoded = codec.encode_records(records)
         self.endpoint.publish_nowait(
-            lambda seq: ActivityAdded(instance=self.instance, seq=seq, records=raw)
+            lambda seq: ActivityAdded(instance=self.instance, seq=seq, records=encoded)
         )
 
     def forget(self, proxy_id: str) -> None:
