@@ -12,7 +12,9 @@ from __future__ import annotations
 import msgspec
 
 
-class Tokens(msgspec.Struct, kw_only=True):
+# gc=False: records are made by the thousand and hold only scalars (no cycles possible), so the
+# cyclic collector need not track them.
+class Tokens(msgspec.Struct, kw_only=True, gc=False):
     cache_tokens: int = -1
     draft_tokens: int = -1
     draft_acc_tokens: int = -1
@@ -22,7 +24,7 @@ class Tokens(msgspec.Struct, kw_only=True):
     tokens_per_second: float = -1.0
 
 
-class ActivityRecord(msgspec.Struct, kw_only=True):
+class ActivityRecord(msgspec.Struct, kw_only=True, gc=False):
     """One model request, written once by the proxy that served it, when its response ended.
     `id` is 0 until the daemon stores it (ids grow by one across every proxy)."""
 
@@ -45,7 +47,7 @@ class ActivityRecord(msgspec.Struct, kw_only=True):
     proxy_id: str = ""
 
 
-class InFlight(msgspec.Struct, kw_only=True):
+class InFlight(msgspec.Struct, kw_only=True, gc=False):
     """A model request under way (llama-swap's in-flight entry, less the headers): reported by
     its proxy in the first batch after it began, removed with its record."""
 

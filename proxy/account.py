@@ -61,7 +61,7 @@ class Account:
     content_type: str = ""
     body: bytes | None = None  # a small response body, read whole by the relay
     tail: Tail | None = field(default=None)
-    flight: str = ""  # the in-flight id (`activity.Recorder.begin`)
+    flight: int = 0  # the in-flight number in this process (`activity.Recorder.begin`)
     keep: int = 0  # the capture bound in bytes (`captureBuffer`); 0: no capture
     req_body: bytes | None = None  # the request body as the client sent it, for a capture
 

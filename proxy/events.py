@@ -124,6 +124,12 @@ class EventHub:
             self.offered += 1
             self.lost += sub.dropped - before
 
+    def _lose(self, count: int) -> None:
+        for sub in self.subscribers:
+            sub.dropped += count
+            self.offered += count
+            self.lost += count
+
     def model_status(self) -> list[dict[str, Any]]:
         models: list[dict[str, Any]] = []
         table = self.state.routes.table
@@ -180,6 +186,9 @@ class EventHub:
         if isinstance(event, StateChanged | TableChanged):
             self._broadcast(frame("modelStatus", self.model_status()))
         elif isinstance(event, ActivityAdded):
+            if not any(len(sub.frames) < QUEUE_FRAMES for sub in self.subscribers):
+                self._lose(len(event.records))  # nobody has room: no frame is built for nobody
+                return
             for record in event.records:
                 self._broadcast(activity_frame(record))
         elif isinstance(event, InFlightChanged):

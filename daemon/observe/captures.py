@@ -5,9 +5,12 @@ compressed bytes: swapd keeps them as they are)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import msgspec
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 from ...ipc.activity import Capture
 
@@ -61,3 +64,20 @@ class CaptureCache:
             "resp_body": capture.resp_body,
         }
         return _encode(out)
+
+
+class CaptureFigures(Collector):
+    """`/metrics`: what the capture cache holds and has evicted."""
+
+    def __init__(self, cache: CaptureCache) -> None:
+        self.cache = cache
+
+    def collect(self) -> Iterator[Metric]:
+        cache = self.cache
+        yield GaugeMetricFamily(
+            "swapd_captures_bytes", "bytes the captures kept hold (captureBuffer)", cache.size
+        )
+        yield GaugeMetricFamily("swapd_captures", "captures kept", len(cache.items))
+        yield CounterMetricFamily(
+            "swapd_captures_evicted", "captures evicted to make room", cache.evicted
+        )

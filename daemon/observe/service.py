@@ -34,7 +34,7 @@ from ..config import Config
 from . import activity_query
 from .activity_db import ActivityDB
 from .activity_store import ActivityStore
-from .captures import CaptureCache
+from .captures import CaptureCache, CaptureFigures
 from .metrics import CONTENT_TYPE, Metrics
 
 log = logging.getLogger("swapd.daemon")
@@ -82,6 +82,7 @@ class Observer:
         self.instance = instance
         self.endpoint = endpoint
         self.metrics = Metrics()
+        self.metrics.registry.register(CaptureFigures(self.captures))
         self.metrics.gauges.models = models
         self.on_records: Callable[[list[ActivityRecord]], None] | None = self.metrics.records
         self.read_gpus = read_gpus
