@@ -21,23 +21,45 @@ ACCOUNT = "swapd.account"
 TAIL_BYTES = 16 * 1024
 
 
+class TeeBudget:
+    """What this process's tees hold at once, across every response streaming now: at most
+    `limit` bytes (`captureBuffer`). A tee that would go past it lets go of its capture."""
+
+    __slots__ = ("held", "limit")
+
+    def __init__(self) -> None:
+        self.held = 0
+        self.limit = 0
+
+
+TEE = TeeBudget()
+
+
 class Tail:
-    __slots__ = ("chunks", "keep", "size", "total")
+    __slots__ = ("chunks", "keep", "size", "teed", "total")
 
     def __init__(self, keep: int = 0) -> None:
         self.chunks: deque[bytes] = deque()
         self.size = 0
         self.total = 0  # every byte fed: the streamed body's length
-        self.keep = keep
+        self.keep = keep  # capturing while total <= keep
+        self.teed = 0  # what this tee counts in TEE.held
 
     def feed(self, chunk: bytes) -> None:
         chunks = self.chunks
         chunks.append(chunk)
         self.size += len(chunk)
         self.total += len(chunk)
-        if self.total > self.keep:
-            while self.size - len(chunks[0]) >= TAIL_BYTES:
-                self.size -= len(chunks.popleft())
+        if self.total <= self.keep:
+            self.teed += len(chunk)
+            TEE.held += len(chunk)
+            if TEE.held <= TEE.limit:
+                return
+            self.release()  # the process's tees are full: this capture goes
+        elif self.teed:
+            self.release()  # it outgrew its own bound
+        while self.size - len(chunks[0]) >= TAIL_BYTES:
+            self.size -= len(chunks.popleft())
 
     def data(self) -> bytes:
         return b"".join(self.chunks)[-TAIL_BYTES:]
@@ -45,6 +67,18 @@ class Tail:
     def whole(self) -> bytes | None:
         """Every byte fed, when they fit in `keep`; None otherwise."""
         return b"".join(self.chunks) if self.total <= self.keep else None
+
+    def release(self) -> None:
+        """Stop capturing: what the tee held no longer counts against the budget."""
+        TEE.held -= self.teed
+        self.teed = 0
+        self.keep = -1
+
+    def __del__(self) -> None:
+        # A response that never reached the accounting stage (its client went away) gives its
+        # share back all the same.
+        if self.teed:
+            self.release()
 
 
 @dataclass(slots=True)

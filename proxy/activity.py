@@ -21,7 +21,7 @@ from aiohttp import web
 from ..ipc.activity import ActivityRecord, Capture, InFlight, Tokens
 from ..ipc.messages import ActivityReport
 from . import tokens as token_parse
-from .account import Account
+from .account import TEE, Account
 from .captures import capture_of
 from .state import ProxyState
 
@@ -72,7 +72,7 @@ class Recorder:
             return
         self._count = acc.flight = count = self._count + 1
         if self.state is not None:
-            acc.keep = self.state.routes.table.capture_bytes
+            TEE.limit = acc.keep = self.state.routes.table.capture_bytes
         self._new[count] = (request, acc)
         if self._timer is None:
             self._arm()
@@ -148,6 +148,8 @@ class Recorder:
                 self._capture_bytes += capture.size
                 if self._capture_bytes > acc.keep:
                     self._evict_captures(acc.keep)
+            if tail is not None:
+                tail.release()
         self._pending.append(
             _Pending(record, body, tail.data() if tail is not None else None, capture)
         )

@@ -5,11 +5,11 @@
 What is captured: the request body as the client sent it when the pipeline read it to find the
 model (model routes; `/upstream/` and `/comfyui/` bodies stream through unread, so their
 `req_body` is null), and the response body as relayed, teed chunk by chunk (`account.Tail`),
-never held back from the client. A failed response (status other than 200) keeps the request
-only, as llama-swap's does. A capture larger than `captureBuffer` is not kept at all. The
-capture travels to the daemon with its record's batch; the daemon keeps them all within
-`captureBuffer` in total, oldest evicted first (docs/endpoints.md, "Captures").
-"""
+never held back from the client; the tees of all the responses streaming at once in a process
+hold at most `captureBuffer` between them (`account.TEE`). A failed response (status other than
+200) keeps the request only, as llama-swap's does. A capture larger than `captureBuffer` is not
+kept at all. The capture travels to the daemon with its record's batch; the daemon keeps them
+all within `captureBuffer` in total, oldest evicted first (docs/endpoints.md, "Captures")."""
 
 from __future__ import annotations
 
@@ -70,8 +70,9 @@ def capture_of(
             resp_body = acc.body
         elif acc.tail is not None:
             resp_body = acc.tail.whole()
+            acc.tail.release()
             if resp_body is None:
-                return None  # the stream outgrew the bound: the tee let go of it
+                return None  # the stream outgrew a bound: the tee let go of it
         elif isinstance(response, web.Response) and isinstance(response.body, bytes):
             resp_body = response.body
         else:

@@ -18,7 +18,7 @@ from swapd.daemon.observe.captures import CaptureCache
 from swapd.daemon.observe.request_figures import SECONDS, SPEEDS, RequestFigures
 from swapd.ipc import codec
 from swapd.ipc.activity import ActivityRecord, Capture, Tokens
-from swapd.proxy.account import TAIL_BYTES, Tail
+from swapd.proxy.account import TAIL_BYTES, TEE, Tail
 from swapd.proxy.events import activity_frame
 
 
@@ -128,6 +128,7 @@ def test_capture_cache_bounds_and_eviction() -> None:
 
 
 def test_tail_keeps_everything_within_the_capture_bound() -> None:
+    TEE.limit = 150_000
     tail = Tail(keep=100_000)
     chunks = [bytes([i % 256]) * 1000 for i in range(100)]
     for chunk in chunks:
@@ -136,3 +137,21 @@ def test_tail_keeps_everything_within_the_capture_bound() -> None:
     tail.feed(b"!")  # one byte past the bound: the capture is let go, the tail stays
     assert tail.whole() is None
     assert tail.size < TAIL_BYTES + 1000 and tail.data() == (b"".join(chunks) + b"!")[-TAIL_BYTES:]
+    assert TEE.held == 0
+
+
+def test_tees_share_one_budget() -> None:
+    TEE.limit = 150_000
+    first, second = Tail(keep=100_000), Tail(keep=100_000)
+    first.feed(b"a" * 100_000)
+    second.feed(b"b" * 40_000)
+    assert TEE.held == 140_000
+    second.feed(b"b" * 20_000)  # 160 000 held: past the process's budget, this capture goes
+    assert second.whole() is None and TEE.held == 100_000
+    assert first.whole() == b"a" * 100_000
+    first.release()
+    assert TEE.held == 0
+    third = Tail(keep=100_000)
+    third.feed(b"c" * 10)
+    del third  # a response that never reached the accounting stage gives its share back
+    assert TEE.held == 0
