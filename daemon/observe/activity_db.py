@@ -109,7 +109,11 @@ class ActivityDB:
         self.path = path
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="swapd-activity-db")
         self._db: sqlite3.Connection | None = None
-        self.next_id = self._pool.submit(self._open).result()
+        try:
+            self.next_id = self._pool.submit(self._open).result()
+        except sqlite3.Error:
+            self.close()
+            raise
 
     def _open(self) -> int:
         db = self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)

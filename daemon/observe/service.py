@@ -5,6 +5,7 @@ Prometheus figures, and answers the activity API and `/metrics` for whichever pr
 from __future__ import annotations
 
 import logging
+import sqlite3
 from collections.abc import Awaitable, Callable, Iterable
 from datetime import UTC, datetime
 from typing import Any, Protocol
@@ -75,9 +76,17 @@ class Observer:
         self.store = ActivityStore(config.metrics_max_in_memory)
         self.db: ActivityDB | None = None
         if config.store_path:
-            self.db = ActivityDB(config.store_path)
-            self.store.next_id = self.db.next_id
-            self.store.records.extend(self.db.recent(config.metrics_max_in_memory))
+            try:
+                self.db = ActivityDB(config.store_path)
+            except sqlite3.Error as exc:
+                # The daemon runs all the same (the log in memory only): not being able to
+                # keep history must not take the models down.
+                log.error(
+                    "activity store %s unusable, kept in memory only: %s", config.store_path, exc
+                )
+            else:
+                self.store.next_id = self.db.next_id
+                self.store.records.extend(self.db.recent(config.metrics_max_in_memory))
         self.captures = CaptureCache(config.capture_buffer * 1024 * 1024)
         self.instance = instance
         self.endpoint = endpoint
