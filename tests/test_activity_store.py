@@ -18,7 +18,9 @@ from typing import Any
 
 import pytest
 
+from swapd.daemon.config import Config
 from swapd.daemon.config.loader import ConfigError, load_config_text
+from swapd.daemon.observe.service import Observer
 from tests.proxy_helpers import local_model, model_ports
 from tests.stack import Stack, wait_for
 
@@ -122,3 +124,11 @@ def test_store_path_checks(tmp_path: Path) -> None:
     assert found.startswith("config.yaml:3 store.path: ") and "not writable" in found
     config = load_config_text(f"models: {{}}\nstore:\n  path: {tmp_path / 'a.db'}\n", "c.yaml")
     assert config.store_path == str(tmp_path / "a.db") and config.capture_buffer == 5
+
+
+def test_a_file_sqlite_cannot_open_leaves_the_log_in_memory(tmp_path: Path) -> None:
+    bad = tmp_path / "activity.db"
+    bad.write_bytes(b"not a database" * 100)
+    observer = Observer(Config(store_path=str(bad)), "i", None, lambda: (), None)  # type: ignore[arg-type]
+    assert observer.db is None and observer.store.next_id == 1
+    assert bad.read_bytes() == b"not a database" * 100  # left as it was
