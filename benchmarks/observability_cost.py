@@ -8,6 +8,8 @@ alternating.
   no activity events), no events subscriber;
 * on: `swapd run` as shipped, with an `/api/events` subscriber reading every event, and
   `/metrics` scraped once a second;
+* captures (`captureBuffer`) are off in both, as the target is about the activity log, metrics
+  and events; `--captures` turns them on (llama-swap's default, 5 MB) in "on" to see their cost;
 * both: one proxy process, small JSON POSTs with a `model` (the key check, route decision,
   admission, forward, relay and accounting all run).
 
@@ -15,7 +17,7 @@ Printed, each with its target: req/s at 32 connections, on / off >= 0.95; median
 connection, on - off <= 0.02 ms; and the proxy's CPU per request, on and off (for scale).
 
 Needs `wrk` and `nginx` (Debian: `apt-get install wrk nginx-light`). Loopback only. Run:
-`python benchmarks/observability_cost.py [--seconds 3] [--rounds 5]`.
+`python benchmarks/observability_cost.py [--seconds 3] [--rounds 5] [--captures]`.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from pathlib import Path
 import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import psutil
 from proxy_throughput import cpu_seconds, post_script, proxy_pid, tools_found, wrk
 from running_swapd import RunningSwapd, free_port, wait_http_ok
 
@@ -103,6 +106,16 @@ def swapd(config: str, env: dict[str, str]) -> Iterator[RunningSwapd]:
         running.stop()
 
 
+def daemon_cpu(circusd_pid: int, proxy: int) -> float:
+    """CPU seconds of swapd's processes besides the proxy (the daemon, circusd), models aside."""
+    total = cpu_seconds(circusd_pid)
+    for child in psutil.Process(circusd_pid).children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            if child.pid != proxy and "swapd" in " ".join(child.cmdline()):
+                total += cpu_seconds(child.pid)
+    return total
+
+
 class Watcher:
     """An `/api/events` subscriber reading everything, and a `/metrics` scrape every second, in a
     thread of their own (what a dashboard and Prometheus do)."""
@@ -151,6 +164,7 @@ def main() -> int:
     parser.add_argument(
         "--no-subscriber", action="store_true", help="on without the events subscriber and scrapes"
     )
+    parser.add_argument("--captures", action="store_true", help="on with captureBuffer: 5")
     args = parser.parse_args()
     if not tools_found():
         return 2
@@ -160,6 +174,7 @@ def main() -> int:
         with nginx(tmp) as port:
             config = f"""
 healthCheckTimeout: 15
+captureBuffer: {{captures}}
 models:
   bench:
     cmd: sleep 1000000
@@ -168,8 +183,10 @@ models:
     concurrencyLimit: 100000
 """
             with (
-                swapd(config, {"SWAPD_PROXY_ACTIVITY": "0"}) as off,
-                swapd(config, {"SWAPD_PROXY_ACTIVITY": "1"}) as on,
+                swapd(config.format(captures=0), {"SWAPD_PROXY_ACTIVITY": "0"}) as off,
+                swapd(
+                    config.format(captures=5 if args.captures else 0), {"SWAPD_PROXY_ACTIVITY": "1"}
+                ) as on,
                 Watcher(on.url) if not args.no_subscriber else contextlib.nullcontext() as watcher,
             ):
                 targets = {"off": off, "on": on}
@@ -177,20 +194,24 @@ models:
                 rps: dict[str, list[float]] = {t: [] for t in targets}
                 p50: dict[str, list[float]] = {t: [] for t in targets}
                 cpu: dict[str, list[float]] = {t: [] for t in targets}
+                rest: dict[str, list[float]] = {t: [] for t in targets}
                 for _ in range(args.rounds):
                     for name, running in targets.items():
                         before = cpu_seconds(pids[name])
+                        others = daemon_cpu(running.pid, pids[name])
                         rate = wrk(running.url + CHAT, 32, args.seconds, script)[0]
                         used = cpu_seconds(pids[name]) - before
                         rps[name].append(rate)
                         cpu[name].append(used / (rate * args.seconds) * 1e6)
+                        others = daemon_cpu(running.pid, pids[name]) - others
+                        rest[name].append(others / (rate * args.seconds) * 1e6)
                         p50[name].append(wrk(running.url + CHAT, 1, args.seconds, script)[1])
                 time.sleep(0.5)
                 events = watcher.events if watcher is not None else 0
                 scrapes = watcher.scrapes if watcher is not None else 0
                 with urllib.request.urlopen(on.url + "/api/metrics/stats", timeout=10) as resp:
                     recorded = resp.read()
-    return report(args, rps, p50, cpu, events, scrapes, recorded)
+    return report(args, rps, p50, cpu, rest, events, scrapes, recorded)
 
 
 def report(
@@ -198,6 +219,7 @@ def report(
     rps: dict[str, list[float]],
     p50: dict[str, list[float]],
     cpu: dict[str, list[float]],
+    rest: dict[str, list[float]],
     events: int,
     scrapes: int,
     recorded: bytes,
@@ -205,12 +227,18 @@ def report(
     med = {name: statistics.median(values) for name, values in rps.items()}
     lat = {name: statistics.median(values) for name, values in p50.items()}
     per = {name: statistics.median(values) for name, values in cpu.items()}
+    daemon = {name: statistics.median(values) for name, values in rest.items()}
     print(f"observability cost, {args.rounds} rounds of {args.seconds:g}s, {time.ctime()}")
     for name in ("off", "on"):
         print(
             f"  {name:3s}: {med[name]:9.0f} req/s at 32 connections, p50 {lat[name]:.3f} ms at 1, "
-            f"{per[name]:.1f} us CPU/request in the proxy"
+            f"{per[name]:.1f} us CPU/request in the proxy, {daemon[name]:.1f} in the daemon"
         )
+    added_cpu = per["on"] + daemon["on"] - per["off"] - daemon["off"]
+    print(
+        f"  CPU per request on - off (proxy + daemon): {added_cpu:+.1f} us = "
+        f"{added_cpu / (per['off'] + daemon['off']) * 100:+.1f} % (less noisy than req/s)"
+    )
     print(f"  the subscriber got {events} events; /metrics scraped {scrapes} times")
     print(f"  the daemon's stats: {recorded[:160].decode(errors='replace')}")
     ratio = med["on"] / med["off"]

@@ -46,4 +46,5 @@ def routing_table(config: Config, generation: int, log_dir: Path | None = None) 
         log_time_format=config.log_time_format,
         profiles=tuple(config.profiles[name] for name in sorted(config.profiles)),
         selectors=tuple(config.selectors.values()),
+        capture_bytes=config.capture_buffer * 1024 * 1024,
     )

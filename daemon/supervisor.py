@@ -295,7 +295,7 @@ class Daemon:
                 self.scheduler, self.config_path, self.gpu_backend, why
             )
             self.generation += 1
-            self.observer.store.resize(result.config.metrics_max_in_memory)
+            self.observer.reconfigure(result.config)
             self.table = routing.routing_table(
                 result.config, self.generation, self.endpoints.log_dir
             )
@@ -387,6 +387,7 @@ class Daemon:
         )  # fmt: skip
 
     def close(self) -> None:
+        self.observer.close()
         self.circus.close()
         self.endpoint.close()
         self.gpu_backend.close()

@@ -12,7 +12,9 @@ from __future__ import annotations
 import msgspec
 
 
-class Tokens(msgspec.Struct, kw_only=True):
+# gc=False: records are made by the thousand and hold only scalars (no cycles possible), so the
+# cyclic collector need not track them.
+class Tokens(msgspec.Struct, kw_only=True, gc=False):
     cache_tokens: int = -1
     draft_tokens: int = -1
     draft_acc_tokens: int = -1
@@ -22,7 +24,7 @@ class Tokens(msgspec.Struct, kw_only=True):
     tokens_per_second: float = -1.0
 
 
-class ActivityRecord(msgspec.Struct, kw_only=True):
+class ActivityRecord(msgspec.Struct, kw_only=True, gc=False):
     """One model request, written once by the proxy that served it, when its response ended.
     `id` is 0 until the daemon stores it (ids grow by one across every proxy)."""
 
@@ -45,7 +47,7 @@ class ActivityRecord(msgspec.Struct, kw_only=True):
     proxy_id: str = ""
 
 
-class InFlight(msgspec.Struct, kw_only=True):
+class InFlight(msgspec.Struct, kw_only=True, gc=False):
     """A model request under way (llama-swap's in-flight entry, less the headers): reported by
     its proxy in the first batch after it began, removed with its record."""
 
@@ -56,3 +58,29 @@ class InFlight(msgspec.Struct, kw_only=True):
     method: str
     remote_ip: str = ""
     proxy_id: str = ""
+
+
+class Capture(msgspec.Struct, kw_only=True):
+    """A request's and its response's headers and bodies (`captureBuffer`), in llama-swap's
+    `ReqRespCapture` shape (`GET /api/captures/{id}`; bodies are base64 in its JSON). Sent with
+    its record's batch: `record` is the record's index in that `ActivityReport`, `id` the
+    record's id once the daemon numbered it. Secret headers read `[REDACTED]`; a body swapd did
+    not capture (by path, or of a failed response) is None."""
+
+    id: int = 0
+    record: int = -1
+    req_path: str = ""
+    req_headers: dict[str, str] | None = None
+    req_body: bytes | None = None
+    resp_headers: dict[str, str] | None = None
+    resp_body: bytes | None = None
+
+    @property
+    def size(self) -> int:
+        """The bytes it holds (bodies and headers), which `captureBuffer` bounds."""
+        heads = (self.req_headers or {}, self.resp_headers or {})
+        return (
+            len(self.req_body or b"")
+            + len(self.resp_body or b"")
+            + sum(len(k) + len(v) for h in heads for k, v in h.items())
+        )

@@ -11,7 +11,7 @@ _encoder = msgspec.msgpack.Encoder()
 _inbound = msgspec.msgpack.Decoder(Inbound)
 _reply = msgspec.msgpack.Decoder(Reply)
 _event = msgspec.msgpack.Decoder(Event)
-_records = msgspec.msgpack.Decoder(tuple[ActivityRecord, ...])
+_json_encode = msgspec.json.Encoder().encode
 
 DecodeError = msgspec.DecodeError  # also raised for a valid msgpack of the wrong shape
 
@@ -33,9 +33,6 @@ def decode_event(data: bytes) -> Event:
     return _event.decode(data)
 
 
-def encode_records(records: tuple[ActivityRecord, ...]) -> msgspec.Raw:
-    return msgspec.Raw(_encoder.encode(records))
-
-
-def decode_records(raw: msgspec.Raw) -> tuple[ActivityRecord, ...]:
-    return _records.decode(raw)
+def encode_records(records: tuple[ActivityRecord, ...]) -> tuple[bytes, ...]:
+    """Each record's JSON (`ActivityAdded.records`)."""
+    return tuple(map(_json_encode, records))

@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 import msgspec
 
-from .activity import ActivityRecord, InFlight
+from .activity import ActivityRecord, Capture, InFlight
 
 ModelState = Literal["stopped", "starting", "ready", "draining", "stopping", "failed"]
 
@@ -130,6 +130,8 @@ class RoutingTable(msgspec.Struct, frozen=True):
     active_profile: str | None = None
     # The config's `logTimeFormat` (ipc/log_time.py): the proxies' log lines follow it.
     log_time_format: str | None = None
+    # `captureBuffer` in bytes: the bound of one capture and of all of them (0: no captures).
+    capture_bytes: int = 0
 
 
 class LingeringProcess(msgspec.Struct, frozen=True):
@@ -265,6 +267,13 @@ class SetProfile(_Msg, frozen=True):
     name: str | None = None
 
 
+class QueryCapture(_Msg, frozen=True):
+    """`GET /api/captures/{id}`: the capture of activity record `capture`."""
+
+    id: int
+    capture: int
+
+
 Request = (
     Ensure
     | Unload
@@ -275,6 +284,7 @@ Request = (
     | QueryStats
     | QueryMetrics
     | SetProfile
+    | QueryCapture
 )
 
 
@@ -378,6 +388,8 @@ class ActivityReport(_Msg, frozen=True):
     records: tuple[ActivityRecord, ...] = ()
     started: tuple[InFlight, ...] = ()
     ended: tuple[str, ...] = ()
+    # The captures of some of `records` (`captureBuffer`), each naming its record by index.
+    captures: tuple[Capture, ...] = ()
 
 
 class CancelInFlight(_Msg, frozen=True):
@@ -420,12 +432,13 @@ class Draining(_Msg, frozen=True):
 
 class ActivityAdded(_Msg, frozen=True):
     """Records the daemon stored (from any proxy), with their ids: every proxy's `/api/events`
-    subscribers get an `activity` event for each. `records` is the msgpack of a tuple of
-    `ActivityRecord`s, left undecoded (`decode_records`) by a proxy with no subscriber."""
+    subscribers get an `activity` event for each. `records` holds each record's JSON as the
+    event shows it, encoded once by the daemon: a proxy with a subscriber only wraps it in the
+    frame, one with none does nothing with it."""
 
     instance: str
     seq: int
-    records: msgspec.Raw
+    records: tuple[bytes, ...]
 
 
 class InFlightChanged(_Msg, frozen=True):

@@ -2,7 +2,10 @@
 way through the pipeline: set by the stages that know it, read once when the response is done.
 
 `Tail` keeps the last bytes of a streamed body as they pass (never the whole stream): the final
-SSE chunks are where OpenAI `usage` and llama.cpp `timings` arrive.
+SSE chunks are where OpenAI `usage` and llama.cpp `timings` arrive. For a capture
+(`captureBuffer`) it keeps every chunk relayed while they add up to at most `keep` bytes, and
+goes back to the last bytes only once they do not (the capture is then dropped, as llama-swap
+drops one larger than its buffer): the client gets each chunk as it comes either way.
 """
 
 from __future__ import annotations
@@ -18,24 +21,64 @@ ACCOUNT = "swapd.account"
 TAIL_BYTES = 16 * 1024
 
 
-class Tail:
-    __slots__ = ("chunks", "size", "total")
+class TeeBudget:
+    """What this process's tees hold at once, across every response streaming now: at most
+    `limit` bytes (`captureBuffer`). A tee that would go past it lets go of its capture."""
+
+    __slots__ = ("held", "limit")
 
     def __init__(self) -> None:
+        self.held = 0
+        self.limit = 0
+
+
+TEE = TeeBudget()
+
+
+class Tail:
+    __slots__ = ("chunks", "keep", "size", "teed", "total")
+
+    def __init__(self, keep: int = 0) -> None:
         self.chunks: deque[bytes] = deque()
         self.size = 0
         self.total = 0  # every byte fed: the streamed body's length
+        self.keep = keep  # capturing while total <= keep
+        self.teed = 0  # what this tee counts in TEE.held
 
     def feed(self, chunk: bytes) -> None:
         chunks = self.chunks
         chunks.append(chunk)
         self.size += len(chunk)
         self.total += len(chunk)
+        if self.total <= self.keep:
+            self.teed += len(chunk)
+            TEE.held += len(chunk)
+            if TEE.held <= TEE.limit:
+                return
+            self.release()  # the process's tees are full: this capture goes
+        elif self.teed:
+            self.release()  # it outgrew its own bound
         while self.size - len(chunks[0]) >= TAIL_BYTES:
             self.size -= len(chunks.popleft())
 
     def data(self) -> bytes:
         return b"".join(self.chunks)[-TAIL_BYTES:]
+
+    def whole(self) -> bytes | None:
+        """Every byte fed, when they fit in `keep`; None otherwise."""
+        return b"".join(self.chunks) if self.total <= self.keep else None
+
+    def release(self) -> None:
+        """Stop capturing: what the tee held no longer counts against the budget."""
+        TEE.held -= self.teed
+        self.teed = 0
+        self.keep = -1
+
+    def __del__(self) -> None:
+        # A response that never reached the accounting stage (its client went away) gives its
+        # share back all the same.
+        if self.teed:
+            self.release()
 
 
 @dataclass(slots=True)
@@ -52,7 +95,9 @@ class Account:
     content_type: str = ""
     body: bytes | None = None  # a small response body, read whole by the relay
     tail: Tail | None = field(default=None)
-    flight: str = ""  # the in-flight id (`activity.Recorder.begin`)
+    flight: int = 0  # the in-flight number in this process (`activity.Recorder.begin`)
+    keep: int = 0  # the capture bound in bytes (`captureBuffer`); 0: no capture
+    req_body: bytes | None = None  # the request body as the client sent it, for a capture
 
 
 def account(request: web.BaseRequest) -> Account:

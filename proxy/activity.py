@@ -15,60 +15,83 @@ import os
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import Any
 
 from aiohttp import web
 
-from ..ipc.activity import ActivityRecord, InFlight, Tokens
+from ..ipc.activity import ActivityRecord, Capture, InFlight, Tokens
 from ..ipc.messages import ActivityReport
 from . import tokens as token_parse
-from .account import Account
+from .account import TEE, Account
+from .captures import capture_of
+from .state import ProxyState
 
 FLUSH_S = 0.1
 MAX_PENDING = 10_000
 
 
 class _Pending:
-    __slots__ = ("body", "record", "tail")
+    __slots__ = ("body", "capture", "record", "tail")
 
-    def __init__(self, record: ActivityRecord, body: bytes | None, tail: bytes | None) -> None:
+    def __init__(
+        self,
+        record: ActivityRecord,
+        body: bytes | None,
+        tail: bytes | None,
+        capture: Capture | None,
+    ) -> None:
         self.record = record
         self.body = body
         self.tail = tail
+        self.capture = capture
 
 
 class Recorder:
     def __init__(self) -> None:
         self.send: Callable[[ActivityReport], None] | None = None
         self.proxy_id = ""
+        self.state: ProxyState | None = None  # for the table's `captureBuffer`
         # Off: no activity records, so no request figures in /metrics and no activity or
         # in-flight events (the benchmark's baseline; operators who want none of it).
         self.enabled = os.environ.get("SWAPD_PROXY_ACTIVITY", "1") != "0"
         # A proxy whose daemon is away keeps the newest MAX_PENDING; older ones are dropped.
         self._pending: deque[_Pending] = deque(maxlen=MAX_PENDING)
         self._timer: asyncio.TimerHandle | None = None
-        # In flight: begun and not yet reported, and reported as started (their end is news).
-        # Each with its handler's task, which `cancel` cancels.
-        self._new: dict[str, tuple[web.BaseRequest, Account, float, asyncio.Task[Any] | None]] = {}
-        self._reported: dict[str, asyncio.Task[Any] | None] = {}
+        # In flight, by number: begun and not yet reported, and reported as started (their end
+        # is news). The id (`<proxy_id>-<n>`) is only written for those reported; `cancel`
+        # cancels the request's handler task.
+        self._new: dict[int, tuple[web.BaseRequest, Account]] = {}
+        self._reported: dict[int, web.BaseRequest] = {}
         self._ended: list[str] = []
         self._count = 0
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._capture_bytes = 0  # of the captures waiting: at most one `captureBuffer`
 
     def begin(self, request: web.BaseRequest, acc: Account) -> None:
         """A model request entered the pipeline (acc.started is set)."""
         if not self.enabled or self.send is None:
             return
-        self._count += 1
-        acc.flight = flight = f"{self.proxy_id}-{self._count}"
-        self._new[flight] = (request, acc, time.time(), asyncio.current_task())
+        self._count = acc.flight = count = self._count + 1
+        if self.state is not None:
+            TEE.limit = acc.keep = self.state.routes.table.capture_bytes
+        self._new[count] = (request, acc)
         if self._timer is None:
-            self._timer = asyncio.get_running_loop().call_later(FLUSH_S, self.flush)
+            self._arm()
+
+    def _arm(self) -> None:
+        loop = self._loop
+        if loop is None:
+            loop = self._loop = asyncio.get_running_loop()
+        self._timer = loop.call_later(FLUSH_S, self.flush)
 
     def cancel(self, flight: str) -> bool:
         """End request `flight` of this process (`POST /api/inflight/{id}/cancel`): its handler is
         cancelled, which closes its upstream exchange; False when it is not one of ours."""
-        entry = self._new.get(flight)
-        task = entry[3] if entry is not None else self._reported.get(flight)
+        mine, _, number = flight.rpartition("-")
+        if mine != self.proxy_id or not number.isdigit():
+            return False
+        entry = self._new.get(int(number))
+        request = entry[0] if entry is not None else self._reported.get(int(number))
+        task = request.task if request is not None else None
         if task is None or task.done():
             return False
         task.cancel()
@@ -79,16 +102,17 @@ class Recorder:
         flight = acc.flight
         if flight and self._new.pop(flight, None) is None and flight in self._reported:
             del self._reported[flight]
-            self._ended.append(flight)
+            self._ended.append(f"{self.proxy_id}-{flight}")
             if self._timer is None:
-                self._timer = asyncio.get_running_loop().call_later(FLUSH_S, self.flush)
+                self._arm()
 
     def note(self, request: web.BaseRequest, response: web.StreamResponse, acc: Account) -> None:
         if not self.enabled or self.send is None:
             return
-        loop = asyncio.get_running_loop()
-        now = loop.time()
-        duration = now - acc.started
+        loop = self._loop
+        if loop is None:
+            loop = self._loop = asyncio.get_running_loop()
+        duration = loop.time() - acc.started
         body = acc.body
         status = response.status
         tail = acc.tail
@@ -100,7 +124,9 @@ class Recorder:
         else:
             size = tail.total if tail is not None else 0
         record = ActivityRecord(
-            timestamp=time.time() - duration,
+            # The loop's clock until `take` turns it into the wall clock (one `time.time()` per
+            # batch rather than per request).
+            timestamp=acc.started,
             model=acc.model,
             model_asked=acc.asked or acc.model,
             route=acc.route,
@@ -115,9 +141,30 @@ class Recorder:
             error_msg=response.reason if status >= 400 else "",
             proxy_id=self.proxy_id,
         )
-        self._pending.append(_Pending(record, body, tail.data() if tail is not None else None))
+        capture = None
+        if acc.keep:
+            capture = capture_of(request, response, acc, record.req_path)
+            if capture is not None:
+                self._capture_bytes += capture.size
+                if self._capture_bytes > acc.keep:
+                    self._evict_captures(acc.keep)
+            if tail is not None:
+                tail.release()
+        self._pending.append(
+            _Pending(record, body, tail.data() if tail is not None else None, capture)
+        )
         if self._timer is None:
-            self._timer = loop.call_later(FLUSH_S, self.flush)
+            self._arm()
+
+    def _evict_captures(self, keep: int) -> None:
+        """The captures waiting outgrew one `captureBuffer` (the daemon keeps no more, and may
+        be away): the oldest go first, their records stay."""
+        for item in self._pending:
+            if self._capture_bytes <= keep:
+                return
+            if item.capture is not None:
+                self._capture_bytes -= item.capture.size
+                item.capture = None
 
     def flush(self) -> None:
         report = self.take()
@@ -130,26 +177,34 @@ class Recorder:
             self._timer.cancel()
         self._timer = None
         pending, self._pending = self._pending, deque(maxlen=MAX_PENDING)
+        self._capture_bytes = 0
+        wall = time.time() - (self._loop.time() if self._loop is not None else 0.0)
+        proxy_id = self.proxy_id
         started = tuple(
             InFlight(
-                id=flight,
-                timestamp=at,
+                id=f"{proxy_id}-{flight}",
+                timestamp=wall + acc.started,
                 model=acc.model,
                 req_path=request.rel_url.raw_path,
                 method=request.method,
                 remote_ip=request.remote or "",
-                proxy_id=self.proxy_id,
+                proxy_id=proxy_id,
             )
-            for flight, (request, acc, at, _) in self._new.items()
+            for flight, (request, acc) in self._new.items()
         )
-        self._reported.update((flight, entry[3]) for flight, entry in self._new.items())
+        self._reported.update((flight, entry[0]) for flight, entry in self._new.items())
         self._new.clear()
         ended, self._ended = tuple(self._ended), []
         if not pending and not started and not ended:
             return None
         records = []
+        captures = []
         for item in pending:
+            if item.capture is not None:
+                item.capture.record = len(records)
+                captures.append(item.capture)
             rec = item.record
+            rec.timestamp += wall
             rec.tokens = _tokens_of(rec, item.body, item.tail)
             if rec.resp_status_code >= 400:
                 rec.error_msg = token_parse.error_message(
@@ -157,7 +212,11 @@ class Recorder:
                 )
             records.append(rec)
         return ActivityReport(
-            proxy_id=self.proxy_id, records=tuple(records), started=started, ended=ended
+            proxy_id=self.proxy_id,
+            records=tuple(records),
+            started=started,
+            ended=ended,
+            captures=tuple(captures),
         )
 
 

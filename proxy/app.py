@@ -109,6 +109,7 @@ def make_app(*, run_dir: Path, processes: int = 1, proxy_id: str | None = None) 
         access_log.BATCH.hub = hub
         RECORDER.proxy_id = link.proxy_id
         RECORDER.send = link.cast_soon
+        RECORDER.state = state
         app[CTX] = ProxyContext(
             run_dir=run_dir,
             processes=processes,
@@ -167,6 +168,7 @@ def make_app(*, run_dir: Path, processes: int = 1, proxy_id: str | None = None) 
     router.add_get("/metrics", observe_api.handle_metrics)
     router.add_get("/api/profiles", profiles.handle_profiles)
     router.add_put("/api/profiles/active", profiles.handle_set_active)
+    router.add_get("/api/captures/{id}", observe_api.handle_capture)
     router.add_get("/logs", logs.handle_logs)
     router.add_get("/logs/stream", logs.handle_stream)
     router.add_get("/logs/stream/{which:.+}", logs.handle_stream)

@@ -30,8 +30,7 @@ from typing import Any, cast
 import msgspec
 from aiohttp import web
 
-from ..ipc import codec
-from ..ipc.activity import ActivityRecord, InFlight
+from ..ipc.activity import InFlight
 from ..ipc.messages import (
     ActivityAdded,
     CancelRequested,
@@ -56,10 +55,12 @@ def frame(kind: str, data: Any) -> bytes:
     return b"event:message\ndata:%s\n\n" % _encode({"type": kind, "data": _encode(data).decode()})
 
 
-def activity_frame(record: ActivityRecord) -> bytes:
-    # The record's JSON as the envelope's string, without building it as a dict first.
-    data = _encode(record).decode()
-    return b"event:message\ndata:%s\n\n" % _encode({"type": "activity", "data": data})
+def activity_frame(record: bytes) -> bytes:
+    """The frame of a record's JSON (as the daemon sent it): the JSON as the envelope's string.
+    Escaping `\\` and `"` is all a JSON string needs for valid JSON text, which has no control
+    characters left raw: the same bytes as encoding the envelope, at a fraction of the cost."""
+    data = record.replace(b"\\", b"\\\\").replace(b'"', b'\\"')
+    return b'event:message\ndata:{"type":"activity","data":"%s"}\n\n' % data
 
 
 def flight_data(flight: InFlight) -> dict[str, Any]:
@@ -125,6 +126,12 @@ class EventHub:
             self.offered += 1
             self.lost += sub.dropped - before
 
+    def _lose(self, count: int) -> None:
+        for sub in self.subscribers:
+            sub.dropped += count
+            self.offered += count
+            self.lost += count
+
     def model_status(self) -> list[dict[str, Any]]:
         models: list[dict[str, Any]] = []
         table = self.state.routes.table
@@ -183,7 +190,10 @@ class EventHub:
         elif isinstance(event, SwapRecorded):
             self._broadcast(frame("swap", event.record))
         elif isinstance(event, ActivityAdded):
-            for record in codec.decode_records(event.records):
+            if not any(len(sub.frames) < QUEUE_FRAMES for sub in self.subscribers):
+                self._lose(len(event.records))  # nobody has room: no frame is built for nobody
+                return
+            for record in event.records:
                 self._broadcast(activity_frame(record))
         elif isinstance(event, InFlightChanged):
             for flight in event.upserts:

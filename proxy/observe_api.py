@@ -1,9 +1,9 @@
-"""The observability routes: `GET /api/metrics/activity`, `GET /api/metrics/stats` and
-`GET /metrics`, which the daemon answers (it keeps the activity log and every Prometheus figure,
-so each proxy process gives the same answer: the proxy passes the query through and the daemon's
-document back; a bad parameter is the daemon's 400 in the one error shape); `GET /api/inflight`
-and `POST /api/inflight/{id}/cancel` from the in-flight table every proxy mirrors; and
-`GET /api/version`."""
+"""The observability routes: `GET /api/metrics/activity`, `GET /api/metrics/stats`,
+`GET /metrics` and `GET /api/captures/{id}`, which the daemon answers (it keeps the activity log,
+the captures and every Prometheus figure, so each proxy process gives the same answer: the proxy
+passes the query through and the daemon's document back; a bad parameter is the daemon's 400 in
+the one error shape); `GET /api/inflight` and `POST /api/inflight/{id}/cancel` from the in-flight
+table every proxy mirrors; and `GET /api/version`."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ from ..ipc.messages import (
     Document,
     Error,
     QueryActivity,
+    QueryCapture,
     QueryMetrics,
     QueryStats,
     Request,
@@ -51,6 +52,16 @@ async def handle_activity(request: web.Request) -> web.Response:
 async def handle_stats(request: web.Request) -> web.Response:
     model = request.query.get("model", "")
     return await _ask(request, lambda i: QueryStats(id=i, model=model))
+
+
+async def handle_capture(request: web.Request) -> web.Response:
+    """llama-swap's `GET /api/captures/{id}`: the daemon keeps every proxy's captures."""
+    raw = request.match_info["id"]
+    try:
+        capture = int(raw)
+    except ValueError:
+        raise ProxyError(400, "invalid capture ID") from None
+    return await _ask(request, lambda i: QueryCapture(id=i, capture=capture))
 
 
 async def handle_metrics(request: web.Request) -> web.Response:

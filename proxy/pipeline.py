@@ -97,6 +97,8 @@ async def _route(
     found = await read_model(request) if by_body else None
     if found is not None and found.name:
         acc.asked = acc.model = found.name
+    if acc.keep and found is not None:
+        acc.req_body = found.raw
     path, query = target(request)
     runtimes = ctx.state.runtimes
     ask = decide.Ask(

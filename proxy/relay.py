@@ -131,7 +131,7 @@ async def _stream(
     _STREAMING.add(reply)
     tail = None
     if acc is not None:
-        tail = acc.tail = Tail()
+        tail = acc.tail = Tail(acc.keep)
     try:
         async for chunk in reply.iter_chunks():
             if tail is not None:

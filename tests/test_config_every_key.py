@@ -24,8 +24,6 @@ def test_every_key_loads_with_only_documented_warnings() -> None:
     paths = {w.path for w in loaded.warnings}
     assert paths == {
         "logRequests",
-        "captureBuffer",
-        "store",
         "ui",
         "performance",
     }

@@ -262,10 +262,10 @@ def test_unknown_preload_entry_is_dropped_with_a_warning(tmp_path: Path) -> None
 def test_ignored_llama_swap_keys_load_with_warnings(tmp_path: Path) -> None:
     path = tmp_path / "config.yaml"
     path.write_text(
-        "logRequests: true\ncaptureBuffer: 5\n" + MINIMAL + "    timeouts: {connect: 5}\n"
+        "logRequests: true\nperformance: {every: 5s}\n" + MINIMAL + "    timeouts: {connect: 5}\n"
     )
     loaded = load(path, environ={})
-    assert [w.path for w in loaded.warnings] == ["logRequests", "captureBuffer"]
+    assert [w.path for w in loaded.warnings] == ["logRequests", "performance"]
     assert all("accepted but ignored by swapd" in w.message for w in loaded.warnings)
     assert loaded.warnings[0].line == 1
 

@@ -332,6 +332,10 @@ class _Build:
             groups=routes.groups,
             matrix=routes.matrix,
             priority=routes.priority,
+            capture_buffer=c.DEFAULT_CAPTURE_BUFFER_MB
+            if top.capture_buffer is None
+            else top.capture_buffer,
+            store_path=top_fields.store_path(top, self.source, report),
             peers=peers,
             ignore_paths=top_fields.ignore_paths(top, self.typed, report),
             preload=top_fields.preload(top, built, self.typed, report),

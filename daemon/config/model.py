@@ -107,6 +107,7 @@ PeerConfig = RoutePeer
 DEFAULT_METRICS_MAX_IN_MEMORY = 1000
 # `vramMargin` (gpu_fields.py): left free on each GPU a placement by memory uses.
 DEFAULT_VRAM_MARGIN = 512 * 1024**2
+DEFAULT_CAPTURE_BUFFER_MB = 5
 
 
 class Config(msgspec.Struct, frozen=True):
@@ -126,6 +127,9 @@ class Config(msgspec.Struct, frozen=True):
     log_time_format: str | None = None
     # Which router decides evictions: "group" (groups, the default) or "matrix".
     router: str = "group"
+    # `captureBuffer` (MB) and `store.path` (absolute; "": the activity log is in memory only).
+    capture_buffer: int = DEFAULT_CAPTURE_BUFFER_MB
+    store_path: str = ""
     groups: dict[str, GroupConfig] = msgspec.field(default_factory=dict)
     matrix: MatrixConfig | None = None
     # routing.scheduler.settings.fifo.priority: model id -> priority (default 0, higher first).

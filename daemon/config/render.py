@@ -48,6 +48,8 @@ def _top(config: Config) -> dict[str, Any]:
         "includeAliasesInList": config.include_aliases_in_list,
         "metricsMaxInMemory": config.metrics_max_in_memory,
         "vramMargin": config.vram_margin,  # bytes
+        "captureBuffer": config.capture_buffer,
+        **({"store": {"path": config.store_path}} if config.store_path else {}),
         "apiKeys": [HIDDEN for _ in config.api_keys],
     }
 

@@ -216,6 +216,10 @@ class Hooks(Section, frozen=True):
     on_startup: OnStartup | None = field(default=None, name="on_startup")
 
 
+class Store(Section, frozen=True):
+    path: str | None = None
+
+
 class Top(Section, frozen=True):
     health_check_timeout: Int | None = None
     log_level: str | None = None
@@ -240,10 +244,11 @@ class Top(Section, frozen=True):
     log_time_format: str | None = None
     log_requests: _ignored("deprecated in llama-swap too") = None
     metrics_max_in_memory: Int | None = None
-    capture_buffer: _ignored("swapd does not capture requests") = None
+    # MB for request/response captures (llama-swap's default 5; 0: none).
+    capture_buffer: Count | None = None
     # Stream loading progress to a streaming chat request that waits for a start.
     send_loading_state: bool | None = None
-    store: _ignored("swapd keeps no activity database") = None
+    store: Store | None = None
     ui: _ignored("swapd has no web UI") = None
     performance: _ignored("swapd does not sample performance") = None
     profiles: dict[str, Profile] | None = None

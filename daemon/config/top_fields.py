@@ -3,8 +3,10 @@ log level, API keys, `ignorePaths`, `preload`, and what groups, peers and aliase
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from ...ipc import log_time
@@ -276,3 +278,29 @@ class CrossCheck:
                     )
                 else:
                     seen[alias] = model_id
+
+
+def store_path(top: shape.Top, source: str, report: Report) -> str:
+    """`store.path` as llama-swap checks it (non-empty, not a directory, the file or its folder
+    writable), made absolute against the config file's folder: circusd's working directory is
+    not the operator's."""
+    if top.store is None:
+        return ""
+    raw = (top.store.path or "").strip()
+    if not raw:
+        report.error(("store", "path"), "store.path must not be empty")
+        return ""
+    path = Path(raw).expanduser()
+    if not path.is_absolute():
+        base = Path(source).parent if source and Path(source).exists() else Path.cwd()
+        path = base / path
+    if path.is_dir():
+        report.error(("store", "path"), f"store.path {raw!r} is a directory; expected a file")
+    elif path.exists() and not os.access(path, os.W_OK):
+        report.error(("store", "path"), f"store.path {raw!r} is not writable")
+    elif not path.exists() and not os.access(path.parent, os.W_OK):
+        report.error(
+            ("store", "path"),
+            f"store.path {raw!r}: the folder {str(path.parent)!r} is missing or not writable",
+        )
+    return str(path)

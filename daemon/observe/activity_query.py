@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -65,10 +66,24 @@ def _id(pairs: Sequence[tuple[str, str]], name: str) -> int:
     return value
 
 
-def list_activity(
-    records: Iterable[ActivityRecord], pairs: Sequence[tuple[str, str]]
-) -> dict[str, Any]:
-    models = [v.strip() for k, v in pairs if k == "model" and v.strip()]
+@dataclass(frozen=True, slots=True)
+class ActivityQuery:
+    """The parameters of one `GET /api/metrics/activity`, validated."""
+
+    models: tuple[str, ...]
+    start: float | None
+    end: float | None
+    min_id: int
+    max_id: int
+    limit: int
+    page: int
+    sort: str
+    order: str
+
+
+def parse_query(pairs: Sequence[tuple[str, str]]) -> ActivityQuery:
+    """llama-swap's `parseActivityQuery`: defaults, and a QueryError with its message."""
+    models = tuple(v.strip() for k, v in pairs if k == "model" and v.strip())
     start, end = _time(pairs, "start"), _time(pairs, "end")
     if start is not None and end is not None and start > end:
         raise QueryError("start must be before end")
@@ -97,7 +112,25 @@ def list_activity(
     order = _first(pairs, "order").lower() or "desc"
     if order not in ("asc", "desc"):
         raise QueryError("order must be asc or desc")
+    return ActivityQuery(models, start, end, min_id, max_id, limit, page, sort, order)
 
+
+def page_of(rows: list[Any], total: int, query: ActivityQuery) -> dict[str, Any]:
+    return {
+        "data": rows,
+        "page": query.page,
+        "limit": query.limit,
+        "total": total,
+        "total_pages": math.ceil(total / query.limit) if total else 0,
+    }
+
+
+def list_activity(
+    records: Iterable[ActivityRecord], pairs: Sequence[tuple[str, str]]
+) -> dict[str, Any]:
+    q = parse_query(pairs)
+    models, start, end, min_id, max_id = q.models, q.start, q.end, q.min_id, q.max_id
+    limit, page, sort, order = q.limit, q.page, q.sort, q.order
     rows = [
         r
         for r in records
@@ -110,31 +143,37 @@ def list_activity(
     key = SORT_KEYS[sort]
     # A secondary id order keeps pages stable where the sort column has equal values.
     rows.sort(key=lambda r: (key(r), r.id), reverse=order == "desc")
-    total = len(rows)
-    data = rows[(page - 1) * limit : page * limit]
-    return {
-        "data": data,
-        "page": page,
-        "limit": limit,
-        "total": total,
-        "total_pages": math.ceil(total / limit) if total else 0,
-    }
+    return page_of(rows[(page - 1) * limit : page * limit], len(rows), q)
 
 
 def stats(records: Iterable[ActivityRecord], model: str) -> dict[str, Any]:
     model = model.strip()
     rows = [r for r in records if not model or r.model == model]
+    return stats_of(
+        len(rows),
+        sum(max(0, r.tokens.input_tokens) for r in rows),
+        sum(max(0, r.tokens.output_tokens) for r in rows),
+        sum(max(0, r.tokens.cache_tokens) for r in rows),
+        [r.tokens.prompt_per_second for r in rows if r.tokens.prompt_per_second > 0],
+        [r.tokens.tokens_per_second for r in rows if r.tokens.tokens_per_second > 0],
+    )
+
+
+def stats_of(
+    requests: int,
+    input_tokens: int,
+    output_tokens: int,
+    cache_tokens: int,
+    prompt_speeds: list[float],
+    gen_speeds: list[float],
+) -> dict[str, Any]:
     return {
-        "total_requests": len(rows),
-        "total_input_tokens": sum(max(0, r.tokens.input_tokens) for r in rows),
-        "total_output_tokens": sum(max(0, r.tokens.output_tokens) for r in rows),
-        "total_cache_tokens": sum(max(0, r.tokens.cache_tokens) for r in rows),
-        "prompt_histogram": histogram(
-            [r.tokens.prompt_per_second for r in rows if r.tokens.prompt_per_second > 0]
-        ),
-        "gen_histogram": histogram(
-            [r.tokens.tokens_per_second for r in rows if r.tokens.tokens_per_second > 0]
-        ),
+        "total_requests": requests,
+        "total_input_tokens": input_tokens,
+        "total_output_tokens": output_tokens,
+        "total_cache_tokens": cache_tokens,
+        "prompt_histogram": histogram(prompt_speeds),
+        "gen_histogram": histogram(gen_speeds),
     }
 
 

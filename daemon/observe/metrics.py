@@ -21,13 +21,10 @@ from prometheus_client.registry import Collector
 from ...ipc.activity import ActivityRecord
 from ...ipc.messages import GpuInfo, ModelStatus
 from .gpu_metrics import GpuCollector, GpuGauges
+from .request_figures import RequestFigures
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
-# Request durations, time to first byte and waits: from a ready model's milliseconds to a cold
-# start's minutes.
-_SECONDS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 _PHASES = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
-_SPEEDS = (1, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000)
 
 
 @dataclass
@@ -83,20 +80,6 @@ class _Live(Collector):
         yield from (loaded, state, in_flight, waiting, linger_port, linger_gpu)
 
 
-class _PerModel:
-    """The labelled children one (model, route) updates for each record."""
-
-    def __init__(self, m: Metrics, model: str, route: str) -> None:
-        self.duration = m.duration.labels(model, route)
-        self.ttfb = m.ttfb.labels(model, route)
-        self.wait = m.wait.labels(model)
-        self.prompt = m.tokens.labels(model, "prompt")
-        self.generated = m.tokens.labels(model, "generated")
-        self.cached = m.tokens.labels(model, "cached")
-        self.prompt_speed = m.prompt_speed.labels(model)
-        self.gen_speed = m.gen_speed.labels(model)
-
-
 class Metrics:
     def __init__(self) -> None:
         self.registry = registry = CollectorRegistry()
@@ -105,50 +88,8 @@ class Metrics:
         # GPU memory and placement by memory (gpu_metrics.py); `gpu.counts` is the placer's.
         self.gpu = GpuGauges(gpus=lambda: self.gauges.gpus(), models=lambda: self.gauges.models())
         registry.register(GpuCollector(self.gpu))
-        self.requests = Counter(
-            "swapd_requests",
-            "model requests answered",
-            ["model", "route", "status"],
-            registry=registry,
-        )
-        self.duration = Histogram(
-            "swapd_request_duration_seconds",
-            "arrival to the last byte",
-            ["model", "route"],
-            buckets=_SECONDS,
-            registry=registry,
-        )
-        self.ttfb = Histogram(
-            "swapd_request_ttfb_seconds",
-            "arrival to the upstream's response head",
-            ["model", "route"],
-            buckets=_SECONDS,
-            registry=registry,
-        )
-        self.wait = Histogram(
-            "swapd_request_wait_seconds",
-            "time requests waited for a start, swap or drain",
-            ["model"],
-            buckets=_SECONDS,
-            registry=registry,
-        )
-        self.tokens = Counter(
-            "swapd_tokens", "tokens the models reported", ["model", "kind"], registry=registry
-        )
-        self.prompt_speed = Histogram(
-            "swapd_prompt_tokens_per_second",
-            "prompt processing speed the models reported",
-            ["model"],
-            buckets=_SPEEDS,
-            registry=registry,
-        )
-        self.gen_speed = Histogram(
-            "swapd_generation_tokens_per_second",
-            "generation speed the models reported",
-            ["model"],
-            buckets=_SPEEDS,
-            registry=registry,
-        )
+        self.request_figures = RequestFigures()
+        registry.register(self.request_figures)
         self.starts = Counter(
             "swapd_model_starts",
             "model starts, by result (ok, failed)",
@@ -184,7 +125,6 @@ class Metrics:
             ["model"],
             registry=registry,
         )
-        self._children: dict[tuple[str, str], _PerModel] = {}
 
     @contextlib.contextmanager
     def waiting_for(self, model: str) -> Iterator[None]:
@@ -197,34 +137,7 @@ class Metrics:
             waiting[model] -= 1
 
     def records(self, records: Iterable[ActivityRecord]) -> None:
-        # The labelled children are looked up once per label set (`labels()` costs more than the
-        # counting itself), and the request counts added once per batch.
-        counts: dict[tuple[str, str, int], int] = {}
-        children = self._children
-        for r in records:
-            key = (r.model, r.route, r.resp_status_code)
-            counts[key] = counts.get(key, 0) + 1
-            both = children.get((r.model, r.route))
-            if both is None:
-                both = children[(r.model, r.route)] = _PerModel(self, r.model, r.route)
-            both.duration.observe(r.duration_ms / 1000)
-            if r.ttfb_ms >= 0:
-                both.ttfb.observe(r.ttfb_ms / 1000)
-            if r.wait_ms > 0:
-                both.wait.observe(r.wait_ms / 1000)
-            t = r.tokens
-            if t.input_tokens > 0:
-                both.prompt.inc(t.input_tokens)
-            if t.output_tokens > 0:
-                both.generated.inc(t.output_tokens)
-            if t.cache_tokens > 0:
-                both.cached.inc(t.cache_tokens)
-            if t.prompt_per_second > 0:
-                both.prompt_speed.observe(t.prompt_per_second)
-            if t.tokens_per_second > 0:
-                both.gen_speed.observe(t.tokens_per_second)
-        for (model, route, status), count in counts.items():
-            self.requests.labels(model, route, str(status)).inc(count)
+        self.request_figures.add(records)
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)

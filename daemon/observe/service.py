@@ -5,6 +5,7 @@ Prometheus figures, and answers the activity API and `/metrics` for whichever pr
 from __future__ import annotations
 
 import logging
+import sqlite3
 from collections.abc import Awaitable, Callable, Iterable
 from datetime import UTC, datetime
 from typing import Any, Protocol
@@ -25,13 +26,16 @@ from ...ipc.messages import (
     InFlightChanged,
     ModelStatus,
     QueryActivity,
+    QueryCapture,
     QueryMetrics,
     QueryStats,
     Reply,
 )
 from ..config import Config
 from . import activity_query
+from .activity_db import ActivityDB
 from .activity_store import ActivityStore
+from .captures import CaptureCache, CaptureFigures
 from .metrics import CONTENT_TYPE, Metrics
 
 log = logging.getLogger("swapd.daemon")
@@ -39,9 +43,11 @@ log = logging.getLogger("swapd.daemon")
 _encode = msgspec.json.Encoder().encode
 
 
-def record_json(record: ActivityRecord) -> dict[str, Any]:
-    """A record as the activity API shows it: llama-swap's RFC 3339 `timestamp`."""
+def record_json(record: ActivityRecord, has_capture: bool = False) -> dict[str, Any]:
+    """A record as the activity API shows it: llama-swap's RFC 3339 `timestamp`, and whether
+    its capture is still kept (evicted ones are not)."""
     out = msgspec.to_builtins(record)
+    out["has_capture"] = has_capture
     out["timestamp"] = (
         datetime.fromtimestamp(record.timestamp, UTC).isoformat().replace("+00:00", "Z")
     )
@@ -68,9 +74,24 @@ class Observer:
         read_gpus: Callable[[], Awaitable[Iterable[GpuInfo]]],
     ) -> None:
         self.store = ActivityStore(config.metrics_max_in_memory)
+        self.db: ActivityDB | None = None
+        if config.store_path:
+            try:
+                self.db = ActivityDB(config.store_path)
+            except sqlite3.Error as exc:
+                # The daemon runs all the same (the log in memory only): not being able to
+                # keep history must not take the models down.
+                log.error(
+                    "activity store %s unusable, kept in memory only: %s", config.store_path, exc
+                )
+            else:
+                self.store.next_id = self.db.next_id
+                self.store.records.extend(self.db.recent(config.metrics_max_in_memory))
+        self.captures = CaptureCache(config.capture_buffer * 1024 * 1024)
         self.instance = instance
         self.endpoint = endpoint
         self.metrics = Metrics()
+        self.metrics.registry.register(CaptureFigures(self.captures))
         self.metrics.gauges.models = models
         self.on_records: Callable[[list[ActivityRecord]], None] | None = self.metrics.records
         self.read_gpus = read_gpus
@@ -80,8 +101,9 @@ class Observer:
         """Its messages in the endpoint's dispatch table."""
         reply = self.endpoint.reply
         on(ActivityReport, lambda _, m: self.report(m))
-        on(QueryActivity, lambda i, m: reply(i, self.activity(m)))
-        on(QueryStats, lambda i, m: reply(i, self.stats(m)))
+        on(QueryActivity, self._activity, spawn=True)
+        on(QueryStats, self._stats, spawn=True)
+        on(QueryCapture, lambda i, m: reply(i, self.capture(m)))
         on(QueryMetrics, self._metrics, spawn=True)
         on(CancelInFlight, lambda _, m: self._cancel(m.id))
 
@@ -103,9 +125,9 @@ class Observer:
         )
 
     def _publish(self, records: tuple[ActivityRecord, ...]) -> None:
-        raw = codec.encode_records(records)
+        encoded = codec.encode_records(records)
         self.endpoint.publish_nowait(
-            lambda seq: ActivityAdded(instance=self.instance, seq=seq, records=raw)
+            lambda seq: ActivityAdded(instance=self.instance, seq=seq, records=encoded)
         )
 
     def forget(self, proxy_id: str) -> None:
@@ -133,6 +155,13 @@ class Observer:
         stored = self.store.add(message.records)
         if not stored:
             return
+        for capture in message.captures:
+            if 0 <= capture.record < len(stored):
+                record = stored[capture.record]
+                capture.id = record.id
+                record.has_capture = self.captures.add(capture)
+        if self.db is not None:
+            self.db.write(stored)
         if self.on_records is not None:
             try:
                 self.on_records(stored)
@@ -140,15 +169,46 @@ class Observer:
                 log.exception("counting activity records failed")
         self._publish(tuple(stored))
 
-    def activity(self, message: QueryActivity) -> Reply:
+    async def _activity(self, identity: bytes, message: QueryActivity) -> None:
+        await self.endpoint.reply(identity, await self.activity(message))
+
+    async def _stats(self, identity: bytes, message: QueryStats) -> None:
+        await self.endpoint.reply(identity, await self.stats(message))
+
+    async def activity(self, message: QueryActivity) -> Reply:
+        """From the file when there is one (all history), else from memory."""
         try:
-            page = activity_query.list_activity(self.store.records, message.query)
+            if self.db is not None:
+                page = await self.db.page(activity_query.parse_query(message.query))
+            else:
+                page = activity_query.list_activity(self.store.records, message.query)
         except activity_query.QueryError as exc:
             return Error(id=message.id, status=400, code="bad_request", message=str(exc))
-        page["data"] = [record_json(r) for r in page["data"]]
+        captures = self.captures
+        page["data"] = [record_json(r, r.id in captures) for r in page["data"]]
         return Document(id=message.id, body=_encode(page))
 
-    def stats(self, message: QueryStats) -> Reply:
-        return Document(
-            id=message.id, body=_encode(activity_query.stats(self.store.records, message.model))
-        )
+    async def stats(self, message: QueryStats) -> Reply:
+        if self.db is not None:
+            figures = await self.db.stats(message.model)
+        else:
+            figures = activity_query.stats(self.store.records, message.model)
+        return Document(id=message.id, body=_encode(figures))
+
+    def capture(self, message: QueryCapture) -> Reply:
+        body = self.captures.document(message.capture)
+        if body is None:
+            return Error(id=message.id, status=404, code="not_found", message="capture not found")
+        return Document(id=message.id, body=body)
+
+    def reconfigure(self, config: Config) -> None:
+        """A reload: the in-memory sizes follow; `store.path` is read at start only."""
+        self.store.resize(config.metrics_max_in_memory)
+        self.captures.resize(config.capture_buffer * 1024 * 1024)
+        if config.store_path != (self.db.path if self.db is not None else ""):
+            log.warning("store.path changed: it takes effect when swapd is restarted")
+
+    def close(self) -> None:
+        if self.db is not None:
+            self.db.close()
+            self.db = None

@@ -1,0 +1,130 @@
+"""The CPU one request's observability costs, stage by stage, in one process (issue 12): the
+proxy's recorder (`begin`/`end`/`note` on the request's way, `take` with the token parsing and
+the report's encoding every batch), the daemon's observer (decoding the report, numbering the
+records, the Prometheus figures, encoding the `ActivityAdded` event) and a proxy's events hub
+framing the records for one `/api/events` subscriber.
+
+`observability_cost.py` measures the same against the whole pipeline with real processes, but
+on a shared 2-core machine its figures move by tens of percent from run to run; this one runs
+the same code in a tight loop (CPU time, `time.process_time`, median of `--repeat` runs), so a
+change to any stage shows. What a request costs in all, on and off: `observability_cost.py`'s
+"CPU/request in the proxy" (about 115 to 170 us here).
+
+Run: `python benchmarks/observability_micro.py [--requests 20000] [--batch 32] [--repeat 5]`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import time
+from collections.abc import Callable
+
+from aiohttp import web
+from aiohttp.test_utils import make_mocked_request
+
+from swapd.daemon.config import Config
+from swapd.daemon.observe.service import Observer
+from swapd.ipc import codec
+from swapd.ipc.messages import ActivityReport, Event
+from swapd.proxy.account import Account
+from swapd.proxy.activity import Recorder
+from swapd.proxy.events import EventHub, Subscriber
+from swapd.proxy.state import ProxyState
+
+# What observability_cost.py's nginx answers: OpenAI usage and llama.cpp timings.
+REPLY = (
+    b'{"id":"x","object":"chat.completion","choices":[{"index":0,"message":'
+    b'{"role":"assistant","content":"ok"},"finish_reason":"stop"}],'
+    b'"usage":{"prompt_tokens":12,"completion_tokens":3,"total_tokens":15},'
+    b'"timings":{"prompt_n":12,"predicted_n":3,"prompt_per_second":900.5,'
+    b'"predicted_per_second":61.2,"cache_n":0}}'
+)
+
+
+class _Endpoint:
+    """The daemon's endpoint as the observer uses it: events encoded as the real one does."""
+
+    def __init__(self) -> None:
+        self.out: list[bytes] = []
+
+    def publish_nowait(self, make: Callable[[int], Event]) -> None:
+        self.out.append(codec.encode(make(1)))
+
+    async def reply(self, identity: bytes, reply: object) -> None:
+        pass
+
+
+async def _run(requests: int, batch: int) -> dict[str, float]:
+    loop = asyncio.get_running_loop()
+    recorder = Recorder()
+    reports: list[ActivityReport] = []
+    recorder.send = reports.append
+    recorder.proxy_id = "bench-1"
+    endpoint = _Endpoint()
+    observer = Observer(Config(), "bench", endpoint, lambda: (), _no_gpus)
+    hub = EventHub(ProxyState(1))
+    subscriber = Subscriber()
+    hub.subscribers.add(subscriber)
+    incoming = [make_mocked_request("POST", "/v1/chat/completions") for _ in range(batch)]
+    response = web.Response(body=REPLY, content_type="application/json")
+    spent = {"proxy: begin/end/note": 0.0, "proxy: batch": 0.0, "daemon": 0.0, "events": 0.0}
+    clock = time.process_time
+    for _ in range(requests // batch):
+        t0 = clock()
+        accounts = []
+        for request in incoming:
+            acc = Account(route="model", model="bench", started=loop.time())
+            recorder.begin(request, acc)
+            accounts.append(acc)
+        for request, acc in zip(incoming, accounts, strict=True):
+            acc.body = REPLY
+            acc.content_type = "application/json"
+            recorder.note(request, response, acc)
+            recorder.end(acc)
+        t1 = clock()
+        recorder.flush()
+        wire = [codec.encode(r) for r in reports]
+        reports.clear()
+        t2 = clock()
+        for raw in wire:
+            message = codec.decode_inbound(raw)
+            assert isinstance(message, ActivityReport)
+            observer.report(message)
+        t3 = clock()
+        for raw in endpoint.out:
+            hub.event(codec.decode_event(raw))
+        endpoint.out.clear()
+        subscriber.frames.clear()
+        t4 = clock()
+        spent["proxy: begin/end/note"] += t1 - t0
+        spent["proxy: batch"] += t2 - t1
+        spent["daemon"] += t3 - t2
+        spent["events"] += t4 - t3
+    return {k: v / requests * 1e6 for k, v in spent.items()}
+
+
+async def _no_gpus() -> tuple[()]:
+    return ()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--requests", type=int, default=20000)
+    parser.add_argument("--batch", type=int, default=32, help="requests per report")
+    parser.add_argument("--repeat", type=int, default=5)
+    args = parser.parse_args()
+    runs = [asyncio.run(_run(args.requests, args.batch)) for _ in range(args.repeat)]
+    print(f"observability CPU per request, median of {args.repeat} runs, {time.ctime()}")
+    total = 0.0
+    for stage in runs[0]:
+        value = statistics.median(r[stage] for r in runs)
+        total += value
+        print(f"  {stage:22s} {value:6.2f} us")
+    print(f"  {'all':22s} {total:6.2f} us")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,157 @@
+"""Units of the observability code's fast paths, each checked against the plain way it
+replaces: the activity event frame (escaping the record's JSON instead of encoding an envelope),
+the request figures' exposition (plain counts behind a custom collector instead of
+prometheus-client's `Histogram`), the capture cache's bounds, and the capture tee (`Tail`)."""
+
+from __future__ import annotations
+
+import base64
+import json
+
+import msgspec
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from swapd.daemon.observe.captures import CaptureCache
+from swapd.daemon.observe.request_figures import SECONDS, SPEEDS, RequestFigures
+from swapd.ipc import codec
+from swapd.ipc.activity import ActivityRecord, Capture, Tokens
+from swapd.proxy.account import TAIL_BYTES, TEE, Tail
+from swapd.proxy.events import activity_frame
+
+
+def _record(i: int, error: str = "", model: str = "m", **kw: object) -> ActivityRecord:
+    return ActivityRecord(
+        id=i,
+        timestamp=1.5 + i,
+        model=model,
+        route="model",
+        method="POST",
+        req_path="/v1/chat/completions",
+        resp_status_code=200 if not error else 500,
+        duration_ms=3.25 * i,
+        error_msg=error,
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(), st.text())
+def test_activity_frame_is_the_envelope_encoded(error: str, model: str) -> None:
+    record = _record(7, error, model)
+    (data,) = codec.encode_records((record,))
+    slow = b"event:message\ndata:%s\n\n" % msgspec.json.encode(
+        {"type": "activity", "data": msgspec.json.encode(record).decode()}
+    )
+    assert activity_frame(data) == slow
+    envelope = json.loads(slow[len(b"event:message\ndata:") :])
+    assert json.loads(envelope["data"])["error_msg"] == error
+
+
+def _samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    out = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            if not s.name.endswith("_created"):
+                out[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return out
+
+
+def test_request_figures_expose_what_prometheus_histograms_would() -> None:
+    records = [
+        _record(
+            i,
+            model=f"m{i % 3}",
+            ttfb_ms=-1.0 if i % 5 == 0 else i * 0.7,
+            wait_ms=i * 10.0 if i % 4 == 0 else 0.0,
+            tokens=Tokens(input_tokens=i, output_tokens=2 * i, cache_tokens=i % 2,
+                          prompt_per_second=float(i * 13), tokens_per_second=float(i)),
+        )
+        for i in range(1, 400)
+    ]  # fmt: skip
+    figures = RequestFigures()
+    figures.add(records[:100])
+    figures.add(records[100:])
+    ours = CollectorRegistry()
+    ours.register(figures)
+
+    theirs = CollectorRegistry()
+    requests = Counter("swapd_requests", "", ["model", "route", "status"], registry=theirs)
+    duration = Histogram("swapd_request_duration_seconds", "", ["model", "route"],
+                         buckets=SECONDS, registry=theirs)  # fmt: skip
+    ttfb = Histogram("swapd_request_ttfb_seconds", "", ["model", "route"], buckets=SECONDS,
+                     registry=theirs)  # fmt: skip
+    wait = Histogram("swapd_request_wait_seconds", "", ["model"], buckets=SECONDS, registry=theirs)
+    tokens = Counter("swapd_tokens", "", ["model", "kind"], registry=theirs)
+    prompt = Histogram("swapd_prompt_tokens_per_second", "", ["model"], buckets=SPEEDS,
+                       registry=theirs)  # fmt: skip
+    gen = Histogram("swapd_generation_tokens_per_second", "", ["model"], buckets=SPEEDS,
+                    registry=theirs)  # fmt: skip
+    for r in records:
+        requests.labels(r.model, r.route, str(r.resp_status_code)).inc()
+        duration.labels(r.model, r.route).observe(r.duration_ms / 1000)
+        ttfb.labels(r.model, r.route)
+        wait.labels(r.model)
+        if r.ttfb_ms >= 0:
+            ttfb.labels(r.model, r.route).observe(r.ttfb_ms / 1000)
+        if r.wait_ms > 0:
+            wait.labels(r.model).observe(r.wait_ms / 1000)
+        for kind, n in (("prompt", r.tokens.input_tokens), ("generated", r.tokens.output_tokens),
+                        ("cached", r.tokens.cache_tokens)):  # fmt: skip
+            tokens.labels(r.model, kind).inc(n)
+        prompt.labels(r.model).observe(r.tokens.prompt_per_second)
+        gen.labels(r.model).observe(r.tokens.tokens_per_second)
+    mine = _samples(generate_latest(ours).decode())
+    assert mine == _samples(generate_latest(theirs).decode())
+    assert mine[("swapd_requests_total", (("model", "m1"), ("route", "model"), ("status", "200")))]
+
+
+def _capture(i: int, size: int) -> Capture:
+    return Capture(id=i, req_path="/p", req_body=b"x" * size)
+
+
+def test_capture_cache_bounds_and_eviction() -> None:
+    cache = CaptureCache(1000)
+    assert not cache.add(_capture(1, 1001))  # larger than the whole buffer: never kept
+    for i in range(1, 5):
+        assert cache.add(_capture(i, 300))
+    assert list(cache.items) == [2, 3, 4] and cache.size == 900  # the oldest went first
+    assert cache.add(_capture(5, 1000))
+    assert list(cache.items) == [5] and cache.evicted == 4
+    body = cache.document(5)
+    assert body is not None and base64.b64decode(json.loads(body)["req_body"]) == b"x" * 1000
+    assert cache.document(4) is None
+    cache.resize(0)
+    assert not cache.items and not cache.add(_capture(6, 1))
+
+
+def test_tail_keeps_everything_within_the_capture_bound() -> None:
+    TEE.limit = 150_000
+    tail = Tail(keep=100_000)
+    chunks = [bytes([i % 256]) * 1000 for i in range(100)]
+    for chunk in chunks:
+        tail.feed(chunk)
+    assert tail.whole() == b"".join(chunks) and tail.total == 100_000
+    tail.feed(b"!")  # one byte past the bound: the capture is let go, the tail stays
+    assert tail.whole() is None
+    assert tail.size < TAIL_BYTES + 1000 and tail.data() == (b"".join(chunks) + b"!")[-TAIL_BYTES:]
+    assert TEE.held == 0
+
+
+def test_tees_share_one_budget() -> None:
+    TEE.limit = 150_000
+    first, second = Tail(keep=100_000), Tail(keep=100_000)
+    first.feed(b"a" * 100_000)
+    second.feed(b"b" * 40_000)
+    assert TEE.held == 140_000
+    second.feed(b"b" * 20_000)  # 160 000 held: past the process's budget, this capture goes
+    assert second.whole() is None and TEE.held == 100_000
+    assert first.whole() == b"a" * 100_000
+    first.release()
+    assert TEE.held == 0
+    third = Tail(keep=100_000)
+    third.feed(b"c" * 10)
+    del third  # a response that never reached the accounting stage gives its share back
+    assert TEE.held == 0
