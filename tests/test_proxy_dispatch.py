@@ -1,0 +1,41 @@
+"""Which way a request comes in (proxy/dispatch.py): the table of model routes served straight
+from aiohttp's low-level server is read from the Application's own router, so it holds every
+model route and only those, including one a later line of the route table adds (contract K1).
+What the requests then get (keys, preflight, errors) is tested on the real stack
+(test_proxy_keys.py, test_proxy_pipeline.py), through both ways in."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from aiohttp import web
+
+from swapd.proxy import pipeline
+from swapd.proxy.app import make_app
+from swapd.proxy.dispatch import model_routes
+from swapd.proxy.model_routes import MODEL_ROUTES
+
+
+def test_every_model_route_and_only_those(tmp_path: Path) -> None:
+    app = make_app(run_dir=tmp_path)
+    table = model_routes(app)
+    assert set(table) == set(MODEL_ROUTES)
+    for info in table.values():
+        assert info.handler is pipeline.handle_model_route
+        assert info.apps == (app,)  # request.app answers as the router would have made it
+    # Routes with path variables (/upstream/{tail}) and other handlers stay the Application's.
+    assert ("GET", "/running") not in table
+    assert not any(path.startswith(("/upstream", "/comfyui")) for _, path in table)
+
+
+def test_a_model_route_added_to_the_route_table_is_found(tmp_path: Path) -> None:
+    app = make_app(run_dir=tmp_path)
+    app.router.add_route("POST", "/v9/made/up", pipeline.handle_model_route)
+    app.router.add_get("/v9/other", _other)
+    table = model_routes(app)
+    assert ("POST", "/v9/made/up") in table
+    assert ("GET", "/v9/other") not in table
+
+
+async def _other(request: web.Request) -> web.Response:
+    return web.Response(text="other")
