@@ -27,6 +27,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -94,13 +95,22 @@ def instructions(
             asyncio.run(post_many(port, args.requests, args.connections))
             subprocess.run([*control, "-i", "off", str(proc.pid)], check=True, capture_output=True)
             subprocess.run([*control, "-d", str(proc.pid)], check=True, capture_output=True)
+            # callgrind_control returns once the dump is asked for, not once it is written.
+            deadline = time.monotonic() + 60
+            while not glob.glob(f"{tmp}/callgrind.out.*.1") and time.monotonic() < deadline:
+                time.sleep(0.2)
+            time.sleep(0.5)
         finally:
             proc.terminate()
             proc.wait(120)
         totals = [0]
         for name in glob.glob(f"{tmp}/callgrind.out.*"):
             with open(name) as dump:
-                totals += [int(line.split()[1]) for line in dump if line.startswith("summary:")]
+                totals += [
+                    int(line.split()[1])
+                    for line in dump
+                    if line.startswith(("summary:", "totals:"))
+                ]
         return max(totals) / args.requests
 
 
