@@ -29,18 +29,24 @@ AppHandler = Callable[[web.BaseRequest], Awaitable[web.StreamResponse]]
 
 def model_routes(app: web.Application) -> dict[tuple[str, str], web.UrlMappingMatchInfo]:
     """(method, path) -> frozen match info, for every plain route the pipeline's model handler
-    serves."""
+    serves. Where the router has more than one route for a method and path, the first registered
+    wins, as in its own resolution (and a `*` route takes every method of its path)."""
     table: dict[tuple[str, str], web.UrlMappingMatchInfo] = {}
-    for route in app.router.routes():
+    taken: set[tuple[str, str]] = set()
+    for route in app.router.routes():  # in registration order
         resource = route.resource
-        if route.handler is not pipeline.handle_model_route:
-            continue
         if not isinstance(resource, web.PlainResource):
+            continue
+        path = resource.canonical
+        if (route.method, path) in taken or (hdrs.METH_ANY, path) in taken:
+            continue
+        taken.add((route.method, path))
+        if route.handler is not pipeline.handle_model_route or route.method == hdrs.METH_ANY:
             continue
         info = web.UrlMappingMatchInfo({}, route)
         info.add_app(app)
         info.freeze()
-        table[(route.method, resource.canonical)] = info
+        table[(route.method, path)] = info
     return table
 
 

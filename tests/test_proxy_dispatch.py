@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from aiohttp import web
+from aiohttp.test_utils import make_mocked_request
 
 from swapd.proxy import pipeline
 from swapd.proxy.app import make_app
@@ -35,6 +36,22 @@ def test_a_model_route_added_to_the_route_table_is_found(tmp_path: Path) -> None
     table = model_routes(app)
     assert ("POST", "/v9/made/up") in table
     assert ("GET", "/v9/other") not in table
+
+
+async def test_the_first_route_registered_wins_as_in_the_router() -> None:
+    app = web.Application()
+    # A second resource for a path (aiohttp refuses a second route on the same resource): the
+    # router tries the first one registered first, so these two are never reached.
+    app.router.add_post("/a", _other)
+    app.router.add_route("*", "/b", _other)
+    app.router.add_get("/x", _other)
+    app.router.add_post("/a", pipeline.handle_model_route)
+    app.router.add_post("/b", pipeline.handle_model_route)
+    app.router.add_post("/c", pipeline.handle_model_route)
+    assert set(model_routes(app)) == {("POST", "/c")}
+    for path in ("/a", "/b"):  # what the router itself makes of them
+        info = await app.router.resolve(make_mocked_request("POST", path))
+        assert info.handler is _other
 
 
 async def _other(request: web.Request) -> web.Response:
