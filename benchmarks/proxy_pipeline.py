@@ -172,6 +172,8 @@ groups:
                 pid = proxy_pid(swapd.pid)
                 time.sleep(2)  # idle is the point: let start-up garbage settle
                 idle_before = rss_mb(pid)
+                # The older tree's proxy, idle for as long, in the same run.
+                idle_older = rss_mb(proxy_pid(before.pid)) if before is not None else None
                 targets = {
                     "direct": direct,
                     "nginx": via_nginx,
@@ -190,11 +192,11 @@ groups:
                 cpu: dict[str, list[float]] = {t: [] for t in pids}
                 for _ in range(args.rounds):
                     for name, base in targets.items():
-                        before = cpu_seconds(pids.get(name))
+                        used = cpu_seconds(pids.get(name))
                         rate = wrk(base + CHAT, 32, args.seconds, script)[0]
                         rps[name].append(rate)
                         if name in pids:
-                            used = cpu_seconds(pids[name]) - before
+                            used = cpu_seconds(pids[name]) - used
                             cpu[name].append(used / (rate * args.seconds) * 1e6)
                         p50[name].append(wrk(base + CHAT, 1, args.seconds, script)[1])
 
@@ -219,7 +221,8 @@ groups:
                 idle_after = rss_mb(pid)
 
     figures = (rps, p50, cpu, sse, ttfb)
-    return report(args, targets, figures, (done, failed, held), idle_before, idle_after)
+    idle = (idle_before, idle_after, idle_older)
+    return report(args, targets, figures, (done, failed, held), idle)
 
 
 def report(
@@ -227,10 +230,10 @@ def report(
     targets: dict[str, str],
     figures: tuple[dict[str, list[float]], ...],
     streams: tuple[int, int, float],
-    idle_before: float,
-    idle_after: float,
+    idle: tuple[float, float, float | None],
 ) -> int:
     rps, p50, cpu, sse, ttfb = figures
+    idle_before, idle_after, idle_older = idle
     med = {name: statistics.median(values) for name, values in rps.items()}
     lat = {name: statistics.median(values) for name, values in p50.items()}
     print(f"req/s at 32 connections, small JSON POSTs ({args.rounds} rounds of {args.seconds:g}s):")
@@ -296,6 +299,8 @@ def report(
         f"(before issue 9: {IDLE_RSS_BEFORE_MB} MB; "
         f"{'met' if idle_before <= IDLE_RSS_BEFORE_MB else 'MISSED'})"
     )
+    if idle_older is not None:
+        print(f"  the older tree's proxy, idle as long in the same run: {idle_older:.1f} MB")
     return 0 if failed == 0 else 1
 
 

@@ -1,7 +1,8 @@
-"""The proxy's aiohttp application: the app factory, the route table and the one middleware,
-`front`, the first stage of every request (shutting down -> 503, CORS preflight, ambiguous
-credentials -> 400, API keys -> 401, `ProxyError` -> JSON error). The forwarding routes are
-`pipeline.py`'s."""
+"""The proxy's aiohttp application: the app factory, the route table and the front checks
+(`guard`), the first stage of every request (shutting down -> 503, CORS preflight, ambiguous
+credentials -> 400, API keys -> 401, `ProxyError` -> JSON error), which the one middleware,
+`front`, runs for every route and `dispatch.py` for the model routes it serves directly. The
+forwarding routes are `pipeline.py`'s."""
 
 from __future__ import annotations
 
@@ -60,7 +61,12 @@ def _preflight(request: web.Request) -> web.Response:
 
 @web.middleware
 async def front(request: web.Request, handler: Handler) -> web.StreamResponse:
-    ctx = request.app[CTX]
+    return await guard(request.app[CTX], request, handler)
+
+
+async def guard(ctx: ProxyContext, request: web.Request, handler: Handler) -> web.StreamResponse:
+    """The front checks, then `handler`: the one first stage, whichever way a request came in
+    (the Application's middleware `front`, or `dispatch.Dispatch` for model requests)."""
     if ctx.closing:
         STATS.refused += 1
         response = error_response(503, "swapd is shutting down", "shutting_down")

@@ -37,6 +37,8 @@ class ProxyContext:
     # Requests under way, for the shutdown grace; `idle` is set when the last one ends.
     active: int = 0
     idle: asyncio.Event = field(default_factory=asyncio.Event)
+    # The process's one loop, looked up once (each lookup is a call, and a getpid() on 3.11).
+    loop: asyncio.AbstractEventLoop = field(default_factory=asyncio.get_running_loop)
 
     def enter(self) -> None:
         self.active += 1

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 
 from aiohttp import web
 
-from .account import ACCOUNT
+from .account import Account
 from .address import UpstreamAddress
 from .errors import ProxyError
 from .relay import HOP_BY_HOP, relay
@@ -104,22 +104,22 @@ def unreachable(label: str, exc: UpstreamError) -> ProxyError:
 
 async def forward(
     request: web.Request,
+    acc: Account,
     transport: Transport,
     out: Outgoing,
     label: str,
     *,
     into: web.StreamResponse | None = None,
 ) -> web.StreamResponse:
-    """Send `out` and relay the answer; `label` names the upstream in error messages; `into`: a
+    """Send `out` and relay the answer; `acc` is the request's account (the time to the
+    upstream's head goes in it); `label` names the upstream in error messages; `into`: a
     response already sent (a loading stream) the answer's body continues."""
     try:
         reply = await transport.send(out)
     except UpstreamError as exc:
         raise unreachable(label, exc) from exc
-    acc = request.get(ACCOUNT)
-    if acc is not None:
-        acc.ttfb = asyncio.get_running_loop().time() - acc.started
+    acc.ttfb = asyncio.get_running_loop().time() - acc.started
     try:
-        return await relay(request, reply, label, into=into)
+        return await relay(request, reply, label, acc, into=into)
     finally:
         reply.close()

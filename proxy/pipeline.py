@@ -26,7 +26,7 @@ from aiohttp import web
 
 from ..ipc.messages import Error
 from . import decide, loading
-from .account import account
+from .account import ACCOUNT, Account
 from .activity import RECORDER
 from .address import UpstreamAddress
 from .body import RequestModel, filter_json, read_model, replace_span
@@ -76,12 +76,13 @@ async def _pipeline(
     by_body: bool = False,
 ) -> web.StreamResponse:
     ctx = request.app[CTX]
-    acc = account(request)
-    acc.started = asyncio.get_running_loop().time()
+    # Set once here and handed down: every stage after this one gets it as an argument.
+    acc = request[ACCOUNT] = Account()
+    acc.started = ctx.loop.time()
     acc.route = route
     RECORDER.begin(request, acc)
     try:
-        return await _route(request, ctx, decide_for, by_body)
+        return await _route(request, ctx, acc, decide_for, by_body)
     finally:
         RECORDER.end(acc)
 
@@ -89,11 +90,12 @@ async def _pipeline(
 async def _route(
     request: web.Request,
     ctx: ProxyContext,
+    acc: Account,
     decide_for: Callable[..., decide.Decision],
     by_body: bool,
 ) -> web.StreamResponse:
-    acc = account(request)
-    routes = await routes_of(ctx)
+    state = ctx.state
+    routes = state.routes if state.synced.is_set() else await routes_of(ctx)
     found = await read_model(request) if by_body else None
     if found is not None and found.name:
         acc.asked = acc.model = found.name
@@ -115,9 +117,9 @@ async def _route(
     if isinstance(decision, decide.Redirect):
         return web.Response(status=decision.status, headers={"Location": decision.location})
     if decision.peer is not None:
-        return await _serve_peer(request, ctx, decision, found)
+        return await _serve_peer(request, ctx, acc, decision, found)
     assert decision.route is not None
-    return await _serve_local(request, ctx, runtimes[decision.route.id], decision, found)
+    return await _serve_local(request, ctx, acc, runtimes[decision.route.id], decision, found)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -127,28 +129,31 @@ async def _route(
 async def _serve_local(
     request: web.Request,
     ctx: ProxyContext,
+    acc: Account,
     rt: ModelRuntime,
     decision: decide.Serve,
     found: RequestModel | None,
 ) -> web.StreamResponse:
-    acc = account(request)
     acc.model = rt.id
     body, plain, path_qs = _body(found, decision)
     if not decision.admitted:
         STATS.outside_admission += 1
-        return await _send(request, ctx, rt, rt.address, path_qs, body, plain, decision)
+        return await _send(request, ctx, acc, rt, rt.address, path_qs, body, plain, decision)
     admission = ctx.admission
     admission.reserve(rt)
     progress = None
     if not rt.hot and loading.wanted(request, rt, found):
         progress = loading.Progress(request, ctx, rt, acc.asked or rt.id)
     try:
-        address = await _admit(request, ctx, rt, progress)
+        # A ready model is admitted at once (no await); any other waits for the daemon.
+        address = _admit_ready(ctx, rt)
+        if address is None:
+            address = await _admit(ctx, acc, rt, progress)
         try:
             if progress is not None:
                 await progress.done()
             into = progress.response if progress is not None else None
-            return await _send(request, ctx, rt, address, path_qs, body, plain, decision, into)
+            return await _send(request, ctx, acc, rt, address, path_qs, body, plain, decision, into)
         finally:
             admission.end(rt)
     except ProxyError as exc:
@@ -159,21 +164,27 @@ async def _serve_local(
         admission.release(rt)
 
 
+def _admit_ready(ctx: ProxyContext, rt: ModelRuntime) -> UpstreamAddress | None:
+    """`rt`'s address, the request counted in flight (the caller ends it), when its model is
+    ready now; None when the request must wait for the daemon (`_admit`)."""
+    STATS.forwarded += 1
+    if not rt.hot:
+        return None
+    STATS.served_without_ipc += 1
+    ctx.admission.begin(rt)
+    return rt.address
+
+
 async def _admit(
-    request: web.Request,
     ctx: ProxyContext,
+    acc: Account,
     rt: ModelRuntime,
     progress: loading.Progress | None = None,
 ) -> UpstreamAddress:
     """Wait until `rt`'s model may serve and count the request in flight; the caller ends it.
     With `progress`, the wait streams loading progress to the client."""
-    STATS.forwarded += 1
-    if rt.hot:
-        STATS.served_without_ipc += 1
-        ctx.admission.begin(rt)
-        return rt.address
     STATS.waited_for_start += 1
-    loop = asyncio.get_running_loop()
+    loop = ctx.loop
     started = loop.time()
     try:
         while True:
@@ -191,12 +202,13 @@ async def _admit(
                 return rt.address
             await asyncio.sleep(_DRAIN_RECHECK_S)
     finally:
-        account(request).waited = loop.time() - started
+        acc.waited = loop.time() - started
 
 
 async def _send(
     request: web.Request,
     ctx: ProxyContext,
+    acc: Account,
     rt: ModelRuntime,
     address: UpstreamAddress,
     path_qs: str,
@@ -215,7 +227,7 @@ async def _send(
     out = outgoing(request, address, path_qs, host=host, body=body, plain=plain)
     out.timeouts = rt.route.timeouts
     transport = ctx.lean if address.lean else ctx.aiohttp
-    return await forward(request, transport, out, rt.id, into=into)
+    return await forward(request, acc, transport, out, rt.id, into=into)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -223,14 +235,17 @@ async def _send(
 
 
 async def _serve_peer(
-    request: web.Request, ctx: ProxyContext, decision: decide.Serve, found: RequestModel | None
+    request: web.Request,
+    ctx: ProxyContext,
+    acc: Account,
+    decision: decide.Serve,
+    found: RequestModel | None,
 ) -> web.StreamResponse:
     """A peer's model: never starts, swaps or counts against anything local. The peer's
     `apiKey` (if set) replaces both `Authorization` and `x-api-key`."""
     target_ = decision.peer
     assert target_ is not None
     peer = target_.peer
-    acc = account(request)
     acc.model = f"{peer.id}/{target_.model}"
     acc.route = "peer"
     STATS.peer += 1
@@ -252,7 +267,7 @@ async def _serve_peer(
     )
     out.timeouts = peer.timeouts
     try:
-        return await forward(request, ctx.aiohttp, out, label)
+        return await forward(request, acc, ctx.aiohttp, out, label)
     except ProxyError as exc:
         if exc.status == 502:
             raise ProxyError(502, f"peer proxy error: {exc.message}") from exc

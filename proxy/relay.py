@@ -21,7 +21,7 @@ import logging
 from aiohttp import web
 from multidict import CIMultiDict
 
-from .account import ACCOUNT, Account, Tail
+from .account import Account, Tail
 from .errors import ProxyError
 from .upstream import Reply, UpstreamBroken
 
@@ -86,16 +86,21 @@ _FRAMING = frozenset({"chunked", "identity", ""})
 
 
 async def relay(
-    request: web.Request, reply: Reply, label: str, *, into: web.StreamResponse | None = None
+    request: web.Request,
+    reply: Reply,
+    label: str,
+    acc: Account | None,
+    *,
+    into: web.StreamResponse | None = None,
 ) -> web.StreamResponse:
     """Write `reply` back to `request`'s client by the rules above; closes nothing itself (the
-    caller closes `reply`). `into`: a response whose head is already sent (a loading stream):
+    caller closes `reply`). `acc`: the request's account, for what the accounting stage reads
+    (None: nothing kept). `into`: a response whose head is already sent (a loading stream):
     the reply's body continues it, its status and headers are lost."""
     status = reply.status
     headers = response_headers(reply)
     length = reply.content_length
     bodiless = request.method == "HEAD" or status in (204, 304)
-    acc = request.get(ACCOUNT)
     if acc is not None:
         acc.content_type = headers.get("Content-Type", "")
     if into is not None:

@@ -1,5 +1,8 @@
 """aiohttp's server, set up for a proxy that faces any client, and the shutdown grace.
 
+* Its request handler is `dispatch.Dispatch`: model requests straight to the pipeline, every
+  other request to the `web.Application`.
+
 * Request bodies are not decompressed (`auto_decompress=False`): they go upstream as sent.
 * Request lines and header fields are limited to 8190 bytes each, 128 header lines (aiohttp's
   defaults, nginx's order of size); a whole request head must arrive within `HEAD_TIMEOUT_S`
@@ -31,6 +34,7 @@ from aiohttp.web_protocol import RequestHandler
 from .access_log import LOGGER as ACCESS_LOGGER
 from .access_log import AccessLog
 from .context import ProxyContext
+from .dispatch import Dispatch
 from .errors import error_response
 from .relay import end_streams
 from .stats import STATS
@@ -155,6 +159,8 @@ async def serve(
     gc.set_threshold(GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])
     manager = runner.server
     assert manager is not None
+    # Model requests go straight to the pipeline, the rest to the Application (dispatch.py).
+    manager.request_handler = Dispatch(app, manager.request_handler)
     loop = asyncio.get_running_loop()
     server = await create_server(
         lambda: SwapdRequestHandler(manager, loop=loop, **HANDLER_ARGS)  # type: ignore[arg-type]
