@@ -8,7 +8,9 @@ record keeps), so every answer a client got can be looked up in the log.
   request a client got an answer for has its record, the slow ones in flight at the signal too.
 * SIGKILL (a crash): what that process had not reported is lost: the requests in flight in it
   (their clients lose the connection) and those it finished within its last batch interval
-  (`activity.FLUSH_S`, 100 ms) before the kill. Every answer older than that is in the log.
+  (`activity.FLUSH_S`, 100 ms) before the kill. Every answer older than that is in the log, and
+  every answer a client read later than that after the kill (the survivor's, and the restarted
+  process's).
 """
 
 from __future__ import annotations
@@ -99,6 +101,11 @@ def _records(stack: Stack) -> list[dict[str, object]]:
         page += 1
 
 
+def _serving(stack: Stack, pids: list[int]) -> int | None:
+    ids = {str(r["proxy_id"]) for r in _records(stack)}
+    return next((p for p in pids if any(f"-{p}-" in i for i in ids)), None)
+
+
 @pytest.fixture
 def stack(stack_factory: Callable[..., Stack]) -> Stack:
     (port,) = model_ports(1)
@@ -120,7 +127,9 @@ def test_no_record_lost_beyond_those_in_flight(stack: Stack, sig: signal.Signals
     assert len(before) == 2
     with Load(stack) as load:
         load.wait_answers(60)
-        victim = before[0]
+        # The kernel hands each connection to whichever process accepts first: signal one that
+        # has served some (its records name its pid), or the test would prove nothing.
+        victim = wait_for(lambda: _serving(stack, before), 15, what="a proxy process with records")
         os.kill(victim, sig)
         killed_at = time.monotonic()
         wait_for(
@@ -132,10 +141,15 @@ def test_no_record_lost_beyond_those_in_flight(stack: Stack, sig: signal.Signals
         load.wait_answers(at_restart + 60)
     answered, slow_answered = dict(load.answered), load.slow_answered
 
+    # After a SIGKILL, a client may read an answer the killed process wrote just before it died
+    # (its record went with the unsent batch): answers read within the slack after the kill are
+    # in the lost window too.
+    after = killed_at + (BATCH_SLACK_S if sig == signal.SIGKILL else 0.0)
+
     def settled() -> list[dict[str, object]] | None:
         rows = _records(stack)
         seen = {str(r["req_path"]) for r in rows}
-        if not all(p in seen for p in answered if answered[p] > killed_at):
+        if not all(p in seen for p in answered if answered[p] > after):
             return None
         slow = sum(1 for r in rows if r["req_path"] == "/upstream/m/slow")
         return rows if sig == signal.SIGKILL or slow >= slow_answered else None
@@ -152,4 +166,4 @@ def test_no_record_lost_beyond_those_in_flight(stack: Stack, sig: signal.Signals
     else:
         too_old = {p for p in missing if answered[p] < killed_at - BATCH_SLACK_S}
         assert not too_old, f"records lost beyond the last batch: {sorted(too_old)[:5]}"
-        assert not {p for p in missing if answered[p] > killed_at}
+        assert not {p for p in missing if answered[p] > after}
