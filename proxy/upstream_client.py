@@ -25,7 +25,7 @@ from typing import Any
 
 from httptools import HttpParserError, HttpParserUpgrade, HttpResponseParser
 
-from ..ipc.messages import Timeouts
+from ..ipc.routing_table import Timeouts
 from .upstream_response import UpstreamBroken, UpstreamError, UpstreamResponse
 from .upstream_timeouts import HeadTimeout, expired, head_within, set_keepalive
 

@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import pytest
 from multidict import CIMultiDict
 
-from swapd.ipc.messages import RouteModel, RoutePeer, RoutingTable
+from swapd.ipc.routing_table import RouteModel, RoutePeer, RoutingTable
 from swapd.proxy import upstream_client
 from swapd.proxy.auth import check_api_key, presented_key
 from swapd.proxy.body import filter_json, multipart_field, replace_span
@@ -437,7 +437,7 @@ class _RecordingLink:
 
 
 async def test_activity_sends_the_idle_edge_at_once_and_folds_the_rest_into_one_cast() -> None:
-    from swapd.ipc.messages import ModelStatus
+    from swapd.ipc.model_status import ModelStatus
     from swapd.ipc.timings import ACTIVITY_INTERVAL_S
     from swapd.proxy.admission import Admission
     from swapd.proxy.state import ModelRuntime, ProxyState

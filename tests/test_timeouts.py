@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from swapd.daemon.config import ConfigError, load, load_config_text
-from swapd.ipc.messages import Timeouts
+from swapd.ipc.routing_table import Timeouts
 from swapd.proxy.upstream import _client_timeout
 from swapd.proxy.upstream_client import UpstreamPool
 from tests.proxy_helpers import local_model, model_ports, standalone_upstream

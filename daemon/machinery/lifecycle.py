@@ -31,7 +31,7 @@ from typing import Any
 import aiohttp
 import psutil
 
-from ...ipc.messages import Lingering, LingeringProcess
+from ...ipc.model_status import Lingering, LingeringProcess
 from ..config import ModelConfig
 from ..errors import ExitedDuringStart, GpuError, HealthCheckTimeout, PortStillInUse, StartFailed
 from . import gpu, health, model_log, pid_watch, ports, process_tree
