@@ -46,21 +46,17 @@ from pathlib import Path
 import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from proxy_throughput import (
-    FAKE_MODEL,
-    bare_proxy,
+from proxy_throughput import bare_proxy, fake_model, open_streams, own_session, sse_rate
+from running_swapd import RunningSwapd, free_port, wait_http_ok
+from side_by_side import (
+    bench_and_sse_config,
     cpu_seconds,
-    fake_model,
     nginx,
-    open_streams,
-    own_session,
     post_script,
     proxy_pid,
-    sse_rate,
     tools_found,
     wrk,
 )
-from running_swapd import RunningSwapd, free_port, wait_http_ok
 
 HERE = Path(__file__).resolve().parent
 SSE_EVENTS = 50_000
@@ -139,23 +135,7 @@ def main() -> int:
             fake_model(free_port()) as model_direct,
         ):
             upstream_port = int(direct.rsplit(":", 1)[1])
-            config = f"""
-healthCheckTimeout: 15
-models:
-  bench:
-    cmd: sleep 1000000
-    proxy: http://127.0.0.1:{upstream_port}
-    checkEndpoint: /
-    concurrencyLimit: 100000
-  sse:
-    cmd: {sys.executable} {FAKE_MODEL} --port {sse_port} --name sse
-    proxy: http://127.0.0.1:{sse_port}
-    concurrencyLimit: {args.streams * 2}
-groups:
-  bench:
-    swap: false
-    members: [bench, sse]
-"""
+            config = bench_and_sse_config(upstream_port, sse_port, args.streams * 2)
             with (
                 floor(upstream_port) as (via_floor, floor_pid),
                 bare_proxy(tmp, direct) as (via_bare, bare_pid),
