@@ -46,7 +46,14 @@ from pathlib import Path
 import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from proxy_throughput import bare_proxy, fake_model, open_streams, own_session, sse_rate
+from proxy_throughput import (
+    SSE_EVENTS,
+    bare_proxy,
+    fake_model,
+    open_streams,
+    own_session,
+    sse_rounds,
+)
 from running_swapd import RunningSwapd, free_port, wait_http_ok
 from side_by_side import (
     bench_and_sse_config,
@@ -59,7 +66,6 @@ from side_by_side import (
 )
 
 HERE = Path(__file__).resolve().parent
-SSE_EVENTS = 50_000
 TTFB_REQUESTS = 300
 IDLE_RSS_BEFORE_MB = 46.1  # the proxy's idle RSS before issue 9 (benchmarks/README.md)
 CHAT = "/v1/chat/completions"
@@ -180,12 +186,7 @@ def main() -> int:
                             cpu[name].append(used / (rate * args.seconds) * 1e6)
                         p50[name].append(wrk(base + CHAT, 1, args.seconds, script)[1])
 
-                sse: dict[str, list[float]] = {"direct": [], "swapd": []}
-                for _ in range(max(7, args.rounds)):
-                    sse["direct"].append(asyncio.run(sse_rate(model_direct + "/sse", SSE_EVENTS)))
-                    sse["swapd"].append(
-                        asyncio.run(sse_rate(swapd.url + "/upstream/sse/sse", SSE_EVENTS))
-                    )
+                sse = sse_rounds(model_direct, swapd.url, args.rounds)
 
                 ttfb: dict[str, list[float]] = {"direct": [], "swapd": []}
                 for _ in range(3):

@@ -144,6 +144,16 @@ async def sse_rate(url: str, n: int) -> float:
     return events / elapsed
 
 
+def sse_rounds(direct: str, via_swapd: str, rounds: int) -> dict[str, list[float]]:
+    """SSE events/s of the fake model straight (`direct`) and through swapd (model `sse`).
+    One stream is short and noisy here: more rounds than the rest (at least 7), alternating."""
+    sse: dict[str, list[float]] = {"direct": [], "swapd": []}
+    for _ in range(max(7, rounds)):
+        sse["direct"].append(asyncio.run(sse_rate(direct + "/sse", SSE_EVENTS)))
+        sse["swapd"].append(asyncio.run(sse_rate(via_swapd + "/upstream/sse/sse", SSE_EVENTS)))
+    return sse
+
+
 async def open_streams(url: str, count: int) -> tuple[int, int, float]:
     """Open `count` streams at once; (completed, failed, seconds all were open together)."""
     connector = aiohttp.TCPConnector(limit=0)
@@ -231,13 +241,7 @@ def main() -> int:
                             cpu[name].append(used / (rate * args.seconds) * 1e6)
                     ratio_rounds.append(this_round["swapd"] / this_round["nginx"])
 
-                sse: dict[str, list[float]] = {"direct": [], "swapd": []}
-                # One stream is short and noisy here: more rounds than the rest, alternating.
-                for _ in range(max(7, args.rounds)):
-                    sse["direct"].append(asyncio.run(sse_rate(sse_direct + "/sse", SSE_EVENTS)))
-                    sse["swapd"].append(
-                        asyncio.run(sse_rate(via_swapd + "/upstream/sse/sse", SSE_EVENTS))
-                    )
+                sse = sse_rounds(sse_direct, via_swapd, args.rounds)
 
                 streams_url = f"{via_swapd}/upstream/sse/slow?n=3&delay=1"
                 done, failed, held = asyncio.run(open_streams(streams_url, args.streams))
