@@ -27,7 +27,6 @@ import asyncio
 import contextlib
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -40,8 +39,16 @@ import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import psutil
-from proxy_throughput import cpu_seconds, post_script, proxy_pid, tools_found, wrk
 from running_swapd import RunningSwapd, free_port, wait_http_ok
+from side_by_side import (
+    bench_config,
+    cpu_seconds,
+    nginx_serving,
+    post_script,
+    proxy_pid,
+    tools_found,
+    wrk,
+)
 
 CHAT = "/v1/chat/completions"
 REPLY = (
@@ -51,40 +58,20 @@ REPLY = (
     '"timings":{"prompt_n":12,"predicted_n":3,"prompt_per_second":900.5,'
     '"predicted_per_second":61.2,"cache_n":0}}'
 )
-NGINX_CONF = """
-worker_processes 1;
-daemon off;
-pid {tmp}/nginx.pid;
-error_log {tmp}/error.log warn;
-events {{ worker_connections 8192; }}
-http {{
-  access_log off;
-  client_body_temp_path {tmp}/body; proxy_temp_path {tmp}/proxy;
-  fastcgi_temp_path {tmp}/fcgi; uwsgi_temp_path {tmp}/uwsgi; scgi_temp_path {tmp}/scgi;
+# The upstream: every POST answered with REPLY.
+SERVER = """
   server {{
     listen 127.0.0.1:{port};
     location / {{ default_type application/json; return 200 '{reply}'; }}
-  }}
-}}
-"""
+  }}"""
 
 
 @contextlib.contextmanager
 def nginx(tmp: Path) -> Iterator[int]:
     port = free_port()
-    conf = tmp / "nginx.conf"
-    conf.write_text(NGINX_CONF.format(tmp=tmp, port=port, reply=REPLY))
-    proc = subprocess.Popen(
-        ["nginx", "-c", str(conf), "-p", str(tmp)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        wait_http_ok(f"http://127.0.0.1:{port}/", 10)
+    server = SERVER.format(port=port, reply=REPLY)
+    with nginx_serving(tmp, server, (f"http://127.0.0.1:{port}/",)):
         yield port
-    finally:
-        proc.terminate()
-        proc.wait(10)
 
 
 @contextlib.contextmanager
@@ -172,16 +159,7 @@ def main() -> int:
         tmp = Path(tmp_name)
         script = post_script(tmp)
         with nginx(tmp) as port:
-            config = f"""
-healthCheckTimeout: 15
-captureBuffer: {{captures}}
-models:
-  bench:
-    cmd: sleep 1000000
-    proxy: http://127.0.0.1:{port}
-    checkEndpoint: /
-    concurrencyLimit: 100000
-"""
+            config = bench_config(port, head="healthCheckTimeout: 15\ncaptureBuffer: {captures}\n")
             with (
                 swapd(config.format(captures=0), {"SWAPD_PROXY_ACTIVITY": "0"}) as off,
                 swapd(

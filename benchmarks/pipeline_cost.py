@@ -31,8 +31,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from proxy_throughput import BODY, nginx
 from running_swapd import RunningSwapd, free_port, wait_http_ok
+from side_by_side import BODY, bench_config, nginx
 
 HERE = Path(__file__).resolve().parent
 # Each row switches off one more stage than the row above (see pipeline_stages.py).
@@ -126,14 +126,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="swapd-bench-cost-") as tmp_name:
         with nginx(Path(tmp_name)) as (direct, _):
             upstream = int(direct.rsplit(":", 1)[1])
-            config = f"""
-models:
-  bench:
-    cmd: sleep 1000000
-    proxy: http://127.0.0.1:{upstream}
-    checkEndpoint: /
-    concurrencyLimit: 100000
-"""
+            config = bench_config(upstream)
             with RunningSwapd(config) as swapd:
                 wait_http_ok(swapd.url + "/upstream/bench/", 30)
                 port = free_port()

@@ -24,8 +24,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from proxy_throughput import nginx, post_script, tools_found, wrk
 from running_swapd import RunningSwapd, free_port, wait_http_ok
+from side_by_side import bench_config, nginx, post_script, tools_found, wrk
 
 # Each runs as `python SCRIPT LISTEN_PORT UPSTREAM_PORT`.
 REFERENCES = {
@@ -126,14 +126,7 @@ def main() -> int:
                 targets[name] = stack.enter_context(
                     reference(tmp, script, name, source, upstream_port)
                 )
-            config = f"""
-models:
-  bench:
-    cmd: sleep 1000000
-    proxy: http://127.0.0.1:{upstream_port}
-    checkEndpoint: /
-    concurrencyLimit: 100000
-"""
+            config = bench_config(int(upstream_port))
             swapd = stack.enter_context(RunningSwapd(config))
             wait_http_ok(swapd.url + "/upstream/bench/", 30)
             targets["swapd"] = swapd.url

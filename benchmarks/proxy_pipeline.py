@@ -47,23 +47,25 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from proxy_throughput import (
-    FAKE_MODEL,
+    SSE_EVENTS,
     bare_proxy,
-    cpu_seconds,
     fake_model,
-    nginx,
     open_streams,
     own_session,
+    sse_rounds,
+)
+from running_swapd import RunningSwapd, free_port, wait_http_ok
+from side_by_side import (
+    bench_and_sse_config,
+    cpu_seconds,
+    nginx,
     post_script,
     proxy_pid,
-    sse_rate,
     tools_found,
     wrk,
 )
-from running_swapd import RunningSwapd, free_port, wait_http_ok
 
 HERE = Path(__file__).resolve().parent
-SSE_EVENTS = 50_000
 TTFB_REQUESTS = 300
 IDLE_RSS_BEFORE_MB = 46.1  # the proxy's idle RSS before issue 9 (benchmarks/README.md)
 CHAT = "/v1/chat/completions"
@@ -139,23 +141,7 @@ def main() -> int:
             fake_model(free_port()) as model_direct,
         ):
             upstream_port = int(direct.rsplit(":", 1)[1])
-            config = f"""
-healthCheckTimeout: 15
-models:
-  bench:
-    cmd: sleep 1000000
-    proxy: http://127.0.0.1:{upstream_port}
-    checkEndpoint: /
-    concurrencyLimit: 100000
-  sse:
-    cmd: {sys.executable} {FAKE_MODEL} --port {sse_port} --name sse
-    proxy: http://127.0.0.1:{sse_port}
-    concurrencyLimit: {args.streams * 2}
-groups:
-  bench:
-    swap: false
-    members: [bench, sse]
-"""
+            config = bench_and_sse_config(upstream_port, sse_port, args.streams * 2)
             with (
                 floor(upstream_port) as (via_floor, floor_pid),
                 bare_proxy(tmp, direct) as (via_bare, bare_pid),
@@ -200,12 +186,7 @@ groups:
                             cpu[name].append(used / (rate * args.seconds) * 1e6)
                         p50[name].append(wrk(base + CHAT, 1, args.seconds, script)[1])
 
-                sse: dict[str, list[float]] = {"direct": [], "swapd": []}
-                for _ in range(max(7, args.rounds)):
-                    sse["direct"].append(asyncio.run(sse_rate(model_direct + "/sse", SSE_EVENTS)))
-                    sse["swapd"].append(
-                        asyncio.run(sse_rate(swapd.url + "/upstream/sse/sse", SSE_EVENTS))
-                    )
+                sse = sse_rounds(model_direct, swapd.url, args.rounds)
 
                 ttfb: dict[str, list[float]] = {"direct": [], "swapd": []}
                 for _ in range(3):

@@ -25,8 +25,6 @@ import argparse
 import asyncio
 import contextlib
 import os
-import re
-import shutil
 import statistics
 import subprocess
 import sys
@@ -36,75 +34,21 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import aiohttp
-import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from running_swapd import RunningSwapd, free_port, wait_http_ok
+from side_by_side import (
+    FAKE_MODEL,
+    bench_and_sse_config,
+    cpu_seconds,
+    nginx,
+    post_script,
+    proxy_pid,
+    tools_found,
+    wrk,
+)
 
-REPO = Path(__file__).resolve().parent.parent
-FAKE_MODEL = REPO / "tests" / "upstreams" / "fake_model.py"
 SSE_EVENTS = 50_000
-BODY = '{"model":"bench","messages":[{"role":"user","content":"hi"}]}'
-WRK_SCRIPT = f"""
-wrk.method = "POST"
-wrk.body = '{BODY}'
-wrk.headers["Content-Type"] = "application/json"
-"""
-NGINX_CONF = """
-worker_processes 1;
-daemon off;
-pid {tmp}/nginx.pid;
-error_log {tmp}/error.log warn;
-events {{ worker_connections 8192; }}
-http {{
-  access_log off;
-  client_body_temp_path {tmp}/body; proxy_temp_path {tmp}/proxy;
-  fastcgi_temp_path {tmp}/fcgi; uwsgi_temp_path {tmp}/uwsgi; scgi_temp_path {tmp}/scgi;
-  upstream fast {{ server 127.0.0.1:{upstream}; keepalive 256; }}
-  server {{ listen 127.0.0.1:{upstream}; location / {{ return 200 "ok"; }} }}
-  server {{
-    listen 127.0.0.1:{proxy};
-    location / {{ proxy_pass http://fast; proxy_http_version 1.1; proxy_set_header Connection ""; }}
-  }}
-}}
-"""
-
-
-def tools_found() -> bool:
-    """wrk and nginx are on PATH; says what to install when not."""
-    for tool in ("wrk", "nginx"):
-        if shutil.which(tool) is None:
-            print(f"{tool} not found (Debian: apt-get install wrk nginx-light)", file=sys.stderr)
-            return False
-    return True
-
-
-def post_script(tmp: Path) -> Path:
-    """wrk's Lua script for the small JSON POSTs every target is measured with."""
-    script = tmp / "post.lua"
-    script.write_text(WRK_SCRIPT)
-    return script
-
-
-@contextlib.contextmanager
-def nginx(tmp: Path) -> Iterator[tuple[str, str]]:
-    upstream, proxy = free_port(), free_port()
-    conf = tmp / "nginx.conf"
-    conf.write_text(NGINX_CONF.format(tmp=tmp, upstream=upstream, proxy=proxy))
-    proc = subprocess.Popen(
-        ["nginx", "-c", str(conf), "-p", str(tmp)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        wait_http_ok(f"http://127.0.0.1:{upstream}/", 10)
-        wait_http_ok(f"http://127.0.0.1:{proxy}/", 10)
-        yield f"http://127.0.0.1:{upstream}", f"http://127.0.0.1:{proxy}"
-    finally:
-        proc.terminate()
-        proc.wait(10)
-
-
 # For scale: the "bare 30-line aiohttp proxy" the targets are set against (reads the body, one
 # pooled ClientSession, fixed upstream, no features).
 BARE_PROXY = """
@@ -183,37 +127,6 @@ def fake_model(port: int) -> Iterator[str]:
         proc.wait(10)
 
 
-def proxy_pid(circusd_pid: int) -> int:
-    """The swapd proxy process under circusd."""
-    for child in psutil.Process(circusd_pid).children(recursive=True):
-        if "swapd.proxy" in " ".join(child.cmdline()):
-            return child.pid
-    raise RuntimeError("no swapd proxy process found")
-
-
-def cpu_seconds(pid: int | None) -> float:
-    if pid is None:
-        return 0.0
-    times = psutil.Process(pid).cpu_times()
-    return times.user + times.system
-
-
-def wrk(url: str, connections: int, seconds: float, script: Path) -> tuple[float, float]:
-    """(requests/s, median latency in ms)."""
-    out = subprocess.run(
-        ["wrk", "-t1", f"-c{connections}", f"-d{seconds:g}s", "--latency", "-s", str(script), url],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    if "Non-2xx" in out or "Socket errors" in out:
-        raise RuntimeError(f"wrk saw errors against {url}:\n{out}")
-    rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))  # type: ignore[union-attr]
-    value, unit = re.search(r"50%\s+([\d.]+)(us|ms|s)", out).groups()  # type: ignore[union-attr]
-    scale = {"us": 0.001, "ms": 1.0, "s": 1000.0}[unit]
-    return rps, float(value) * scale
-
-
 async def sse_rate(url: str, n: int) -> float:
     async with aiohttp.ClientSession() as session:
         start = time.perf_counter()
@@ -229,6 +142,16 @@ async def sse_rate(url: str, n: int) -> float:
     if events < n:
         raise RuntimeError(f"only {events} of {n} events arrived from {url}")
     return events / elapsed
+
+
+def sse_rounds(direct: str, via_swapd: str, rounds: int) -> dict[str, list[float]]:
+    """SSE events/s of the fake model straight (`direct`) and through swapd (model `sse`).
+    One stream is short and noisy here: more rounds than the rest (at least 7), alternating."""
+    sse: dict[str, list[float]] = {"direct": [], "swapd": []}
+    for _ in range(max(7, rounds)):
+        sse["direct"].append(asyncio.run(sse_rate(direct + "/sse", SSE_EVENTS)))
+        sse["swapd"].append(asyncio.run(sse_rate(via_swapd + "/upstream/sse/sse", SSE_EVENTS)))
+    return sse
 
 
 async def open_streams(url: str, count: int) -> tuple[int, int, float]:
@@ -283,24 +206,8 @@ def main() -> int:
             fake_model(free_port()) as sse_direct,
             bare_proxy(tmp, direct) as (via_bare, bare_pid),
         ):
-            upstream_port = direct.rsplit(":", 1)[1]
-            config = f"""
-healthCheckTimeout: 15
-models:
-  bench:
-    cmd: sleep 1000000
-    proxy: http://127.0.0.1:{upstream_port}
-    checkEndpoint: /
-    concurrencyLimit: 100000
-  sse:
-    cmd: {sys.executable} {FAKE_MODEL} --port {sse_port} --name sse
-    proxy: http://127.0.0.1:{sse_port}
-    concurrencyLimit: {args.streams * 2}
-groups:
-  bench:
-    swap: false
-    members: [bench, sse]
-"""
+            upstream_port = int(direct.rsplit(":", 1)[1])
+            config = bench_and_sse_config(upstream_port, sse_port, args.streams * 2)
             with RunningSwapd(config) as swapd:
                 via_swapd = swapd.url
                 for warm in ("/upstream/bench/", "/upstream/sse/health"):
@@ -334,13 +241,7 @@ groups:
                             cpu[name].append(used / (rate * args.seconds) * 1e6)
                     ratio_rounds.append(this_round["swapd"] / this_round["nginx"])
 
-                sse: dict[str, list[float]] = {"direct": [], "swapd": []}
-                # One stream is short and noisy here: more rounds than the rest, alternating.
-                for _ in range(max(7, args.rounds)):
-                    sse["direct"].append(asyncio.run(sse_rate(sse_direct + "/sse", SSE_EVENTS)))
-                    sse["swapd"].append(
-                        asyncio.run(sse_rate(via_swapd + "/upstream/sse/sse", SSE_EVENTS))
-                    )
+                sse = sse_rounds(sse_direct, via_swapd, args.rounds)
 
                 streams_url = f"{via_swapd}/upstream/sse/slow?n=3&delay=1"
                 done, failed, held = asyncio.run(open_streams(streams_url, args.streams))

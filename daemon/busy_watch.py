@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterable
 
 import aiohttp
 
-from ..ipc.messages import Busy
+from ..ipc.model_status import Busy
 from .config import Config
 from .config.busy_check import BusyCheck
 from .machinery.busy_probe import BusyProbes, Target

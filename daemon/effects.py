@@ -8,7 +8,8 @@ from collections.abc import Callable
 
 import msgspec
 
-from ..ipc.messages import Draining, ModelStatus, StateChanged
+from ..ipc.messages import Draining, StateChanged
+from ..ipc.model_status import ModelStatus
 from ..ipc.states import HEALTH_CHECK_REASON
 from .config import ModelConfig
 from .endpoint import Endpoint

@@ -12,7 +12,8 @@ from typing import Any
 
 from ..ipc.client import DaemonClient, DaemonUnavailable
 from ..ipc.endpoints import Endpoints, default_run_dir
-from ..ipc.messages import Error, ModelStatus, Ok, Reload, Status, StatusReply, Unload
+from ..ipc.messages import Error, Ok, Reload, Status, StatusReply, Unload
+from ..ipc.model_status import ModelStatus
 from ..ipc.status_doc import status_json
 
 STATUS_TIMEOUT = 5.0

@@ -15,7 +15,7 @@ from collections.abc import Callable, Collection, Sequence
 
 import msgspec
 
-from ..ipc.messages import GpuInfo, ModelStatus
+from ..ipc.model_status import GpuInfo, ModelStatus
 from ..ipc.states import LOADED_STATES
 from .config import Config, ModelConfig
 from .machinery import gpu, process_tree

@@ -1,7 +1,7 @@
 """Config -> the routing table the daemon publishes to proxies (they never read the config file).
 
-A model's routing fields are `ipc.messages.ModelRouting`, which `ModelConfig` extends, and a peer
-is the ipc struct itself: nothing here is copied field by field.
+A model's routing fields are `ipc.routing_table.ModelRouting`, which `ModelConfig` extends, and a
+peer is the ipc struct itself: nothing here is copied field by field.
 """
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from pathlib import Path
 
 import msgspec
 
-from ..ipc.messages import ModelRouting, RouteModel, RoutingTable
 from ..ipc.path_patterns import search_form
+from ..ipc.routing_table import ModelRouting, RouteModel, RoutingTable
 from .config import Config, ModelConfig
 
 _ROUTING_FIELDS = ModelRouting.__struct_fields__

@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable, Mapping
 
-from ..ipc.messages import Lingering, LingeringProcess, ModelStatus
+from ..ipc.model_status import Lingering, LingeringProcess, ModelStatus
 from .config import ModelConfig
 from .machinery.model_process import Running
 from .policy import ttl

@@ -26,7 +26,6 @@ from ..ipc.messages import (
     Ensure,
     Error,
     Hello,
-    ModelStatus,
     Ok,
     Ready,
     Reload,
@@ -40,6 +39,7 @@ from ..ipc.messages import (
     TableChanged,
     Unload,
 )
+from ..ipc.model_status import ModelStatus
 from . import chores, config_watch, placer, preloading, reloading, routing, status, stopping
 from .announcing import Announcer
 from .busy_watch import BusyWatch

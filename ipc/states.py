@@ -1,8 +1,8 @@
-"""The sets of model states both sides decide on (see `messages.ModelState`)."""
+"""The sets of model states both sides decide on (see `model_status.ModelState`)."""
 
 from __future__ import annotations
 
-from .messages import ModelState
+from .model_status import ModelState
 
 # A process exists (or is being made or taken down) for a model in one of these states.
 LOADED_STATES: frozenset[ModelState] = frozenset({"starting", "ready", "draining", "stopping"})

@@ -12,7 +12,8 @@ Module map (docs/architecture.md, "The proxy's request pipeline"):
   `comfyui`, `model_routes`: the rules and routes they decide over.
 * `body`: the request's model (JSON, multipart, form, query), bounded reads, filters.
 * `forward`: what goes upstream (headers, Host, X-Forwarded-*, body); `upstream`: the one
-  upstream interface and its transports (`upstream_client`: the lean pool; aiohttp's client);
+  upstream interface and its transports (`upstream_client`: the lean pool, `upstream_conn`: one
+  of its connections; aiohttp's client);
   `relay`: the response relay; `websocket`: the websocket relay.
 * `admission`: concurrency limit (429), in-flight counts, drains, rate-limited activity.
 * `state`, `address`: the mirror of the daemon's routing table and model states;

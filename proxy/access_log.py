@@ -29,7 +29,7 @@ from aiohttp import web
 from aiohttp.abc import AbstractAccessLogger
 
 from ..ipc import log_time
-from ..ipc.messages import RoutingTable
+from ..ipc.routing_table import RoutingTable
 from .account import ACCOUNT, Account
 from .activity import RECORDER
 from .log_hub import LogHub

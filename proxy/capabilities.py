@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..ipc.messages import Capabilities
+from ..ipc.routing_table import Capabilities
 
 # Fields the rendering owns: a model's metadata keys of these names are dropped when it renders.
 OWNED = frozenset({"architecture", "capabilities", "supported_parameters", "context_length"})

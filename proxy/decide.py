@@ -21,8 +21,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..ipc.messages import Filters, RouteModel
 from ..ipc.reserved import COMFYUI_MODEL_ID
+from ..ipc.routing_table import Filters, RouteModel
 from . import comfyui, selectors
 from .errors import ProxyError
 from .model_routes import upstream_path

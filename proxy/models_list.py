@@ -15,7 +15,7 @@ from typing import Any
 import msgspec
 from aiohttp import web
 
-from ..ipc.messages import RouteModel, RouteSelector
+from ..ipc.routing_table import RouteModel, RouteSelector
 from ..ipc.states import LOADED_STATES
 from . import capabilities
 from .context import CTX

@@ -22,6 +22,7 @@ from ..ipc.messages import (
     QueryCapture,
     QueryMetrics,
     QueryStats,
+    Reply,
     Request,
 )
 from .activity import RECORDER
@@ -30,13 +31,20 @@ from .errors import ProxyError
 from .events import HUB_KEY, flight_data
 
 
-async def _ask(request: web.Request, make: Callable[[int], Request]) -> web.Response:
+async def ask_daemon(request: web.Request, make: Callable[[int], Request]) -> Reply:
+    """The daemon's reply to the request `make` builds; no answer is a 503, an `Error` reply the
+    error it names (the one error shape either way)."""
     try:
         reply = await request.app[CTX].link.request(make, timeout=10.0)
     except DaemonUnavailable as exc:
         raise ProxyError(503, "the daemon did not answer", "daemon_unavailable") from exc
     if isinstance(reply, Error):
         raise ProxyError.from_reply(reply)
+    return reply
+
+
+async def _ask(request: web.Request, make: Callable[[int], Request]) -> web.Response:
+    reply = await ask_daemon(request, make)
     if not isinstance(reply, Document):
         raise ProxyError(502, f"unexpected reply from the daemon: {type(reply).__name__}")
     response = web.Response(body=reply.body)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Mapping
 
-from ..ipc.messages import RouteSelector
+from ..ipc.routing_table import RouteSelector
 from .state import ModelRuntime
 
 _RUNNING = ("starting", "ready")

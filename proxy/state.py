@@ -21,18 +21,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..ipc import aliases
-from ..ipc.messages import (
-    Draining,
-    Event,
-    ModelStatus,
-    RouteModel,
-    RoutePeer,
-    RouteSelector,
-    RoutingTable,
-    SnapshotReply,
-    StateChanged,
-    TableChanged,
-)
+from ..ipc.messages import Draining, Event, SnapshotReply, StateChanged, TableChanged
+from ..ipc.model_status import ModelStatus
+from ..ipc.routing_table import RouteModel, RoutePeer, RouteSelector, RoutingTable
 from .address import NOWHERE, UpstreamAddress
 from .matching import compile_path_pattern
 

@@ -23,7 +23,7 @@ import aiohttp
 from multidict import CIMultiDict
 from yarl import URL
 
-from ..ipc.messages import Timeouts
+from ..ipc.routing_table import Timeouts
 from .address import UpstreamAddress
 from .upstream_client import UpstreamBroken, UpstreamError, UpstreamPool
 from .upstream_timeouts import HeadTimeout

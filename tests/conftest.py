@@ -1,6 +1,7 @@
-"""Shared fixtures: `session` (an aiohttp client session), and `stack_factory`, which starts real
+"""Shared fixtures: `session` (an aiohttp client session), `stack_factory`, which starts real
 swapd stacks (tests/stack.py) and stops every one of them at the end of the test, failing the test
-if one did not exit 0 or left a process behind."""
+if one did not exit 0 or left a process behind, and `peer_url` (a peer's upstream, one per test
+module)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ import aiohttp
 import pytest
 
 from tests.comfyui_support import ComfyUpstream, Running
-from tests.stack import Stack
+from tests.proxy_helpers import standalone_upstream
+from tests.stack import Stack, free_port
 
 # The real tier's fixtures (`docker`, `docker_engine`, `busybox_image`, `llamacpp`).
 pytest_plugins = ["tests.realparts.plugin"]
@@ -53,3 +55,10 @@ def swapd(stack: Stack) -> Running:
 @pytest.fixture
 def up(stack: Stack) -> ComfyUpstream:
     return stack.up  # type: ignore[attr-defined,no-any-return]
+
+
+@pytest.fixture(scope="module")
+def peer_url() -> Iterator[str]:
+    """A real upstream on loopback that a stack's `peers` entry points at."""
+    with standalone_upstream("peer-upstream", free_port()) as url:
+        yield url

@@ -25,7 +25,7 @@ from swapd.daemon.policy.busy_rule import Reading, evaluate, failed
 from swapd.daemon.policy.proxies import ProxyRegistry
 from swapd.daemon.policy.records import ModelRecord
 from swapd.daemon.policy.scheduler import Scheduler
-from swapd.ipc.messages import Busy
+from swapd.ipc.model_status import Busy
 from tests.test_scheduler import FakeEffects, Handle, setup
 from tests.test_scheduler import model as scheduler_model
 

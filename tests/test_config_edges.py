@@ -16,8 +16,8 @@ from swapd.daemon.config.loader import ConfigError, ConfigIssue, load, load_conf
 from swapd.daemon.config.model_fields import MAX_COMMAND_LENGTH
 from swapd.daemon.config.patterns import has_nested_quantifier
 from swapd.daemon.routing import routing_table
-from swapd.ipc.messages import ModelRouting, RouteModel
 from swapd.ipc.path_patterns import search_form
+from swapd.ipc.routing_table import ModelRouting, RouteModel
 
 from .test_config_check_cli import swapd
 

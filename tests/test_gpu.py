@@ -33,7 +33,7 @@ from swapd.daemon.machinery.gpu import (
 )
 from swapd.daemon.machinery.gpu_fake import FakeBackend, fake_uuid
 from swapd.daemon.machinery.gpu_nvml import NvmlBackend
-from swapd.ipc.messages import GpuInfo
+from swapd.ipc.model_status import GpuInfo
 from tests.test_eviction import model
 
 FAKE = {"SWAPD_GPU_BACKEND": "fake", "SWAPD_FAKE_GPUS": "2"}

@@ -8,7 +8,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from swapd.daemon.observe.gpu_metrics import GpuCollector, GpuGauges, PlacementCounts
-from swapd.ipc.messages import GpuInfo, ModelStatus
+from swapd.ipc.model_status import GpuInfo, ModelStatus
 
 GIB = 1024**3
 

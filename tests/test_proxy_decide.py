@@ -7,9 +7,9 @@ import time
 
 import pytest
 
-from swapd.ipc.messages import Filters, RouteModel, RoutePeer, RoutingTable
 from swapd.ipc.path_patterns import search_form as searchable
 from swapd.ipc.reserved import COMFYUI_MODEL_ID
+from swapd.ipc.routing_table import Filters, RouteModel, RoutePeer, RoutingTable
 from swapd.proxy import decide
 from swapd.proxy.decide import Ask, Redirect, Refuse, Serve
 from swapd.proxy.state import Routes

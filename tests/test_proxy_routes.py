@@ -20,7 +20,6 @@ from tests.proxy_helpers import (
     model_log_has,
     model_ports,
     received,
-    standalone_upstream,
 )
 from tests.stack import Stack, free_port, wait_for
 
@@ -36,12 +35,6 @@ MODELS = [
     "broken",
     "slowstart",
 ]
-
-
-@pytest.fixture(scope="module")
-def peer_url() -> Iterator[str]:
-    with standalone_upstream("peer-upstream", free_port()) as url:
-        yield url
 
 
 @pytest.fixture(scope="module")

@@ -12,8 +12,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import pytest
 from multidict import CIMultiDict
 
-from swapd.ipc.messages import RouteModel, RoutePeer, RoutingTable
-from swapd.proxy import upstream_client
+from swapd.ipc.routing_table import RouteModel, RoutePeer, RoutingTable
+from swapd.proxy import upstream_conn
 from swapd.proxy.auth import check_api_key, presented_key
 from swapd.proxy.body import filter_json, multipart_field, replace_span
 from swapd.proxy.errors import ProxyError, error_body
@@ -392,13 +392,13 @@ async def test_reading_pauses_past_the_high_water_mark(monkeypatch: pytest.Monke
     body = bytes(range(256)) * (128 * 1024)  # 32 MiB: more than the kernel buffers on loopback
     sent = asyncio.Event()
     paused = asyncio.Event()
-    pause = upstream_client._Conn.pause
+    pause = upstream_conn.UpstreamConn.pause
 
-    def pause_and_tell(conn: upstream_client._Conn) -> None:
+    def pause_and_tell(conn: upstream_conn.UpstreamConn) -> None:
         pause(conn)
         paused.set()
 
-    monkeypatch.setattr(upstream_client._Conn, "pause", pause_and_tell)
+    monkeypatch.setattr(upstream_conn.UpstreamConn, "pause", pause_and_tell)
 
     async def respond(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await _read_head(reader)
@@ -437,7 +437,7 @@ class _RecordingLink:
 
 
 async def test_activity_sends_the_idle_edge_at_once_and_folds_the_rest_into_one_cast() -> None:
-    from swapd.ipc.messages import ModelStatus
+    from swapd.ipc.model_status import ModelStatus
     from swapd.ipc.timings import ACTIVITY_INTERVAL_S
     from swapd.proxy.admission import Admission
     from swapd.proxy.state import ModelRuntime, ProxyState

@@ -18,11 +18,11 @@ from typing import Any
 import pytest
 
 from swapd.daemon.config import ConfigError, load, load_config_text
-from swapd.ipc.messages import Timeouts
+from swapd.ipc.routing_table import Timeouts
 from swapd.proxy.upstream import _client_timeout
 from swapd.proxy.upstream_client import UpstreamPool
-from tests.proxy_helpers import local_model, model_ports, standalone_upstream
-from tests.stack import Stack, free_port
+from tests.proxy_helpers import local_model, model_ports
+from tests.stack import Stack
 
 HEADER = """
 models:
@@ -75,12 +75,6 @@ def test_aiohttp_limits_from_timeouts() -> None:
 
 
 # ------------------------------------------------------------------------------------ the stack
-
-
-@pytest.fixture(scope="module")
-def peer_url() -> Iterator[str]:
-    with standalone_upstream("peer-upstream", free_port()) as url:
-        yield url
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,7 @@ from typing import Any
 import msgspec
 
 from ...ipc import aliases
-from ...ipc.messages import Filters, ModelRouting, Profile, RoutePeer, RouteSelector
+from ...ipc.routing_table import Filters, ModelRouting, Profile, RoutePeer, RouteSelector
 from .busy_check import BusyCheck
 from .matrix_dsl import MatrixSet
 

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-from ...ipc.messages import Capabilities
 from ...ipc.reserved import COMFYUI_MODEL_ID
+from ...ipc.routing_table import Capabilities
 from . import model as c
 from . import shape
 from .busy_check import read_busy_check

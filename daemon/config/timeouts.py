@@ -4,7 +4,7 @@ proxy's transports read (proxy/upstream.py). Unset keys keep llama-swap's defaul
 
 from __future__ import annotations
 
-from ...ipc.messages import Timeouts
+from ...ipc.routing_table import Timeouts
 from . import shape
 
 PEER_RESPONSE_HEADER = 60.0

@@ -18,7 +18,7 @@ import logging
 import os
 from collections.abc import Collection, Iterable, Mapping
 
-from ...ipc.messages import GpuInfo, LingeringProcess
+from ...ipc.model_status import GpuInfo, LingeringProcess
 from ..config import Config
 from ..errors import GpuError
 from .gpu_backend import GpuBackend, GpuProcess, NullBackend

@@ -8,7 +8,7 @@ from typing import Protocol
 
 import msgspec
 
-from ...ipc.messages import GpuInfo
+from ...ipc.model_status import GpuInfo
 
 
 class GpuProcess(msgspec.Struct, frozen=True):

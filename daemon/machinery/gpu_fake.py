@@ -25,7 +25,7 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
-from ...ipc.messages import GpuInfo
+from ...ipc.model_status import GpuInfo
 from ..errors import GpuError
 from .gpu_backend import GpuProcess
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from ...ipc.messages import GpuInfo
+from ...ipc.model_status import GpuInfo
 from ..errors import GpuError
 from .gpu_backend import GpuProcess
 

@@ -5,10 +5,11 @@ Start: pre-check the executable (circus answers `ok` even when the exec fails), 
 the watcher `model-<safe id>` (the real id, port and definition hash travel in its env), check that
 circus really started a pid, then wait for the health check while watching the pid through a pidfd.
 
-Stop: `cmdStop` (with `${PID}` filled) when set, else SIGTERM to the process group; SIGKILL after
-`unloadTimeout`; then `rm` the watcher. The signals are sent here and the exit is seen through the
-pidfd, so no circus command holds circus's arbiter-wide lock while a model takes its time to stop
-(circus's own `stop` holds it for the whole grace period and stalls every other start). A swap's
+Stop (the steps are `model_stop.py`'s): `cmdStop` (with `${PID}` filled) when set, else SIGTERM to
+the process group; SIGKILL after `unloadTimeout`; then `rm` the watcher. The signals are sent
+there and the exit is seen through the pidfd, so no circus command holds circus's arbiter-wide lock
+while a model takes its time to stop (circus's own `stop` holds it for the whole grace period and
+stalls every other start). A swap's
 stop leaves the `rm` until the next start has spawned its process (`defer_remove`): the dead
 watcher's removal then runs during that start's health check instead of before its `add`.
 """
@@ -29,30 +30,27 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-import psutil
 
-from ...ipc.messages import Lingering, LingeringProcess
+from ...ipc.model_status import Lingering, LingeringProcess
 from ..config import ModelConfig
-from ..errors import ExitedDuringStart, GpuError, HealthCheckTimeout, PortStillInUse, StartFailed
-from . import gpu, health, model_log, pid_watch, ports, process_tree
+from ..errors import ExitedDuringStart, HealthCheckTimeout, PortStillInUse, StartFailed
+from . import health, model_log, model_stop, pid_watch, ports, process_tree
 from .circus_client import CircusClient
 from .gpu_backend import GpuBackend
 from .model_process import (
     Running,
     definition_hash,
     fill_gpus,
-    fill_pid,
     health_url,
     model_env,
 )
+from .model_stop import CMD_STOP_MARGIN
 from .watchers import Watchers
 
 __all__ = ["GPU_RELEASE_TIMEOUT", "Lifecycle", "Running", "StartFailed"]
 
 log = logging.getLogger("swapd.lifecycle")
 
-# How much longer than unloadTimeout a cmdStop (`docker stop -t N`) may run before it is killed.
-CMD_STOP_MARGIN = 5.0
 # A stopped model's GPU memory must be back within this, else what lingers is reported.
 GPU_RELEASE_TIMEOUT = 10.0
 # The stream class circusd imports for a model's stdout and stderr (model_output.py), by its
@@ -308,33 +306,15 @@ class Lifecycle:
         pid = running.pid
         if self.processes.get(running.model) is running:
             del self.processes[running.model]
-        tree = process_tree.process_tree(pid)
-        if pid_watch.is_alive(pid):
-            if model is not None and model.cmd_stop:
-                await self._run_cmd_stop(model, pid, grace)
-            else:
-                process_tree.signal_group(pid, signal.SIGTERM)
-            if not await process_tree.wait_gone(pid, grace):
-                log.warning(
-                    "%s (pid %d) ignored SIGTERM for %gs: SIGKILL", running.model, pid, grace
-                )
-                process_tree.kill_tree(pid, tree)
-                await process_tree.wait_gone(pid, 5.0)
-        elif model is not None and model.cmd_stop and "${PID}" not in " ".join(model.cmd_stop):
-            # The client is gone (circusd's own SIGTERM at shutdown, or it died), but what it
-            # started may not be: a container outlives its `docker run`. cmdStop stops that. Not
-            # when cmdStop names ${PID}: that pid is dead and may already be another process's.
-            await self._run_cmd_stop(model, pid, grace)
+        tree = await model_stop.end_process(
+            running, model, grace, log_dir=self.log_dir, environ=self._environ
+        )
         if remove and not self.closing:
             if defer_remove:
                 self.watchers.defer(running.model)
             else:
                 await self.remove_watcher(running.model)
-        # Children that outlive the main process (a shell's background job) get no second chance.
-        leftovers = [p for p in tree if p.pid != pid and process_tree.alive(p)]
-        for proc in leftovers:
-            with contextlib.suppress(psutil.Error):
-                proc.kill()
+        model_stop.kill_leftovers(pid, tree)
         # A docker model's processes are not our descendants: on its own GPUs, any process counts.
         foreign = model is not None and bool(model.cmd_stop) and bool(running.gpus)
         pids = None if foreign else {pid, *(p.pid for p in tree)}
@@ -348,35 +328,6 @@ class Lifecycle:
             self.gpu_lingering.pop(running.model, None)
         return lingering
 
-    async def _run_cmd_stop(self, model: ModelConfig, pid: int, grace: float) -> None:
-        assert model.cmd_stop is not None
-        argv = fill_pid(fill_gpus(model.cmd_stop, model), pid)
-        log.info("%s: running cmdStop %s", model.id, shlex.join(argv))
-        try:
-            with model_log.log_path(self.log_dir, model.id).open("ab") as out:
-                proc = await asyncio.create_subprocess_exec(
-                    *argv,
-                    stdin=asyncio.subprocess.DEVNULL,
-                    stdout=out,
-                    stderr=out,
-                    env=model_env(model, self._environ),
-                    start_new_session=True,
-                )
-        except OSError as exc:
-            log.error("%s: cmdStop %s failed to run: %s; sending SIGTERM", model.id, argv[0], exc)
-            process_tree.signal_group(pid, signal.SIGTERM)
-            return
-        try:
-            code = await asyncio.wait_for(proc.wait(), grace + CMD_STOP_MARGIN)
-        except TimeoutError:
-            log.error("%s: cmdStop did not finish in %gs; killing it", model.id, grace)
-            with contextlib.suppress(ProcessLookupError):
-                proc.kill()
-            await proc.wait()
-            return
-        if code != 0:
-            log.warning("%s: cmdStop exited with %d", model.id, code)
-
     async def _wait_gpu_release(
         self, running: Running, pids: set[int] | None
     ) -> tuple[LingeringProcess, ...]:
@@ -384,24 +335,9 @@ class Lifecycle:
             return ()
         # Models sharing its GPUs (placement by memory) keep running: their processes are not its.
         others = await asyncio.to_thread(self._other_pids, running.model) if pids is None else set()
-        try:
-            lingering = await gpu.wait_released(
-                self.gpu_backend,
-                pids,
-                running.gpus or None,
-                self.gpu_release_timeout,
-                ignore_pids=others,
-            )
-        except GpuError as exc:
-            log.error("%s: cannot check GPU release: %s", running.model, exc)
-            return ()
-        if lingering:
-            log.warning(
-                "%s stopped but GPU memory is still held: %s",
-                running.model,
-                ", ".join(f"pid {p.pid} on {p.gpu} ({p.used_bytes} bytes)" for p in lingering),
-            )
-        return tuple(lingering)
+        return await model_stop.wait_gpu_release(
+            self.gpu_backend, running, pids, self.gpu_release_timeout, ignore_pids=others
+        )
 
     def _other_pids(self, model_id: str) -> set[int]:
         return {

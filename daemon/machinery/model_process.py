@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 import msgspec
 
-from ...ipc.messages import LingeringProcess
+from ...ipc.model_status import LingeringProcess
 from ..config import ModelConfig
 
 # Variables of swapd's own environment that must not reach model processes.

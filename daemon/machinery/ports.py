@@ -16,7 +16,7 @@ from urllib.parse import urlsplit
 
 import psutil
 
-from ...ipc.messages import Lingering
+from ...ipc.model_status import Lingering
 
 # After a stop, the port must be free within this (the process is gone by then: this only covers
 # a kernel that has not closed its sockets yet, and what outlives it).

@@ -19,7 +19,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
-from ...ipc.messages import GpuInfo, ModelStatus
+from ...ipc.model_status import GpuInfo, ModelStatus
 
 # `swapd_placements_total{reason}`: how a `gpus: auto` start was decided.
 PLACED_FITS = "fits"  # it fitted beside what runs, nothing evicted

@@ -19,7 +19,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from ...ipc.activity import ActivityRecord
-from ...ipc.messages import GpuInfo, ModelStatus
+from ...ipc.model_status import GpuInfo, ModelStatus
 from .gpu_metrics import GpuCollector, GpuGauges
 from .request_figures import RequestFigures
 

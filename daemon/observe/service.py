@@ -22,15 +22,14 @@ from ...ipc.messages import (
     Document,
     Error,
     Event,
-    GpuInfo,
     InFlightChanged,
-    ModelStatus,
     QueryActivity,
     QueryCapture,
     QueryMetrics,
     QueryStats,
     Reply,
 )
+from ...ipc.model_status import GpuInfo, ModelStatus
 from ..config import Config
 from . import activity_query
 from .activity_db import ActivityDB

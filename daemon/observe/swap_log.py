@@ -20,7 +20,8 @@ from typing import Any, Protocol
 
 import msgspec
 
-from ...ipc.messages import Document, Event, QuerySwaps, SwapRecord, SwapRecorded
+from ...ipc.messages import Document, Event, QuerySwaps, SwapRecorded
+from ...ipc.swap_record import SwapRecord
 
 # How many records the ring keeps (the UI shows the recent ones; Prometheus keeps the figures).
 RING_SIZE = 200

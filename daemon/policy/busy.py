@@ -21,7 +21,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ...ipc.messages import Busy
+from ...ipc.model_status import Busy
 from ..config import Config
 from . import ttl
 from .busy_rule import Reading

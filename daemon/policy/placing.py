@@ -18,7 +18,7 @@ from typing import Protocol
 
 import msgspec
 
-from ...ipc.messages import ModelState
+from ...ipc.model_status import ModelState
 from ..config import Config, ModelConfig
 from ..errors import NoGpuRoom
 from .placement import Fit, NoFit

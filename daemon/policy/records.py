@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Generic, Protocol, TypeVar
 
-from ...ipc.messages import ModelState
+from ...ipc.model_status import ModelState
 from ...ipc.states import LOADED_STATES
 from ..config import ModelConfig
 from ..errors import EnsureError

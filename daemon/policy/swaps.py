@@ -13,7 +13,7 @@ from collections import Counter
 from collections.abc import Callable, Coroutine, Iterable, Mapping
 from typing import Any, Protocol
 
-from ...ipc.messages import ModelState
+from ...ipc.model_status import ModelState
 from ..config import Config, ModelConfig
 from ..errors import BackingOff, EnsureError, ModelNotFound, ShuttingDown, StartFailed
 from . import placing

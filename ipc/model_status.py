@@ -1,0 +1,79 @@
+"""A model's state as the daemon sees it, and the GPUs it runs on (`StateChanged`, `status`)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import msgspec
+
+ModelState = Literal["stopped", "starting", "ready", "draining", "stopping", "failed"]
+
+
+class LingeringProcess(msgspec.Struct, frozen=True):
+    gpu: str
+    pid: int
+    used_bytes: int | None = None
+
+
+class Lingering(msgspec.Struct, frozen=True):
+    """A stopped model's port still listened on (a `docker run` without `cmdStop` leaves its
+    container serving): who holds it, where the system shows it, and what to do about it."""
+
+    port: int
+    pid: int | None = None
+    command: str | None = None
+    message: str = ""
+
+
+class Busy(msgspec.Struct, frozen=True):
+    """What a model's `busyCheck` last found (its own server's work queue); None without one."""
+
+    busy: bool
+    jobs: int = 0
+    message: str = ""  # "busy (upstream reports 1 running job)", "idle", ...
+    since: float = 0.0  # wall clock: when the current busy, idle or failing spell began
+    checked_at: float = 0.0  # wall clock of the last poll
+    error: str = ""  # the last poll failed (counted as idle)
+    holding: tuple[str, ...] = ()  # the targets of swaps that wait for it to turn idle
+    hold_until: float = 0.0  # wall clock: when the last of them goes ahead anyway
+
+
+class ModelStatus(msgspec.Struct, frozen=True):
+    """One model's state as the daemon sees it; broadcast on every change and listed by `status`."""
+
+    model: str
+    state: ModelState
+    upstream: str = ""
+    pid: int | None = None
+    port: int | None = None
+    gpus: tuple[str, ...] = ()
+    ttl: int = 0
+    since: float = 0.0  # wall-clock time of the last state change
+    last_activity: float = 0.0  # wall-clock time of the last reported activity
+    ttl_left: float | None = None
+    reason: str = ""  # why it is failed/stopped, when it is
+    in_flight: int = 0
+    # What still holds GPU memory after the model stopped (NVML's view).
+    gpu_lingering: tuple[LingeringProcess, ...] = ()
+    # Its port, still listened on after it stopped; set until the port is free again.
+    lingering: Lingering | None = None
+    # GPU placement by memory: the peak bytes learned per GPU UUID (any model), where that came
+    # from ("measured", "vram hint", "unknown"; "" when not placed by memory), what is reserved
+    # for its current run per GPU UUID, and whether it is placed by memory at all.
+    footprint: dict[str, int] = msgspec.field(default_factory=dict)
+    footprint_source: str = ""
+    reserved: dict[str, int] = msgspec.field(default_factory=dict)
+    placed_by_memory: bool = False
+    # What its busyCheck says (None: it has none, or it is not ready).
+    busy: Busy | None = None
+
+
+class GpuInfo(msgspec.Struct, frozen=True):
+    index: int
+    uuid: str
+    name: str
+    total_bytes: int
+    used_bytes: int
+    free_bytes: int
+    # Reserved for the models placed by memory (`gpus: auto`) running on it.
+    reserved_bytes: int = 0

@@ -1,0 +1,28 @@
+"""Swap records: the web UI's timeline (`GET /api/swaps`, `/api/events` type `swap`)."""
+
+from __future__ import annotations
+
+import msgspec
+
+
+class SwapRecord(msgspec.Struct, frozen=True, kw_only=True):
+    """One start, swap, stop or crash of a model, once it ended, with how long each phase took.
+
+    `kind`: `start` (nothing evicted), `swap` (a start that stopped `evicted` first; their drain
+    and stop phases are its own, the longest of those run side by side), `stop`, `crash` (a ready
+    model's process exited on its own). `cause`: `request` (a request for `model`, or for
+    `for_model` when it was swapped out for that one), `preload`, `adopted`, `unload`, `ttl`,
+    `swap`, `reload`, `shutdown`, `crash`, `other`. `result`: `ok`, `failed` (the start failed:
+    `reason` says why), `aborted`. `phases`: seconds of `drain`, `stop`, `start`, `health`."""
+
+    id: int
+    kind: str
+    model: str
+    cause: str
+    began: float  # wall clock
+    ended: float
+    result: str = "ok"
+    reason: str = ""  # the daemon's own words (the state change's reason)
+    phases: dict[str, float] = msgspec.field(default_factory=dict)
+    evicted: tuple[str, ...] = ()
+    for_model: str = ""
