@@ -65,7 +65,7 @@ async function showCapture(id) {
 function row(r, fresh) {
   const ok = r.resp_status_code < 400;
   const capture = r.has_capture
-    ? el("button", { text: "capture", onclick: () => showCapture(r.id) })
+    ? el("button", { "data-action": "capture", text: "capture", onclick: () => showCapture(r.id) })
     : null;
   const asked = r.model_asked && r.model_asked !== r.model ? ` (as ${r.model_asked})` : "";
   return el(

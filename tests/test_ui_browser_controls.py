@@ -1,0 +1,216 @@
+"""The web UI's controls and viewers in Debian's real chromium (Playwright, as
+tests/test_ui_browser.py) against the real stack: the profile switch (from the page, and from
+another client, which the page shows without a reload), the capture viewer on a real request, the
+combined log in the order lines were written, and the buttons passing the cross-site check
+(proxy/origin_check.py) that refuses the same requests from another origin."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import threading
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.proxy_helpers import local_model, model_ports
+from tests.stack import Stack, wait_for
+from tests.ui_support import DESKTOP, PHONE, call, shoot, tab, ui_page
+
+pytestmark = [pytest.mark.processes, pytest.mark.browser]
+
+CHAT = "/v1/chat/completions"
+PROFILES = {
+    "quiet": {"description": "b is off", "pins": {"b": ""}},
+    "redirect": {"pins": {"b": "a"}},
+}
+
+
+@pytest.fixture(scope="module")
+def stack(chromium: Path) -> Iterator[Stack]:  # no browser, no stack: skipped before it starts
+    a, b = model_ports(2)
+    config = {
+        "healthCheckTimeout": 15,
+        "captureBuffer": 5,
+        "models": {"a": local_model("a", a, ttl=600), "b": local_model("b", b, ttl=600)},
+        "profiles": PROFILES,
+    }
+    with Stack(config) as running:
+        yield running
+
+
+@pytest.fixture
+def shots(tmp_path: Path) -> Path:
+    return tmp_path / "shots"
+
+
+def _chat(stack: Stack, model: str, text: str = "hi") -> dict[str, Any]:
+    body = json.dumps({"model": model, "messages": [{"role": "user", "content": text}]}).encode()
+    request = urllib.request.Request(
+        stack.url + CHAT, data=body, headers={"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(request, timeout=30) as response:
+        result: dict[str, Any] = json.load(response)
+        return result
+
+
+def _newest(stack: Stack) -> dict[str, Any] | None:
+    data = json.loads(call(stack.url + "/api/metrics/activity?limit=1")[2])["data"]
+    return data[0] if data else None
+
+
+def _active(stack: Stack) -> str | None:
+    active: str | None = json.loads(call(stack.url + "/api/profiles")[2])["active"]
+    return active
+
+
+def _set_active(stack: Stack, name: str | None) -> None:
+    status, _, body = call(stack.url + "/api/profiles/active", "PUT", {"name": name})
+    assert status == 200, body
+
+
+def test_the_profile_switch_from_the_page_and_from_another_client(
+    chromium: Path, stack: Stack, shots: Path
+) -> None:
+    _set_active(stack, None)
+    with ui_page(chromium, stack.url + "/ui/") as page:
+        page.wait_for_selector("#conn.live")
+        page.wait_for_selector("#profile-box:not([hidden])")
+        options = page.eval_on_selector_all("#profile option", "os => os.map(o => o.value)")
+        assert options == ["", "quiet", "redirect"]
+        assert page.input_value("#profile") == ""
+        assert page.locator("article[data-model] [data-pin]").count() == 0
+        page.evaluate("window.notReloaded = true")
+
+        # From the page: the daemon's profile changes, the card of `b` says it is off.
+        page.select_option("#profile", "quiet")
+        wait_for(lambda: _active(stack) == "quiet", 10, what="the daemon's active profile")
+        page.wait_for_selector('article[data-model="b"] [data-pin="off"]')
+        assert page.text_content("#profile-pins") == "b off"
+        assert page.locator('article[data-model="a"] [data-pin]').count() == 0
+        shoot(page, shots, "desktop-models-profile")
+
+        # From another client: the page follows the `profileChanged` event, without a reload.
+        _set_active(stack, "redirect")
+        page.wait_for_function("document.getElementById('profile').value === 'redirect'")
+        page.wait_for_selector('article[data-model="b"] [data-pin="a"]')
+        assert page.text_content("#profile-pins") == "b → a"
+        _set_active(stack, None)
+        page.wait_for_function("document.getElementById('profile').value === ''")
+        wait_for(
+            lambda: page.locator("article[data-model] [data-pin]").count() == 0,
+            10,
+            what="the pins gone",
+        )
+        assert page.text_content("#profile-pins") == ""
+        assert page.evaluate("window.notReloaded") is True
+        assert page.errors == []
+
+
+def test_the_capture_viewer_shows_both_bodies_decoded(chromium: Path, stack: Stack) -> None:
+    with ui_page(chromium, stack.url + "/ui/#activity") as page:
+        page.wait_for_selector("#conn.live")
+        before = _newest(stack)
+        answer = _chat(stack, "a", "please capture me")
+        wait_for(lambda: _newest(stack) != before, 10, what="the request's activity record")
+        record = _newest(stack)
+        assert record is not None
+        assert record["has_capture"] is True
+        button = page.wait_for_selector(
+            f'#activity tr[data-activity="{record["id"]}"] button[data-action="capture"]'
+        )
+        button.click()
+        page.wait_for_selector("#capture[open]")
+        page.wait_for_function(
+            "document.getElementById('capture-body').textContent.includes('response body')"
+        )
+        text = page.text_content("#capture-body") or ""
+        request_part, response_part = text.split("— response headers —")
+        # The request as the client sent it, and the answer as it was relayed: decoded from the
+        # capture's base64 and pretty-printed JSON.
+        assert '"content": "please capture me"' in request_part
+        assert f'"content": "{answer["choices"][0]["message"]["content"]}"' in response_part
+        assert "application/json" in response_part
+        assert CHAT in request_part
+        page.click("#capture button.close")
+        page.wait_for_selector("#capture:not([open])", state="attached")
+        assert page.errors == []
+
+
+class _Elsewhere(http.server.BaseHTTPRequestHandler):
+    """Another site (another origin on loopback): one page, nothing else."""
+
+    def do_GET(self) -> None:
+        body = b"<!doctype html><title>elsewhere</title><p>another site</p>"
+        self.send_response(200)
+        self.send_header("Content-Type", "text/html")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def elsewhere() -> Iterator[str]:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Elsewhere)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_the_buttons_pass_the_cross_site_check(
+    chromium: Path, stack: Stack, elsewhere: str
+) -> None:
+    """Unload and the profile switch carry the page's Origin: from swapd's own page they pass;
+    the same request from another site's page is refused (test_proxy_origin.py has the raw
+    HTTP cases)."""
+    _chat(stack, "a")
+    with ui_page(chromium, stack.url + "/ui/") as page:
+        page.wait_for_selector('article[data-model="a"][data-state="ready"]')
+        page.click('article[data-model="a"] button[data-action="unload"]')
+        page.wait_for_selector('article[data-model="a"][data-state="stopped"]')
+        assert stack.model("a")["state"] == "stopped"
+        _chat(stack, "a")
+        page.wait_for_selector('article[data-model="a"][data-state="ready"]')
+        page.click("#unload-all")
+        page.wait_for_selector('article[data-model="a"][data-state="stopped"]')
+        assert page.errors == []
+    _chat(stack, "a")
+    with ui_page(chromium, elsewhere) as other:
+        # A simple POST (no preflight), as a hostile page would send it; the browser adds its
+        # Origin (whether the page may read swapd's 403 depends on its CORS headers).
+        outcome = other.evaluate(
+            """async (url) => {
+                try {
+                    const r = await fetch(url + '/api/models/unload', {method: 'POST', body: 'x'});
+                    return r.status;
+                } catch (err) { return 'blocked'; }
+            }""",
+            stack.url,
+        )
+        assert outcome in ("blocked", 403)
+    assert stack.model("a")["state"] == "ready"  # not unloaded
+
+
+def test_the_profile_control_at_phone_width(chromium: Path, stack: Stack, shots: Path) -> None:
+    _set_active(stack, "quiet")
+    try:
+        for label, viewport in (("desktop", DESKTOP), ("phone", PHONE)):
+            with ui_page(chromium, stack.url + "/ui/", viewport=viewport) as page:
+                page.wait_for_selector('article[data-model="b"] [data-pin="off"]')
+                tab(page, "models")
+                shoot(page, shots, f"{label}-models-profile")
+                width = page.evaluate("document.documentElement.scrollWidth")
+                assert width <= viewport["width"]
+                assert page.errors == []
+    finally:
+        _set_active(stack, None)
