@@ -21,6 +21,7 @@ from . import access_log, events, logs, models_list, observe_api, ops, pipeline,
 from .activity import RECORDER
 from .admission import Admission
 from .auth import check_api_key, check_single_credentials
+from .combined_log import COMBINED_KEY, CombinedLog
 from .context import CTX, ProxyContext
 from .daemon_link import DaemonLink
 from .errors import ProxyError, error_response
@@ -134,9 +135,12 @@ def make_app(*, run_dir: Path, processes: int = 1, proxy_id: str | None = None) 
         sync = StateSync(state, link, endpoints.events, context=context, hub=event_hub)
         app[SYNC_KEY] = sync
         sync.start()
+        combined = app[COMBINED_KEY] = CombinedLog(hub, state)
+        combined.start()
         log.info("proxy %s started (pid %d, %d process(es))", link.proxy_id, link.pid, processes)
 
     async def cleanup(app: web.Application) -> None:
+        await app[COMBINED_KEY].close()
         await app[SYNC_KEY].close()
         ctx = app[CTX]
         RECORDER.send = None

@@ -44,7 +44,8 @@ from ..ipc.messages import (
     TableChanged,
 )
 from .context import CTX
-from .logs import model_log_path, pipe_model, prefixed, tail_of
+from .log_files import model_log_path, prefixed, tail_of
+from .logs import pipe_model
 from .state import ProxyState
 from .sync_wait import routes_of
 
