@@ -18,6 +18,7 @@ import pytest
 
 from tests.proxy_helpers import local_model, model_ports
 from tests.stack import Stack, wait_for
+from tests.test_logs_combined import served, started
 from tests.ui_support import DESKTOP, PHONE, call, shoot, tab, ui_page
 
 pytestmark = [pytest.mark.processes, pytest.mark.browser]
@@ -35,7 +36,12 @@ def stack(chromium: Path) -> Iterator[Stack]:  # no browser, no stack: skipped b
     config = {
         "healthCheckTimeout": 15,
         "captureBuffer": 5,
-        "models": {"a": local_model("a", a, ttl=600), "b": local_model("b", b, ttl=600)},
+        # Health answers a second after the start line (--health-delay): the combined log's
+        # order is then observable (test_logs_combined.py).
+        "models": {
+            "a": local_model("a", a, "--health-delay", "1", ttl=600),
+            "b": local_model("b", b, "--health-delay", "1", ttl=600),
+        },
         "profiles": PROFILES,
     }
     with Stack(config) as running:
@@ -137,6 +143,55 @@ def test_the_capture_viewer_shows_both_bodies_decoded(chromium: Path, stack: Sta
         assert CHAT in request_part
         page.click("#capture button.close")
         page.wait_for_selector("#capture:not([open])", state="attached")
+        assert page.errors == []
+
+
+def _logs(stack: Stack) -> str:
+    return call(stack.url + "/logs")[2].decode()
+
+
+def _request_then_logged(stack: Stack, model: str) -> None:
+    count = _logs(stack).count(served(model))
+    _chat(stack, model)
+    wait_for(lambda: _logs(stack).count(served(model)) > count, 10, what=f"{model}'s access line")
+
+
+def _page_lines(page: Any) -> list[str]:
+    lines: list[str] = page.eval_on_selector_all("#log .line", "els => els.map(e => e.textContent)")
+    return lines
+
+
+def _indexes(lines: list[str], *needles: str) -> list[int]:
+    """The index of the last line holding each needle, in the order given."""
+    return [max(i for i, line in enumerate(lines) if needle in line) for needle in needles]
+
+
+def test_the_combined_log_in_the_order_lines_were_written(
+    chromium: Path, stack: Stack, shots: Path
+) -> None:
+    stack.swapd("unload")
+    _request_then_logged(stack, "a")
+    _request_then_logged(stack, "b")  # swaps a out
+    with ui_page(chromium, stack.url + "/ui/#logs") as page:
+        assert page.input_value("#log-source") == ""  # combined
+        page.wait_for_selector(f"#log .line:has-text('{served('b')}')")
+        # The history: a's start, its request, b's start, its request (not grouped by source).
+        wanted = (started("a"), served("a"), started("b"), served("b"))
+        history = _indexes(_page_lines(page), *wanted)
+        assert history == sorted(history)
+        before = len(_page_lines(page))
+        # Then new lines, live, in their order too.
+        _chat(stack, "a")  # swaps back
+        wait_for(
+            lambda: any(served("a") in line for line in _page_lines(page)[before:]),
+            15,
+            what="a's new access line on the page",
+        )
+        live = _page_lines(page)[before:]
+        assert _indexes(live, started("a"), served("a")) == sorted(
+            _indexes(live, started("a"), served("a"))
+        )
+        shoot(page, shots, "desktop-logs-combined")
         assert page.errors == []
 
 
