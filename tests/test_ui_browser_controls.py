@@ -96,6 +96,7 @@ def test_the_profile_switch_from_the_page_and_from_another_client(
         wait_for(lambda: _active(stack) == "quiet", 10, what="the daemon's active profile")
         page.wait_for_selector('article[data-model="b"] [data-pin="off"]')
         assert page.text_content("#profile-pins") == "b off"
+        assert page.is_disabled('article[data-model="b"] button[data-action="load"]')
         assert page.locator('article[data-model="a"] [data-pin]').count() == 0
         shoot(page, shots, "desktop-models-profile")
 
@@ -116,7 +117,9 @@ def test_the_profile_switch_from_the_page_and_from_another_client(
         assert page.errors == []
 
 
-def test_the_capture_viewer_shows_both_bodies_decoded(chromium: Path, stack: Stack) -> None:
+def test_the_capture_viewer_shows_both_bodies_decoded(
+    chromium: Path, stack: Stack, shots: Path
+) -> None:
     with ui_page(chromium, stack.url + "/ui/#activity") as page:
         page.wait_for_selector("#conn.live")
         before = _newest(stack)
@@ -130,17 +133,21 @@ def test_the_capture_viewer_shows_both_bodies_decoded(chromium: Path, stack: Sta
         )
         button.click()
         page.wait_for_selector("#capture[open]")
-        page.wait_for_function(
-            "document.getElementById('capture-body').textContent.includes('response body')"
-        )
-        text = page.text_content("#capture-body") or ""
-        request_part, response_part = text.split("— response headers —")
+        page.wait_for_selector('#capture [data-part="response"] pre.body')
+        title = page.text_content("#capture-title") or ""
+        assert title.startswith(f"POST {CHAT} → 200 · a")
+        request_part = page.text_content('#capture [data-part="request"] pre.body') or ""
+        response_part = page.text_content('#capture [data-part="response"] pre.body') or ""
+        response_headers = page.text_content('#capture [data-part="response"] pre.headers') or ""
         # The request as the client sent it, and the answer as it was relayed: decoded from the
         # capture's base64 and pretty-printed JSON.
         assert '"content": "please capture me"' in request_part
         assert f'"content": "{answer["choices"][0]["message"]["content"]}"' in response_part
-        assert "application/json" in response_part
-        assert CHAT in request_part
+        assert "Content-Type: application/json" in response_headers
+        shoot(page, shots, "desktop-capture")
+        page.set_viewport_size(PHONE)
+        shoot(page, shots, "phone-capture")
+        assert page.evaluate("document.getElementById('capture').scrollWidth") <= PHONE["width"]
         page.click("#capture button.close")
         page.wait_for_selector("#capture:not([open])", state="attached")
         assert page.errors == []

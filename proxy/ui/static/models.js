@@ -134,7 +134,12 @@ function card(item) {
   if (failed && !tails.has(item.id)) loadTail(item.id);
   if (!failed) tails.delete(item.id);
   const loaded = ["starting", "ready", "draining", "stopping"].includes(state);
-  const load = el("button", { class: "primary", "data-action": "load", disabled: loaded, text: "Load" });
+  // A name the active profile turns off answers 404 to any request, Load's included.
+  const off = pinOf(item.id) === "";
+  const load = el("button", {
+    class: "primary", "data-action": "load", disabled: loaded || off, text: "Load",
+    title: off ? `off in profile ${profiles.active}` : null,
+  });
   load.addEventListener("click", () => act(load, "load", `/upstream/${encode(item.id)}/`));
   const unload = el("button", { "data-action": "unload", disabled: !loaded, text: "Unload" });
   unload.addEventListener("click", () => act(unload, "unload", `/api/models/unload/${encode(item.id)}`));
