@@ -16,13 +16,12 @@ import asyncio
 import contextlib
 import logging
 import os
-from collections.abc import Iterator
 from pathlib import Path
 
 from aiohttp import web
 
 from .log_files import FOLLOW_POLL_S, model_log_path, prefixed, tail_of
-from .log_hub import HISTORY_BYTES, LogHub, offer
+from .log_hub import HISTORY_BYTES, LogHub, TextRing
 from .state import ProxyState
 
 log = logging.getLogger(__name__)
@@ -79,12 +78,11 @@ def _read_new(files: dict[str, _File]) -> list[tuple[str, bytes]]:
     return out
 
 
-class CombinedLog:
+class CombinedLog(TextRing):
     def __init__(self, hub: LogHub, state: ProxyState) -> None:
+        super().__init__(COMBINED_BYTES)
         self._hub = hub
         self._state = state
-        self._ring = bytearray()
-        self._subscribers: set[asyncio.Queue[bytes]] = set()
         self._files: dict[str, _File] = {}
         self._log_dir: str | None = None
         self._task: asyncio.Task[None] | None = None
@@ -104,29 +102,7 @@ class CombinedLog:
 
     def put_nowait(self, data: bytes) -> None:
         """The proxy's own lines, as `LogHub` offers them to a subscriber."""
-        self._append(data)
-
-    def _append(self, data: bytes) -> None:
-        self._ring += data
-        self._trim()
-        for queue in self._subscribers:
-            offer(queue, data)
-
-    def _trim(self) -> None:
-        if len(self._ring) > COMBINED_BYTES:  # the oldest lines go, whole
-            cut = self._ring.find(b"\n", len(self._ring) - COMBINED_BYTES)
-            del self._ring[: cut + 1 if cut >= 0 else len(self._ring) - COMBINED_BYTES]
-
-    def history(self) -> bytes:
-        return bytes(self._ring)
-
-    @contextlib.contextmanager
-    def subscribe(self, queue: asyncio.Queue[bytes]) -> Iterator[None]:
-        self._subscribers.add(queue)
-        try:
-            yield
-        finally:
-            self._subscribers.discard(queue)
+        self.put(data)
 
     async def _run(self) -> None:
         while True:
@@ -139,7 +115,7 @@ class CombinedLog:
                     if f is not None:
                         out = prefixed(model_id, data, f.pending)
                         if out:
-                            self._append(out)
+                            self.put(out)
             except Exception:  # never let the combined log stop following
                 log.exception("following the model logs failed")
             await asyncio.sleep(FOLLOW_POLL_S)
@@ -170,7 +146,7 @@ class CombinedLog:
         if seed:
             # Older than everything this process logged, which the ring already holds.
             self._ring[:0] = seed
-            self._trim()
+            self.trim()
 
 
 COMBINED_KEY: web.AppKey[CombinedLog] = web.AppKey("swapd_combined_log", CombinedLog)
