@@ -223,8 +223,10 @@ async function loadProfiles() {
     data = await getJSON("/api/profiles");
   } catch {
     box.hidden = true; // no profiles on this proxy (404): no control
+    box.dataset.loaded = "404";
     return;
   }
+  box.dataset.loaded = "200";
   profiles.list = data.profiles || [];
   profiles.active = data.active || null;
   select.replaceChildren(
