@@ -187,7 +187,7 @@ def test_the_combined_log_in_the_order_lines_were_written(
         history = _indexes(_page_lines(page), *wanted)
         assert history == sorted(history)
         # Each model line is marked with its source; the proxy's lines are not.
-        assert page.locator('#log .line[data-source="a"] .src', has_text="[a] ").count() > 0
+        page.wait_for_selector('#log .line[data-source="a"] .src:has-text("[a] ")')
         assert page.locator("#log .line[data-source]", has_text=served("b")).count() == 0
         before = len(_page_lines(page))
         # Then new lines, live, in their order too.

@@ -95,6 +95,8 @@ function sources() {
   for (const option of [...select.options]) if (!fixed.includes(option.value)) option.remove();
   for (const id of models) select.append(el("option", { value: id, text: `model ${id}` }));
   select.value = want.includes(value) ? value : "";
+  // The lines already drawn were drawn without these ids: mark their sources now.
+  if (current === "" || current === "upstream") redraw();
 }
 
 export function show() {
