@@ -2,12 +2,16 @@
 output, in the order they arrived, kept in one ring and fanned out live.
 
 Model output reaches the proxy only through the models' log files (circus writes them), and its
-lines carry no time of their own, so the order of arrival is the one order there is: one task
-polls every model's file (`FOLLOW_POLL_S`; a model line is placed within that much of when it was
-written) and appends what is new, prefixed `[<model id>] `, to the ring the proxy's own lines go
-to as they are logged. The models' lines from before this process started (each file's last
-`HISTORY_BYTES`) come first, one model after another: they are older than anything this process
-logged.
+lines carry no time of their own, so the order of arrival is the one order there is. Before each
+of the proxy's own lines goes into the ring, whatever the model files gained is put in first (a
+stat per file, microseconds), so a model line written before a proxy line was logged is always
+before it; between the proxy's lines a task does the same every `FOLLOW_POLL_S`, so model output
+also streams while the proxy is quiet. Lines are prefixed `[<model id>] `. The models' lines from
+before this process started (each file's last `HISTORY_BYTES`) come first, one model after
+another: they are older than anything this process logged.
+
+Files are read on the loop, not in a thread, so that the catch-up before a proxy line is never
+racing a read of the same file; a read takes at most `READ_MAX` (the rest comes next time).
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ log = logging.getLogger(__name__)
 
 # The proxy's ring and each model's file keep HISTORY_BYTES each; the combined one room for a few.
 COMBINED_BYTES = 4 * HISTORY_BYTES
+READ_MAX = 1024 * 1024
 
 
 class _File:
@@ -41,8 +46,7 @@ class _File:
 
 
 def _changed(files: dict[str, _File]) -> dict[str, _File]:
-    """The files whose size or inode moved: a stat each (microseconds on a local file), done on
-    the loop so that an idle tick costs no thread hop."""
+    """The files whose size or inode moved: a stat each (microseconds on a local file)."""
     out = {}
     for model_id, f in files.items():
         try:
@@ -70,7 +74,7 @@ def _read_new(files: dict[str, _File]) -> list[tuple[str, bytes]]:
         try:
             with f.path.open("rb") as handle:
                 handle.seek(f.offset)
-                data = handle.read(stat.st_size - f.offset)
+                data = handle.read(min(stat.st_size - f.offset, READ_MAX))
         except OSError:
             continue
         f.offset += len(data)
@@ -101,21 +105,26 @@ class CombinedLog(TextRing):
                 await self._task
 
     def put_nowait(self, data: bytes) -> None:
-        """The proxy's own lines, as `LogHub` offers them to a subscriber."""
+        """The proxy's own lines, as `LogHub` offers them to a subscriber: the models' output
+        written before them goes first."""
+        with contextlib.suppress(Exception):  # not logged: this runs inside a log handler
+            self._catch_up()
         self.put(data)
+
+    def _catch_up(self) -> None:
+        changed = _changed(self._files)
+        if not changed:
+            return
+        for model_id, data in _read_new(changed):
+            out = prefixed(model_id, data, changed[model_id].pending)
+            if out:
+                self.put(out)
 
     async def _run(self) -> None:
         while True:
             try:
                 await self._follow_table()
-                changed = _changed(self._files)
-                news = await asyncio.to_thread(_read_new, changed) if changed else []
-                for model_id, data in news:
-                    f = self._files.get(model_id)
-                    if f is not None:
-                        out = prefixed(model_id, data, f.pending)
-                        if out:
-                            self.put(out)
+                self._catch_up()
             except Exception:  # never let the combined log stop following
                 log.exception("following the model logs failed")
             await asyncio.sleep(FOLLOW_POLL_S)

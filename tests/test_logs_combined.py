@@ -2,10 +2,10 @@
 proxy's own lines and the models' output in the order they were written, the history as the live
 stream, and a model's lines from before the proxy process started first.
 
-Order is made observable without timing guesses: each model answers its health check only a
-second after it printed its start line (`--health-delay 1`), so its start line is written a second
-before the proxy can log the request that started it; the test waits for each request's access
-line before sending the next."""
+The order checked is one the combined log guarantees (a model line written before a proxy line
+was logged comes before it), so no timing is guessed: a model's start line is written before the
+request that started it can be answered and logged (`--health-delay 1` makes that gap plain), and
+the test waits for each request's access line before sending the next."""
 
 from __future__ import annotations
 
