@@ -1,6 +1,7 @@
 """The proxy's aiohttp application: the app factory, the route table and the front checks
 (`guard`), the first stage of every request (shutting down -> 503, CORS preflight, ambiguous
-credentials -> 400, API keys -> 401, `ProxyError` -> JSON error), which the one middleware,
+credentials -> 400, API keys -> 401, a cross-site state change -> 403 (`origin_check.py`),
+`ProxyError` -> JSON error), which the one middleware,
 `front`, runs for every route and `dispatch.py` for the model routes it serves directly. The
 forwarding routes are `pipeline.py`'s."""
 
@@ -20,11 +21,13 @@ from . import access_log, events, logs, models_list, observe_api, ops, pipeline,
 from .activity import RECORDER
 from .admission import Admission
 from .auth import check_api_key, check_single_credentials
+from .combined_log import COMBINED_KEY, CombinedLog
 from .context import CTX, ProxyContext
 from .daemon_link import DaemonLink
 from .errors import ProxyError, error_response
 from .log_hub import LogHub
 from .model_routes import MODEL_ROUTES
+from .origin_check import check_origin
 from .state import ProxyState
 from .state_sync import StateSync
 from .stats import STATS
@@ -84,6 +87,7 @@ async def guard(ctx: ProxyContext, request: web.Request, handler: Handler) -> we
             keys = ctx.state.routes.api_keys
             if keys:
                 check_api_key(request, keys)
+        check_origin(request)
         return await handler(request)
     except ProxyError as exc:
         STATS.refused += 1
@@ -131,9 +135,12 @@ def make_app(*, run_dir: Path, processes: int = 1, proxy_id: str | None = None) 
         sync = StateSync(state, link, endpoints.events, context=context, hub=event_hub)
         app[SYNC_KEY] = sync
         sync.start()
+        combined = app[COMBINED_KEY] = CombinedLog(hub, state)
+        combined.start()
         log.info("proxy %s started (pid %d, %d process(es))", link.proxy_id, link.pid, processes)
 
     async def cleanup(app: web.Application) -> None:
+        await app[COMBINED_KEY].close()
         await app[SYNC_KEY].close()
         ctx = app[CTX]
         RECORDER.send = None

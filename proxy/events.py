@@ -5,7 +5,9 @@ Each frame is `event:message\\ndata:{"type": T, "data": "<JSON text>"}\\n\\n`, T
 "data"}`), `activity` (a new activity record: llama-swap's `{id}` plus the record's fields),
 `inflight` (`{"operation": "snapshot", "requests"}`, then `upsert` with `request` or `remove` with
 `id`), `swap` (swapd's own: a swap record as `GET /api/swaps` lists them, once its episode
-ended), `uiConfig` and `profileChanged` (fixed: swapd has no profiles). A new subscriber
+ended), `uiConfig` (fixed: swapd has no UI settings) and `profileChanged` (`{"active"}`: again
+whenever the daemon's table comes with another active profile, before its `modelStatus`, as
+llama-swap sends them). A new subscriber
 first gets the log histories, `modelStatus`, `uiConfig`, `profileChanged` and the in-flight
 snapshot.
 
@@ -42,7 +44,8 @@ from ..ipc.messages import (
     TableChanged,
 )
 from .context import CTX
-from .logs import model_log_path, pipe_model, prefixed, tail_of
+from .log_files import model_log_path, prefixed, tail_of
+from .logs import pipe_model
 from .state import ProxyState
 from .sync_wait import routes_of
 
@@ -115,6 +118,8 @@ class EventHub:
         # How many events were offered, and lost to full queues (tests and operators).
         self.offered = 0
         self.lost = 0
+        # The active profile last announced (a table change says whether it changed).
+        self.active_profile = state.routes.table.active_profile
 
     def counters(self) -> dict[str, int]:
         return {"subscribers": len(self.subscribers), "offered": self.offered, "lost": self.lost}
@@ -166,9 +171,21 @@ class EventHub:
         requests = [flight_data(f) for f in self.in_flight.values()]
         return frame("inflight", {"operation": "snapshot", "requests": requests})
 
+    def profile_frame(self) -> bytes:
+        return frame("profileChanged", {"active": self.state.routes.table.active_profile})
+
+    def _profile_changed(self) -> bool:
+        active = self.state.routes.table.active_profile
+        changed = active != self.active_profile
+        self.active_profile = active
+        return changed
+
     def snapshot(self, reply: SnapshotReply) -> None:
         self.in_flight = {f.id: f for f in reply.in_flight}
+        profile_changed = self._profile_changed()
         if self.subscribers:
+            if profile_changed:
+                self._broadcast(self.profile_frame())
             self._broadcast(frame("modelStatus", self.model_status()))
             self._broadcast(self.inflight_snapshot())
 
@@ -183,8 +200,11 @@ class EventHub:
                 listener()
         elif isinstance(event, CancelRequested):
             self.on_cancel(event.id)
+        profile_changed = isinstance(event, TableChanged) and self._profile_changed()
         if not self.subscribers:
             return
+        if profile_changed:  # as llama-swap: the profile, then the models
+            self._broadcast(self.profile_frame())
         if isinstance(event, StateChanged | TableChanged):
             self._broadcast(frame("modelStatus", self.model_status()))
         elif isinstance(event, SwapRecorded):
@@ -229,7 +249,7 @@ async def handle_events(request: web.Request) -> web.StreamResponse:
     sub.offer(frame("logData", {"source": "upstream", "data": upstream_history.decode()}))
     sub.offer(frame("modelStatus", hub.model_status()))
     sub.offer(frame("uiConfig", {}))
-    sub.offer(frame("profileChanged", {"active": None}))
+    sub.offer(hub.profile_frame())
     sub.offer(hub.inflight_snapshot())
     upstream = _LogSink(sub, "upstream")
     pipes = [

@@ -12,31 +12,25 @@ HISTORY_BYTES = 100 * 1024
 QUEUE_CHUNKS = 1024
 
 
-class LogHub(logging.Handler):
-    """The proxy's own log: a ring of recent text plus live subscribers."""
+class TextRing:
+    """Recent text (the last `limit` bytes, cut at a line start) and live subscribers, each fed
+    every chunk as it comes."""
 
-    def __init__(self) -> None:
-        super().__init__(level=logging.INFO)
-        self.setFormatter(
-            logging.Formatter("[%(asctime)s] [%(levelname)s] %(message)s", "%Y-%m-%d %H:%M:%S")
-        )
+    def __init__(self, limit: int) -> None:
+        self._limit = limit
         self._ring = bytearray()
         self._subscribers: set[asyncio.Queue[bytes]] = set()
 
-    def emit(self, record: logging.LogRecord) -> None:
-        try:
-            line = (self.format(record) + "\n").encode()
-        except Exception:
-            return
-        self.feed(line)
-
-    def feed(self, line: bytes) -> None:
-        """Text already formatted (the access log's batches)."""
-        self._ring += line
-        if len(self._ring) > HISTORY_BYTES:
-            del self._ring[: len(self._ring) - HISTORY_BYTES]
+    def put(self, data: bytes) -> None:
+        self._ring += data
+        self.trim()
         for queue in self._subscribers:
-            offer(queue, line)
+            offer(queue, data)
+
+    def trim(self) -> None:
+        if len(self._ring) > self._limit:  # the oldest lines go, whole
+            cut = self._ring.find(b"\n", len(self._ring) - self._limit)
+            del self._ring[: cut + 1 if cut >= 0 else len(self._ring) - self._limit]
 
     def history(self) -> bytes:
         return bytes(self._ring)
@@ -48,6 +42,28 @@ class LogHub(logging.Handler):
             yield
         finally:
             self._subscribers.discard(queue)
+
+
+class LogHub(logging.Handler, TextRing):
+    """The proxy's own log: a ring of recent text plus live subscribers."""
+
+    def __init__(self) -> None:
+        logging.Handler.__init__(self, level=logging.INFO)
+        TextRing.__init__(self, HISTORY_BYTES)
+        self.setFormatter(
+            logging.Formatter("[%(asctime)s] [%(levelname)s] %(message)s", "%Y-%m-%d %H:%M:%S")
+        )
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            line = (self.format(record) + "\n").encode()
+        except Exception:
+            return
+        self.feed(line)
+
+    def feed(self, line: bytes) -> None:
+        """Text already formatted (the access log's batches)."""
+        self.put(line)
 
 
 def offer(queue: asyncio.Queue[bytes], data: bytes) -> None:

@@ -6,7 +6,8 @@
   `log_dir` (`<watcher name>.log`, the name `swapd.ipc.watcher_names` gives the id); the history
   is the file's last 100 KiB, then the file is followed (rotation and truncation are noticed).
 * upstream: every model's output, each line prefixed with `[<model id>] `.
-* combined (`/logs`, `/logs/stream`): proxy, then upstream.
+* combined (`/logs`, `/logs/stream`): the proxy's lines and every model's (prefixed), in the order
+  they arrived (`combined_log.py`: one ring, the models' older lines first).
 
 A slow reader loses lines (a `— N bytes dropped —` marker says how many), never slows the proxy.
 """
@@ -15,39 +16,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 from aiohttp import web
 
-from ..ipc.watcher_names import model_log_name
+from .combined_log import COMBINED_KEY
 from .context import CTX
 from .errors import ProxyError
-from .log_hub import HISTORY_BYTES, QUEUE_CHUNKS, offer
+from .log_files import FOLLOW_POLL_S, model_log_path, prefixed, tail_of
+from .log_hub import QUEUE_CHUNKS, offer
 from .sync_wait import routes_of
-
-FOLLOW_POLL_S = 0.2
-
-
-def model_log_path(log_dir: str, model_id: str) -> Path:
-    return Path(log_dir) / model_log_name(model_id)
-
-
-def tail_of(path: Path, size: int = HISTORY_BYTES) -> tuple[bytes, int]:
-    """The last `size` bytes of `path` (from a line start when cut) and the end offset."""
-    try:
-        with path.open("rb") as f:
-            end = f.seek(0, os.SEEK_END)
-            start = max(0, end - size)
-            f.seek(start)
-            data = f.read(end - start)
-    except FileNotFoundError:
-        return b"", 0
-    if start > 0:
-        cut = data.find(b"\n")
-        data = data[cut + 1 :] if cut >= 0 else data
-    return data, end
 
 
 def _read_range(path: Path, start: int, end: int) -> bytes:
@@ -77,17 +56,6 @@ async def follow(path: Path, history: bool) -> AsyncIterator[bytes]:
             yield chunk
 
 
-def prefixed(model_id: str, data: bytes, pending: bytearray) -> bytes:
-    """Complete lines of `data` (after what `pending` held), each prefixed with the model id."""
-    pending += data
-    lines, newline, rest = bytes(pending).rpartition(b"\n")
-    pending[:] = rest
-    if not newline:
-        return b""
-    prefix = f"[{model_id}] ".encode()
-    return b"".join(prefix + line + b"\n" for line in lines.split(b"\n"))
-
-
 async def pipe_model(
     model_id: str, path: Path, history: bool, queue: asyncio.Queue[bytes], prefix: bool
 ) -> None:
@@ -98,22 +66,9 @@ async def pipe_model(
             offer(queue, out)
 
 
-async def _history(request: web.Request, which: str) -> bytes:
-    ctx = request.app[CTX]
-    parts: list[bytes] = []
-    if which in ("", "proxy"):
-        parts.append(ctx.logs.history())
-    if which in ("", "upstream"):
-        routes = await routes_of(ctx)
-        for route in routes.table.models:
-            data, _ = await asyncio.to_thread(tail_of, model_log_path(routes.log_dir, route.id))
-            if data:
-                parts.append(prefixed(route.id, data + b"\n", bytearray()))
-    return b"".join(parts)
-
-
 async def handle_logs(request: web.Request) -> web.Response:
-    return web.Response(body=await _history(request, ""), content_type="text/plain")
+    body = request.app[COMBINED_KEY].history()
+    return web.Response(body=body, content_type="text/plain")
 
 
 async def handle_stream(request: web.Request) -> web.StreamResponse:
@@ -122,9 +77,9 @@ async def handle_stream(request: web.Request) -> web.StreamResponse:
     history = "no-history" not in request.query
     routes = await routes_of(ctx)
     models: list[tuple[str, bool]] = []  # (model id, prefix lines)
-    if which in ("", "upstream"):
+    if which == "upstream":
         models = [(m.id, True) for m in routes.table.models]
-    elif which != "proxy":
+    elif which not in ("", "proxy"):
         route = routes.model(which)
         if route is None:
             raise ProxyError(400, "invalid logger. Use 'proxy', 'upstream' or a model's ID")
@@ -141,10 +96,12 @@ async def handle_stream(request: web.Request) -> web.StreamResponse:
     await response.prepare(request)
     queue: asyncio.Queue[bytes] = asyncio.Queue(QUEUE_CHUNKS)
     with contextlib.ExitStack() as stack:
+        # Combined: one ring in the order lines arrived (combined_log.py), history then live.
+        source = request.app[COMBINED_KEY] if which == "" else ctx.logs
         if which in ("", "proxy"):
-            stack.enter_context(ctx.logs.subscribe(queue))
+            stack.enter_context(source.subscribe(queue))
             if history:
-                await response.write(ctx.logs.history())
+                await response.write(source.history())
         pipes = [
             asyncio.ensure_future(
                 pipe_model(mid, model_log_path(routes.log_dir, mid), history, queue, prefix)

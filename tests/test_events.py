@@ -169,3 +169,35 @@ def test_a_stalled_subscriber_loses_events_never_slows_requests(small_queue_stac
     finally:
         sock.close()
     wait_for(lambda: _proxy_events(stack)["subscribers"] == 0, 10, what="subscriber gone")
+
+
+async def test_profile_changes_are_pushed(stack_factory: Callable[..., Stack]) -> None:
+    """`profileChanged` carries the daemon's active profile on connecting, then comes again,
+    before the `modelStatus` of the change, whenever anyone switches it (through either of two
+    proxy processes), as llama-swap sends it."""
+    (a,) = model_ports(1)
+    stack = stack_factory(
+        {"models": {"a": local_model("a", a)}, "profiles": {"p": {"pins": {"a": ""}}}},
+        proxy_processes=2,
+    )
+    async with aiohttp.ClientSession() as session:
+        async with session.put(stack.url + "/api/profiles/active", json={"name": "p"}) as r:
+            assert r.status == 200
+        async with session.get(stack.url + "/api/events") as resp:
+            stream = _events(resp)
+            first = [await anext(stream) for _ in range(6)]
+            assert ("profileChanged", {"active": "p"}) in first
+            for name in (None, "p", None):
+                async with session.put(
+                    stack.url + "/api/profiles/active", json={"name": name}
+                ) as r:
+                    assert r.status == 200
+                kinds: list[str] = []
+                async with asyncio.timeout(10):
+                    async for kind, data in stream:
+                        kinds.append(kind)
+                        if kind == "profileChanged":
+                            assert data == {"active": name}
+                        if kind == "modelStatus" and "profileChanged" in kinds:
+                            break
+                assert kinds.count("profileChanged") == 1

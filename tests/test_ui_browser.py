@@ -90,10 +90,12 @@ def test_models_page_renders_the_config(chromium: Path, stack: Stack, shots: Pat
         for model in ("a", "b"):
             assert _state_of(page, model) == stack.model(model)["state"]
         page.wait_for_selector("#conn.live")
-        # This proxy has no `/api/profiles` (404): no profile control (issue 11 adds them).
-        if call(stack.url + "/api/profiles")[0] == 404:
-            page.wait_for_function("document.getElementById('profile-box').hidden")
-            assert not page.is_visible("#profile")
+        # This config has no `profiles`: no profile control (test_ui_browser_controls.py has
+        # a config with them).
+        assert json.loads(call(stack.url + "/api/profiles")[2])["profiles"] == []
+        page.wait_for_selector('#profile-box[data-loaded="200"]', state="attached")
+        assert page.get_attribute("#profile-box", "hidden") is not None
+        assert not page.is_visible("#profile")
         assert page.errors == []
 
 

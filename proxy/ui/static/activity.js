@@ -40,32 +40,38 @@ function headerText(headers) {
   return Object.entries(headers || {}).map(([k, v]) => `${k}: ${v}`).join("\n") || "(none)";
 }
 
-function captureText(c) {
-  return [
-    `${c.req_path || ""}`,
-    "", "— request headers —", headerText(c.req_headers),
-    "", "— request body —", bodyText(c.req_body),
-    "", "— response headers —", headerText(c.resp_headers),
-    "", "— response body —", bodyText(c.resp_body),
-  ].join("\n");
+function part(name, title, headers, body) {
+  return el(
+    "section",
+    { class: "capture-part", "data-part": name },
+    el("h4", { text: title }),
+    el("pre", { class: "headers", text: headerText(headers) }),
+    el("pre", { class: "body", text: bodyText(body) }),
+  );
 }
 
-async function showCapture(id) {
+async function showCapture(r) {
   const dialog = document.getElementById("capture");
+  const title = document.getElementById("capture-title");
   const body = document.getElementById("capture-body");
-  body.textContent = "loading…";
+  title.textContent = `${r.method || ""} ${r.req_path} → ${r.resp_status_code} · ${r.model} · #${r.id}`;
+  body.replaceChildren(el("p", { class: "hint", text: "loading…" }));
   dialog.showModal();
   try {
-    body.textContent = captureText(await getJSON(`/api/captures/${encode(id)}`));
+    const c = await getJSON(`/api/captures/${encode(r.id)}`);
+    body.replaceChildren(
+      part("request", "Request", c.req_headers, c.req_body),
+      part("response", "Response", c.resp_headers, c.resp_body),
+    );
   } catch (err) {
-    body.textContent = `capture ${id} is not available (${err.message})`;
+    body.replaceChildren(el("p", { class: "hint", text: `capture ${r.id} is not available (${err.message})` }));
   }
 }
 
 function row(r, fresh) {
   const ok = r.resp_status_code < 400;
   const capture = r.has_capture
-    ? el("button", { text: "capture", onclick: () => showCapture(r.id) })
+    ? el("button", { "data-action": "capture", text: "capture", onclick: () => showCapture(r) })
     : null;
   const asked = r.model_asked && r.model_asked !== r.model ? ` (as ${r.model_asked})` : "";
   return el(

@@ -21,8 +21,23 @@ function matches(line) {
   return !filter || strip(line).toLowerCase().includes(filter);
 }
 
+const PREFIX = /^\[([^\]]+)\] /;
+
+// In the combined and all-models views a model's line starts with `[<model id>] `: that prefix
+// is drawn as the line's source (the models' ids only: a proxy line starts with its stamp).
+function source(line) {
+  if (current !== "" && current !== "upstream") return null;
+  const match = PREFIX.exec(line);
+  if (!match || !store.table.some((m) => m.id === match[1])) return null;
+  return match;
+}
+
 function append(line) {
-  const node = el("div", { class: "line" }, ansi(line, state));
+  const match = source(line);
+  const node = match
+    ? el("div", { class: "line", "data-source": match[1] },
+      el("span", { class: "src", text: match[0] }), ansi(line.slice(match[0].length), state))
+    : el("div", { class: "line" }, ansi(line, state));
   view().append(node);
 }
 
@@ -80,6 +95,8 @@ function sources() {
   for (const option of [...select.options]) if (!fixed.includes(option.value)) option.remove();
   for (const id of models) select.append(el("option", { value: id, text: `model ${id}` }));
   select.value = want.includes(value) ? value : "";
+  // The lines already drawn were drawn without these ids: mark their sources now.
+  if (current === "" || current === "upstream") redraw();
 }
 
 export function show() {

@@ -7,6 +7,8 @@ import * as events from "./events.js";
 import { inflightOf, modelStatus, refresh, store, subscribe } from "./store.js";
 
 const cards = new Map(); // id -> {node, signature}
+// `GET /api/profiles`, with `active` kept current by `profileChanged` events.
+const profiles = { active: null, list: [] };
 const tails = new Map(); // failed model id -> its log tail (text)
 const root = () => document.getElementById("models");
 
@@ -81,6 +83,24 @@ async function act(button, what, path) {
   }
 }
 
+// The active profile's pin for a name: "" (off), a target, or undefined (not pinned).
+function pinOf(id) {
+  const profile = profiles.list.find((p) => p.id === profiles.active);
+  return profile && profile.pins ? profile.pins[id] : undefined;
+}
+
+function pinBadge(id) {
+  const pin = pinOf(id);
+  if (pin === undefined) return null;
+  const off = !pin;
+  return el("span", {
+    class: off ? "badge pin-off" : "badge pin",
+    "data-pin": off ? "off" : pin,
+    title: `profile ${profiles.active}`,
+    text: off ? "off in profile" : `→ ${pin}`,
+  });
+}
+
 function card(item) {
   const st = modelStatus(item.id);
   const remote = Boolean(item.peerID);
@@ -114,7 +134,12 @@ function card(item) {
   if (failed && !tails.has(item.id)) loadTail(item.id);
   if (!failed) tails.delete(item.id);
   const loaded = ["starting", "ready", "draining", "stopping"].includes(state);
-  const load = el("button", { class: "primary", "data-action": "load", disabled: loaded, text: "Load" });
+  // A name the active profile turns off answers 404 to any request, Load's included.
+  const off = pinOf(item.id) === "";
+  const load = el("button", {
+    class: "primary", "data-action": "load", disabled: loaded || off, text: "Load",
+    title: off ? `off in profile ${profiles.active}` : null,
+  });
   load.addEventListener("click", () => act(load, "load", `/upstream/${encode(item.id)}/`));
   const unload = el("button", { "data-action": "unload", disabled: !loaded, text: "Unload" });
   unload.addEventListener("click", () => act(unload, "unload", `/api/models/unload/${encode(item.id)}`));
@@ -127,6 +152,7 @@ function card(item) {
       el("span", { class: "name", text: item.id }),
       el("span", { class: `badge state-${state}`, "data-role": "state", text: state }),
       remote ? el("span", { class: "badge remote", text: "remote" }) : null,
+      pinBadge(item.id),
     ),
     item.name && item.name !== item.id ? el("div", { class: "desc", text: item.name }) : null,
     item.description ? el("div", { class: "desc", text: item.description }) : null,
@@ -141,7 +167,8 @@ function card(item) {
 
 function signature(item) {
   const st = modelStatus(item.id);
-  return JSON.stringify([item, st, inflightOf(item.id), tails.get(item.id), st ? store.fetchedAt : 0]);
+  const pin = [profiles.active, pinOf(item.id)];
+  return JSON.stringify([item, st, inflightOf(item.id), tails.get(item.id), st ? store.fetchedAt : 0, pin]);
 }
 
 export function render() {
@@ -177,6 +204,17 @@ function tick() {
   }
 }
 
+function showProfile() {
+  const select = document.getElementById("profile");
+  const profile = profiles.list.find((p) => p.id === profiles.active);
+  select.value = profile ? profile.id : "";
+  select.dataset.active = profiles.active || "";
+  const pins = Object.entries((profile && profile.pins) || {})
+    .map(([name, target]) => (target ? `${name} → ${target}` : `${name} off`));
+  document.getElementById("profile-pins").textContent = pins.join(", ");
+  render();
+}
+
 async function loadProfiles() {
   const box = document.getElementById("profile-box");
   const select = document.getElementById("profile");
@@ -185,15 +223,19 @@ async function loadProfiles() {
     data = await getJSON("/api/profiles");
   } catch {
     box.hidden = true; // no profiles on this proxy (404): no control
+    box.dataset.loaded = "404";
     return;
   }
+  box.dataset.loaded = "200";
+  profiles.list = data.profiles || [];
+  profiles.active = data.active || null;
   select.replaceChildren(
     el("option", { value: "", text: "(none)" }),
-    ...(data.profiles || []).map((p) =>
+    ...profiles.list.map((p) =>
       el("option", { value: p.id, text: p.description ? `${p.id} — ${p.description}` : p.id })),
   );
-  select.value = data.active || "";
-  box.hidden = (data.profiles || []).length === 0;
+  box.hidden = profiles.list.length === 0;
+  showProfile();
 }
 
 export function init() {
@@ -209,6 +251,12 @@ export function init() {
     }
     loadProfiles();
   });
-  // Every new event-stream connection starts with a `profileChanged`: that loads them.
-  events.on("profileChanged", loadProfiles);
+  // Every new event-stream connection starts with a `profileChanged`, and another comes when
+  // anyone switches it (this page, another client, another proxy process): show it at once,
+  // then re-read the list (a reload may have changed the profiles themselves).
+  events.on("profileChanged", (data) => {
+    profiles.active = (data && data.active) || null;
+    showProfile();
+    loadProfiles();
+  });
 }
