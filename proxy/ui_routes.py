@@ -9,16 +9,13 @@ Every one of them is behind the API keys like any route (the `front` middleware)
 
 from __future__ import annotations
 
-from typing import Any
-
 import msgspec
 from aiohttp import web
 
-from ..ipc.client import DaemonUnavailable
-from ..ipc.messages import Document, Error, QuerySwaps, Status, StatusReply
+from ..ipc.messages import Document, QuerySwaps, Status, StatusReply
 from ..ipc.status_doc import status_json
-from .context import CTX
 from .errors import ProxyError
+from .observe_api import ask_daemon
 from .ui import assets
 
 # The page loads nothing but its own files: no CDN, no request leaving the host.
@@ -52,25 +49,15 @@ async def handle_asset(request: web.Request) -> web.StreamResponse:
     )
 
 
-async def _ask(request: web.Request, make: Any) -> Any:
-    try:
-        reply = await request.app[CTX].link.request(make, timeout=10.0)
-    except DaemonUnavailable as exc:
-        raise ProxyError(503, "the daemon did not answer", "daemon_unavailable") from exc
-    if isinstance(reply, Error):
-        raise ProxyError.from_reply(reply)
-    return reply
-
-
 async def handle_status(request: web.Request) -> web.Response:
-    reply = await _ask(request, lambda i: Status(id=i))
+    reply = await ask_daemon(request, lambda i: Status(id=i))
     if not isinstance(reply, StatusReply):
         raise ProxyError(502, f"unexpected reply from the daemon: {type(reply).__name__}")
     return web.Response(body=_encode(status_json(reply)), content_type="application/json")
 
 
 async def handle_swaps(request: web.Request) -> web.Response:
-    reply = await _ask(request, lambda i: QuerySwaps(id=i))
+    reply = await ask_daemon(request, lambda i: QuerySwaps(id=i))
     if not isinstance(reply, Document):
         raise ProxyError(502, f"unexpected reply from the daemon: {type(reply).__name__}")
     return web.Response(body=reply.body, content_type=reply.content_type)
