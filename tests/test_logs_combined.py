@@ -19,7 +19,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from swapd.ipc.messages import RouteModel, RoutingTable
+from swapd.ipc.routing_table import RouteModel, RoutingTable
 from swapd.proxy.combined_log import COMBINED_BYTES, CombinedLog
 from swapd.proxy.log_files import model_log_path
 from swapd.proxy.log_hub import LogHub
