@@ -18,7 +18,6 @@ from typing import Any
 import psutil
 import pytest
 
-from swapd.ipc import messages
 from tests.realparts.docker_engine import DockerEngine
 from tests.realparts.images import PAGE
 from tests.stack import Stack, free_port_range, http_get, wait_for
@@ -26,7 +25,6 @@ from tests.stack import Stack, free_port_range, http_get, wait_for
 pytestmark = [pytest.mark.processes, pytest.mark.docker]
 
 # CONTRACTS C1 (the lingering-port report) lands with the daemon's house issue.
-C1_LANDED = hasattr(messages, "Lingering")
 
 
 HTTPD = "httpd -f -p 127.0.0.1:${PORT} -h /www"
@@ -119,7 +117,6 @@ def test_without_cmdstop_the_container_outlives_the_stop(
     assert http_get(f"http://127.0.0.1:{port}/") == (200, PAGE.encode())
 
 
-@pytest.mark.xfail(not C1_LANDED, strict=True, reason="CONTRACTS C1 lands with branch issue10")
 def test_without_cmdstop_swapd_reports_the_lingering_port_and_the_next_start_fails(
     docker: DockerEngine, busybox_image: str, stack_factory: Any
 ) -> None:
