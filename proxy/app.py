@@ -67,9 +67,16 @@ async def front(request: web.Request, handler: Handler) -> web.StreamResponse:
     return await guard(request.app[CTX], request, handler)
 
 
-async def guard(ctx: ProxyContext, request: web.Request, handler: Handler) -> web.StreamResponse:
+async def guard(
+    ctx: ProxyContext, request: web.Request, handler: Handler, *, model_route: bool = False
+) -> web.StreamResponse:
     """The front checks, then `handler`: the one first stage, whichever way a request came in
-    (the Application's middleware `front`, or `dispatch.Dispatch` for model requests)."""
+    (the Application's middleware `front`, or `dispatch.Dispatch` for model requests).
+
+    `model_route`: the request is on one of `MODEL_ROUTES` (dispatch.py knows it by its table).
+    None of those is an open path or one of swapd's own state-changing routes, so the two checks
+    that look at the path are skipped for them (`tests/test_proxy_dispatch.py` holds the table
+    to that)."""
     if ctx.closing:
         STATS.refused += 1
         response = error_response(503, "swapd is shutting down", "shutting_down")
@@ -80,14 +87,16 @@ async def guard(ctx: ProxyContext, request: web.Request, handler: Handler) -> we
     ctx.enter()
     try:
         check_single_credentials(request)
-        if request.path not in _OPEN_PATHS:
-            if not ctx.state.synced.is_set():
+        if model_route or request.path not in _OPEN_PATHS:
+            state = ctx.state
+            if not state.synced.is_set():
                 # No table yet means no keys known yet: wait for it rather than let anyone in.
                 await routes_of(ctx)
-            keys = ctx.state.routes.api_keys
+            keys = state.routes.api_keys
             if keys:
                 check_api_key(request, keys)
-        check_origin(request)
+        if not model_route:
+            check_origin(request)
         return await handler(request)
     except ProxyError as exc:
         STATS.refused += 1

@@ -54,17 +54,21 @@ class Dispatch:
     """`web.Server`'s request handler: model requests to the pipeline, the rest to `to_app`
     (the Application's own handler)."""
 
-    __slots__ = ("_app", "_routes", "_to_app")
+    __slots__ = ("_ctx", "_routes", "_to_app")
 
     def __init__(self, app: web.Application, to_app: AppHandler) -> None:
-        self._app = app
+        self._ctx = app[CTX]
         self._to_app = to_app
         self._routes = model_routes(app)
 
     async def __call__(self, request: web.Request) -> web.StreamResponse:  # type: ignore[override]
-        info = self._routes.get((request.method, request.rel_url.path_safe))
+        raw = request.raw_path
+        # The table's paths have no `%` and no query: a raw path with either (or an absolute-form
+        # target) is looked up as the router would, by its decoded path.
+        path = raw if "?" not in raw and "%" not in raw and raw[:1] == "/" else None
+        info = self._routes.get((request.method, path or request.rel_url.path_safe))
         if info is None or hdrs.EXPECT in request.headers:
             return await self._to_app(request)
         # What Application._handle does once its router has matched.
         request._match_info = info
-        return await guard(self._app[CTX], request, pipeline.handle_model_route)
+        return await guard(self._ctx, request, pipeline.handle_model_route, model_route=True)

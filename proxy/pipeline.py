@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import urllib.parse
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
@@ -56,70 +56,58 @@ def target(request: web.Request) -> tuple[str, str]:
     return path, sep + query
 
 
-async def handle_model_route(request: web.Request) -> web.StreamResponse:
-    return await _pipeline(request, decide.for_model, "model", by_body=True)
+def _pipeline(
+    decide_for: Callable[..., decide.Decision], route: str, *, by_body: bool = False
+) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+    """The pipeline's handler for one kind of route: `decide_for` decides it, `route` names it
+    in the activity log, `by_body`: the model is named in the body or query. Made once per kind
+    (a request's way in is then one coroutine, not a wrapper around one)."""
+
+    async def handle(request: web.Request) -> web.StreamResponse:
+        ctx = request.app[CTX]
+        # Set once here and handed down: every stage after this one gets it as an argument.
+        acc = request[ACCOUNT] = Account()
+        acc.started = ctx.loop.time()
+        acc.route = route
+        RECORDER.begin(request, acc)
+        try:
+            state = ctx.state
+            routes = state.routes if state.synced.is_set() else await routes_of(ctx)
+            found = await read_model(request) if by_body else None
+            if found is not None and found.name:
+                acc.asked = acc.model = found.name
+            if acc.keep and found is not None:
+                acc.req_body = found.raw
+            path, query = target(request)
+            runtimes = state.runtimes
+            ask = decide.Ask(
+                request.method,
+                path,
+                query,
+                is_websocket(request),
+                found.name if found else None,
+                runtimes,
+            )
+            decision = decide_for(ask, routes, state.ready)
+            if isinstance(decision, decide.Refuse):
+                raise decision.error()
+            if isinstance(decision, decide.Redirect):
+                return web.Response(status=decision.status, headers={"Location": decision.location})
+            if decision.peer is not None:
+                return await _serve_peer(request, ctx, acc, decision, found)
+            assert decision.route is not None
+            rt = runtimes[decision.route.id]
+            return await _serve_local(request, ctx, acc, rt, decision, found)
+        finally:
+            RECORDER.end(acc)
+
+    handle.__name__ = handle.__qualname__ = f"handle_{route}"
+    return handle
 
 
-async def handle_upstream(request: web.Request) -> web.StreamResponse:
-    return await _pipeline(request, decide.for_upstream, "upstream")
-
-
-async def handle_comfyui(request: web.Request) -> web.StreamResponse:
-    return await _pipeline(request, decide.for_comfyui, "comfyui")
-
-
-async def _pipeline(
-    request: web.Request,
-    decide_for: Callable[..., decide.Decision],
-    route: str,
-    *,
-    by_body: bool = False,
-) -> web.StreamResponse:
-    ctx = request.app[CTX]
-    # Set once here and handed down: every stage after this one gets it as an argument.
-    acc = request[ACCOUNT] = Account()
-    acc.started = ctx.loop.time()
-    acc.route = route
-    RECORDER.begin(request, acc)
-    try:
-        return await _route(request, ctx, acc, decide_for, by_body)
-    finally:
-        RECORDER.end(acc)
-
-
-async def _route(
-    request: web.Request,
-    ctx: ProxyContext,
-    acc: Account,
-    decide_for: Callable[..., decide.Decision],
-    by_body: bool,
-) -> web.StreamResponse:
-    state = ctx.state
-    routes = state.routes if state.synced.is_set() else await routes_of(ctx)
-    found = await read_model(request) if by_body else None
-    if found is not None and found.name:
-        acc.asked = acc.model = found.name
-    if acc.keep and found is not None:
-        acc.req_body = found.raw
-    path, query = target(request)
-    runtimes = ctx.state.runtimes
-    ask = decide.Ask(
-        request.method, path, query, is_websocket(request), found.name if found else None, runtimes
-    )
-
-    def ready(model_id: str) -> bool:
-        rt = runtimes.get(model_id)
-        return rt is not None and rt.hot
-
-    decision = decide_for(ask, routes, ready)
-    if isinstance(decision, decide.Refuse):
-        raise decision.error()
-    if isinstance(decision, decide.Redirect):
-        return web.Response(status=decision.status, headers={"Location": decision.location})
-    if decision.peer is not None:
-        return await _serve_peer(request, ctx, acc, decision, found)
-    assert decision.route is not None
-    return await _serve_local(request, ctx, acc, runtimes[decision.route.id], decision, found)
+handle_model_route = _pipeline(decide.for_model, "model", by_body=True)
+handle_upstream = _pipeline(decide.for_upstream, "upstream")
+handle_comfyui = _pipeline(decide.for_comfyui, "comfyui")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -146,8 +134,12 @@ async def _serve_local(
         progress = loading.Progress(request, ctx, rt, acc.asked or rt.id)
     try:
         # A ready model is admitted at once (no await); any other waits for the daemon.
-        address = _admit_ready(ctx, rt)
-        if address is None:
+        STATS.forwarded += 1
+        if rt.hot:
+            STATS.served_without_ipc += 1
+            admission.begin(rt)
+            address = rt.address
+        else:
             address = await _admit(ctx, acc, rt, progress)
         try:
             if progress is not None:
@@ -162,17 +154,6 @@ async def _serve_local(
         return await progress.failed(exc)  # the stream's 200 is sent: the error goes in it
     finally:
         admission.release(rt)
-
-
-def _admit_ready(ctx: ProxyContext, rt: ModelRuntime) -> UpstreamAddress | None:
-    """`rt`'s address, the request counted in flight (the caller ends it), when its model is
-    ready now; None when the request must wait for the daemon (`_admit`)."""
-    STATS.forwarded += 1
-    if not rt.hot:
-        return None
-    STATS.served_without_ipc += 1
-    ctx.admission.begin(rt)
-    return rt.address
 
 
 async def _admit(

@@ -162,6 +162,11 @@ class ProxyState:
     def runtime(self, model_id: str) -> ModelRuntime | None:
         return self.runtimes.get(model_id)
 
+    def ready(self, model_id: str) -> bool:
+        """Whether `model_id` is hot in this process (the route decision's `Ready`)."""
+        rt = self.runtimes.get(model_id)
+        return rt is not None and rt.hot
+
     def apply_snapshot(self, reply: SnapshotReply) -> None:
         if reply.instance != self.instance:
             old, self.instance_changed = (
