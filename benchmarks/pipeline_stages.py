@@ -34,6 +34,7 @@ def switch_off(stages: set[str]) -> None:
 
     if "access" in stages:
         access_log.LOGGER.setLevel(logging.WARNING)
+        access_log.BATCH.on = False
         access_log.follow_config = state_sync.follow_config = lambda level: None  # type: ignore
 
     if "front" in stages:

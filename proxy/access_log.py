@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import re
 import sys
 import time
 from collections.abc import Callable
@@ -45,8 +46,11 @@ _NONE = Account()
 def follow_config(table: RoutingTable) -> None:
     """The config's `logLevel` (the access lines are INFO, so `warn` and `error` turn them off)
     and `logTimeFormat` (the stamp of every line the proxy logs)."""
-    LOGGER.setLevel(logging.INFO if table.log_level in ("debug", "info") else logging.WARNING)
+    on = table.log_level in ("debug", "info")
+    LOGGER.setLevel(logging.INFO if on else logging.WARNING)
+    BATCH.on = on
     if table.log_time_format != BATCH.time_format:
+        BATCH.flush()  # the lines waiting keep the stamp they were made with
         BATCH.time_format = table.log_time_format
         BATCH.stamp = log_time.stamper(table.log_time_format)
         log_time.restamp(table.log_time_format)
@@ -60,8 +64,14 @@ class _Batch:
         self._size = 0
         self._timer: asyncio.TimerHandle | None = None
         self._second = -1
-        self._stamps = ("", "")
+        self._stamp = ""
         self._prefix = f" INFO swapd-proxy[{os.getpid()}] {LOGGER.name}: "
+        # The `/logs` ring's form of a batch in swapd's own stamp, made from the stream's text in
+        # one pass at flush time rather than a second line per request.
+        self._ring_form = re.compile(
+            r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),\d{3}" + re.escape(self._prefix), re.M
+        )
+        self.on = True  # the config's logLevel lets INFO through (follow_config)
         # `logTimeFormat` (ipc/log_time.py); stamp None: swapd's own, cached per second.
         self.time_format: str | None = None
         self.stamp: Callable[[int], str] | None = None
@@ -77,14 +87,10 @@ class _Batch:
             second = int(now)
             if second != self._second:
                 self._second = second
-                local = time.localtime(now)
-                self._stamps = (
-                    time.strftime("%Y-%m-%d %H:%M:%S", local),
-                    time.strftime("[%Y-%m-%d %H:%M:%S] [INFO] ", local),
-                )
-            stamp, ring_stamp = self._stamps
-            self._stream.append(f"{stamp},{int(now * 1000) % 1000:03d}{self._prefix}{message}\n")
-            self._ring.append(f"{ring_stamp}{message}\n")
+                self._stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(now))
+            self._stream.append(
+                f"{self._stamp},{int(now * 1000) % 1000:03d}{self._prefix}{message}\n"
+            )
         self._size += len(message)
         if self._size >= FLUSH_BYTES:
             self.flush()
@@ -98,7 +104,10 @@ class _Batch:
         if not self._stream:
             return
         stream, self._stream = "".join(self._stream), []
-        ring, self._ring = "".join(self._ring), []
+        if self._ring:  # `logTimeFormat`'s lines
+            ring, self._ring = "".join(self._ring), []
+        else:
+            ring = self._ring_form.sub(r"[\1] [INFO] ", stream)
         self._size = 0
         try:
             sys.stderr.write(stream)
@@ -118,14 +127,18 @@ class AccessLog(AbstractAccessLogger):
         account = request.get(ACCOUNT, _NONE)
         if account.route:
             RECORDER.note(request, response, account)
-        if not LOGGER.isEnabledFor(logging.INFO):
+        if not BATCH.on:
             return
         path = request.rel_url.raw_path
         if len(path) > PATH_LIMIT:
             path = path[:PATH_LIMIT] + "..."
+        model = account.model
+        if not model.isprintable():
+            # A name from a client's body: a newline in it must not start a line of its own.
+            model = ascii(model)
         BATCH.add(
             f'{request.remote or "-"} "{request.method} {path}" {response.status} '
-            f"{response.body_length}B {time * 1000:.1f}ms model={account.model} "
+            f"{response.body_length}B {time * 1000:.1f}ms model={model} "
             f"waited={account.waited * 1000:.1f}ms"
         )
 

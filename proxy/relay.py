@@ -65,6 +65,7 @@ def broke_off(label: str, exc: BaseException) -> ProxyError:
 def response_headers(reply: Reply) -> CIMultiDict[str]:
     out: CIMultiDict[str] = CIMultiDict()
     codings: list[str] = []
+    content_type = ""
     for key, value in reply.headers:
         lower = key.lower()
         if lower == "transfer-encoding":
@@ -73,11 +74,13 @@ def response_headers(reply: Reply) -> CIMultiDict[str]:
             )
         elif lower not in RESPONSE_DROP:
             out.add(key, value)
+            if lower == "content-type" and not content_type:
+                content_type = value
     if codings:
         labelled = [v for v in out.getall("Content-Encoding", ()) if v.strip()]
         out.popall("Content-Encoding", None)
         out["Content-Encoding"] = ", ".join([*labelled, *codings])
-    if out.get("Content-Type", "").startswith("text/event-stream"):
+    if content_type.startswith("text/event-stream"):
         out.setdefault("X-Accel-Buffering", "no")
     return out
 

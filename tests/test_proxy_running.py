@@ -5,6 +5,7 @@ stream (`/logs/stream/proxy`), with its model and status and without its key or 
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from collections.abc import Callable
 
@@ -65,6 +66,11 @@ async def test_one_access_line_per_request_without_keys_or_queries(
             stack.url + f"/v1/chat/completions?token={tag}", json={"model": "alpha"}, headers=AUTH
         ) as resp:
             assert resp.status == 200
+        forged = "2026-01-01 00:00:00 [INFO] forged"
+        async with session.post(
+            stack.url + "/v1/completions", json={"model": f"evil\n{forged}"}, headers=AUTH
+        ) as resp:
+            assert resp.status == 404
         async with session.get(stack.url + "/upstream/nosuch/x", headers=AUTH) as resp:
             assert resp.status == 404
         seen = ""
@@ -77,3 +83,9 @@ async def test_one_access_line_per_request_without_keys_or_queries(
     (refused,) = [line for line in seen.splitlines() if '"GET /upstream/nosuch/x"' in line]
     assert " 404 " in refused and "model=-" in refused
     assert KEY not in seen and tag not in seen
+    # A model name from the body is one line whatever it holds (escaped, never a line of its own).
+    (evil,) = [line for line in seen.splitlines() if '"POST /v1/completions"' in line]
+    assert "model='evil\\n2026-01-01" in evil
+    assert not any(line.startswith(forged) for line in seen.splitlines())
+    # The stream's lines are the `/logs` ring's form: `[stamp] [INFO] message`.
+    assert re.match(r"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\] \[INFO\] 127\.0\.0\.1 ", chat[0])
