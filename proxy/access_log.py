@@ -7,7 +7,9 @@ The stamp is `logTimeFormat`'s when the config sets one (`ipc/log_time.py`).
         "POST /v1/chat/completions" 200 1234B 12.3ms model=alpha waited=0.0ms    (one line)
 
 The path is logged without its query (a `?token=` link must not end up in a log) and cut at
-`PATH_LIMIT` characters; headers, keys and bodies never are. `waited` is the time the request spent
+`PATH_LIMIT` characters; headers, keys and bodies never are. A model name (it comes from the
+client's body) with a control character in it is written escaped, as Python's `ascii` writes it,
+so no client can start a log line of its own. `waited` is the time the request spent
 waiting for the daemon (a start, a swap, a drain). Every request also counts in `stats.STATS`.
 
 A line per request through `logging` (a record, two formatters, a write to the pipe that circusd
@@ -21,7 +23,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import re
 import sys
 import time
 from collections.abc import Callable
@@ -64,13 +65,8 @@ class _Batch:
         self._size = 0
         self._timer: asyncio.TimerHandle | None = None
         self._second = -1
-        self._stamp = ""
+        self._stamps = ("", "")
         self._prefix = f" INFO swapd-proxy[{os.getpid()}] {LOGGER.name}: "
-        # The `/logs` ring's form of a batch in swapd's own stamp, made from the stream's text in
-        # one pass at flush time rather than a second line per request.
-        self._ring_form = re.compile(
-            r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),\d{3}" + re.escape(self._prefix), re.M
-        )
         self.on = True  # the config's logLevel lets INFO through (follow_config)
         # `logTimeFormat` (ipc/log_time.py); stamp None: swapd's own, cached per second.
         self.time_format: str | None = None
@@ -87,10 +83,14 @@ class _Batch:
             second = int(now)
             if second != self._second:
                 self._second = second
-                self._stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(now))
-            self._stream.append(
-                f"{self._stamp},{int(now * 1000) % 1000:03d}{self._prefix}{message}\n"
-            )
+                local = time.localtime(now)
+                self._stamps = (
+                    time.strftime("%Y-%m-%d %H:%M:%S", local),
+                    time.strftime("[%Y-%m-%d %H:%M:%S] [INFO] ", local),
+                )
+            stamp, ring_stamp = self._stamps
+            self._stream.append(f"{stamp},{int(now * 1000) % 1000:03d}{self._prefix}{message}\n")
+            self._ring.append(f"{ring_stamp}{message}\n")
         self._size += len(message)
         if self._size >= FLUSH_BYTES:
             self.flush()
@@ -104,10 +104,7 @@ class _Batch:
         if not self._stream:
             return
         stream, self._stream = "".join(self._stream), []
-        if self._ring:  # `logTimeFormat`'s lines
-            ring, self._ring = "".join(self._ring), []
-        else:
-            ring = self._ring_form.sub(r"[\1] [INFO] ", stream)
+        ring, self._ring = "".join(self._ring), []
         self._size = 0
         try:
             sys.stderr.write(stream)
