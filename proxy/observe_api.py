@@ -7,7 +7,6 @@ table every proxy mirrors; and `GET /api/version`."""
 
 from __future__ import annotations
 
-import importlib.metadata
 from collections.abc import Callable
 
 import msgspec
@@ -86,6 +85,8 @@ def _json(data: object) -> web.Response:
 async def handle_version(_request: web.Request) -> web.Response:
     """llama-swap's `{version, commit, build_date}`; swapd is installed from source, so the
     commit and build date are not known."""
+    import importlib.metadata  # here, not at start-up: half a megabyte of idle memory
+
     try:
         version = importlib.metadata.version("swapd")
     except importlib.metadata.PackageNotFoundError:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import functools
 import hashlib
 from dataclasses import dataclass
-from importlib import resources
 
 _TYPES = {
     ".html": "text/html; charset=utf-8",
@@ -25,6 +24,8 @@ class Asset:
 
 @functools.cache
 def all_assets() -> dict[str, Asset]:
+    from importlib import resources  # here, not at start-up: the proxy's idle memory
+
     out: dict[str, Asset] = {}
     for entry in (resources.files(__package__) / "static").iterdir():
         suffix = "." + entry.name.rpartition(".")[2]
