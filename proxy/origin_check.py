@@ -6,9 +6,15 @@ page's included, so a page elsewhere could unload models or switch the profile. 
 host:port than the request's `Host`, the request is refused with a 403, as ComfyUI refuses them.
 Requests without an `Origin` (curl, SDKs, servers) pass.
 
-Only swapd's own routes that change something are checked: a non-GET on `/api/...` or `/unload`.
-Model routes, `/upstream/` and `/comfyui/` are forwarded as the client sent them (the upstream
-applies its own rule, ComfyUI's for instance).
+Browsers also send `Sec-Fetch-Site` with every request, an image or a link included; where it is
+present and says anything but `same-origin` or `none` (typed in, a bookmark), the request is
+refused too, as Go's `http.CrossOriginProtection` refuses it. That also covers llama-swap's
+`GET /unload`, which changes state with a GET: a cross-site `<img src=.../unload>` carries no
+`Origin` but does carry `Sec-Fetch-Site: cross-site`.
+
+Only swapd's own routes that change something are checked: a non-GET on `/api/...` or `/unload`,
+and `GET /unload`. Model routes, `/upstream/` and `/comfyui/` are forwarded as the client sent them
+(the upstream applies its own rule, ComfyUI's for instance).
 """
 
 from __future__ import annotations
@@ -22,8 +28,16 @@ from .errors import ProxyError
 _CHANGING = frozenset({"POST", "PUT", "DELETE", "PATCH"})
 
 
+_OWN_SITE = frozenset({"same-origin", "none"})
+
+
 def guarded(method: str, path: str) -> bool:
     return method in _CHANGING and (path.startswith("/api/") or path == "/unload")
+
+
+def changes_state(method: str, path: str) -> bool:
+    """`guarded`, and llama-swap's unload-all by GET."""
+    return guarded(method, path) or (method == "GET" and path == "/unload")
 
 
 def _host_port(netloc: str) -> tuple[str, int | None] | None:
@@ -51,12 +65,24 @@ def same_origin(origin: str, host: str) -> bool:
 
 
 def check_origin(request: web.Request) -> None:
-    if not guarded(request.method, request.path):
+    method, path = request.method, request.path
+    if not changes_state(method, path):
         return
-    origin = request.headers.get("Origin")
+    headers = request.headers
+    site = headers.get("Sec-Fetch-Site")
+    if site is not None and site.strip().lower() not in _OWN_SITE:
+        raise ProxyError(
+            403,
+            f"cross-site request refused: Sec-Fetch-Site {site[:40]!r} (only same-origin "
+            "requests may change swapd's state from a browser)",
+            "cross_origin",
+        )
+    if not guarded(method, path):
+        return  # GET /unload: a GET's Origin, where a browser sends one, says nothing more
+    origin = headers.get("Origin")
     if origin is None:
         return
-    host = request.headers.get("Host", "")
+    host = headers.get("Host", "")
     if not same_origin(origin, host):
         raise ProxyError(
             403,

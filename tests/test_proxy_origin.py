@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from swapd.proxy.origin_check import guarded, same_origin
+from swapd.proxy.origin_check import changes_state, guarded, same_origin
 from tests.proxy_helpers import local_model, model_ports
 from tests.stack import Stack
 
@@ -34,18 +34,27 @@ def stack(stack_factory: Callable[..., Stack]) -> Stack:
 
 
 def _raw(
-    stack: Stack, method: str, path: str, origin: str | None, body: Any = None
+    stack: Stack,
+    method: str,
+    path: str,
+    origin: str | None,
+    body: Any = None,
+    site: str | None = None,
 ) -> tuple[int, dict[str, Any]]:
     host, port = stack.url.removeprefix("http://").split(":")
     conn = http.client.HTTPConnection(host, int(port), timeout=30)
     headers = {"Content-Type": "application/json"}
     if origin is not None:
         headers["Origin"] = origin
+    if site is not None:
+        headers["Sec-Fetch-Site"] = site
     try:
         data = json.dumps(body).encode() if body is not None else b""
         conn.request(method, path, body=data, headers=headers)
         response = conn.getresponse()
         text = response.read()
+        if not response.getheader("Content-Type", "").startswith("application/json"):
+            return response.status, {"text": text.decode()}  # GET /unload answers plain text
         return response.status, json.loads(text) if text else {}
     finally:
         conn.close()
@@ -60,6 +69,8 @@ def test_the_rule() -> None:
     assert guarded("POST", "/api/models/unload/a") and guarded("PUT", "/api/profiles/active")
     assert guarded("DELETE", "/api/x") and guarded("PATCH", "/api/x") and guarded("POST", "/unload")
     assert not guarded("GET", "/api/status") and not guarded("GET", "/unload")
+    assert changes_state("GET", "/unload") and changes_state("POST", "/api/x")
+    assert not changes_state("GET", "/api/status") and not changes_state("GET", "/running")
     assert not guarded("POST", "/v1/chat/completions") and not guarded("POST", "/upstream/a/x")
     assert not guarded("POST", "/comfyui/prompt")
     assert same_origin("http://127.0.0.1:8080", "127.0.0.1:8080")
@@ -112,3 +123,23 @@ def test_model_routes_and_upstream_are_forwarded_with_their_origin(stack: Stack)
     assert status == 200 and answer["headers"]["Origin"] == EVIL
     status, answer = _raw(stack, "GET", "/api/status", EVIL)  # a read: not checked
     assert status == 200 and answer["models"]
+
+
+def test_cross_site_by_sec_fetch_site_get_unload_included(stack: Stack) -> None:
+    """A cross-site image or link to llama-swap's `GET /unload` carries no Origin, but a browser
+    marks it `Sec-Fetch-Site: cross-site` (or `same-site`, another port of the same host)."""
+    assert _chat(stack, "a")[0] == 200
+    for site in ("cross-site", "same-site"):
+        status, answer = _raw(stack, "GET", "/unload", None, site=site)
+        assert status == 403 and answer["error"]["code"] == "cross_origin"
+        assert "Sec-Fetch-Site" in answer["error"]["message"]
+        status, _ = _raw(stack, "POST", "/api/models/unload", stack.url, site=site)
+        assert status == 403  # this host's Origin, but the browser says another site sent it
+    assert stack.model("a")["state"] == "ready"  # nothing changed
+    # A read is never checked; the page's own requests and typed-in URLs are served.
+    assert _raw(stack, "GET", "/api/status", None, site="cross-site")[0] == 200
+    assert _raw(stack, "GET", "/unload", None, site="same-origin")[0] == 200
+    assert stack.model("a")["state"] == "stopped"
+    assert _chat(stack, "a")[0] == 200
+    assert _raw(stack, "GET", "/unload", None, site="none")[0] == 200
+    assert stack.model("a")["state"] == "stopped"
