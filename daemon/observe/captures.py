@@ -1,20 +1,78 @@
 """The captures of every proxy's requests (`captureBuffer`), kept by the daemon under their
 record's id: at most `captureBuffer` bytes in all (bodies and headers), the oldest evicted
 first, one larger than the whole buffer never kept (llama-swap's `cache.Cache`, which counts
-compressed bytes: swapd keeps them as they are)."""
+compressed bytes: swapd keeps them as they are).
+
+The proxies send each capture's header pairs as they are (`RawCapture`); redaction happens
+here, when the capture is stored: one value per name (the first, as llama-swap's `headerMap`),
+`SECRET_HEADERS` as `[REDACTED]` (llama-swap's `redactHeaders`). The secrets cross only the
+private `ipc://` socket to the daemon, which holds the config's `apiKeys` anyway, and are never
+kept nor shown (docs/endpoints.md, "Captures")."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import msgspec
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from ...ipc.activity import Capture
+from ...ipc.activity import RawCapture
 
 _encode = msgspec.json.Encoder().encode
+
+REDACTED = "[REDACTED]"
+SECRET_HEADERS = frozenset(
+    {"authorization", "proxy-authorization", "cookie", "set-cookie", "x-api-key"}
+)
+
+
+class Capture(msgspec.Struct, kw_only=True):
+    """A request's and its response's headers and bodies as kept, in llama-swap's
+    `ReqRespCapture` shape (`GET /api/captures/{id}`; bodies are base64 in its JSON), under its
+    record's `id`; `size` is what it counts against `captureBuffer` (bodies and headers)."""
+
+    id: int = 0
+    req_path: str = ""
+    req_headers: dict[str, str] | None = None
+    req_body: bytes | None = None
+    resp_headers: dict[str, str] | None = None
+    resp_body: bytes | None = None
+    size: int = 0
+
+
+def headers_of(pairs: Iterable[tuple[str, str]]) -> tuple[dict[str, str], int]:
+    """One value per name, secrets redacted; and the bytes the kept pairs count."""
+    out: dict[str, str] = {}
+    size = 0
+    for key, value in pairs:
+        if key not in out:
+            if key.lower() in SECRET_HEADERS:
+                value = REDACTED
+            out[key] = value
+            size += len(key) + len(value)
+    return out, size
+
+
+def _text(raw: bytes) -> str:
+    # aiohttp reads header bytes as UTF-8; the JSON a capture is shown in cannot carry
+    # aiohttp's surrogate escapes for bytes that are not, so those read U+FFFD here.
+    return raw.decode("utf-8", "replace")
+
+
+def capture_of(raw: RawCapture, record_id: int, path: str) -> Capture:
+    req_headers, req_size = headers_of((_text(k), _text(v)) for k, v in raw.req_headers)
+    resp_headers, resp_size = headers_of(raw.resp_headers)
+    return Capture(
+        id=record_id,
+        req_path=path,
+        req_headers=req_headers,
+        req_body=raw.req_body,
+        resp_headers=resp_headers,
+        resp_body=raw.resp_body,
+        size=req_size + resp_size + len(raw.req_body or b"") + len(raw.resp_body or b""),
+    )
 
 
 class CaptureCache:
