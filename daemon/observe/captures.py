@@ -11,6 +11,7 @@ kept nor shown (docs/endpoints.md, "Captures")."""
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -55,30 +56,45 @@ def headers_of(pairs: Iterable[tuple[str, str]]) -> tuple[dict[str, str], int]:
     return out, size
 
 
-def _text(raw: bytes) -> str:
-    # aiohttp reads header bytes as UTF-8; the JSON a capture is shown in cannot carry
-    # aiohttp's surrogate escapes for bytes that are not, so those read U+FFFD here.
-    return raw.decode("utf-8", "replace")
+def raw_headers_of(pairs: Iterable[tuple[bytes, bytes]]) -> tuple[dict[str, str], int]:
+    """`headers_of` for the request's header bytes. aiohttp reads them as UTF-8; the JSON a
+    capture is shown in cannot carry aiohttp's surrogate escapes for bytes that are not, so
+    those read U+FFFD here."""
+    out: dict[str, str] = {}
+    size = 0
+    for raw_key, raw_value in pairs:
+        key = raw_key.decode("utf-8", "replace")
+        if key not in out:
+            if key.lower() in SECRET_HEADERS:
+                value = REDACTED
+            else:
+                value = raw_value.decode("utf-8", "replace")
+            out[key] = value
+            size += len(key) + len(value)
+    return out, size
 
 
 def capture_of(raw: RawCapture, record_id: int, path: str) -> Capture:
-    req_headers, req_size = headers_of((_text(k), _text(v)) for k, v in raw.req_headers)
+    req_headers, req_size = raw_headers_of(raw.req_headers)
     resp_headers, resp_size = headers_of(raw.resp_headers)
+    req_body, resp_body = raw.req_body, raw.resp_body
     return Capture(
         id=record_id,
         req_path=path,
         req_headers=req_headers,
-        req_body=raw.req_body,
+        req_body=req_body,
         resp_headers=resp_headers,
-        resp_body=raw.resp_body,
-        size=req_size + resp_size + len(raw.req_body or b"") + len(raw.resp_body or b""),
+        resp_body=resp_body,
+        size=req_size + resp_size + len(req_body or b"") + len(resp_body or b""),
     )
 
 
 class CaptureCache:
     def __init__(self, limit: int) -> None:
         self.limit = limit
-        self.items: dict[int, Capture] = {}  # in arrival order: the first is the oldest
+        # In arrival order, the first the oldest (an OrderedDict: taking the first of a plain
+        # dict whose front keeps being deleted walks over every deleted slot).
+        self.items: OrderedDict[int, Capture] = OrderedDict()
         self.size = 0
         self.evicted = 0
 
@@ -101,8 +117,7 @@ class CaptureCache:
     def _evict(self, room: int) -> None:
         items = self.items
         while items and self.size + room > self.limit:
-            oldest = next(iter(items))
-            self.size -= items.pop(oldest).size
+            self.size -= items.popitem(last=False)[1].size
             self.evicted += 1
 
     def __contains__(self, record_id: int) -> bool:
