@@ -150,3 +150,10 @@ async def test_a_batch_of_activity_frames_counts_as_its_events(
     assert out[1:] == [b"a" * 6, b"b" * 3] and sub.queued == 0
     sub.offer(b"d" * 25, 25)  # larger than the whole queue: an empty one still takes it
     assert sub.queued == 25 and sub.dropped == 0
+
+
+def test_header_bytes_that_are_not_utf8_read_as_replacement() -> None:
+    raw = RawCapture(((b"X-Odd", b"caf\xe9"), (b"Cookie", b"\xff")), None, (), None)
+    kept = capture_of(raw, 1, "/v1/models")
+    assert kept.req_headers == {"X-Odd": "caf\ufffd", "Cookie": REDACTED}
+    assert json.loads(msgspec.json.encode(kept))["req_headers"]["X-Odd"] == "caf\ufffd"
