@@ -10,6 +10,8 @@ Field names and units follow llama-swap's `ActivityLogEntry` (`id`, `timestamp`,
 
 from __future__ import annotations
 
+from typing import Any
+
 import msgspec
 
 
@@ -59,6 +61,17 @@ class InFlight(msgspec.Struct, kw_only=True, gc=False):
     method: str
     remote_ip: str = ""
     proxy_id: str = ""
+
+
+def flight_json(flight: InFlight) -> dict[str, Any]:
+    """llama-swap's in-flight entry (`/api/events` `inflight`): swapd copies no headers into it,
+    nor updates it as the response streams."""
+    out = msgspec.to_builtins(flight)
+    out["elapsed_ms"] = 0
+    out["req_headers"] = {}
+    out["resp_headers"] = {}
+    out["resp_bytes"] = 0
+    return out
 
 
 class RawCapture(msgspec.Struct, array_like=True, gc=False):

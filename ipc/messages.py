@@ -277,12 +277,15 @@ class ActivityAdded(_Msg, frozen=True):
 
 
 class InFlightChanged(_Msg, frozen=True):
-    """Requests begun (`upserts`) and finished (`removes`, ids), from any proxy."""
+    """Requests begun (`upserts`) and finished (`removes`, ids), from any proxy; `frames` is
+    their `count` `/api/events` frames, rendered once by the daemon."""
 
     instance: str
     seq: int
     upserts: tuple[InFlight, ...] = ()
     removes: tuple[str, ...] = ()
+    frames: bytes = b""
+    count: int = 0
 
 
 class CancelRequested(_Msg, frozen=True):

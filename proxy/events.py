@@ -14,7 +14,7 @@ snapshot.
 Activity and in-flight events come from the daemon (`ActivityAdded`, `InFlightChanged`), so they
 cover every proxy process; `logData` with source `proxy` is this process's own log.
 
-Every event is encoded once (the `activity` ones by the daemon, a batch's frames in one piece),
+Every event is encoded once (`activity` and `inflight` ones by the daemon, a batch in one piece),
 and offered to each subscriber's bounded queue (`QUEUE_FRAMES` events); a subscriber whose queue
 has no room for them loses the events, and before its next frame gets an
 `eventsDropped` event `{"count": N}` saying how many it lost. A publisher never waits for a
@@ -33,7 +33,7 @@ from typing import Any, cast
 import msgspec
 from aiohttp import web
 
-from ..ipc.activity import InFlight
+from ..ipc.activity import InFlight, flight_json
 from ..ipc.messages import (
     ActivityAdded,
     CancelRequested,
@@ -57,15 +57,6 @@ _encode = msgspec.json.Encoder().encode
 
 def frame(kind: str, data: Any) -> bytes:
     return b"event:message\ndata:%s\n\n" % _encode({"type": kind, "data": _encode(data).decode()})
-
-
-def flight_data(flight: InFlight) -> dict[str, Any]:
-    out = msgspec.to_builtins(flight)
-    out["elapsed_ms"] = 0
-    out["req_headers"] = {}
-    out["resp_headers"] = {}
-    out["resp_bytes"] = 0
-    return out
 
 
 class Subscriber:
@@ -169,7 +160,7 @@ class EventHub:
         return models
 
     def inflight_snapshot(self) -> bytes:
-        requests = [flight_data(f) for f in self.in_flight.values()]
+        requests = [flight_json(f) for f in self.in_flight.values()]
         return frame("inflight", {"operation": "snapshot", "requests": requests})
 
     def profile_frame(self) -> bytes:
@@ -212,12 +203,8 @@ class EventHub:
             self._broadcast(frame("swap", event.record))
         elif isinstance(event, ActivityAdded):
             self._broadcast(event.frames, event.count)  # framed by the daemon, once for all
-        elif isinstance(event, InFlightChanged):
-            for flight in event.upserts:
-                data = {"operation": "upsert", "request": flight_data(flight)}
-                self._broadcast(frame("inflight", data))
-            for key in event.removes:
-                self._broadcast(frame("inflight", {"operation": "remove", "id": key}))
+        elif isinstance(event, InFlightChanged) and event.count:
+            self._broadcast(event.frames, event.count)  # framed by the daemon, once for all
 
 
 HUB_KEY: web.AppKey[EventHub] = web.AppKey("swapd_events", EventHub)

@@ -3,7 +3,7 @@ array-like `Finished` with its `RawCapture` through the real codec (a record of 
 refused, never misread), the stream tail cut to the lines that carry counts (the daemon parses
 the same counts from it as from the whole tail), the path cut from the request target, the
 daemon's redaction of a capture's headers, and an events subscriber's queue counting a batch of
-activity frames as the events it holds."""
+activity frames as the events it holds, and the in-flight frames the daemon renders."""
 
 from __future__ import annotations
 
@@ -16,9 +16,10 @@ from multidict import istr
 
 from swapd.daemon.observe.captures import REDACTED, capture_of
 from swapd.daemon.observe.intake import record_of
+from swapd.daemon.observe.service import event_frame
 from swapd.daemon.observe.tokens import from_stream_tail
 from swapd.ipc import codec
-from swapd.ipc.activity import Finished, RawCapture, Tokens
+from swapd.ipc.activity import Finished, InFlight, RawCapture, Tokens, flight_json
 from swapd.ipc.messages import ActivityReport
 from swapd.proxy import events
 from swapd.proxy.account import Tail
@@ -157,3 +158,12 @@ def test_header_bytes_that_are_not_utf8_read_as_replacement() -> None:
     kept = capture_of(raw, 1, "/v1/models")
     assert kept.req_headers == {"X-Odd": "caf\ufffd", "Cookie": REDACTED}
     assert json.loads(msgspec.json.encode(kept))["req_headers"]["X-Odd"] == "caf\ufffd"
+
+
+def test_the_daemon_frames_events_as_a_proxy_would() -> None:
+    flight = InFlight(id="p-3", timestamp=1.5, model="m\u00e9", req_path='/a"b', method="POST")
+    for kind, data in (
+        ("inflight", {"operation": "upsert", "request": flight_json(flight)}),
+        ("inflight", {"operation": "remove", "id": "p-3"}),
+    ):
+        assert event_frame(kind, data) == events.frame(kind, data)

@@ -12,7 +12,7 @@ from typing import Any, Protocol
 
 import msgspec
 
-from ...ipc.activity import ActivityRecord, InFlight
+from ...ipc.activity import ActivityRecord, InFlight, flight_json
 from ...ipc.messages import (
     ActivityAdded,
     ActivityReport,
@@ -40,6 +40,14 @@ from .metrics import CONTENT_TYPE, Metrics
 log = logging.getLogger("swapd.daemon")
 
 _encode = msgspec.json.Encoder().encode
+
+
+def event_frame(kind: str, data: Any) -> bytes:
+    """An `/api/events` frame (proxy/events.py): the payload's JSON as the envelope's string."""
+    return b'event:message\ndata:{"type":"%s","data":%s}\n\n' % (
+        kind.encode(),
+        _encode(_encode(data).decode()),
+    )
 
 
 def activity_frame(record: bytes) -> bytes:
@@ -145,9 +153,22 @@ class Observer:
             self._publish_flights((), gone)
 
     def _publish_flights(self, upserts: tuple[InFlight, ...], removes: tuple[str, ...]) -> None:
+        frames = b"".join(
+            [
+                event_frame("inflight", {"operation": "upsert", "request": flight_json(f)})
+                for f in upserts
+            ]
+            + [event_frame("inflight", {"operation": "remove", "id": key}) for key in removes]
+        )
+        count = len(upserts) + len(removes)
         self.endpoint.publish_nowait(
             lambda seq: InFlightChanged(
-                instance=self.instance, seq=seq, upserts=upserts, removes=removes
+                instance=self.instance,
+                seq=seq,
+                upserts=upserts,
+                removes=removes,
+                frames=frames,
+                count=count,
             )
         )
 
