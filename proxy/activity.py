@@ -221,14 +221,15 @@ def counted_part(tail: Tail, content_type: str) -> bytes | None:
     """What of a streamed body's tail the daemon parses the counts from: an SSE stream's from
     the first line that mentions them (the lines before it count nothing), a JSON body's whole
     (it fit in the tail when it is short), nothing otherwise."""
+    stream = "event-stream" in content_type
+    if not stream and "json" not in content_type:
+        return None
     data = tail.data()
     usage, timings = data.find(b'"usage"'), data.find(b'"timings"')
     first = usage if timings < 0 or 0 <= usage < timings else timings
     if first < 0:
         return None
-    if "event-stream" in content_type:
-        return data[data.rfind(b"\n", 0, first) + 1 :]
-    return data if "json" in content_type else None
+    return data[data.rfind(b"\n", 0, first) + 1 :] if stream else data
 
 
 RECORDER = Recorder()

@@ -167,3 +167,9 @@ def test_the_daemon_frames_events_as_a_proxy_would() -> None:
         ("inflight", {"operation": "remove", "id": "p-3"}),
     ):
         assert event_frame(kind, data) == events.frame(kind, data)
+
+
+def test_a_tail_of_another_kind_is_not_sent() -> None:
+    tail = Tail()
+    tail.feed(b'RIFF..."usage"...')
+    assert counted_part(tail, "audio/wav") is None
