@@ -29,10 +29,13 @@ SECRET_HEADERS = frozenset(
 )
 
 
-class Capture(msgspec.Struct, kw_only=True):
+class Capture(msgspec.Struct, kw_only=True, gc=False):
     """A request's and its response's headers and bodies as kept, in llama-swap's
     `ReqRespCapture` shape (`GET /api/captures/{id}`; bodies are base64 in its JSON), under its
-    record's `id`; `size` is what it counts against `captureBuffer` (bodies and headers)."""
+    record's `id`; `size` is what it counts against `captureBuffer` (bodies and headers).
+
+    gc=False: a full buffer holds thousands, of strs, bytes and dicts of strs only (no cycle
+    possible), which the cyclic collector would otherwise walk at every full collection."""
 
     id: int = 0
     req_path: str = ""
