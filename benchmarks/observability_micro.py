@@ -1,8 +1,10 @@
 """The CPU one request's observability costs, stage by stage, in one process (issue 12): the
-proxy's recorder (`begin`/`end`/`note` on the request's way, `take` with the token parsing and
-the report's encoding every batch), the daemon's observer (decoding the report, numbering the
-records, the Prometheus figures, encoding the `ActivityAdded` event) and a proxy's events hub
-framing the records for one `/api/events` subscriber.
+proxy's recorder (`begin`/`end`/`note` on the request's way, `take` and the report's encoding
+every batch), the daemon's observer (decoding the report, building the records with their token
+counts, redacting and keeping the captures, numbering, the Prometheus figures, rendering and
+encoding the `ActivityAdded` event) and a proxy's events hub passing the frames on to one
+`/api/events` subscriber. Two columns: captures off, and on (`captureBuffer` 5 MB, llama-swap's
+default, a chat client's request head with an API key).
 
 `observability_cost.py` measures the same against the whole pipeline with real processes, but
 on a shared 2-core machine its figures move by tens of percent from run to run; this one runs
@@ -56,7 +58,22 @@ class _Endpoint:
         pass
 
 
-async def _run(requests: int, batch: int) -> dict[str, float]:
+# A chat client's request head, as the proxy reads it (the key is a secret the capture redacts).
+HEADERS = {
+    "Host": "127.0.0.1:8080",
+    "User-Agent": "OpenAI/Python 1.40.0",
+    "Accept": "application/json",
+    "Accept-Encoding": "gzip, deflate",
+    "Authorization": "Bearer sk-bench",
+    "Content-Type": "application/json",
+    "Content-Length": "93",
+    "X-Stainless-Lang": "python",
+}
+REQUEST = b'{"model":"bench","messages":[{"role":"user","content":"Say ok."}],"max_tokens":3}'
+CAPTURE_BYTES = 5 * 1024 * 1024  # llama-swap's default captureBuffer
+
+
+async def _run(requests: int, batch: int, keep: int) -> dict[str, float]:
     loop = asyncio.get_running_loop()
     recorder = Recorder()
     reports: list[ActivityReport] = []
@@ -67,7 +84,9 @@ async def _run(requests: int, batch: int) -> dict[str, float]:
     hub = EventHub(ProxyState(1))
     subscriber = Subscriber()
     hub.subscribers.add(subscriber)
-    incoming = [make_mocked_request("POST", "/v1/chat/completions") for _ in range(batch)]
+    incoming = [
+        make_mocked_request("POST", "/v1/chat/completions", headers=HEADERS) for _ in range(batch)
+    ]
     response = web.Response(body=REPLY, content_type="application/json")
     spent = {"proxy: begin/end/note": 0.0, "proxy: batch": 0.0, "daemon": 0.0, "events": 0.0}
     clock = time.process_time
@@ -77,6 +96,8 @@ async def _run(requests: int, batch: int) -> dict[str, float]:
         for request in incoming:
             acc = Account(route="model", model="bench", started=loop.time())
             recorder.begin(request, acc)
+            acc.keep = keep  # what `begin` reads from the routing table's `captureBuffer`
+            acc.req_body = REQUEST if keep else None
             accounts.append(acc)
         for request, acc in zip(incoming, accounts, strict=True):
             acc.body = REPLY
@@ -96,13 +117,20 @@ async def _run(requests: int, batch: int) -> dict[str, float]:
         for raw in endpoint.out:
             hub.event(codec.decode_event(raw))
         endpoint.out.clear()
-        subscriber.frames.clear()
+        _drain(subscriber)
         t4 = clock()
         spent["proxy: begin/end/note"] += t1 - t0
         spent["proxy: batch"] += t2 - t1
         spent["daemon"] += t3 - t2
         spent["events"] += t4 - t3
     return {k: v / requests * 1e6 for k, v in spent.items()}
+
+
+def _drain(subscriber: Subscriber) -> None:
+    """What the subscriber's writer takes off its queue."""
+    subscriber.frames.clear()
+    if hasattr(subscriber, "queued"):
+        subscriber.queued = 0
 
 
 async def _no_gpus() -> tuple[()]:
@@ -115,14 +143,17 @@ def main() -> int:
     parser.add_argument("--batch", type=int, default=32, help="requests per report")
     parser.add_argument("--repeat", type=int, default=5)
     args = parser.parse_args()
-    runs = [asyncio.run(_run(args.requests, args.batch)) for _ in range(args.repeat)]
     print(f"observability CPU per request, median of {args.repeat} runs, {time.ctime()}")
-    total = 0.0
-    for stage in runs[0]:
-        value = statistics.median(r[stage] for r in runs)
-        total += value
-        print(f"  {stage:22s} {value:6.2f} us")
-    print(f"  {'all':22s} {total:6.2f} us")
+    print(f"  {'':22s} {'captures off':>12s} {'captures on':>12s}")
+    columns = []
+    for keep in (0, CAPTURE_BYTES):
+        runs = [asyncio.run(_run(args.requests, args.batch, keep)) for _ in range(args.repeat)]
+        columns.append({stage: statistics.median(r[stage] for r in runs) for stage in runs[0]})
+    for stage in columns[0]:
+        off, on = (c[stage] for c in columns)
+        print(f"  {stage:22s} {off:9.2f} us {on:9.2f} us")
+    off, on = (sum(c.values()) for c in columns)
+    print(f"  {'all':22s} {off:9.2f} us {on:9.2f} us")
     return 0
 
 

@@ -1,4 +1,5 @@
-"""The activity log's record, as proxies report it and the daemon keeps and serves it.
+"""The activity log's record, as the daemon keeps and serves it (`ActivityRecord`), and a finished
+request as a proxy reports it (`Finished`, with its `RawCapture`).
 
 Field names and units follow llama-swap's `ActivityLogEntry` (`id`, `timestamp`, `model`,
 `req_path`, `resp_content_type`, `resp_status_code`, `tokens{...}`, `duration_ms`,
@@ -8,6 +9,8 @@ Field names and units follow llama-swap's `ActivityLogEntry` (`id`, `timestamp`,
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import msgspec
 
@@ -60,27 +63,51 @@ class InFlight(msgspec.Struct, kw_only=True, gc=False):
     proxy_id: str = ""
 
 
-class Capture(msgspec.Struct, kw_only=True):
-    """A request's and its response's headers and bodies (`captureBuffer`), in llama-swap's
-    `ReqRespCapture` shape (`GET /api/captures/{id}`; bodies are base64 in its JSON). Sent with
-    its record's batch: `record` is the record's index in that `ActivityReport`, `id` the
-    record's id once the daemon numbered it. Secret headers read `[REDACTED]`; a body swapd did
-    not capture (by path, or of a failed response) is None."""
+def flight_json(flight: InFlight) -> dict[str, Any]:
+    """llama-swap's in-flight entry (`/api/events` `inflight`): swapd copies no headers into it,
+    nor updates it as the response streams."""
+    out = msgspec.to_builtins(flight)
+    out["elapsed_ms"] = 0
+    out["req_headers"] = {}
+    out["resp_headers"] = {}
+    out["resp_bytes"] = 0
+    return out
 
-    id: int = 0
-    record: int = -1
-    req_path: str = ""
-    req_headers: dict[str, str] | None = None
-    req_body: bytes | None = None
-    resp_headers: dict[str, str] | None = None
-    resp_body: bytes | None = None
 
-    @property
-    def size(self) -> int:
-        """The bytes it holds (bodies and headers), which `captureBuffer` bounds."""
-        heads = (self.req_headers or {}, self.resp_headers or {})
-        return (
-            len(self.req_body or b"")
-            + len(self.resp_body or b"")
-            + sum(len(k) + len(v) for h in heads for k, v in h.items())
-        )
+class RawCapture(msgspec.Struct, array_like=True, gc=False):
+    """A capture as a proxy sends it (`captureBuffer`): the request's header pairs as aiohttp
+    read them (`raw_headers`, bytes, secrets and all) and the response's as sent, with the
+    bodies captured (None: not captured, by path or for a failed response). The daemon redacts
+    the secret headers, keeps one value per name and counts the size (daemon/observe/captures.py),
+    so a proxy's share of a capture is a few references."""
+
+    req_headers: tuple[tuple[bytes, bytes], ...]
+    req_body: bytes | None
+    resp_headers: tuple[tuple[str, str], ...]
+    resp_body: bytes | None
+
+
+class Finished(msgspec.Struct, array_like=True, gc=False):
+    """A finished model request as its proxy reports it (`ActivityReport.records`): the figures
+    the pipeline had at hand, positional on the wire (array-like: cheaper to build, encode and
+    decode than a map per record). The daemon turns it into the `ActivityRecord` it keeps: the
+    wall-clock `timestamp` (`started` plus the report's `clock`), milliseconds, the token counts
+    parsed from `body` or `tail` and, for a status >= 400, `error_msg` from `body` and `reason`
+    (daemon/observe/intake.py)."""
+
+    started: float  # the proxy's loop clock when the request arrived
+    model: str
+    model_asked: str
+    route: str
+    method: str
+    req_path: str
+    resp_content_type: str
+    resp_status_code: int
+    size: int  # response body bytes sent to the client
+    duration: float  # seconds, arrival to the last byte sent
+    waited: float  # seconds waiting for the daemon
+    ttfb: float  # seconds to the upstream's response head, -1 when none came
+    reason: str  # the response's reason phrase, for a status >= 400
+    body: bytes | None  # a small whole body that carries counts or an error
+    tail: bytes | None  # a stream's last bytes from the first line with counts
+    capture: RawCapture | None = None

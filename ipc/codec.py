@@ -4,10 +4,18 @@ from __future__ import annotations
 
 import msgspec
 
-from .activity import ActivityRecord
 from .messages import Event, Inbound, Reply
 
-_encoder = msgspec.msgpack.Encoder()
+
+def _as_builtin(obj: object) -> object:
+    # A str subclass (multidict's `istr`, the header names aiohttp sets) goes as the str it is:
+    # a capture's header pairs travel as the proxy holds them, not copied into plain strs first.
+    if isinstance(obj, str):
+        return str(obj)
+    raise NotImplementedError(f"cannot encode {type(obj).__name__}")
+
+
+_encoder = msgspec.msgpack.Encoder(enc_hook=_as_builtin)
 _inbound = msgspec.msgpack.Decoder(Inbound)
 _reply = msgspec.msgpack.Decoder(Reply)
 _event = msgspec.msgpack.Decoder(Event)
@@ -31,8 +39,3 @@ def decode_reply(data: bytes) -> Reply:
 
 def decode_event(data: bytes) -> Event:
     return _event.decode(data)
-
-
-def encode_records(records: tuple[ActivityRecord, ...]) -> tuple[bytes, ...]:
-    """Each record's JSON (`ActivityAdded.records`)."""
-    return tuple(map(_json_encode, records))

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import msgspec
 
-from .activity import ActivityRecord, Capture, InFlight
+from .activity import Finished, InFlight
 from .model_status import GpuInfo, ModelStatus
 from .routing_table import RoutingTable
 from .swap_record import SwapRecord
@@ -209,17 +209,21 @@ class Drained(_Msg, frozen=True):
 
 
 class ActivityReport(_Msg, frozen=True):
-    """The activity records of requests a proxy finished, batched (at most every 100 ms), and
-    its in-flight changes since the last batch: requests begun and still running (`started`), and
-    the ids of earlier `started` ones that have finished (`ended`). A request that begins and ends
-    between two batches only gives its record."""
+    """The requests a proxy finished, batched (at most every 100 ms), and its in-flight changes
+    since the last batch: requests begun and still running (`started`), and the ids of earlier
+    `started` ones that have finished (`ended`). A request that begins and ends between two
+    batches only gives its record. `clock` is the proxy's wall clock minus its loop clock when
+    it sent the batch (`Finished.started` + `clock` = the wall-clock arrival).
+
+    `records` are array-like `Finished`: a report from a proxy of another swapd version (whose
+    records are shaped otherwise) fails to decode and is refused as a whole, counted in
+    `received["invalid"]`, never misread (the daemon and its proxies run from one install)."""
 
     proxy_id: str
-    records: tuple[ActivityRecord, ...] = ()
+    records: tuple[Finished, ...] = ()
     started: tuple[InFlight, ...] = ()
     ended: tuple[str, ...] = ()
-    # The captures of some of `records` (`captureBuffer`), each naming its record by index.
-    captures: tuple[Capture, ...] = ()
+    clock: float = 0.0
 
 
 class CancelInFlight(_Msg, frozen=True):
@@ -262,22 +266,26 @@ class Draining(_Msg, frozen=True):
 
 class ActivityAdded(_Msg, frozen=True):
     """Records the daemon stored (from any proxy), with their ids: every proxy's `/api/events`
-    subscribers get an `activity` event for each. `records` holds each record's JSON as the
-    event shows it, encoded once by the daemon: a proxy with a subscriber only wraps it in the
-    frame, one with none does nothing with it."""
+    subscribers get an `activity` event for each. `frames` is the `count` records' SSE frames,
+    rendered once by the daemon: a proxy with subscribers passes the bytes on as they are, one
+    with none does nothing with them."""
 
     instance: str
     seq: int
-    records: tuple[bytes, ...]
+    frames: bytes
+    count: int
 
 
 class InFlightChanged(_Msg, frozen=True):
-    """Requests begun (`upserts`) and finished (`removes`, ids), from any proxy."""
+    """Requests begun (`upserts`) and finished (`removes`, ids), from any proxy; `frames` is
+    their `count` `/api/events` frames, rendered once by the daemon."""
 
     instance: str
     seq: int
     upserts: tuple[InFlight, ...] = ()
     removes: tuple[str, ...] = ()
+    frames: bytes = b""
+    count: int = 0
 
 
 class CancelRequested(_Msg, frozen=True):

@@ -4,8 +4,10 @@ reported to the daemon in batches (one `ActivityReport` cast at most every `FLUS
 numbers and keeps the records and answers the activity API, so every proxy process gives the same
 answers (docs/architecture.md, "Observability with N proxies").
 
-Per request this costs a struct and a list append; the token counts are parsed at flush time,
-off the request's path, from the small body or the stream's tail the relay kept.
+Per request this costs one array-like struct (`Finished`: the figures the pipeline has at hand)
+and an append; the daemon, which handles every record anyway, turns it into the record it keeps,
+parses the token counts from the small body or the stream's tail sent with it, and redacts and
+sizes the capture (daemon/observe/intake.py, captures.py).
 """
 
 from __future__ import annotations
@@ -18,31 +20,17 @@ from collections.abc import Callable
 
 from aiohttp import web
 
-from ..ipc.activity import ActivityRecord, Capture, InFlight, Tokens
+from ..ipc.activity import Finished, InFlight
 from ..ipc.messages import ActivityReport
-from . import tokens as token_parse
-from .account import TEE, Account
+from .account import TEE, Account, Tail
 from .captures import capture_of
 from .state import ProxyState
 
 FLUSH_S = 0.1
 MAX_PENDING = 10_000
-
-
-class _Pending:
-    __slots__ = ("body", "capture", "record", "tail")
-
-    def __init__(
-        self,
-        record: ActivityRecord,
-        body: bytes | None,
-        tail: bytes | None,
-        capture: Capture | None,
-    ) -> None:
-        self.record = record
-        self.body = body
-        self.tail = tail
-        self.capture = capture
+# A body up to this size travels to the daemon as it is (cheaper than looking for counts in it);
+# a larger one only when it has some.
+SMALL = 4096
 
 
 class Recorder:
@@ -54,7 +42,7 @@ class Recorder:
         # in-flight events (the benchmark's baseline; operators who want none of it).
         self.enabled = os.environ.get("SWAPD_PROXY_ACTIVITY", "1") != "0"
         # A proxy whose daemon is away keeps the newest MAX_PENDING; older ones are dropped.
-        self._pending: deque[_Pending] = deque(maxlen=MAX_PENDING)
+        self._pending: deque[Finished] = deque(maxlen=MAX_PENDING)
         self._timer: asyncio.TimerHandle | None = None
         # In flight, by number: begun and not yet reported, and reported as started (their end
         # is news). The id (`<proxy_id>-<n>`) is only written for those reported; `cancel`
@@ -64,7 +52,7 @@ class Recorder:
         self._ended: list[str] = []
         self._count = 0
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._capture_bytes = 0  # of the captures waiting: at most one `captureBuffer`
+        self._capture_bytes = 0  # the bodies of the captures waiting: one `captureBuffer` at most
 
     def begin(self, request: web.BaseRequest, acc: Account) -> None:
         """A model request entered the pipeline (acc.started is set)."""
@@ -113,45 +101,52 @@ class Recorder:
         if loop is None:
             loop = self._loop = asyncio.get_running_loop()
         duration = loop.time() - acc.started
-        body = acc.body
         status = response.status
+        body = acc.body
         tail = acc.tail
-        if isinstance(response, web.Response):
+        if body is not None:
+            size = len(body)  # the relay's small body, the response's own
+        elif tail is not None:
+            size = tail.total
+        elif isinstance(response, web.Response):
             raw = response.body
             size = len(raw) if isinstance(raw, bytes) else 0
-            if body is None and status >= 400 and isinstance(raw, bytes):
-                body = raw
+            if status >= 400 and isinstance(raw, bytes):
+                body = raw  # for its error message
         else:
-            size = tail.total if tail is not None else 0
-        record = ActivityRecord(
-            # The loop's clock until `take` turns it into the wall clock (one `time.time()` per
-            # batch rather than per request).
-            timestamp=acc.started,
-            model=acc.model,
-            model_asked=acc.asked or acc.model,
-            route=acc.route,
-            method=request.method,
-            req_path=request.rel_url.raw_path,
-            resp_content_type=acc.content_type or response.content_type or "",
-            resp_status_code=status,
-            bytes=size,
-            duration_ms=duration * 1000,
-            wait_ms=acc.waited * 1000,
-            ttfb_ms=acc.ttfb * 1000 if acc.ttfb >= 0 else -1.0,
-            error_msg=response.reason if status >= 400 else "",
-            proxy_id=self.proxy_id,
-        )
+            size = 0
+        content_type = acc.content_type or response.content_type
+        path = path_of(request)
         capture = None
         if acc.keep:
-            capture = capture_of(request, response, acc, record.req_path)
+            capture = capture_of(request, response, acc, path)
             if capture is not None:
-                self._capture_bytes += capture.size
+                self._capture_bytes += len(capture.req_body or b"") + len(capture.resp_body or b"")
                 if self._capture_bytes > acc.keep:
                     self._evict_captures(acc.keep)
             if tail is not None:
                 tail.release()
+        if body is not None and status < 400 and len(body) > SMALL and not _counts_in(body):
+            body = None  # a large body with nothing to count in it need not travel
         self._pending.append(
-            _Pending(record, body, tail.data() if tail is not None else None, capture)
+            Finished(
+                acc.started,
+                acc.model,
+                acc.asked,
+                acc.route,
+                request.method,
+                path,
+                content_type,
+                status,
+                size,
+                duration,
+                acc.waited,
+                acc.ttfb,
+                response.reason if status >= 400 else "",
+                body,
+                counted_part(tail, content_type) if tail is not None and status < 400 else None,
+                capture,
+            )
         )
         if self._timer is None:
             self._arm()
@@ -162,8 +157,9 @@ class Recorder:
         for item in self._pending:
             if self._capture_bytes <= keep:
                 return
-            if item.capture is not None:
-                self._capture_bytes -= item.capture.size
+            capture = item.capture
+            if capture is not None:
+                self._capture_bytes -= len(capture.req_body or b"") + len(capture.resp_body or b"")
                 item.capture = None
 
     def flush(self) -> None:
@@ -185,7 +181,7 @@ class Recorder:
                 id=f"{proxy_id}-{flight}",
                 timestamp=wall + acc.started,
                 model=acc.model,
-                req_path=request.rel_url.raw_path,
+                req_path=path_of(request),
                 method=request.method,
                 remote_ip=request.remote or "",
                 proxy_id=proxy_id,
@@ -197,39 +193,43 @@ class Recorder:
         ended, self._ended = tuple(self._ended), []
         if not pending and not started and not ended:
             return None
-        records = []
-        captures = []
-        for item in pending:
-            if item.capture is not None:
-                item.capture.record = len(records)
-                captures.append(item.capture)
-            rec = item.record
-            rec.timestamp += wall
-            rec.tokens = _tokens_of(rec, item.body, item.tail)
-            if rec.resp_status_code >= 400:
-                rec.error_msg = token_parse.error_message(
-                    rec.resp_status_code, rec.error_msg, item.body
-                )
-            records.append(rec)
         return ActivityReport(
-            proxy_id=self.proxy_id,
-            records=tuple(records),
+            proxy_id=proxy_id,
+            records=tuple(pending),
             started=started,
             ended=ended,
-            captures=tuple(captures),
+            clock=wall,
         )
 
 
-def _tokens_of(rec: ActivityRecord, body: bytes | None, tail: bytes | None) -> Tokens:
-    if rec.resp_status_code >= 400:
-        return Tokens()
-    if tail is not None and "event-stream" in rec.resp_content_type:
-        return token_parse.from_stream_tail(tail)
-    if body is not None:
-        return token_parse.from_body(body)
-    if tail is not None and "json" in rec.resp_content_type:
-        return token_parse.from_body(tail)  # a streamed JSON body that fit in the tail
-    return Tokens()
+def path_of(request: web.BaseRequest) -> str:
+    """The request's path without its query, as sent: the request target cut rather than the
+    URL aiohttp builds (`rel_url`, a yarl object made on first use)."""
+    target = request.raw_path
+    if not target.startswith("/"):
+        return request.rel_url.raw_path  # an absolute-form target: yarl takes it apart
+    if "?" in target or "#" in target:
+        return target.partition("?")[0].partition("#")[0]
+    return target
+
+
+def _counts_in(body: bytes) -> bool:
+    return b'"usage"' in body or b'"timings"' in body
+
+
+def counted_part(tail: Tail, content_type: str) -> bytes | None:
+    """What of a streamed body's tail the daemon parses the counts from: an SSE stream's from
+    the first line that mentions them (the lines before it count nothing), a JSON body's whole
+    (it fit in the tail when it is short), nothing otherwise."""
+    stream = "event-stream" in content_type
+    if not stream and "json" not in content_type:
+        return None
+    data = tail.data()
+    usage, timings = data.find(b'"usage"'), data.find(b'"timings"')
+    first = usage if timings < 0 or 0 <= usage < timings else timings
+    if first < 0:
+        return None
+    return data[data.rfind(b"\n", 0, first) + 1 :] if stream else data
 
 
 RECORDER = Recorder()

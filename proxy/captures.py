@@ -9,21 +9,19 @@ never held back from the client; the tees of all the responses streaming at once
 hold at most `captureBuffer` between them (`account.TEE`). A failed response (status other than
 200) keeps the request only, as llama-swap's does. A capture larger than `captureBuffer` is not
 kept at all. The capture travels to the daemon with its record's batch; the daemon keeps them
-all within `captureBuffer` in total, oldest evicted first (docs/endpoints.md, "Captures")."""
+all within `captureBuffer` in total, oldest evicted first (docs/endpoints.md, "Captures").
+
+The proxy sends the header pairs as they are (the request's `raw_headers`, the response's as
+sent): the daemon redacts the secret ones, keeps one value per name and counts the size when it
+stores the capture (daemon/observe/captures.py), so a capture costs a request a few references
+here."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-
 from aiohttp import web
 
-from ..ipc.activity import Capture
+from ..ipc.activity import RawCapture
 from .account import Account
-
-REDACTED = "[REDACTED]"
-SECRET_HEADERS = frozenset(
-    {"authorization", "proxy-authorization", "cookie", "set-cookie", "x-api-key"}
-)
 
 # (request body, response body) kept for routes whose bodies are large binary payloads;
 # everything else keeps both (llama-swap's `captureFieldsByPath`; headers are always kept).
@@ -39,15 +37,6 @@ _BODIES_BY_PATH = {
 _BOTH = (True, True)
 
 
-def headers_of(headers: Iterable[tuple[str, str]]) -> dict[str, str]:
-    """One value per name (the first, as llama-swap's `headerMap`), secrets redacted."""
-    out: dict[str, str] = {}
-    for key, value in headers:
-        if key not in out:
-            out[key] = REDACTED if key.lower() in SECRET_HEADERS else value
-    return out
-
-
 def _bodies_for(path: str) -> tuple[bool, bool]:
     if path.startswith("/upstream/"):
         # `/upstream/<model>/v1/audio/speech`: the model's path after its id.
@@ -60,10 +49,9 @@ def _bodies_for(path: str) -> tuple[bool, bool]:
 
 def capture_of(
     request: web.BaseRequest, response: web.StreamResponse, acc: Account, path: str
-) -> Capture | None:
-    """The capture of a finished request, or None when it is larger than `acc.keep`."""
+) -> RawCapture | None:
+    """The capture of a finished request, or None when its body outgrew `acc.keep`."""
     want_req, want_resp = _bodies_for(path)
-    req_body = acc.req_body if want_req else None
     resp_body: bytes | None = None
     if want_resp and response.status == 200:
         if acc.body is not None:
@@ -77,11 +65,9 @@ def capture_of(
             resp_body = response.body
         else:
             resp_body = b""
-    capture = Capture(
-        req_path=path,
-        req_headers=headers_of(request.headers.items()),
-        req_body=req_body,
-        resp_headers=headers_of(response.headers.items()),
-        resp_body=resp_body,
+    return RawCapture(
+        request.raw_headers,
+        acc.req_body if want_req else None,
+        tuple(response.headers.items()),
+        resp_body,
     )
-    return capture if capture.size <= acc.keep else None

@@ -14,8 +14,9 @@ snapshot.
 Activity and in-flight events come from the daemon (`ActivityAdded`, `InFlightChanged`), so they
 cover every proxy process; `logData` with source `proxy` is this process's own log.
 
-Every event is encoded once, and offered to each subscriber's bounded queue (`QUEUE_FRAMES`); a
-subscriber whose queue is full loses the event, and before its next frame gets an
+Every event is encoded once (`activity` and `inflight` ones by the daemon, a batch in one piece),
+and offered to each subscriber's bounded queue (`QUEUE_FRAMES` events); a subscriber whose queue
+has no room for them loses the events, and before its next frame gets an
 `eventsDropped` event `{"count": N}` saying how many it lost. A publisher never waits for a
 subscriber, so a slow one never slows a request.
 """
@@ -32,7 +33,7 @@ from typing import Any, cast
 import msgspec
 from aiohttp import web
 
-from ..ipc.activity import InFlight
+from ..ipc.activity import InFlight, flight_json
 from ..ipc.messages import (
     ActivityAdded,
     CancelRequested,
@@ -58,37 +59,34 @@ def frame(kind: str, data: Any) -> bytes:
     return b"event:message\ndata:%s\n\n" % _encode({"type": kind, "data": _encode(data).decode()})
 
 
-def activity_frame(record: bytes) -> bytes:
-    """The frame of a record's JSON (as the daemon sent it): the JSON as the envelope's string.
-    Escaping `\\` and `"` is all a JSON string needs for valid JSON text, which has no control
-    characters left raw: the same bytes as encoding the envelope, at a fraction of the cost."""
-    data = record.replace(b"\\", b"\\\\").replace(b'"', b'\\"')
-    return b'event:message\ndata:{"type":"activity","data":"%s"}\n\n' % data
-
-
-def flight_data(flight: InFlight) -> dict[str, Any]:
-    out = msgspec.to_builtins(flight)
-    out["elapsed_ms"] = 0
-    out["req_headers"] = {}
-    out["resp_headers"] = {}
-    out["resp_bytes"] = 0
-    return out
-
-
 class Subscriber:
-    __slots__ = ("dropped", "frames", "wake")
+    __slots__ = ("dropped", "frames", "queued", "wake")
 
     def __init__(self) -> None:
         self.frames: deque[bytes] = deque()
+        self.queued = 0  # events in `frames` (one entry may hold a batch of activity events)
         self.dropped = 0
         self.wake = asyncio.Event()
 
-    def offer(self, data: bytes) -> None:
-        if len(self.frames) >= QUEUE_FRAMES:
-            self.dropped += 1
+    def offer(self, data: bytes, count: int = 1) -> None:
+        # A batch larger than the whole queue still goes to an empty one.
+        if self.queued and self.queued + count > QUEUE_FRAMES:
+            self.dropped += count
             return
         self.frames.append(data)
+        self.queued += count
         self.wake.set()
+
+    def take(self) -> list[bytes]:
+        """The frames waiting, after an `eventsDropped` notice when some were lost."""
+        out = []
+        if self.dropped:
+            out.append(frame("eventsDropped", {"count": self.dropped}))
+            self.dropped = 0
+        out.extend(self.frames)
+        self.frames.clear()
+        self.queued = 0
+        return out
 
 
 class _LogSink:
@@ -124,18 +122,12 @@ class EventHub:
     def counters(self) -> dict[str, int]:
         return {"subscribers": len(self.subscribers), "offered": self.offered, "lost": self.lost}
 
-    def _broadcast(self, data: bytes) -> None:
+    def _broadcast(self, data: bytes, count: int = 1) -> None:
         for sub in self.subscribers:
             before = sub.dropped
-            sub.offer(data)
-            self.offered += 1
-            self.lost += sub.dropped - before
-
-    def _lose(self, count: int) -> None:
-        for sub in self.subscribers:
-            sub.dropped += count
+            sub.offer(data, count)
             self.offered += count
-            self.lost += count
+            self.lost += sub.dropped - before
 
     def model_status(self) -> list[dict[str, Any]]:
         models: list[dict[str, Any]] = []
@@ -168,7 +160,7 @@ class EventHub:
         return models
 
     def inflight_snapshot(self) -> bytes:
-        requests = [flight_data(f) for f in self.in_flight.values()]
+        requests = [flight_json(f) for f in self.in_flight.values()]
         return frame("inflight", {"operation": "snapshot", "requests": requests})
 
     def profile_frame(self) -> bytes:
@@ -210,17 +202,9 @@ class EventHub:
         elif isinstance(event, SwapRecorded):
             self._broadcast(frame("swap", event.record))
         elif isinstance(event, ActivityAdded):
-            if not any(len(sub.frames) < QUEUE_FRAMES for sub in self.subscribers):
-                self._lose(len(event.records))  # nobody has room: no frame is built for nobody
-                return
-            for record in event.records:
-                self._broadcast(activity_frame(record))
-        elif isinstance(event, InFlightChanged):
-            for flight in event.upserts:
-                data = {"operation": "upsert", "request": flight_data(flight)}
-                self._broadcast(frame("inflight", data))
-            for key in event.removes:
-                self._broadcast(frame("inflight", {"operation": "remove", "id": key}))
+            self._broadcast(event.frames, event.count)  # framed by the daemon, once for all
+        elif isinstance(event, InFlightChanged) and event.count:
+            self._broadcast(event.frames, event.count)  # framed by the daemon, once for all
 
 
 HUB_KEY: web.AppKey[EventHub] = web.AppKey("swapd_events", EventHub)
@@ -270,13 +254,7 @@ async def handle_events(request: web.Request) -> web.StreamResponse:
             while not ctx.closing:
                 await sub.wake.wait()
                 sub.wake.clear()
-                out = []
-                if sub.dropped:
-                    out.append(frame("eventsDropped", {"count": sub.dropped}))
-                    sub.dropped = 0
-                out.extend(sub.frames)
-                sub.frames.clear()
-                await response.write(b"".join(out))
+                await response.write(b"".join(sub.take()))
     finally:
         hub.subscribers.discard(sub)
         for pipe in pipes:

@@ -12,6 +12,7 @@ from collections.abc import Callable
 import msgspec
 from aiohttp import web
 
+from ..ipc.activity import flight_json
 from ..ipc.client import DaemonUnavailable
 from ..ipc.messages import (
     CancelInFlight,
@@ -27,7 +28,7 @@ from ..ipc.messages import (
 from .activity import RECORDER
 from .context import CTX
 from .errors import ProxyError
-from .events import HUB_KEY, flight_data
+from .events import HUB_KEY
 
 
 async def ask_daemon(request: web.Request, make: Callable[[int], Request]) -> Reply:
@@ -97,7 +98,7 @@ async def handle_version(_request: web.Request) -> web.Response:
 async def handle_inflight(request: web.Request) -> web.Response:
     hub = request.app[HUB_KEY]
     requests = sorted(hub.in_flight.values(), key=lambda f: f.timestamp)
-    return _json({"requests": [flight_data(f) for f in requests]})
+    return _json({"requests": [flight_json(f) for f in requests]})
 
 
 async def handle_cancel(request: web.Request) -> web.Response:

@@ -1,14 +1,15 @@
-"""The activity log's pure parts: token counts from the shapes servers send (proxy/tokens.py), the
-stream tail the relay keeps (proxy/account.py), and llama-swap's histogram (activity_query.py)."""
+"""The activity log's pure parts: token counts from the shapes servers send
+(daemon/observe/tokens.py), the stream tail the relay keeps (proxy/account.py), what of it a proxy
+sends to be parsed (proxy/activity.py), and llama-swap's histogram (activity_query.py)."""
 
 from __future__ import annotations
 
 import json
 
 from swapd.daemon.observe.activity_query import histogram
+from swapd.daemon.observe.tokens import error_message, from_body, from_stream_tail
 from swapd.ipc.activity import Tokens
 from swapd.proxy.account import TAIL_BYTES, Tail
-from swapd.proxy.tokens import error_message, from_body, from_stream_tail
 
 
 def _json(doc: object) -> bytes:

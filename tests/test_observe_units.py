@@ -14,12 +14,11 @@ from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from swapd.daemon.observe.captures import CaptureCache
+from swapd.daemon.observe.captures import Capture, CaptureCache
 from swapd.daemon.observe.request_figures import SECONDS, SPEEDS, RequestFigures
-from swapd.ipc import codec
-from swapd.ipc.activity import ActivityRecord, Capture, Tokens
+from swapd.daemon.observe.service import activity_frame
+from swapd.ipc.activity import ActivityRecord, Tokens
 from swapd.proxy.account import TAIL_BYTES, TEE, Tail
-from swapd.proxy.events import activity_frame
 
 
 def _record(i: int, error: str = "", model: str = "m", **kw: object) -> ActivityRecord:
@@ -41,7 +40,7 @@ def _record(i: int, error: str = "", model: str = "m", **kw: object) -> Activity
 @given(st.text(), st.text())
 def test_activity_frame_is_the_envelope_encoded(error: str, model: str) -> None:
     record = _record(7, error, model)
-    (data,) = codec.encode_records((record,))
+    data = msgspec.json.encode(record)
     slow = b"event:message\ndata:%s\n\n" % msgspec.json.encode(
         {"type": "activity", "data": msgspec.json.encode(record).decode()}
     )
@@ -109,7 +108,7 @@ def test_request_figures_expose_what_prometheus_histograms_would() -> None:
 
 
 def _capture(i: int, size: int) -> Capture:
-    return Capture(id=i, req_path="/p", req_body=b"x" * size)
+    return Capture(id=i, req_path="/p", req_body=b"x" * size, size=size)
 
 
 def test_capture_cache_bounds_and_eviction() -> None:

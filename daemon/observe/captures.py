@@ -1,26 +1,103 @@
 """The captures of every proxy's requests (`captureBuffer`), kept by the daemon under their
 record's id: at most `captureBuffer` bytes in all (bodies and headers), the oldest evicted
 first, one larger than the whole buffer never kept (llama-swap's `cache.Cache`, which counts
-compressed bytes: swapd keeps them as they are)."""
+compressed bytes: swapd keeps them as they are).
+
+The proxies send each capture's header pairs as they are (`RawCapture`); redaction happens
+here, when the capture is stored: one value per name (the first, as llama-swap's `headerMap`),
+`SECRET_HEADERS` as `[REDACTED]` (llama-swap's `redactHeaders`). The secrets cross only the
+private `ipc://` socket to the daemon, which holds the config's `apiKeys` anyway, and are never
+kept nor shown (docs/endpoints.md, "Captures")."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections import OrderedDict
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import msgspec
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from ...ipc.activity import Capture
+from ...ipc.activity import RawCapture
 
 _encode = msgspec.json.Encoder().encode
+
+REDACTED = "[REDACTED]"
+SECRET_HEADERS = frozenset(
+    {"authorization", "proxy-authorization", "cookie", "set-cookie", "x-api-key"}
+)
+
+
+class Capture(msgspec.Struct, kw_only=True, gc=False):
+    """A request's and its response's headers and bodies as kept, in llama-swap's
+    `ReqRespCapture` shape (`GET /api/captures/{id}`; bodies are base64 in its JSON), under its
+    record's `id`; `size` is what it counts against `captureBuffer` (bodies and headers).
+
+    gc=False: a full buffer holds thousands, of strs, bytes and dicts of strs only (no cycle
+    possible), which the cyclic collector would otherwise walk at every full collection."""
+
+    id: int = 0
+    req_path: str = ""
+    req_headers: dict[str, str] | None = None
+    req_body: bytes | None = None
+    resp_headers: dict[str, str] | None = None
+    resp_body: bytes | None = None
+    size: int = 0
+
+
+def headers_of(pairs: Iterable[tuple[str, str]]) -> tuple[dict[str, str], int]:
+    """One value per name, secrets redacted; and the bytes the kept pairs count."""
+    out: dict[str, str] = {}
+    size = 0
+    for key, value in pairs:
+        if key not in out:
+            if key.lower() in SECRET_HEADERS:
+                value = REDACTED
+            out[key] = value
+            size += len(key) + len(value)
+    return out, size
+
+
+def raw_headers_of(pairs: Iterable[tuple[bytes, bytes]]) -> tuple[dict[str, str], int]:
+    """`headers_of` for the request's header bytes. aiohttp reads them as UTF-8; the JSON a
+    capture is shown in cannot carry aiohttp's surrogate escapes for bytes that are not, so
+    those read U+FFFD here."""
+    out: dict[str, str] = {}
+    size = 0
+    for raw_key, raw_value in pairs:
+        key = raw_key.decode("utf-8", "replace")
+        if key not in out:
+            if key.lower() in SECRET_HEADERS:
+                value = REDACTED
+            else:
+                value = raw_value.decode("utf-8", "replace")
+            out[key] = value
+            size += len(key) + len(value)
+    return out, size
+
+
+def capture_of(raw: RawCapture, record_id: int, path: str) -> Capture:
+    req_headers, req_size = raw_headers_of(raw.req_headers)
+    resp_headers, resp_size = headers_of(raw.resp_headers)
+    req_body, resp_body = raw.req_body, raw.resp_body
+    return Capture(
+        id=record_id,
+        req_path=path,
+        req_headers=req_headers,
+        req_body=req_body,
+        resp_headers=resp_headers,
+        resp_body=resp_body,
+        size=req_size + resp_size + len(req_body or b"") + len(resp_body or b""),
+    )
 
 
 class CaptureCache:
     def __init__(self, limit: int) -> None:
         self.limit = limit
-        self.items: dict[int, Capture] = {}  # in arrival order: the first is the oldest
+        # In arrival order, the first the oldest (an OrderedDict: taking the first of a plain
+        # dict whose front keeps being deleted walks over every deleted slot).
+        self.items: OrderedDict[int, Capture] = OrderedDict()
         self.size = 0
         self.evicted = 0
 
@@ -43,8 +120,7 @@ class CaptureCache:
     def _evict(self, room: int) -> None:
         items = self.items
         while items and self.size + room > self.limit:
-            oldest = next(iter(items))
-            self.size -= items.pop(oldest).size
+            self.size -= items.popitem(last=False)[1].size
             self.evicted += 1
 
     def __contains__(self, record_id: int) -> bool:

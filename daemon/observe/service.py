@@ -12,8 +12,7 @@ from typing import Any, Protocol
 
 import msgspec
 
-from ...ipc import codec
-from ...ipc.activity import ActivityRecord, InFlight
+from ...ipc.activity import ActivityRecord, InFlight, flight_json
 from ...ipc.messages import (
     ActivityAdded,
     ActivityReport,
@@ -34,12 +33,27 @@ from ..config import Config
 from . import activity_query
 from .activity_db import ActivityDB
 from .activity_store import ActivityStore
-from .captures import CaptureCache, CaptureFigures
+from .captures import CaptureCache, CaptureFigures, capture_of
+from .intake import record_of
 from .metrics import CONTENT_TYPE, Metrics
 
 log = logging.getLogger("swapd.daemon")
 
 _encode = msgspec.json.Encoder().encode
+
+
+def event_frame(kind: str, data: Any) -> bytes:
+    """An `/api/events` frame (proxy/events.py): the payload's JSON as the envelope's string."""
+    return b'event:message\ndata:{"type":"%s","data":%s}\n\n' % (
+        kind.encode(),
+        _encode(_encode(data).decode()),
+    )
+
+
+def activity_frame(record: bytes) -> bytes:
+    """The `/api/events` frame of a record's JSON: the JSON as the envelope's string, which is
+    what encoding the whole envelope gives, without building it."""
+    return b'event:message\ndata:{"type":"activity","data":%s}\n\n' % _encode(record.decode())
 
 
 def record_json(record: ActivityRecord, has_capture: bool = False) -> dict[str, Any]:
@@ -123,10 +137,11 @@ class Observer:
             identity, Document(id=message.id, body=body, content_type=CONTENT_TYPE)
         )
 
-    def _publish(self, records: tuple[ActivityRecord, ...]) -> None:
-        encoded = codec.encode_records(records)
+    def _publish(self, records: list[ActivityRecord]) -> None:
+        frames = b"".join([activity_frame(_encode(r)) for r in records])
+        count = len(records)
         self.endpoint.publish_nowait(
-            lambda seq: ActivityAdded(instance=self.instance, seq=seq, records=encoded)
+            lambda seq: ActivityAdded(instance=self.instance, seq=seq, frames=frames, count=count)
         )
 
     def forget(self, proxy_id: str) -> None:
@@ -138,9 +153,22 @@ class Observer:
             self._publish_flights((), gone)
 
     def _publish_flights(self, upserts: tuple[InFlight, ...], removes: tuple[str, ...]) -> None:
+        frames = b"".join(
+            [
+                event_frame("inflight", {"operation": "upsert", "request": flight_json(f)})
+                for f in upserts
+            ]
+            + [event_frame("inflight", {"operation": "remove", "id": key}) for key in removes]
+        )
+        count = len(upserts) + len(removes)
         self.endpoint.publish_nowait(
             lambda seq: InFlightChanged(
-                instance=self.instance, seq=seq, upserts=upserts, removes=removes
+                instance=self.instance,
+                seq=seq,
+                upserts=upserts,
+                removes=removes,
+                frames=frames,
+                count=count,
             )
         )
 
@@ -151,13 +179,13 @@ class Observer:
             for key in message.ended:
                 self.in_flight.pop(key, None)
             self._publish_flights(message.started, message.ended)
-        stored = self.store.add(message.records)
-        if not stored:
+        if not message.records:
             return
-        for capture in message.captures:
-            if 0 <= capture.record < len(stored):
-                record = stored[capture.record]
-                capture.id = record.id
+        clock, proxy_id = message.clock, message.proxy_id
+        stored = self.store.add([record_of(item, clock, proxy_id) for item in message.records])
+        for item, record in zip(message.records, stored, strict=True):
+            if item.capture is not None:
+                capture = capture_of(item.capture, record.id, record.req_path)
                 record.has_capture = self.captures.add(capture)
         if self.db is not None:
             self.db.write(stored)
@@ -166,7 +194,7 @@ class Observer:
                 self.on_records(stored)
             except Exception:
                 log.exception("counting activity records failed")
-        self._publish(tuple(stored))
+        self._publish(stored)
 
     async def _activity(self, identity: bytes, message: QueryActivity) -> None:
         await self.endpoint.reply(identity, await self.activity(message))

@@ -14,7 +14,7 @@ from typing import Any
 
 import msgspec
 
-from ..ipc.activity import Tokens
+from ...ipc.activity import Tokens
 
 _decode = msgspec.json.Decoder().decode
 ERROR_LIMIT = 500
