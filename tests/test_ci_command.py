@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-MARK = "python3 -m venv .venv && "
+MARK = "python3 -m venv .venv && .venv/bin/pip install -q -e "
 
 
 def _command_in(path: Path) -> str:
