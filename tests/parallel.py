@@ -49,7 +49,7 @@ def _rank(group: str | None) -> int:
 
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the marks (it appends "@group" to node ids)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if not config.pluginmanager.hasplugin("xdist"):  # `-p no:xdist`: no groups to form
+    if config.getoption("dist", None) is None:  # no xdist (`-p no:xdist`): no groups to form
         return
     groups = {}
     for item in items:

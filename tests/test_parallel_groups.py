@@ -80,7 +80,9 @@ def test_wide(shared, n):
 def _env(**more: str) -> dict[str, str]:
     # Under the suite's own xdist run this is a worker: the child is a controller of its own.
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST_")}
-    return {**env, **more}
+    # Only the plugins the child needs (`-p xdist.plugin`): the others cost seconds of start-up
+    # in each of its processes.
+    return {**env, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", **more}
 
 
 def _suite(root: Path) -> None:
@@ -97,8 +99,8 @@ def test_groups_share_a_worker_and_tiers_start_first(tmp_path: Path) -> None:
     records = tmp_path / "records.jsonl"
     env = _env(RECORDS=str(records), PYTHONPATH=f"{REPO}:{tmp_path}")
     result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "2",
-         "--dist", "loadgroup", "--rootdir", str(tmp_path), str(tmp_path)],
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "xdist.plugin",
+         "-n", "2", "--dist", "loadgroup", "--rootdir", str(tmp_path), str(tmp_path)],
         capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path, check=False,
     )  # fmt: skip
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
@@ -117,8 +119,9 @@ def test_groups_share_a_worker_and_tiers_start_first(tmp_path: Path) -> None:
 
 
 def test_without_workers_nothing_is_moved(tmp_path: Path) -> None:
+    """`-n 0`, and no xdist at all (as `-p no:xdist`): the usual order, and no warning."""
     _suite(tmp_path)
-    for serial in (["-n", "0"], ["-p", "no:xdist"]):
+    for serial in (["-p", "xdist.plugin", "-n", "0"], []):
         result = subprocess.run(
             [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *serial,
              "--collect-only", "--rootdir", str(tmp_path), str(tmp_path)],
