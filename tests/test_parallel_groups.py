@@ -79,7 +79,13 @@ def test_wide(shared, n):
 
 def _env(**more: str) -> dict[str, str]:
     # Under the suite's own xdist run this is a worker: the child is a controller of its own.
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST_")}
+    # PYTEST_ADDOPTS (`-v`, `--durations`) is for the outer run: it would change what the
+    # child prints.
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("PYTEST_XDIST_") and k != "PYTEST_ADDOPTS"
+    }
     # Only the plugins the child needs (`-p xdist.plugin`): the others cost seconds of start-up
     # in each of its processes.
     return {**env, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", **more}
