@@ -15,8 +15,9 @@ from tests.comfyui_support import ComfyUpstream, Running
 from tests.proxy_helpers import standalone_upstream
 from tests.stack import Stack, free_port
 
-# The real tier's fixtures (`docker`, `docker_engine`, `busybox_image`, `llamacpp`).
-pytest_plugins = ["tests.realparts.plugin"]
+# The real tier's fixtures (`docker`, `docker_engine`, `busybox_image`, `llamacpp`), and the
+# xdist groups (which tests share a worker under `-n N --dist loadgroup`).
+pytest_plugins = ["tests.realparts.plugin", "tests.parallel"]
 
 
 @pytest.fixture

@@ -29,6 +29,12 @@ from typing import Any, TypeVar
 
 import psutil
 import yaml
+import zmq
+
+from swapd.ipc import codec
+from swapd.ipc.endpoints import Endpoints
+from swapd.ipc.messages import Status, StatusReply
+from swapd.ipc.status_doc import status_json
 
 REPO = Path(__file__).resolve().parent.parent
 UPSTREAMS = REPO / "tests" / "upstreams"
@@ -213,7 +219,7 @@ class Stack:
         status, _ = http_get(self.url + "/health", timeout=2.0)
         if status != 200:
             return False
-        return self.swapd("status", "--json", check=False).returncode == 0
+        return bool(self.status())
 
     # ------------------------------------------------------------------------- helpers
 
@@ -248,9 +254,27 @@ class Stack:
             )
         return result
 
-    def status(self) -> dict[str, Any]:
-        """`swapd status --json`, parsed."""
-        return json.loads(self.swapd("status", "--json").stdout)
+    def status(self, timeout: float = 5.0) -> dict[str, Any]:
+        """What `swapd status --json` prints, parsed: the CLI's request (`Status`, on the daemon's
+        ROUTER) and its document (`ipc.status_doc.status_json`), asked from this process. A
+        `swapd status` process costs a quarter of a second of CPU, and tests poll status often;
+        the CLI itself is run where a test is about it (`stack.swapd("status")`)."""
+        if not (self.run_dir / "daemon.sock").exists():
+            raise AssertionError(f"no daemon.sock in {self.run_dir}")
+        sock = zmq.Context.instance().socket(zmq.DEALER)
+        sock.setsockopt(zmq.LINGER, 0)
+        try:
+            sock.connect(Endpoints(self.run_dir).daemon)
+            sock.send(codec.encode(Status(id=1)))
+            if not sock.poll(timeout * 1000):
+                raise AssertionError(f"the daemon did not answer a status within {timeout:g}s")
+            reply = codec.decode_reply(sock.recv_multipart()[-1])
+        finally:
+            sock.close()
+        if not isinstance(reply, StatusReply):
+            raise AssertionError(f"status: the daemon answered {reply!r}")
+        # Through JSON text, as the CLI's output is: tuples become lists, keys strings.
+        return json.loads(json.dumps(status_json(reply)))  # type: ignore[no-any-return]
 
     def model(self, model_id: str) -> dict[str, Any]:
         """One model's entry of `status()`."""

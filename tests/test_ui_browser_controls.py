@@ -102,11 +102,14 @@ def test_the_profile_switch_from_the_page_and_from_another_client(
 
         # From another client: the page follows the `profileChanged` event, without a reload.
         _set_active(stack, "redirect")
-        page.wait_for_function("document.getElementById('profile').value === 'redirect'")
+        # Predicates as functions: Playwright evals a plain expression again at every poll, which
+        # the page's CSP (no 'unsafe-eval') refuses, so a wait that had to poll failed; a function
+        # is evaluated once and then called.
+        page.wait_for_function("() => document.getElementById('profile').value === 'redirect'")
         page.wait_for_selector('article[data-model="b"] [data-pin="a"]')
         assert page.text_content("#profile-pins") == "b → a"
         _set_active(stack, None)
-        page.wait_for_function("document.getElementById('profile').value === ''")
+        page.wait_for_function("() => document.getElementById('profile').value === ''")
         wait_for(
             lambda: page.locator("article[data-model] [data-pin]").count() == 0,
             10,

@@ -1,9 +1,11 @@
 """pytest side of the real tier (loaded by tests/conftest.py).
 
-- After collection, for each part that a selected test needs (marker `docker` or `llamacpp`), the
-  part is prepared once (tests/realparts/provision.py): installed when missing under
-  `SWAPD_REAL_PARTS=require` (the default where `CI=true`), which can take minutes on a clean
-  machine, so it runs here and not inside a test's timeout.
+- After collection, for each part that a selected test needs (markers `docker`, `llamacpp`,
+  `systemd`, `browser`), the part is prepared once (tests/realparts/provision.py): installed when
+  missing under `SWAPD_REAL_PARTS=require` (the default where `CI=true`), which can take minutes on
+  a clean machine, so it runs here and not inside a test's timeout. Under pytest-xdist every
+  worker collects: the first to take the run's lock prepares, and leaves what it found (paths, or
+  why a part cannot run) in the run's directory for the others, so apt-get and pip run once.
 - `docker_engine` (session): a private real dockerd with the busybox httpd image imported, started
   on first use and stopped at the end of the session; `docker` (function): the same engine, with
   every container removed after the test; `busybox_image`: that image's tag.
@@ -15,7 +17,13 @@ A part that cannot run skips its tests with the reason, or, in `require` mode, f
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import pickle
+import shutil
+import tempfile
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -32,6 +40,9 @@ PARTS: dict[str, Callable[[str], Any]] = {
 }
 # part -> what its preparation returned, or the PartMissing it raised
 _prepared: dict[str, Any] = {}
+# xdist: the run's directory (made by the controller) where workers share `_prepared`.
+SHARED_KEY = "swapd_real_parts_dir"
+_shared_dir = pytest.StashKey[str]()
 
 
 def _prepare(part: str, how: str) -> Any:
@@ -64,18 +75,53 @@ def pytest_report_header() -> str:
     return f"real tier (markers {markers}): SWAPD_REAL_PARTS={provision.mode()}"
 
 
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: Any) -> None:
+    """xdist, on the controller, once per worker: the run's directory for sharing `_prepared`."""
+    stash = node.config.stash
+    if _shared_dir not in stash:
+        stash[_shared_dir] = tempfile.mkdtemp(prefix="swapd-parts-", dir="/tmp")
+    node.workerinput[SHARED_KEY] = stash[_shared_dir]
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    shared = config.stash.get(_shared_dir, None)
+    if shared is not None:
+        shutil.rmtree(shared, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def _shared_with_other_workers(config: pytest.Config) -> Iterator[None]:
+    """On an xdist worker: hold the run's lock, take what an earlier worker prepared, and leave
+    what this one adds. Without xdist: nothing to share."""
+    shared = getattr(config, "workerinput", {}).get(SHARED_KEY)
+    if shared is None:
+        yield
+        return
+    results = Path(shared) / "prepared.pickle"
+    with (Path(shared) / "lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if results.exists():
+            _prepared.update(pickle.loads(results.read_bytes()))
+        yield
+        results.write_bytes(pickle.dumps(_prepared))
+
+
 def pytest_collection_finish(session: pytest.Session) -> None:
     how = provision.mode()
     if how == "off":
         return
     wanted = sorted({p for item in session.items for p in PARTS if item.get_closest_marker(p)})
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
-    for part in wanted:
-        if reporter is not None and how == "require":
-            reporter.write_line(f"real tier: preparing {part} (installs what is missing)")
-        prepared = _prepare(part, how)
-        if reporter is not None and isinstance(prepared, Exception):
-            reporter.write_line(f"real tier: {part} cannot run: {prepared}")
+    with _shared_with_other_workers(session.config):
+        for part in wanted:
+            if part in _prepared:
+                continue
+            if reporter is not None and how == "require":
+                reporter.write_line(f"real tier: preparing {part} (installs what is missing)")
+            prepared = _prepare(part, how)
+            if reporter is not None and isinstance(prepared, Exception):
+                reporter.write_line(f"real tier: {part} cannot run: {prepared}")
 
 
 @pytest.fixture(scope="session")
