@@ -16,8 +16,6 @@ import asyncio
 import base64
 import contextlib
 import json
-import random
-import socket
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
@@ -25,7 +23,7 @@ from typing import Any
 
 import aiohttp
 
-from tests.stack import PYTHON, UPSTREAMS, Stack
+from tests.stack import PYTHON, UPSTREAMS, Stack, free_port_range
 
 COMFYUI_LIKE = UPSTREAMS / "comfyui_like.py"
 MODEL = "comfyui_auto"
@@ -43,23 +41,8 @@ WS_HEADERS = {
 
 def free_port_run(count: int) -> int:
     """The first of `count` consecutive free ports: `${PORT}` is allocated from `startPort` upward
-    in model-id order, and other test modules run stacks at the same time."""
-    for _ in range(200):
-        # Below Linux's ephemeral range (32768+), where outgoing connections take their ports.
-        first = random.randrange(20000, 32000)
-        socks = []
-        try:
-            for port in range(first, first + count):
-                sock = socket.socket()
-                socks.append(sock)
-                sock.bind(("127.0.0.1", port))
-            return first
-        except OSError:
-            continue
-        finally:
-            for sock in socks:
-                sock.close()
-    raise AssertionError("no run of free ports found")
+    in model-id order, and other test modules run stacks at the same time (`free_port_range`)."""
+    return free_port_range(count)
 
 
 class ComfyUpstream:

@@ -68,15 +68,39 @@ def free_ports(count: int) -> list[int]:
             sock.close()
 
 
-def free_port_range(count: int) -> int:
-    """The first of `count` consecutive free ports, for a config's `startPort`.
+# Model ports: picked when a test writes its config (`startPort`), bound only when the model
+# starts, maybe minutes later, and in between another picker probing them finds them free. So a
+# process hands each port out once (a pointer moving through its slice, wrapping around at the
+# end), and each pytest-xdist worker has a slice of its own: no two tests of one run share one.
+# Below Linux's ephemeral range (32768+), where the kernel takes the local ports of outgoing
+# connections.
+MODEL_PORTS = (20000, 32700)
+_next_model_port: list[int] = []
 
-    Picked below Linux's ephemeral range (32768+), where the kernel hands out the local ports of
-    outgoing connections: a model port there could be taken by any client socket in the meantime.
-    """
-    rng = random.Random()
+
+def _model_port_slice() -> tuple[int, int]:
+    low, high = MODEL_PORTS
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 1)
+    if not worker.startswith("gw") or count <= 1:
+        return low, high
+    size = (high - low) // count
+    index = int(worker[2:]) % count
+    return low + index * size, low + (index + 1) * size
+
+
+def free_port_range(count: int) -> int:
+    """The first of `count` consecutive free ports, for a config's `startPort`, never handed out
+    before by this process (until its slice wraps around)."""
+    low, high = _model_port_slice()
+    if not _next_model_port:
+        # A random start: test runs of other checkouts on this machine start elsewhere.
+        _next_model_port.append(random.Random().randrange(low, high - count))
     for _ in range(200):
-        base = rng.randrange(20000, 32700 - count)
+        base = _next_model_port[0]
+        if base + count > high:
+            base = low
+        _next_model_port[0] = base + count
         socks = []
         try:
             for port in range(base, base + count):
