@@ -4,6 +4,7 @@ behind drains and stops, backoff, crashes, shutdown."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -61,6 +62,8 @@ class FakeEffects:
         self.states: list[tuple[str, str]] = []
         self.told: list[tuple[str, bool]] = []  # (model, start_follows) of every stop
         self.busy_models: set[str] = set()  # what the proxies report as in flight
+        # Called as a drain ends (its last step, before the drain task is done).
+        self.drain_hooks: dict[str, Callable[[], object]] = {}
 
     async def start(self, m: ModelConfig) -> Handle:
         self.log.append(("start", m.id))
@@ -87,6 +90,9 @@ class FakeEffects:
         gate = self.drain_gates.get(model_id)
         if gate is not None:
             await gate.wait()
+        hook = self.drain_hooks.pop(model_id, None)
+        if hook is not None:
+            hook()
 
     def busy(self, model_id: str) -> bool:
         return model_id in self.busy_models

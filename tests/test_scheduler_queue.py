@@ -61,6 +61,29 @@ async def test_a_request_for_a_draining_model_takes_it_back() -> None:
     assert fx.max_running == 1
 
 
+async def test_a_request_just_after_the_drain_ended_waits_for_the_stop() -> None:
+    """The drain is over (every proxy acked) but its stop has not begun: too late to take the
+    model back. The request queues behind the stop and gets the model started again, never the
+    handle of a process being stopped (found under a parallel test run: the stop went on, and
+    the next start found the old process's port still in use)."""
+    sched, fx, _ = build(make_config("a", "b"))
+    await sched.ensure("a")
+    late: list[asyncio.Task[object]] = []
+    # Queued by the drain's last step: it runs after the drain is done, before its stop resumes.
+    fx.drain_hooks["a"] = lambda: late.append(asyncio.ensure_future(sched.ensure("a")))
+    to_b = asyncio.create_task(sched.ensure("b"))
+    await until(lambda: bool(late) and late[0].done(), "the late request's answer", 10)
+    await asyncio.wait_for(to_b, 5)
+    handle = late[0].result()
+    assert sched.record("a").state == "ready" and sched.record("a").handle is handle
+    assert "a" in fx.running
+    assert fx.log == [
+        ("start", "a"), ("drain", "a"), ("stop", "a"), ("start", "b"),
+        ("drain", "b"), ("stop", "b"), ("start", "a"),
+    ]  # fmt: skip
+    assert fx.max_running == 1
+
+
 async def test_starvation_is_bounded_by_the_collation_window() -> None:
     sched, fx, clock = build(make_config("a", "b"))
     await sched.ensure("a")

@@ -57,8 +57,12 @@ class Collation(Generic[H]):
         """A request for a model a queued swap is draining: within the swaps' window, cancel the
         drain so that the model serves it, and send those swaps back to the queue."""
         drain = self._draining.get(rec.id)
+        if drain is None or drain.done():
+            # Over (every proxy acked): its stop goes on as soon as it resumes, so the request
+            # waits for that stop and starts the model again.
+            return False
         swaps = [s for s in self._swaps.values() if s.claimed and rec.id in s.evict]
-        if drain is None or not swaps or rec.id not in self._collatable:
+        if not swaps or rec.id not in self._collatable:
             return False
         if rec.id in self._unloading or self.shutting_down:
             return False

@@ -89,7 +89,7 @@ class Scheduler(SwapEngine[H]):
                         del self._draining[rec.id]
                     if not drain.done():
                         drain.cancel()  # this stop was cancelled itself
-                if drain.cancelled():
+                if drain.cancelled() or self._stops.get(rec.id) is not asyncio.current_task():
                     return  # collation took the model back (`_collate` set it ready)
                 drain.result()
             self._collatable.discard(rec.id)
