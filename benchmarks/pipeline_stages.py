@@ -39,7 +39,9 @@ def switch_off(stages: set[str]) -> None:
 
     if "front" in stages:
 
-        async def no_front(ctx: Any, request: web.Request, handler: Any) -> web.StreamResponse:
+        async def no_front(
+            ctx: Any, request: web.Request, handler: Any, **_: Any
+        ) -> web.StreamResponse:
             return await handler(request)
 
         dispatch.guard = no_front  # type: ignore[assignment]
