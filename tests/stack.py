@@ -278,6 +278,11 @@ class Stack:
             )
         return result
 
+    def get_json(self, path: str, timeout: float = 10.0) -> tuple[int, Any]:
+        """(status, JSON body) of a GET of `path` on the proxy, error statuses included."""
+        status, body = http_get(self.url + path, timeout)
+        return status, json.loads(body)
+
     def status(self, timeout: float = 5.0) -> dict[str, Any]:
         """What `swapd status --json` prints, parsed: the CLI's request (`Status`, on the daemon's
         ROUTER) and its document (`ipc.status_doc.status_json`), asked from this process. A

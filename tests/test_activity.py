@@ -36,20 +36,12 @@ def _post(stack: Stack, path: str, body: dict[str, Any]) -> tuple[int, bytes]:
         return exc.code, exc.read()
 
 
-def _get(stack: Stack, path: str) -> tuple[int, Any]:
-    try:
-        with urllib.request.urlopen(stack.url + path, timeout=10) as resp:
-            return resp.status, json.load(resp)
-    except urllib.error.HTTPError as exc:
-        return exc.code, json.loads(exc.read())
-
-
 def _activity(stack: Stack, newest: int) -> list[dict[str, Any]]:
     """The records kept, newest first, once record `newest` is among them (records arrive in
     100 ms batches)."""
 
     def ready() -> list[dict[str, Any]] | None:
-        status, page = _get(stack, "/api/metrics/activity?limit=999")
+        status, page = stack.get_json("/api/metrics/activity?limit=999")
         assert status == 200, page
         return page["data"] if page["data"] and page["data"][0]["id"] >= newest else None
 
@@ -120,7 +112,7 @@ def test_records_with_tokens_from_plain_and_streamed_responses(stack: Stack) -> 
     assert "nope" in missing["error_msg"]
     assert missing["tokens"]["input_tokens"] == -1
 
-    status, stats = _get(stack, "/api/metrics/stats?model=alpha")
+    status, stats = stack.get_json("/api/metrics/stats?model=alpha")
     assert status == 200
     assert stats["total_requests"] == 2
     assert stats["total_input_tokens"] == 8 and stats["total_output_tokens"] == 7
@@ -135,13 +127,13 @@ def test_filters_pagination_errors_and_bound(stack: Stack) -> None:
     # metricsMaxInMemory: 6 keeps the newest six of the nine.
     assert len(records) == 6 and records[0]["id"] == 9 and records[-1]["id"] == 4
 
-    status, page = _get(stack, "/api/metrics/activity?model=alpha&limit=2&page=2&order=asc")
+    status, page = stack.get_json("/api/metrics/activity?model=alpha&limit=2&page=2&order=asc")
     assert status == 200
     assert (page["page"], page["limit"], page["total"], page["total_pages"]) == (2, 2, 5, 3)
     assert [r["id"] for r in page["data"]] == [6, 7]
-    status, page = _get(stack, "/api/metrics/activity?min_id=5&max_id=6")
+    status, page = stack.get_json("/api/metrics/activity?min_id=5&max_id=6")
     assert [r["id"] for r in page["data"]] == [6, 5]
-    status, page = _get(stack, "/api/metrics/activity?sort=resp_status_code&limit=1")
+    status, page = stack.get_json("/api/metrics/activity?sort=resp_status_code&limit=1")
     assert page["data"][0]["resp_status_code"] == 404
 
     for query, message in (
@@ -155,8 +147,8 @@ def test_filters_pagination_errors_and_bound(stack: Stack) -> None:
         ("start=yesterday", "invalid 'start' timestamp, use RFC3339 format"),
         ("start=2026-01-02T00:00:00Z&end=2026-01-01T00:00:00Z", "start must be before end"),
     ):
-        status, error = _get(stack, "/api/metrics/activity?" + query)
+        status, error = stack.get_json("/api/metrics/activity?" + query)
         assert status == 400, query
         assert error["error"]["message"] == message
-    status, page = _get(stack, "/api/metrics/activity?start=2999-01-01T00:00:00Z")
+    status, page = stack.get_json("/api/metrics/activity?start=2999-01-01T00:00:00Z")
     assert status == 200 and page["total"] == 0 and page["total_pages"] == 0

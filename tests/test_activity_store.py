@@ -38,17 +38,9 @@ def _post(stack: Stack, model: str) -> None:
         assert resp.status == 200
 
 
-def _get(stack: Stack, path: str) -> tuple[int, Any]:
-    try:
-        with urllib.request.urlopen(stack.url + path, timeout=10) as resp:
-            return resp.status, json.load(resp)
-    except urllib.error.HTTPError as exc:
-        return exc.code, json.loads(exc.read())
-
-
 def _total(stack: Stack, count: int) -> dict[str, Any]:
     def ready() -> dict[str, Any] | None:
-        status, page = _get(stack, "/api/metrics/activity?limit=999&order=asc")
+        status, page = stack.get_json("/api/metrics/activity?limit=999&order=asc")
         assert status == 200, page
         return page if page["total"] >= count else None
 
@@ -79,7 +71,7 @@ def test_records_survive_swapd_restarted(
         assert conn.execute("SELECT COUNT(*) FROM activity").fetchone() == (4,)
 
     second = stack_factory(config)
-    status, page = _get(second, "/api/metrics/activity?limit=999&order=asc")
+    status, page = second.get_json("/api/metrics/activity?limit=999&order=asc")
     # Captures are kept in memory only: they did not survive the restart.
     assert all(r["has_capture"] for r in before)
     before = [{**r, "has_capture": False} for r in before]
@@ -89,18 +81,18 @@ def test_records_survive_swapd_restarted(
     assert after[:4] == before and after[4]["id"] == before[-1]["id"] + 1
 
     # The same filters, sorts, pages and errors as from memory.
-    status, page = _get(second, "/api/metrics/activity?model=alpha&limit=2&page=2&order=asc")
+    status, page = second.get_json("/api/metrics/activity?model=alpha&limit=2&page=2&order=asc")
     assert status == 200
     assert (page["total"], page["total_pages"], page["page"], page["limit"]) == (3, 2, 2, 2)
     assert [r["id"] for r in page["data"]] == [before[3]["id"]]
     ids = [r["id"] for r in after]
-    status, page = _get(second, f"/api/metrics/activity?min_id={ids[1]}&max_id={ids[3]}")
+    status, page = second.get_json(f"/api/metrics/activity?min_id={ids[1]}&max_id={ids[3]}")
     assert [r["id"] for r in page["data"]] == ids[3:0:-1]
-    status, page = _get(second, "/api/metrics/activity?sort=model&order=asc&limit=999")
+    status, page = second.get_json("/api/metrics/activity?sort=model&order=asc&limit=999")
     assert [r["model"] for r in page["data"]] == ["alpha"] * 3 + ["beta"] * 2
-    status, page = _get(second, "/api/metrics/activity?limit=0")
+    status, page = second.get_json("/api/metrics/activity?limit=0")
     assert status == 400 and "limit must be between 1 and 999" in json.dumps(page)
-    status, stats = _get(second, "/api/metrics/stats?model=beta")
+    status, stats = second.get_json("/api/metrics/stats?model=beta")
     assert status == 200 and stats["total_requests"] == 2
     assert stats["total_input_tokens"] == 2 and stats["total_output_tokens"] == 6
     assert stats["gen_histogram"] is not None
