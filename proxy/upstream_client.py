@@ -55,7 +55,7 @@ class UpstreamPool:
 
     def release(self, conn: UpstreamConn) -> None:
         idle = self._idle.setdefault(conn.key, [])
-        now = (self._loop or self._running()).time()
+        now = self._running().time()
         # The oldest idle connection is at the bottom: close it once it is past its limit.
         if idle and expired(idle[0], now):
             idle[0].abort()
@@ -70,7 +70,7 @@ class UpstreamPool:
         idle = self._idle.get(key)
         while idle:
             conn = idle.pop()
-            if not expired(conn, (self._loop or self._running()).time()):
+            if not expired(conn, self._running().time()):
                 return conn
             conn.abort()
         return None
@@ -126,14 +126,14 @@ class UpstreamPool:
             # less on every request.
             transport = conn.transport
             if conn.closed or transport is None:
+                # Found closed before anything was sent: nothing of this response can have
+                # arrived (`received_any` still tells of the previous one), so it is retried.
                 if reused and retry and not _is_stream(body):
                     retry = False
                     continue
                 raise UpstreamError("connection closed")
             conn.begin(head_request)
-            waiter: asyncio.Future[UpstreamResponse] = (
-                self._loop or self._running()
-            ).create_future()
+            waiter: asyncio.Future[UpstreamResponse] = self._running().create_future()
             conn.head_waiter = waiter
             try:
                 if body is None:
