@@ -17,7 +17,6 @@ A measuring tool, never a way to run swapd.
 
 from __future__ import annotations
 
-import logging
 import sys
 from typing import Any
 
@@ -33,7 +32,6 @@ def switch_off(stages: set[str]) -> None:
     from swapd.proxy.context import CTX
 
     if "access" in stages:
-        access_log.LOGGER.setLevel(logging.WARNING)
         access_log.BATCH.on = False
         access_log.follow_config = state_sync.follow_config = lambda level: None  # type: ignore
 

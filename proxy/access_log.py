@@ -47,9 +47,7 @@ _NONE = Account()
 def follow_config(table: RoutingTable) -> None:
     """The config's `logLevel` (the access lines are INFO, so `warn` and `error` turn them off)
     and `logTimeFormat` (the stamp of every line the proxy logs)."""
-    on = table.log_level in ("debug", "info")
-    LOGGER.setLevel(logging.INFO if on else logging.WARNING)
-    BATCH.on = on
+    BATCH.on = table.log_level in ("debug", "info")
     if table.log_time_format != BATCH.time_format:
         BATCH.flush()  # the lines waiting keep the stamp they were made with
         BATCH.time_format = table.log_time_format
