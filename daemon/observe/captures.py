@@ -63,18 +63,9 @@ def raw_headers_of(pairs: Iterable[tuple[bytes, bytes]]) -> tuple[dict[str, str]
     """`headers_of` for the request's header bytes. aiohttp reads them as UTF-8; the JSON a
     capture is shown in cannot carry aiohttp's surrogate escapes for bytes that are not, so
     those read U+FFFD here."""
-    out: dict[str, str] = {}
-    size = 0
-    for raw_key, raw_value in pairs:
-        key = raw_key.decode("utf-8", "replace")
-        if key not in out:
-            if key.lower() in SECRET_HEADERS:
-                value = REDACTED
-            else:
-                value = raw_value.decode("utf-8", "replace")
-            out[key] = value
-            size += len(key) + len(value)
-    return out, size
+    return headers_of(
+        (k.decode("utf-8", "replace"), v.decode("utf-8", "replace")) for k, v in pairs
+    )
 
 
 def capture_of(raw: RawCapture, record_id: int, path: str) -> Capture:
