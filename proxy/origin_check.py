@@ -36,8 +36,12 @@ def guarded(method: str, path: str) -> bool:
 
 
 def changes_state(method: str, path: str) -> bool:
-    """`guarded`, and llama-swap's unload-all by GET."""
-    return guarded(method, path) or (method == "GET" and path == "/unload")
+    """`guarded`, and llama-swap's unload-all by GET: what `check_origin` checks."""
+    return guarded(method, path) or _unload_by_get(method, path)
+
+
+def _unload_by_get(method: str, path: str) -> bool:
+    return method == "GET" and path == "/unload"
 
 
 def _host_port(netloc: str) -> tuple[str, int | None] | None:
@@ -66,7 +70,8 @@ def same_origin(origin: str, host: str) -> bool:
 
 def check_origin(request: web.Request) -> None:
     method, path = request.method, request.path
-    if not changes_state(method, path):
+    own_change = guarded(method, path)
+    if not own_change and not _unload_by_get(method, path):
         return
     headers = request.headers
     site = headers.get("Sec-Fetch-Site")
@@ -77,7 +82,7 @@ def check_origin(request: web.Request) -> None:
             "requests may change swapd's state from a browser)",
             "cross_origin",
         )
-    if not guarded(method, path):
+    if not own_change:
         return  # GET /unload: a GET's Origin, where a browser sends one, says nothing more
     origin = headers.get("Origin")
     if origin is None:
