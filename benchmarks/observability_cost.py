@@ -1,23 +1,30 @@
 """What the activity log, the Prometheus figures and an `/api/events` subscriber cost the request
-pipeline (issue 12): the same pipeline with them on and off, side by side in one run, rounds
-alternating.
+pipeline (issue 12): the same pipeline with them on and off, side by side in one run.
 
 * upstream: nginx answering every POST with a small OpenAI-style JSON body carrying `usage` and
   llama.cpp `timings` (so the token parsing runs);
 * off: `swapd run` with `SWAPD_PROXY_ACTIVITY=0` (no activity records, so no request figures and
-  no activity events), no events subscriber;
+  no activity events), no events subscriber; "off again" is a second one, the A/A pair;
 * on: `swapd run` as shipped, with an `/api/events` subscriber reading every event, and
   `/metrics` scraped once a second;
 * captures (`captureBuffer`) are off in both, as the target is about the activity log, metrics
   and events; `--captures` turns them on (llama-swap's default, 5 MB) in "on" to see their cost;
-* both: one proxy process, small JSON POSTs with a `model` (the key check, route decision,
+* all three: one proxy process, small JSON POSTs with a `model` (the key check, route decision,
   admission, forward, relay and accounting all run).
 
-Printed, each with its target: req/s at 32 connections, on / off >= 0.95; median latency at one
-connection, on - off <= 0.02 ms; and the proxy's CPU per request, on and off (for scale).
+Each round runs the three, in a rotating order, at 32 connections (req/s) and then at one (median
+latency), once per CPU layout (`paired.py`: `shared`, where the kernel places every process, and
+`pinned`, the proxy on a CPU of its own and everything else, the daemon included, on the others).
+A figure is the median over rounds of its ratio to (or difference from) "off" in the same round,
+with a 90 % bootstrap interval; the A/A line is what the same reading gives between two identical
+configurations, so a cost smaller than its spread is not shown by this machine.
+
+Printed, with the targets: on / off req/s at 32 connections >= 0.95, and on - off median latency
+at one connection <= 0.02 ms; and, for scale, the CPU per request of the proxy and of the daemon.
 
 Needs `wrk` and `nginx` (Debian: `apt-get install wrk nginx-light`). Loopback only. Run:
-`python benchmarks/observability_cost.py [--seconds 3] [--rounds 5] [--captures]`.
+`python benchmarks/observability_cost.py [--seconds 2] [--rounds 8] [--layouts shared,pinned]
+[--captures] [--no-subscriber]`.
 """
 
 from __future__ import annotations
@@ -26,19 +33,22 @@ import argparse
 import asyncio
 import contextlib
 import os
+import signal
 import statistics
+import subprocess
 import sys
 import tempfile
-import threading
 import time
 import urllib.request
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import psutil
+from paired import LAYOUTS, median_interval, paired, place, rotated
 from running_swapd import RunningSwapd, free_port, wait_http_ok
 from side_by_side import (
     bench_config,
@@ -76,21 +86,9 @@ def nginx(tmp: Path) -> Iterator[int]:
 
 @contextlib.contextmanager
 def swapd(config: str, env: dict[str, str]) -> Iterator[RunningSwapd]:
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
-        running = RunningSwapd(config).__enter__()
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
-    try:
+    with RunningSwapd(config, env=os.environ | env) as running:
         wait_http_ok(running.url + "/upstream/bench/", 30)
         yield running
-    finally:
-        running.stop()
 
 
 def daemon_cpu(circusd_pid: int, proxy: int) -> float:
@@ -104,129 +102,222 @@ def daemon_cpu(circusd_pid: int, proxy: int) -> float:
 
 
 class Watcher:
-    """An `/api/events` subscriber reading everything, and a `/metrics` scrape every second, in a
-    thread of their own (what a dashboard and Prometheus do)."""
+    """An `/api/events` subscriber reading everything, and a `/metrics` scrape every second (what
+    a dashboard and Prometheus do), in a process and a session of their own, as a browser and a
+    Prometheus server are: in this process, the subscriber would take its CPU from wrk's and
+    nginx's share (the kernel's autogroup scheduling shares the CPU out by session)."""
 
     def __init__(self, url: str) -> None:
         self.url = url
         self.events = 0
         self.scrapes = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=lambda: asyncio.run(self._run()), daemon=True)
+        self._proc: subprocess.Popen[str] | None = None
 
     def __enter__(self) -> Watcher:
-        self._thread.start()
+        self._proc = subprocess.Popen(
+            [sys.executable, __file__, "--watch", self.url],
+            stdout=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
+        assert self._proc.stdout is not None
+        if self._proc.stdout.readline().strip() != "subscribed":
+            raise RuntimeError("the events subscriber did not start")
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(10)
+        assert self._proc is not None and self._proc.stdout is not None
+        self._proc.send_signal(signal.SIGTERM)
+        counts = self._proc.stdout.read().split()
+        self._proc.wait(10)
+        if len(counts) == 2:
+            self.events, self.scrapes = int(counts[0]), int(counts[1])
 
-    async def _run(self) -> None:
-        async with (
-            aiohttp.ClientSession() as session,
-            session.get(self.url + "/api/events") as resp,
-        ):
-            last = time.monotonic()
-            while not self._stop.is_set():
+    @property
+    def pid(self) -> int:
+        assert self._proc is not None
+        return self._proc.pid
+
+
+async def watch(url: str) -> None:
+    """The subscriber process: until SIGTERM, then prints `events scrapes`."""
+    stop = asyncio.Event()
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+    events = scrapes = 0
+    marker = b"event:message"
+    async with aiohttp.ClientSession() as session:
+        async with session.get(url + "/api/events") as resp:
+            print("subscribed", flush=True)
+            last, carry = time.monotonic(), b""
+            while not stop.is_set():
                 try:
                     chunk = await asyncio.wait_for(resp.content.readany(), 0.2)
                 except TimeoutError:
                     chunk = b""
-                self.events += chunk.count(b"event:message")
+                data = carry + chunk
+                events += data.count(marker)
+                carry = data[-(len(marker) - 1) :] if marker not in data[-len(marker) :] else b""
                 if time.monotonic() - last >= 1:
                     last = time.monotonic()
-                    await asyncio.to_thread(self._scrape)
+                    async with session.get(url + "/metrics") as scrape:
+                        await scrape.read()
+                    scrapes += 1
+    print(events, scrapes, flush=True)
 
-    def _scrape(self) -> None:
-        with urllib.request.urlopen(self.url + "/metrics", timeout=10) as resp:
-            resp.read()
-        self.scrapes += 1
+
+CONFIGS = ("off", "off again", "on")  # "off again": the A/A pair, what noise alone reads
+
+
+@dataclass
+class Figures:
+    """One configuration's figures in one layout, a value per round."""
+
+    rps: list[float] = field(default_factory=list)
+    p50: list[float] = field(default_factory=list)  # ms
+    proxy_us: list[float] = field(default_factory=list)  # proxy CPU per request
+    daemon_us: list[float] = field(default_factory=list)  # daemon + circusd CPU per request
+    watcher_us: list[float] = field(default_factory=list)  # the subscriber's, for "on"
+
+
+def measure(
+    running: RunningSwapd,
+    proxy: int,
+    seconds: float,
+    script: Path,
+    into: Figures,
+    watcher: int | None,
+) -> None:
+    before, others = cpu_seconds(proxy), daemon_cpu(running.pid, proxy)
+    watching = cpu_seconds(watcher)
+    rate = wrk(running.url + CHAT, 32, seconds, script)[0]
+    requests = rate * seconds
+    into.rps.append(rate)
+    into.proxy_us.append((cpu_seconds(proxy) - before) / requests * 1e6)
+    into.daemon_us.append((daemon_cpu(running.pid, proxy) - others) / requests * 1e6)
+    into.watcher_us.append((cpu_seconds(watcher) - watching) / requests * 1e6)
+    into.p50.append(wrk(running.url + CHAT, 1, max(1, int(seconds // 2)), script)[1])
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--seconds", type=float, default=3)
-    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--seconds", type=float, default=2, help="of each round at 32 connections")
+    parser.add_argument("--rounds", type=int, default=8)
+    parser.add_argument(
+        "--layouts", default=",".join(LAYOUTS), help="shared, pinned or both (paired.py)"
+    )
     parser.add_argument(
         "--no-subscriber", action="store_true", help="on without the events subscriber and scrapes"
     )
     parser.add_argument("--captures", action="store_true", help="on with captureBuffer: 5")
+    parser.add_argument("--watch", metavar="URL", help=argparse.SUPPRESS)  # the subscriber
     args = parser.parse_args()
-    if not tools_found():
+    if args.watch:
+        asyncio.run(watch(args.watch))
+        return 0
+    layouts = [name for name in args.layouts.split(",") if name]
+    if not tools_found() or not set(layouts) <= set(LAYOUTS):
         return 2
+    figures = {(layout, name): Figures() for layout in layouts for name in CONFIGS}
+    events = scrapes = 0
+    recorded = b""
     with tempfile.TemporaryDirectory(prefix="swapd-bench-observe-") as tmp_name:
         tmp = Path(tmp_name)
         script = post_script(tmp)
         with nginx(tmp) as port:
             config = bench_config(port, head="healthCheckTimeout: 15\ncaptureBuffer: {captures}\n")
-            with (
-                swapd(config.format(captures=0), {"SWAPD_PROXY_ACTIVITY": "0"}) as off,
-                swapd(
-                    config.format(captures=5 if args.captures else 0), {"SWAPD_PROXY_ACTIVITY": "1"}
-                ) as on,
-                Watcher(on.url) if not args.no_subscriber else contextlib.nullcontext() as watcher,
-            ):
-                targets = {"off": off, "on": on}
-                pids = {name: proxy_pid(s.pid) for name, s in targets.items()}
-                rps: dict[str, list[float]] = {t: [] for t in targets}
-                p50: dict[str, list[float]] = {t: [] for t in targets}
-                cpu: dict[str, list[float]] = {t: [] for t in targets}
-                rest: dict[str, list[float]] = {t: [] for t in targets}
-                for _ in range(args.rounds):
-                    for name, running in targets.items():
-                        before = cpu_seconds(pids[name])
-                        others = daemon_cpu(running.pid, pids[name])
-                        rate = wrk(running.url + CHAT, 32, args.seconds, script)[0]
-                        used = cpu_seconds(pids[name]) - before
-                        rps[name].append(rate)
-                        cpu[name].append(used / (rate * args.seconds) * 1e6)
-                        others = daemon_cpu(running.pid, pids[name]) - others
-                        rest[name].append(others / (rate * args.seconds) * 1e6)
-                        p50[name].append(wrk(running.url + CHAT, 1, args.seconds, script)[1])
-                time.sleep(0.5)
-                events = watcher.events if watcher is not None else 0
-                scrapes = watcher.scrapes if watcher is not None else 0
-                with urllib.request.urlopen(on.url + "/api/metrics/stats", timeout=10) as resp:
-                    recorded = resp.read()
-    return report(args, rps, p50, cpu, rest, events, scrapes, recorded)
-
-
-def report(
-    args: argparse.Namespace,
-    rps: dict[str, list[float]],
-    p50: dict[str, list[float]],
-    cpu: dict[str, list[float]],
-    rest: dict[str, list[float]],
-    events: int,
-    scrapes: int,
-    recorded: bytes,
-) -> int:
-    med = {name: statistics.median(values) for name, values in rps.items()}
-    lat = {name: statistics.median(values) for name, values in p50.items()}
-    per = {name: statistics.median(values) for name, values in cpu.items()}
-    daemon = {name: statistics.median(values) for name, values in rest.items()}
+            envs = {
+                "off": (config.format(captures=0), {"SWAPD_PROXY_ACTIVITY": "0"}),
+                "on": (
+                    config.format(captures=5 if args.captures else 0),
+                    {"SWAPD_PROXY_ACTIVITY": "1"},
+                ),
+            }
+            envs["off again"] = envs["off"]
+            for round_no in range(args.rounds):
+                # Fresh processes every round: a Python process's own luck (its hash seed and
+                # memory layout) moves its speed by as much as the cost measured here, and
+                # only averages out over processes (as pyperf runs many).
+                with contextlib.ExitStack() as stack:
+                    targets = {n: stack.enter_context(swapd(*envs[n])) for n in CONFIGS}
+                    watcher = None
+                    if not args.no_subscriber:
+                        watcher = stack.enter_context(Watcher(targets["on"].url))
+                    proxies = {name: proxy_pid(s.pid) for name, s in targets.items()}
+                    others = (
+                        nginx_pids(tmp)
+                        + ([watcher.pid] if watcher is not None else [])
+                        + [
+                            p.pid
+                            for s in targets.values()
+                            for p in [psutil.Process(s.pid), *psutil.Process(s.pid).children(True)]
+                            if p.pid not in proxies.values()
+                        ]
+                    )
+                    for running in targets.values():  # warm-up, uncounted
+                        wrk(running.url + CHAT, 32, 1, script)
+                    for layout in layouts:
+                        if not place(layout, proxies.values(), others):
+                            continue
+                        for name in rotated(CONFIGS, round_no):
+                            into = figures[layout, name]
+                            sub = watcher.pid if watcher is not None and name == "on" else None
+                            measure(targets[name], proxies[name], args.seconds, script, into, sub)
+                    place("shared", proxies.values(), others)
+                    stats_url = targets["on"].url + "/api/metrics/stats"
+                    with urllib.request.urlopen(stats_url, timeout=10) as resp:
+                        recorded = resp.read()
+                if watcher is not None:
+                    events, scrapes = events + watcher.events, scrapes + watcher.scrapes
     print(f"observability cost, {args.rounds} rounds of {args.seconds:g}s, {time.ctime()}")
-    for name in ("off", "on"):
-        print(
-            f"  {name:3s}: {med[name]:9.0f} req/s at 32 connections, p50 {lat[name]:.3f} ms at 1, "
-            f"{per[name]:.1f} us CPU/request in the proxy, {daemon[name]:.1f} in the daemon"
-        )
-    added_cpu = per["on"] + daemon["on"] - per["off"] - daemon["off"]
-    print(
-        f"  CPU per request on - off (proxy + daemon): {added_cpu:+.1f} us = "
-        f"{added_cpu / (per['off'] + daemon['off']) * 100:+.1f} % (less noisy than req/s)"
-    )
+    ok = all([report(layout, figures) for layout in layouts if figures[layout, "off"].rps])
     print(f"  the subscriber got {events} events; /metrics scraped {scrapes} times")
-    print(f"  the daemon's stats: {recorded[:160].decode(errors='replace')}")
-    ratio = med["on"] / med["off"]
-    added = lat["on"] - lat["off"]
-    ok_rps, ok_lat = ratio >= 0.95, added <= 0.02
-    print(f"  req/s on / off = {ratio:.3f} (target >= 0.95) {'ok' if ok_rps else 'MISSED'}")
+    print(f"  the daemon's stats: {recorded[:120].decode(errors='replace')}")
+    return 0 if ok else 1
+
+
+def nginx_pids(tmp: Path) -> list[int]:
+    """nginx's master and its worker."""
+    master = psutil.Process(int((tmp / "nginx.pid").read_text()))
+    return [master.pid] + [p.pid for p in master.children()]
+
+
+def report(layout: str, figures: dict[tuple[str, str], Figures]) -> bool:
+    off, on = figures[layout, "off"], figures[layout, "on"]
+    med = statistics.median
+    print(f"  layout {layout}:")
+    for name in CONFIGS:
+        f = figures[layout, name]
+        print(
+            f"    {name:9s}: {med(f.rps):7.0f} req/s at 32 connections, p50 {med(f.p50):.3f} ms "
+            f"at 1; CPU per request: proxy {med(f.proxy_us):.1f} us, "
+            f"daemon {med(f.daemon_us):.1f} us"
+        )
+    verdicts = []
+    for name, label in (("off again", "off again / off (A/A)"), ("on", "on / off")):
+        f = figures[layout, name]
+        rps = median_interval(paired(f.rps, off.rps))
+        lat = median_interval([(a - b) * 1000 for a, b in zip(f.p50, off.p50, strict=True)])
+        # What one proxy core serves (1 / its CPU per request): the proxy's own share, whatever
+        # wrk, nginx, the daemon and the subscriber take from the rest of the machine.
+        core = median_interval(paired(off.proxy_us, f.proxy_us))
+        line = (
+            f"    {label:22s} req/s {rps[0]:.3f} [{rps[1]:.3f}, {rps[2]:.3f}], "
+            f"p50 {lat[0]:+.1f} us [{lat[1]:+.1f}, {lat[2]:+.1f}], "
+            f"requests per proxy CPU second {core[0]:.3f} [{core[1]:.3f}, {core[2]:.3f}]"
+        )
+        if name == "on":
+            verdicts = [rps[0] >= 0.95, lat[0] <= 20]
+            line += (
+                f"  (targets: req/s >= 0.95 {'ok' if verdicts[0] else 'MISSED'}, "
+                f"p50 <= +20 us {'ok' if verdicts[1] else 'MISSED'})"
+            )
+        print(line)
     print(
-        f"  p50 on - off = {added * 1000:+.1f} us (target <= 20 us) {'ok' if ok_lat else 'MISSED'}"
+        f"    on - off, CPU per request: proxy {med(on.proxy_us) - med(off.proxy_us):+.1f} us, "
+        f"daemon {med(on.daemon_us) - med(off.daemon_us):+.1f} us; the subscriber (a dashboard's "
+        f"CPU, not swapd's) {med(on.watcher_us):.1f} us"
     )
-    return 0 if ok_rps and ok_lat else 1
+    return all(verdicts)
 
 
 if __name__ == "__main__":

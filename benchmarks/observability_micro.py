@@ -3,8 +3,9 @@ proxy's recorder (`begin`/`end`/`note` on the request's way, `take` and the repo
 every batch), the daemon's observer (decoding the report, building the records with their token
 counts, redacting and keeping the captures, numbering, the Prometheus figures, rendering and
 encoding the `ActivityAdded` event) and a proxy's events hub passing the frames on to one
-`/api/events` subscriber. Two columns: captures off, and on (`captureBuffer` 5 MB, llama-swap's
-default, a chat client's request head with an API key).
+`/api/events` subscriber. Three columns: captures off, and on (`captureBuffer` 5 MB, llama-swap's
+default, a chat client's request head with an API key), both with one subscriber; and captures
+off with no `/api/events` client anywhere (the daemon renders no frames then).
 
 `observability_cost.py` measures the same against the whole pipeline with real processes, but
 on a shared 2-core machine its figures move by tens of percent from run to run; this one runs
@@ -73,7 +74,7 @@ REQUEST = b'{"model":"bench","messages":[{"role":"user","content":"Say ok."}],"m
 CAPTURE_BYTES = 5 * 1024 * 1024  # llama-swap's default captureBuffer
 
 
-async def _run(requests: int, batch: int, keep: int) -> dict[str, float]:
+async def _run(requests: int, batch: int, keep: int, watched: bool = True) -> dict[str, float]:
     loop = asyncio.get_running_loop()
     recorder = Recorder()
     reports: list[ActivityReport] = []
@@ -83,7 +84,9 @@ async def _run(requests: int, batch: int, keep: int) -> dict[str, float]:
     observer = Observer(Config(), "bench", endpoint, lambda: (), _no_gpus)
     hub = EventHub(ProxyState(1))
     subscriber = Subscriber()
-    hub.subscribers.add(subscriber)
+    if watched:  # the proxy's Hello says it has an `/api/events` client
+        observer.watching(recorder.proxy_id, 1)
+        hub.subscribers.add(subscriber)
     incoming = [
         make_mocked_request("POST", "/v1/chat/completions", headers=HEADERS) for _ in range(batch)
     ]
@@ -144,16 +147,17 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=5)
     args = parser.parse_args()
     print(f"observability CPU per request, median of {args.repeat} runs, {time.ctime()}")
-    print(f"  {'':22s} {'captures off':>12s} {'captures on':>12s}")
+    heads = ("captures off", "captures on", "nobody watching")
+    print(f"  {'':22s}" + "".join(f" {head:>15s}" for head in heads))
     columns = []
-    for keep in (0, CAPTURE_BYTES):
-        runs = [asyncio.run(_run(args.requests, args.batch, keep)) for _ in range(args.repeat)]
+    for keep, watched in ((0, True), (CAPTURE_BYTES, True), (0, False)):
+        runs = [
+            asyncio.run(_run(args.requests, args.batch, keep, watched)) for _ in range(args.repeat)
+        ]
         columns.append({stage: statistics.median(r[stage] for r in runs) for stage in runs[0]})
     for stage in columns[0]:
-        off, on = (c[stage] for c in columns)
-        print(f"  {stage:22s} {off:9.2f} us {on:9.2f} us")
-    off, on = (sum(c.values()) for c in columns)
-    print(f"  {'all':22s} {off:9.2f} us {on:9.2f} us")
+        print(f"  {stage:22s}" + "".join(f" {c[stage]:12.2f} us" for c in columns))
+    print(f"  {'all':22s}" + "".join(f" {sum(c.values()):12.2f} us" for c in columns))
     return 0
 
 

@@ -211,6 +211,7 @@ class Daemon:
 
     async def _hello(self, _identity: bytes, message: Hello) -> None:
         self.registry.hello(message.proxy_id, message.pid)
+        self.observer.watching(message.proxy_id, message.watching)
         if self.announcer.due(message.proxy_id, message.pid):
             await self._publish_table()
 
@@ -243,6 +244,7 @@ class Daemon:
             gpus=devices,
             gpu_backend=self.gpu_backend.name,
             received=dict(self.endpoint.received),
+            watching=dict(self.observer.watchers),
         )
         await self.endpoint.reply(identity, reply)
 

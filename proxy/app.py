@@ -141,6 +141,8 @@ def make_app(*, run_dir: Path, processes: int = 1, proxy_id: str | None = None) 
         )
         event_hub = app[events.HUB_KEY] = events.EventHub(state)
         event_hub.on_cancel = RECORDER.cancel
+        link.watching = lambda: event_hub.watchers
+        event_hub.on_watchers = link.hello_soon
         sync = StateSync(state, link, endpoints.events, context=context, hub=event_hub)
         app[SYNC_KEY] = sync
         sync.start()

@@ -47,6 +47,8 @@ class DaemonLink:
         self.state = state
         self.proxy_id = proxy_id or make_proxy_id()
         self.pid = os.getpid()
+        # How many `/api/events` clients this process has (the events hub's count), for Hello.
+        self.watching: Callable[[], int] = lambda: 0
         self._casts: set[asyncio.Task[None]] = set()
 
     # --- requests --------------------------------------------------------------------------------
@@ -86,7 +88,13 @@ class DaemonLink:
         task.add_done_callback(self._casts.discard)
 
     async def hello(self) -> None:
-        await self.client.cast(Hello(proxy_id=self.proxy_id, pid=self.pid))
+        await self.client.cast(self._hello())
+
+    def hello_soon(self) -> None:
+        self.cast_soon(self._hello())
+
+    def _hello(self) -> Hello:
+        return Hello(proxy_id=self.proxy_id, pid=self.pid, watching=self.watching())
 
     def activity(self, model: str, in_flight: int, at: float | None = None) -> None:
         self.cast_soon(

@@ -27,7 +27,7 @@ import asyncio
 import contextlib
 import os
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, cast
 
 import msgspec
@@ -44,10 +44,10 @@ from ..ipc.messages import (
     SwapRecorded,
     TableChanged,
 )
-from .context import CTX
+from .context import CTX, ProxyContext
 from .log_files import model_log_path, prefixed, tail_of
 from .logs import pipe_model
-from .state import ProxyState
+from .state import ProxyState, Routes
 from .sync_wait import routes_of
 
 # llama-swap's send buffer; the environment variable (for tests) sets another.
@@ -113,11 +113,29 @@ class EventHub:
         self.state_listeners: set[Callable[[], None]] = set()
         # Told of `CancelRequested` (the recorder ends the request if it is this process's).
         self.on_cancel: Callable[[str], object] = lambda _id: None
+        # `/api/events` clients connected (from before their snapshot is sent), and who is told
+        # when that goes from none to some or back (the daemon, which renders the activity and
+        # in-flight frames only while some proxy has a client).
+        self.watchers = 0
+        self.on_watchers: Callable[[], object] = lambda: None
         # How many events were offered, and lost to full queues (tests and operators).
         self.offered = 0
         self.lost = 0
         # The active profile last announced (a table change says whether it changed).
         self.active_profile = state.routes.table.active_profile
+
+    @contextlib.contextmanager
+    def watched(self) -> Iterator[None]:
+        """One `/api/events` client, for as long as it is connected."""
+        self.watchers += 1
+        if self.watchers == 1:
+            self.on_watchers()
+        try:
+            yield
+        finally:
+            self.watchers -= 1
+            if self.watchers == 0:
+                self.on_watchers()
 
     def counters(self) -> dict[str, int]:
         return {"subscribers": len(self.subscribers), "offered": self.offered, "lost": self.lost}
@@ -214,6 +232,15 @@ async def handle_events(request: web.Request) -> web.StreamResponse:
     ctx = request.app[CTX]
     hub = request.app[HUB_KEY]
     routes = await routes_of(ctx)
+    # Counted before the client sees a byte: the daemon hears of it then, and renders the frames
+    # of every record it stores from that moment on.
+    with hub.watched():
+        return await _stream(request, ctx, hub, routes)
+
+
+async def _stream(
+    request: web.Request, ctx: ProxyContext, hub: EventHub, routes: Routes
+) -> web.StreamResponse:
     response = web.StreamResponse(
         headers={
             "Content-Type": "text/event-stream",

@@ -118,6 +118,34 @@ def small_queue_stack(stack_factory: Callable[..., Stack]) -> Stack:
     )
 
 
+async def test_activity_events_follow_the_clients(stack: Stack) -> None:
+    """The daemon hears of a proxy's events clients as they come and go (`watching` in
+    `/api/status`) and renders activity frames while there is one; a client that comes after
+    every other one has left gets them again."""
+
+    def watching() -> dict[str, int]:
+        return dict(stack.status()["watching"])
+
+    assert watching() == {}
+    async with aiohttp.ClientSession() as session:
+        for _ in range(2):
+            async with session.get(stack.url + "/api/events") as resp:
+                stream = _events(resp)
+                told = lambda: list(watching().values()) == [1]  # noqa: E731
+                await asyncio.to_thread(wait_for, told, 10, what="the daemon told")
+                body = {"model": "a", "messages": []}
+                async with session.post(stack.url + CHAT, json=body) as r:
+                    assert r.status == 200
+                    await r.read()
+                kind, data = "", None
+                while kind != "activity":
+                    kind, data = await asyncio.wait_for(anext(stream), 30)
+                assert data is not None and data["model"] == "a"
+            # In a thread: this loop must run for the client's connection to close.
+            left = lambda: watching() == {}  # noqa: E731
+            await asyncio.to_thread(wait_for, left, 10, what="the daemon told the client left")
+
+
 def _proxy_events(stack: Stack) -> dict[str, int]:
     with urllib.request.urlopen(stack.url + "/running", timeout=5) as resp:
         return dict(json.load(resp)["proxy"]["events"])

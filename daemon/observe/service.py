@@ -109,6 +109,15 @@ class Observer:
         self.on_records: Callable[[list[ActivityRecord]], None] | None = self.metrics.records
         self.read_gpus = read_gpus
         self.in_flight: dict[str, InFlight] = {}
+        # `/api/events` clients by proxy, as their Hellos say: the activity and in-flight
+        # frames are rendered only while some proxy has one.
+        self.watchers: dict[str, int] = {}
+
+    def watching(self, proxy_id: str, count: int) -> None:
+        if count > 0:
+            self.watchers[proxy_id] = count
+        else:
+            self.watchers.pop(proxy_id, None)
 
     def register(self, on: Callable[..., None]) -> None:
         """Its messages in the endpoint's dispatch table."""
@@ -138,6 +147,8 @@ class Observer:
         )
 
     def _publish(self, records: list[ActivityRecord]) -> None:
+        if not self.watchers:
+            return  # ActivityAdded is for subscribers only: no proxy has one
         frames = b"".join([activity_frame(_encode(r)) for r in records])
         count = len(records)
         self.endpoint.publish_nowait(
@@ -146,6 +157,7 @@ class Observer:
 
     def forget(self, proxy_id: str) -> None:
         """A proxy gone silent: its requests are no longer in flight."""
+        self.watchers.pop(proxy_id, None)
         gone = tuple(k for k, v in self.in_flight.items() if v.proxy_id == proxy_id)
         for key in gone:
             del self.in_flight[key]
@@ -153,14 +165,18 @@ class Observer:
             self._publish_flights((), gone)
 
     def _publish_flights(self, upserts: tuple[InFlight, ...], removes: tuple[str, ...]) -> None:
-        frames = b"".join(
-            [
-                event_frame("inflight", {"operation": "upsert", "request": flight_json(f)})
-                for f in upserts
-            ]
-            + [event_frame("inflight", {"operation": "remove", "id": key}) for key in removes]
-        )
-        count = len(upserts) + len(removes)
+        # Published whoever watches (every proxy keeps the table, for a new client's snapshot and
+        # `/api/inflight`); framed only while some proxy has a client.
+        frames, count = b"", 0
+        if self.watchers:
+            frames = b"".join(
+                [
+                    event_frame("inflight", {"operation": "upsert", "request": flight_json(f)})
+                    for f in upserts
+                ]
+                + [event_frame("inflight", {"operation": "remove", "id": key}) for key in removes]
+            )
+            count = len(upserts) + len(removes)
         self.endpoint.publish_nowait(
             lambda seq: InFlightChanged(
                 instance=self.instance,
