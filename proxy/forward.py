@@ -23,7 +23,7 @@ from .account import Account
 from .address import UpstreamAddress
 from .errors import ProxyError
 from .relay import HOP_BY_HOP, relay
-from .upstream import Outgoing, Transport, UpstreamError
+from .upstream import Outgoing, Transport, UpstreamError, UpstreamRefused
 
 _FORWARDED = frozenset({b"x-forwarded-for", b"x-forwarded-host", b"x-forwarded-proto"})
 REQUEST_DROP = (
@@ -98,8 +98,14 @@ def outgoing(
     return out
 
 
+class Refused(ProxyError):
+    """The 502 of an upstream whose port refused the connection: no byte of the request was
+    sent, so it may be sent again where there is reason to think the model is back."""
+
+
 def unreachable(label: str, exc: UpstreamError) -> ProxyError:
-    return ProxyError(502, f"upstream {label} is not reachable: {exc}")
+    kind = Refused if isinstance(exc, UpstreamRefused) else ProxyError
+    return kind(502, f"upstream {label} is not reachable: {exc}")
 
 
 async def forward(

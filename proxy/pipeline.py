@@ -32,7 +32,8 @@ from .address import UpstreamAddress
 from .body import RequestModel, filter_json, read_model, replace_span
 from .context import CTX, ProxyContext
 from .errors import ProxyError
-from .forward import forward, outgoing
+from .events import HUB_KEY
+from .forward import Refused, forward, outgoing
 from .state import ModelRuntime
 from .stats import STATS
 from .sync_wait import routes_of
@@ -42,6 +43,9 @@ from .websocket import is_websocket, relay_websocket
 # event stream to catch up before asking again (the reply and the broadcast travel on different
 # sockets, so either may arrive first).
 _DRAIN_RECHECK_S = 0.02
+# How long a request refused by a model taken as ready waits to hear from the daemon that the
+# model stopped, before it is answered with the 502.
+_REFUSED_WAIT_S = 5.0
 
 
 def target(request: web.Request) -> tuple[str, str]:
@@ -135,25 +139,69 @@ async def _serve_local(
     try:
         # A ready model is admitted at once (no await); any other waits for the daemon.
         STATS.forwarded += 1
-        if rt.hot:
+        hot = rt.hot
+        if hot:
             STATS.served_without_ipc += 1
             admission.begin(rt)
             address = rt.address
         else:
             address = await _admit(ctx, acc, rt, progress)
+        admitted = True
         try:
             if progress is not None:
                 await progress.done()
             into = progress.response if progress is not None else None
-            return await _send(request, ctx, acc, rt, address, path_qs, body, plain, decision, into)
+            try:
+                return await _send(
+                    request, ctx, acc, rt, address, path_qs, body, plain, decision, into
+                )
+            except Refused:
+                # Taken as ready, and nothing listens on its port: its process is gone and the
+                # daemon's word of it has not reached this process yet. Nothing was sent: once
+                # that word comes, the request waits for the daemon as for a stopped model
+                # (which starts it again), and is sent once more.
+                if not hot:
+                    raise
+                STATS.refused_ready += 1
+                admission.end(rt)  # not in flight while it waits: it holds up no drain
+                admitted = False
+                if not await _heard_stopped(request, rt):
+                    raise
+            address = await _admit(ctx, acc, rt)
+            admitted = True
+            return await _send(request, ctx, acc, rt, address, path_qs, body, plain, decision)
         finally:
-            admission.end(rt)
+            if admitted:
+                admission.end(rt)
     except ProxyError as exc:
         if progress is None or progress.response is None:
             raise
         return await progress.failed(exc)  # the stream's 200 is sent: the error goes in it
     finally:
         admission.release(rt)
+
+
+async def _heard_stopped(request: web.Request, rt: ModelRuntime) -> bool:
+    """Whether the daemon's word that `rt` is no longer ready reaches this process within
+    `_REFUSED_WAIT_S` (it sees a model's exit at once, and through circus within a second)."""
+    if not rt.hot:
+        return True
+    heard = asyncio.Event()
+    listeners = request.app[HUB_KEY].state_listeners
+
+    def listener() -> None:
+        if not rt.hot:  # at the change itself: a restart may make it ready again soon after
+            heard.set()
+
+    listeners.add(listener)
+    try:
+        async with asyncio.timeout(_REFUSED_WAIT_S):
+            await heard.wait()
+        return True
+    except TimeoutError:
+        return False
+    finally:
+        listeners.discard(listener)
 
 
 async def _admit(

@@ -18,6 +18,9 @@ class Stats:
     forwarded: int = 0
     served_without_ipc: int = 0
     waited_for_start: int = 0
+    # Of those sent at once, how many found the model's port closed (its process gone before
+    # the daemon's word of it arrived) and were sent again once the daemon had it back.
+    refused_ready: int = 0
     # Served outside admission: ignored paths and ignored websockets of a ready model.
     outside_admission: int = 0
     # Forwarded to a peer.

@@ -25,7 +25,7 @@ from yarl import URL
 
 from ..ipc.routing_table import Timeouts
 from .address import UpstreamAddress
-from .upstream_client import UpstreamBroken, UpstreamError, UpstreamPool
+from .upstream_client import UpstreamBroken, UpstreamError, UpstreamPool, UpstreamRefused
 from .upstream_timeouts import HeadTimeout
 
 __all__ = [
@@ -36,6 +36,7 @@ __all__ = [
     "Transport",
     "UpstreamBroken",
     "UpstreamError",
+    "UpstreamRefused",
     "make_session",
 ]
 
@@ -172,6 +173,8 @@ class AiohttpTransport:
                     timeout=_client_timeout(limits, address.scheme == "https"),
                 )
         except aiohttp.ClientConnectorError as exc:
+            if isinstance(exc.os_error, ConnectionRefusedError):
+                raise UpstreamRefused(str(exc.os_error)) from exc
             raise UpstreamError(str(exc.os_error)) from exc
         except aiohttp.ClientError as exc:  # its connect timeouts too
             raise UpstreamError(f"failed before answering: {exc!r}") from exc

@@ -23,7 +23,7 @@ from typing import Any
 
 from ..ipc.routing_table import Timeouts
 from .upstream_conn import UpstreamConn
-from .upstream_response import UpstreamBroken, UpstreamError, UpstreamResponse
+from .upstream_response import UpstreamBroken, UpstreamError, UpstreamRefused, UpstreamResponse
 from .upstream_timeouts import HeadTimeout, expired, head_within, set_keepalive
 
 __all__ = ["UpstreamBroken", "UpstreamError", "UpstreamPool", "UpstreamResponse"]
@@ -88,6 +88,8 @@ class UpstreamPool:
                 _, conn = await loop.create_connection(
                     lambda: UpstreamConn(self, key), key[0], key[1]
                 )
+        except ConnectionRefusedError as exc:
+            raise UpstreamRefused(f"cannot connect to {key[0]}:{key[1]}: {exc}") from exc
         except (OSError, TimeoutError) as exc:
             reason = str(exc) or f"no connection within {limit:g}s"  # a TimeoutError says nothing
             raise UpstreamError(f"cannot connect to {key[0]}:{key[1]}: {reason}") from exc

@@ -17,6 +17,11 @@ class UpstreamError(Exception):
     """The upstream failed before sending a complete response head."""
 
 
+class UpstreamRefused(UpstreamError):
+    """Nothing listens on the upstream's port (the connection was refused): no byte of the
+    request was sent."""
+
+
 class UpstreamBroken(Exception):
     """The upstream broke off the response body."""
 

@@ -14,6 +14,7 @@ import asyncio
 import json
 import os
 import signal
+import socket
 import urllib.request
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -480,6 +481,40 @@ async def test_an_upstream_killed_mid_stream_ends_the_response(
     await conn.send(post_json(CHAT, {"model": "victim"}))  # same connection, fresh victim
     assert (await conn.response(30)).status == 200
     wait_for(lambda: in_flight(stack, "victim") == 0, 10, what="victim idle")
+
+
+def _refuses(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+    except ConnectionRefusedError:
+        return True
+    return False
+
+
+async def test_a_request_sent_before_the_proxy_hears_of_a_crash_waits_for_the_restart(
+    stack: Stack, conn: RawConnection
+) -> None:
+    """A model dies and the proxy, not told yet, sends it a request: the connection is refused
+    before a byte goes out, so the request waits for the daemon's word, then for the restart,
+    and is answered. The daemon is held (SIGSTOP) meanwhile, so the proxy cannot have heard."""
+    await _ready(stack, "victim")
+    old = stack.model("victim")
+    daemon = stack.status()["pid"]
+    before = counters(stack)
+    os.kill(daemon, signal.SIGSTOP)
+    try:
+        os.kill(old["pid"], signal.SIGKILL)
+        wait_for(lambda: _refuses(old["port"]), 10, what="the dead model's port closed")
+        await conn.send(post_json(CHAT, {"model": "victim"}))
+        # /running asks the daemon, which is held: each poll waits out its 1 s.
+        wait_for(lambda: since(stack, before).get("refused_ready") == 1, 15, what="refused")
+    finally:
+        os.kill(daemon, signal.SIGCONT)
+    resp = await conn.response(30)
+    assert resp.status == 200, resp.body
+    assert stack.model("victim")["pid"] not in (None, old["pid"])
+    grew = since(stack, before)
+    assert grew["refused_ready"] == 1 and grew["waited_for_start"] == 1, grew
 
 
 # ------------------------------------------------------------------------------------------------
