@@ -120,7 +120,9 @@ class UpstreamPool:
         retry = True
         head_wait = timeouts.response_header if timeouts is not None else 0.0
         while True:
-            conn = self._take(key) or await self._connect(key, timeouts)
+            # The retry takes a fresh connection: the other idle ones to this upstream are as old
+            # as the one that failed (a restarted upstream closed them all).
+            conn = (self._take(key) if retry else None) or await self._connect(key, timeouts)
             reused = conn.reused
             if timeouts is not None:
                 conn.idle_limit = timeouts.idle_conn

@@ -484,6 +484,7 @@ async def test_an_upstream_killed_mid_stream_ends_the_response(
 
 
 def _refuses(port: int) -> bool:
+    assert port > 0
     try:
         socket.create_connection(("127.0.0.1", port), timeout=1).close()
     except ConnectionRefusedError:
@@ -499,12 +500,13 @@ async def test_a_request_sent_before_the_proxy_hears_of_a_crash_waits_for_the_re
     and is answered. The daemon is held (SIGSTOP) meanwhile, so the proxy cannot have heard."""
     await _ready(stack, "victim")
     old = stack.model("victim")
+    port = int(old["upstream"].rsplit(":", 1)[1])  # its config's `proxy:` (no ${PORT} here)
     daemon = stack.status()["pid"]
     before = counters(stack)
     os.kill(daemon, signal.SIGSTOP)
     try:
         os.kill(old["pid"], signal.SIGKILL)
-        wait_for(lambda: _refuses(old["port"]), 10, what="the dead model's port closed")
+        wait_for(lambda: _refuses(port), 10, what="the dead model's port closed")
         await conn.send(post_json(CHAT, {"model": "victim"}))
         # /running asks the daemon, which is held: each poll waits out its 1 s.
         wait_for(lambda: since(stack, before).get("refused_ready") == 1, 15, what="refused")

@@ -18,7 +18,12 @@ from swapd.proxy.auth import check_api_key, presented_key
 from swapd.proxy.body import filter_json, multipart_field, replace_span
 from swapd.proxy.errors import ProxyError, error_body
 from swapd.proxy.state import Routes, per_process_limit
-from swapd.proxy.upstream_client import UpstreamBroken, UpstreamError, UpstreamPool
+from swapd.proxy.upstream_client import (
+    UpstreamBroken,
+    UpstreamError,
+    UpstreamPool,
+    UpstreamRefused,
+)
 
 # ------------------------------------------------------------------------------------------------
 # body
@@ -311,12 +316,35 @@ async def test_kept_alive_connection_closed_while_idle_is_retried_once() -> None
         assert len(accepted) == 2
 
 
+async def test_the_retry_after_a_dead_idle_connection_is_on_a_fresh_one() -> None:
+    """Two kept-alive connections that the upstream drops when the next request comes (a
+    restarted upstream: every old connection is dead): the retry must not take the other
+    idle one, which fails the same way."""
+    old = 2
+
+    async def respond(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nth = len(accepted)
+        await _read_head(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+        if nth <= old:
+            await _read_head(reader)  # the next request on it: dropped unanswered
+
+    async with _upstream(respond) as (pool, port, accepted):
+        first = await asyncio.gather(
+            *(pool.request("127.0.0.1", port, GET, None) for _ in range(old))
+        )
+        assert [await r.read() for r in first] == [b"ok"] * old  # both idle in the pool now
+        assert await (await pool.request("127.0.0.1", port, GET, None)).read() == b"ok"
+        assert len(accepted) == old + 1  # one idle connection tried, then a fresh one
+
+
 async def test_refused_connection_is_upstream_error() -> None:
     server = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
     server.close()
     await server.wait_closed()
-    with pytest.raises(UpstreamError, match="cannot connect"):
+    # Refused: nothing was sent (the pipeline may send it again once the model is back).
+    with pytest.raises(UpstreamRefused, match="cannot connect"):
         await UpstreamPool().request("127.0.0.1", port, GET, None)
 
 

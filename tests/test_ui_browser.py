@@ -300,6 +300,8 @@ def test_failed_start_remote_models_and_two_proxy_processes(
         page.click('article[data-model="broken"] button[data-action="load"]')
         card = page.wait_for_selector('article[data-model="broken"][data-state="failed"]')
         page.wait_for_selector('article[data-model="broken"] pre.tail')
+        # The card turns failed on the event; its reason comes with the status fetch after it.
+        page.wait_for_selector('article[data-model="broken"] [data-role="reason"]')
         reason = stack.model("broken")["reason"]
         assert reason and reason in (card.text_content() or "")
         tail = page.text_content('article[data-model="broken"] pre.tail') or ""
