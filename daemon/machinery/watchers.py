@@ -28,9 +28,7 @@ REMOVE_DEFER_MAX = 0.5
 class Watchers:
     def __init__(self, circus: CircusClient) -> None:
         self.circus = circus
-        # Set while circusd shuts everything down: it drops every watcher itself and refuses
-        # `rm` until it is done, so stops must not wait for it.
-        self.closing = False
+        self._closing = False
         # circus lifecycle commands go one at a time (its arbiter lock refuses overlapping ones).
         self._lock = asyncio.Lock()
         # Watchers of stopped models whose `rm` waits for the next spawn (or REMOVE_DEFER_MAX),
@@ -41,6 +39,22 @@ class Watchers:
         # Exit codes circus reported in `reap` events, for processes already reaped.
         self.reaped: dict[int, int] = {}
         self._reap_waiters: dict[int, asyncio.Future[int]] = {}
+
+    @property
+    def closing(self) -> bool:
+        """Set while circusd shuts everything down: it drops every watcher itself and refuses
+        `rm` until it is done (and it waits for this daemon first), so stops must not wait for
+        it. Setting it drops the `rm`s under way: one that began just before circusd started
+        shutting down (a model's exit cleaned up then) would be retried while the lock is busy,
+        holding the daemon's exit up for the whole of `call_locked`'s patience."""
+        return self._closing
+
+    @closing.setter
+    def closing(self, value: bool) -> None:
+        self._closing = value
+        if value:
+            for task in list(self._removals.values()):
+                task.cancel()
 
     async def close(self) -> None:
         if self._defer_timer is not None:
@@ -91,7 +105,14 @@ class Watchers:
         """`rm` the model's watcher (joining an `rm` of it already under way)."""
         if self.closing:
             return
-        await asyncio.shield(self._removal(model_id))
+        task = self._removal(model_id)
+        try:
+            await asyncio.shield(task)
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if not task.cancelled() or (current is not None and current.cancelling()):
+                raise  # the caller itself is being cancelled
+            # Dropped by `closing`: circusd removes the watcher itself.
 
     def defer(self, model_id: str) -> None:
         """`rm` the watcher of a stopped model after the next spawn: a swap's start then does not
