@@ -61,29 +61,35 @@ def stack(stack_factory: Callable[..., Stack]) -> Stack:
 
 
 def test_requests_counted_once_across_two_proxy_processes(stack: Stack) -> None:
-    pids = {chat(stack, "a") for _ in range(30)}
-    assert len(pids) == 2, "both proxy processes served requests"
+    # Both processes accept from one listening socket, and which one the kernel wakes is not
+    # random: on a busy machine one of them can take 30 connections in a row. So requests go on
+    # until both have served (at least 30, at most 300).
+    pids: list[int] = []
+    while len(pids) < 30 or len(set(pids)) < 2:
+        assert len(pids) < 300, f"only {set(pids)} served 300 requests"
+        pids.append(chat(stack, "a"))
+    n = len(pids)
     ok = {"model": "a", "route": "model", "status": "200"}
 
     def counted() -> Samples | None:
         samples, _ = scrape(stack)
-        return samples if value(samples, "swapd_requests_total", **ok) >= 30 else None
+        return samples if value(samples, "swapd_requests_total", **ok) >= n else None
 
-    samples = wait_for(counted, 10, what="30 requests counted")
-    # Every scrape (either process answers) says the same: 30, not 60.
+    samples = wait_for(counted, 10, what=f"{n} requests counted")
+    # Every scrape (either process answers) says the same: n, not 2n.
     for _ in range(6):
         again, content_type = scrape(stack)
         assert content_type.startswith("text/plain; version=0.0.4")
-        assert value(again, "swapd_requests_total", **ok) == 30
-    assert value(samples, "swapd_request_duration_seconds_count", model="a", route="model") == 30
-    assert value(samples, "swapd_request_ttfb_seconds_count", model="a", route="model") == 30
+        assert value(again, "swapd_requests_total", **ok) == n
+    assert value(samples, "swapd_request_duration_seconds_count", model="a", route="model") == n
+    assert value(samples, "swapd_request_ttfb_seconds_count", model="a", route="model") == n
     # The first request waited for the start.
     assert value(samples, "swapd_request_wait_seconds_count", model="a") >= 1
     # The test upstream reports 1 prompt and 3 generated tokens, at 100 and 50 tokens/s.
-    assert value(samples, "swapd_tokens_total", model="a", kind="prompt") == 30
-    assert value(samples, "swapd_tokens_total", model="a", kind="generated") == 90
-    assert value(samples, "swapd_generation_tokens_per_second_count", model="a") == 30
-    assert value(samples, "swapd_generation_tokens_per_second_bucket", model="a", le="50.0") == 30
+    assert value(samples, "swapd_tokens_total", model="a", kind="prompt") == n
+    assert value(samples, "swapd_tokens_total", model="a", kind="generated") == 3 * n
+    assert value(samples, "swapd_generation_tokens_per_second_count", model="a") == n
+    assert value(samples, "swapd_generation_tokens_per_second_bucket", model="a", le="50.0") == n
     assert value(samples, "swapd_model_starts_total", model="a", result="ok") == 1
     for phase in ("start", "health"):
         assert value(samples, "swapd_swap_phase_seconds_count", model="a", phase=phase) == 1
