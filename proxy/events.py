@@ -30,10 +30,10 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from typing import Any, cast
 
-import msgspec
 from aiohttp import web
 
 from ..ipc.activity import InFlight, flight_json
+from ..ipc.event_frames import frame
 from ..ipc.messages import (
     ActivityAdded,
     CancelRequested,
@@ -52,11 +52,6 @@ from .sync_wait import routes_of
 
 # llama-swap's send buffer; the environment variable (for tests) sets another.
 QUEUE_FRAMES = int(os.environ.get("SWAPD_EVENTS_QUEUE", "") or 1024)
-_encode = msgspec.json.Encoder().encode
-
-
-def frame(kind: str, data: Any) -> bytes:
-    return b"event:message\ndata:%s\n\n" % _encode({"type": kind, "data": _encode(data).decode()})
 
 
 class Subscriber:

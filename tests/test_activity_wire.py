@@ -16,10 +16,10 @@ from multidict import istr
 
 from swapd.daemon.observe.captures import REDACTED, capture_of
 from swapd.daemon.observe.intake import record_of
-from swapd.daemon.observe.service import event_frame
 from swapd.daemon.observe.tokens import from_stream_tail
 from swapd.ipc import codec
 from swapd.ipc.activity import Finished, InFlight, RawCapture, Tokens, flight_json
+from swapd.ipc.event_frames import frame
 from swapd.ipc.messages import ActivityReport
 from swapd.proxy import events
 from swapd.proxy.account import Tail
@@ -160,13 +160,17 @@ def test_header_bytes_that_are_not_utf8_read_as_replacement() -> None:
     assert json.loads(msgspec.json.encode(kept))["req_headers"]["X-Odd"] == "caf\ufffd"
 
 
-def test_the_daemon_frames_events_as_a_proxy_would() -> None:
+def test_event_frames_are_the_envelope_encoded() -> None:
+    """The daemon's in-flight frames and a proxy's own (one `frame` for both) are what encoding
+    llama-swap's whole envelope gives."""
     flight = InFlight(id="p-3", timestamp=1.5, model="m\u00e9", req_path='/a"b', method="POST")
     for kind, data in (
         ("inflight", {"operation": "upsert", "request": flight_json(flight)}),
         ("inflight", {"operation": "remove", "id": "p-3"}),
+        ("logData", {"source": "proxy", "data": 'line "one"\n\tline two \u2028'}),
     ):
-        assert event_frame(kind, data) == events.frame(kind, data)
+        envelope = msgspec.json.encode({"type": kind, "data": msgspec.json.encode(data).decode()})
+        assert frame(kind, data) == b"event:message\ndata:%s\n\n" % envelope
 
 
 def test_a_tail_of_another_kind_is_not_sent() -> None:

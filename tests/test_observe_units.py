@@ -16,8 +16,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from swapd.daemon.observe.captures import Capture, CaptureCache
 from swapd.daemon.observe.request_figures import SECONDS, SPEEDS, RequestFigures
-from swapd.daemon.observe.service import activity_frame
 from swapd.ipc.activity import ActivityRecord, Tokens
+from swapd.ipc.event_frames import json_frame
 from swapd.proxy.account import TAIL_BYTES, TEE, Tail
 
 
@@ -44,7 +44,7 @@ def test_activity_frame_is_the_envelope_encoded(error: str, model: str) -> None:
     slow = b"event:message\ndata:%s\n\n" % msgspec.json.encode(
         {"type": "activity", "data": msgspec.json.encode(record).decode()}
     )
-    assert activity_frame(data) == slow
+    assert json_frame("activity", data) == slow
     envelope = json.loads(slow[len(b"event:message\ndata:") :])
     assert json.loads(envelope["data"])["error_msg"] == error
 

@@ -13,6 +13,7 @@ from typing import Any, Protocol
 import msgspec
 
 from ...ipc.activity import ActivityRecord, InFlight, flight_json
+from ...ipc.event_frames import frame, json_frame
 from ...ipc.messages import (
     ActivityAdded,
     ActivityReport,
@@ -40,20 +41,6 @@ from .metrics import CONTENT_TYPE, Metrics
 log = logging.getLogger("swapd.daemon")
 
 _encode = msgspec.json.Encoder().encode
-
-
-def event_frame(kind: str, data: Any) -> bytes:
-    """An `/api/events` frame (proxy/events.py): the payload's JSON as the envelope's string."""
-    return b'event:message\ndata:{"type":"%s","data":%s}\n\n' % (
-        kind.encode(),
-        _encode(_encode(data).decode()),
-    )
-
-
-def activity_frame(record: bytes) -> bytes:
-    """The `/api/events` frame of a record's JSON: the JSON as the envelope's string, which is
-    what encoding the whole envelope gives, without building it."""
-    return b'event:message\ndata:{"type":"activity","data":%s}\n\n' % _encode(record.decode())
 
 
 def record_json(record: ActivityRecord, has_capture: bool = False) -> dict[str, Any]:
@@ -149,7 +136,7 @@ class Observer:
     def _publish(self, records: list[ActivityRecord]) -> None:
         if not self.watchers:
             return  # ActivityAdded is for subscribers only: no proxy has one
-        frames = b"".join([activity_frame(_encode(r)) for r in records])
+        frames = b"".join([json_frame("activity", _encode(r)) for r in records])
         count = len(records)
         self.endpoint.publish_nowait(
             lambda seq: ActivityAdded(instance=self.instance, seq=seq, frames=frames, count=count)
@@ -171,10 +158,10 @@ class Observer:
         if self.watchers:
             frames = b"".join(
                 [
-                    event_frame("inflight", {"operation": "upsert", "request": flight_json(f)})
+                    frame("inflight", {"operation": "upsert", "request": flight_json(f)})
                     for f in upserts
                 ]
-                + [event_frame("inflight", {"operation": "remove", "id": key}) for key in removes]
+                + [frame("inflight", {"operation": "remove", "id": key}) for key in removes]
             )
             count = len(upserts) + len(removes)
         self.endpoint.publish_nowait(
