@@ -214,9 +214,7 @@ class EventHub:
             self._broadcast(frame("modelStatus", self.model_status()))
         elif isinstance(event, SwapRecorded):
             self._broadcast(frame("swap", event.record))
-        elif isinstance(event, ActivityAdded):
-            self._broadcast(event.frames, event.count)  # framed by the daemon, once for all
-        elif isinstance(event, InFlightChanged) and event.count:
+        elif isinstance(event, ActivityAdded | InFlightChanged) and event.count:
             self._broadcast(event.frames, event.count)  # framed by the daemon, once for all
 
 
