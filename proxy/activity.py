@@ -20,7 +20,7 @@ from collections.abc import Callable
 
 from aiohttp import web
 
-from ..ipc.activity import Finished, InFlight
+from ..ipc.activity import Finished, InFlight, RawCapture
 from ..ipc.messages import ActivityReport
 from .account import TEE, Account, Tail
 from .captures import capture_of
@@ -121,7 +121,7 @@ class Recorder:
         if acc.keep:
             capture = capture_of(request, response, acc, path)
             if capture is not None:
-                self._capture_bytes += len(capture.req_body or b"") + len(capture.resp_body or b"")
+                self._capture_bytes += _bodies(capture)
                 if self._capture_bytes > acc.keep:
                     self._evict_captures(acc.keep)
             if tail is not None:
@@ -159,7 +159,7 @@ class Recorder:
                 return
             capture = item.capture
             if capture is not None:
-                self._capture_bytes -= len(capture.req_body or b"") + len(capture.resp_body or b"")
+                self._capture_bytes -= _bodies(capture)
                 item.capture = None
 
     def flush(self) -> None:
@@ -211,6 +211,12 @@ def path_of(request: web.BaseRequest) -> str:
     if "?" in target or "#" in target:
         return target.partition("?")[0].partition("#")[0]
     return target
+
+
+def _bodies(capture: RawCapture) -> int:
+    """What a waiting capture counts against `captureBuffer` here (its headers the daemon
+    counts when it keeps it)."""
+    return len(capture.req_body or b"") + len(capture.resp_body or b"")
 
 
 def _counts_in(body: bytes) -> bool:
