@@ -26,7 +26,7 @@ from .upstream_conn import UpstreamConn
 from .upstream_response import UpstreamBroken, UpstreamError, UpstreamRefused, UpstreamResponse
 from .upstream_timeouts import HeadTimeout, expired, head_within, set_keepalive
 
-__all__ = ["UpstreamBroken", "UpstreamError", "UpstreamPool", "UpstreamResponse"]
+__all__ = ["UpstreamBroken", "UpstreamError", "UpstreamPool", "UpstreamRefused", "UpstreamResponse"]
 
 _IDLE_PER_HOST = 256
 
