@@ -1,11 +1,12 @@
 """The CPU one request's observability costs, stage by stage, in one process (issue 12): the
 proxy's recorder (`begin`/`end`/`note` on the request's way, `take` and the report's encoding
 every batch), the daemon's observer (decoding the report, building the records with their token
-counts, redacting and keeping the captures, numbering, the Prometheus figures, rendering and
-encoding the `ActivityAdded` event) and a proxy's events hub passing the frames on to one
-`/api/events` subscriber. Three columns: captures off, and on (`captureBuffer` 5 MB, llama-swap's
-default, a chat client's request head with an API key), both with one subscriber; and captures
-off with no `/api/events` client anywhere (the daemon renders no frames then).
+counts, redacting and keeping the captures, numbering, the Prometheus figures, encoding the
+`ActivityAdded` event of the batch's ids) and a proxy's events hub rendering the `activity` and
+passing the in-flight frames on to one `/api/events` subscriber. Three columns: captures off,
+and on (`captureBuffer` 5 MB, llama-swap's default, a chat client's request head with an API
+key), both with one subscriber; and captures off with no `/api/events` client anywhere (the
+daemon announces nothing then).
 
 `observability_cost.py` measures the same against the whole pipeline with real processes, but
 on a shared 2-core machine its figures move by tens of percent from run to run; this one runs

@@ -272,14 +272,14 @@ class Draining(_Msg, frozen=True):
 
 
 class ActivityAdded(_Msg, frozen=True):
-    """Records the daemon stored (from any proxy), with their ids: every proxy's `/api/events`
-    subscribers get an `activity` event for each. `frames` is the `count` records' SSE frames,
-    rendered once by the daemon: a proxy with subscribers passes the bytes on as they are, one
-    with none does nothing with them."""
+    """Records the daemon stored (from any proxy): ids `first` to `first + count - 1`. Every
+    proxy's `/api/events` subscribers get llama-swap's `activity` event, `{"id"}`, for each (the
+    proxy renders them, `event_frames.activity_frames`); the records themselves are read from the
+    activity API, as llama-swap's UI reads them."""
 
     instance: str
     seq: int
-    frames: bytes
+    first: int
     count: int
 
 

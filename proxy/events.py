@@ -2,23 +2,22 @@
 
 Each frame is `event:message\\ndata:{"type": T, "data": "<JSON text>"}\\n\\n`, T one of
 `modelStatus` (every model's state, on any change), `logData` (`{"source": "proxy"|"upstream",
-"data"}`), `activity` (a new activity record: llama-swap's `{id}` plus the record's fields),
-`inflight` (`{"operation": "snapshot", "requests"}`, then `upsert` with `request` or `remove` with
-`id`), `swap` (swapd's own: a swap record as `GET /api/swaps` lists them, once its episode
-ended), `uiConfig` (fixed: swapd has no UI settings) and `profileChanged` (`{"active"}`: again
-whenever the daemon's table comes with another active profile, before its `modelStatus`, as
-llama-swap sends them). A new subscriber
-first gets the log histories, `modelStatus`, `uiConfig`, `profileChanged` and the in-flight
-snapshot.
+"data"}`), `activity` (llama-swap's `{"id"}` of a new activity record, whose fields the activity
+API gives), `inflight` (`{"operation": "snapshot", "requests"}`, then `upsert` with `request` or
+`remove` with `id`), `swap` (swapd's own: a swap record as `GET /api/swaps` lists them, once its
+episode ended), `uiConfig` (fixed: swapd has no UI settings) and `profileChanged` (`{"active"}`:
+again whenever the daemon's table comes with another active profile, before its `modelStatus`,
+as llama-swap sends them). A new subscriber first gets the log histories, `modelStatus`,
+`uiConfig`, `profileChanged` and the in-flight snapshot.
 
 Activity and in-flight events come from the daemon (`ActivityAdded`, `InFlightChanged`), so they
 cover every proxy process; `logData` with source `proxy` is this process's own log.
 
-Every event is encoded once (`activity` and `inflight` ones by the daemon, a batch in one piece),
-and offered to each subscriber's bounded queue (`QUEUE_FRAMES` events); a subscriber whose queue
-has no room for them loses the events, and before its next frame gets an
-`eventsDropped` event `{"count": N}` saying how many it lost. A publisher never waits for a
-subscriber, so a slow one never slows a request.
+Every event is encoded once (`inflight` ones by the daemon; a batch of `activity` ids, in one
+piece, by each proxy that has subscribers), and offered to each subscriber's bounded queue
+(`QUEUE_FRAMES` events); a subscriber whose queue has no room for them loses the events, and
+before its next frame gets an `eventsDropped` event `{"count": N}` saying how many it lost. A
+publisher never waits for a subscriber, so a slow one never slows a request.
 """
 
 from __future__ import annotations
@@ -33,7 +32,7 @@ from typing import Any, cast
 from aiohttp import web
 
 from ..ipc.activity import InFlight, flight_json
-from ..ipc.event_frames import frame
+from ..ipc.event_frames import activity_frames, frame
 from ..ipc.messages import (
     ActivityAdded,
     CancelRequested,
@@ -214,7 +213,9 @@ class EventHub:
             self._broadcast(frame("modelStatus", self.model_status()))
         elif isinstance(event, SwapRecorded):
             self._broadcast(frame("swap", event.record))
-        elif isinstance(event, ActivityAdded | InFlightChanged) and event.count:
+        elif isinstance(event, ActivityAdded) and event.count:
+            self._broadcast(activity_frames(event.first, event.count), event.count)
+        elif isinstance(event, InFlightChanged) and event.count:
             self._broadcast(event.frames, event.count)  # framed by the daemon, once for all
 
 

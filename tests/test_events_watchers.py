@@ -1,8 +1,8 @@
-"""The daemon renders `/api/events` activity and in-flight frames only while some proxy has an
-events client: each proxy's events hub counts its clients and says so in a Hello the moment that
-count goes from none to some or back (and in every heartbeat). Here the daemon's observer and a
-proxy's hub in-process; tests/test_events.py's `test_activity_events_follow_the_clients` runs
-the same against the real stack."""
+"""The daemon announces new activity records (`ActivityAdded`) and renders in-flight frames for
+`/api/events` only while some proxy has an events client: each proxy's events hub counts its
+clients and says so in a Hello the moment that count goes from none to some or back (and in every
+heartbeat). Here the daemon's observer and a proxy's hub in-process; tests/test_events.py's
+`test_activity_events_follow_the_clients` runs the same against the real stack."""
 
 from __future__ import annotations
 
@@ -12,8 +12,9 @@ from swapd.daemon.config import Config
 from swapd.daemon.observe.service import Observer
 from swapd.ipc import codec
 from swapd.ipc.activity import Finished, InFlight
+from swapd.ipc.event_frames import frame
 from swapd.ipc.messages import ActivityAdded, ActivityReport, Event, InFlightChanged, Reply
-from swapd.proxy.events import EventHub
+from swapd.proxy.events import EventHub, Subscriber
 from swapd.proxy.state import ProxyState
 
 
@@ -46,7 +47,7 @@ async def _no_gpus() -> tuple[()]:
     return ()
 
 
-def test_activity_frames_only_while_some_proxy_watches() -> None:
+def test_activity_and_inflight_events_only_while_some_proxy_watches() -> None:
     endpoint = _Endpoint()
     observer = Observer(Config(), "i", endpoint, lambda: (), _no_gpus)
 
@@ -63,12 +64,12 @@ def test_activity_frames_only_while_some_proxy_watches() -> None:
     )
 
     endpoint.events.clear()
-    observer.watching("p-2", 1)  # another proxy's client: the frames are for every proxy
+    observer.watching("p-2", 1)  # another proxy's client: the events are for every proxy
     observer.report(_report(2, started=(_flight(2),)))
     kinds = {type(e): e for e in endpoint.events}
     added = kinds[ActivityAdded]
-    assert isinstance(added, ActivityAdded) and added.count == 2
-    assert added.frames.count(b"event:message\ndata:") == 2 and b'"id\\":5' in added.frames
+    # The batch's ids: the first report's three records were 1 to 3.
+    assert isinstance(added, ActivityAdded) and (added.first, added.count) == (4, 2)
     flight = kinds[InFlightChanged]
     assert isinstance(flight, InFlightChanged) and flight.count == 1
     assert b"upsert" in flight.frames
@@ -98,3 +99,13 @@ async def test_the_hub_tells_when_its_clients_go_from_none_to_some_and_back() ->
     except ConnectionResetError:
         pass
     assert told == [1, 0, 1, 0]
+
+
+async def test_the_hub_gives_each_subscriber_an_activity_event_per_announced_id() -> None:
+    hub = EventHub(ProxyState(1))
+    hub.event(ActivityAdded(instance="i", seq=1, first=7, count=3))  # nobody to give it to
+    sub = Subscriber()
+    hub.subscribers.add(sub)
+    hub.event(ActivityAdded(instance="i", seq=2, first=40, count=3))
+    assert sub.queued == 3 and hub.offered == 3
+    assert b"".join(sub.take()) == b"".join(frame("activity", {"id": n}) for n in (40, 41, 42))

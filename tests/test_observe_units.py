@@ -1,7 +1,8 @@
 """Units of the observability code's fast paths, each checked against the plain way it
-replaces: the activity event frame (escaping the record's JSON instead of encoding an envelope),
-the request figures' exposition (plain counts behind a custom collector instead of
-prometheus-client's `Histogram`), the capture cache's bounds, and the capture tee (`Tail`)."""
+replaces: the event frames (escaping a payload's JSON, or filling a template with an activity
+id, instead of encoding an envelope), the request figures' exposition (plain counts behind a
+custom collector instead of prometheus-client's `Histogram`), the capture cache's bounds, and
+the capture tee (`Tail`)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from swapd.daemon.observe.captures import Capture, CaptureCache
 from swapd.daemon.observe.request_figures import SECONDS, SPEEDS, RequestFigures
 from swapd.ipc.activity import ActivityRecord, Tokens
-from swapd.ipc.event_frames import json_frame
+from swapd.ipc.event_frames import activity_frames, frame, json_frame
 from swapd.proxy.account import TAIL_BYTES, TEE, Tail
 
 
@@ -47,6 +48,15 @@ def test_activity_frame_is_the_envelope_encoded(error: str, model: str) -> None:
     assert json_frame("activity", data) == slow
     envelope = json.loads(slow[len(b"event:message\ndata:") :])
     assert json.loads(envelope["data"])["error_msg"] == error
+
+
+@given(st.integers(1, 2**62), st.integers(0, 50))
+def test_activity_frames_are_the_id_events_encoded(first: int, count: int) -> None:
+    expected = b"".join(frame("activity", {"id": n}) for n in range(first, first + count))
+    assert activity_frames(first, count) == expected
+    for raw in expected.split(b"\n\n")[:-1]:
+        envelope = json.loads(raw[len(b"event:message\ndata:") :])
+        assert envelope["type"] == "activity" and set(json.loads(envelope["data"])) == {"id"}
 
 
 def _samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:

@@ -156,6 +156,34 @@ def test_the_capture_viewer_shows_both_bodies_decoded(
         assert page.errors == []
 
 
+def test_the_request_log_reads_new_records_a_batch_at_a_time(chromium: Path, stack: Stack) -> None:
+    """An `activity` event is llama-swap's `{id}`: the page reads the new records from the
+    activity API (`min_id`), at most every 250 ms however many events come, and shows each."""
+    prior = _newest(stack)
+    _chat(stack, "a", "one before")
+    wait_for(lambda: _newest(stack) != prior, 10, what="a record before the page opens")
+    before = _newest(stack)
+    assert before is not None
+    with ui_page(chromium, stack.url + "/ui/#activity") as page:
+        page.wait_for_selector(f'#activity tr[data-activity="{before["id"]}"]')  # the first read
+        reads: list[str] = []
+        page.on("request", lambda r: "/api/metrics/activity" in r.url and reads.append(r.url))
+        first, last = before["id"] + 1, before["id"] + 20
+        for _ in range(20):
+            _chat(stack, "a", "one of many")
+        stored = lambda: (_newest(stack) or {"id": 0})["id"] == last  # noqa: E731
+        wait_for(stored, 10, what="the 20 records stored")
+        shown = lambda: page.locator(f'#activity tr[data-activity="{last}"]').count()  # noqa: E731
+        wait_for(lambda: shown() == 1, 15, what="the newest record's row")
+        for n in range(first, last + 1):
+            assert page.locator(f'#activity tr[data-activity="{n}"]').count() == 1, n
+        # 20 events, fewer reads, each of the records after those shown.
+        assert 1 <= len(reads) < 20, reads
+        assert f"min_id={first}" in reads[0], reads
+        assert all("min_id=" in url for url in reads), reads
+        assert page.errors == []
+
+
 def _logs(stack: Stack) -> str:
     return call(stack.url + "/logs")[2].decode()
 

@@ -1,5 +1,5 @@
 """The daemon's observability service: it takes the proxies' `ActivityReport`s, numbers and keeps
-the records, tells every proxy about them (`ActivityAdded`, for `/api/events`), feeds them to the
+the records, tells every proxy their ids (`ActivityAdded`, for `/api/events`), feeds them to the
 Prometheus figures, and answers the activity API and `/metrics` for whichever proxy asks."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any, Protocol
 import msgspec
 
 from ...ipc.activity import ActivityRecord, InFlight, flight_json
-from ...ipc.event_frames import frame, json_frame
+from ...ipc.event_frames import frame
 from ...ipc.messages import (
     ActivityAdded,
     ActivityReport,
@@ -134,12 +134,11 @@ class Observer:
         )
 
     def _publish(self, records: list[ActivityRecord]) -> None:
-        if not self.watchers:
+        if not self.watchers or not records:
             return  # ActivityAdded is for subscribers only: no proxy has one
-        frames = b"".join([json_frame("activity", _encode(r)) for r in records])
-        count = len(records)
+        first, count = records[0].id, len(records)  # the store numbers a batch in a row
         self.endpoint.publish_nowait(
-            lambda seq: ActivityAdded(instance=self.instance, seq=seq, frames=frames, count=count)
+            lambda seq: ActivityAdded(instance=self.instance, seq=seq, first=first, count=count)
         )
 
     def forget(self, proxy_id: str) -> None:

@@ -1,6 +1,8 @@
 // The Activity page: requests under way (the `inflight` events, every proxy process's) with a
-// cancel button, and the request log (`GET /api/metrics/activity` once, then `activity` events),
-// with token counts and speeds; a capture viewer for records that have one.
+// cancel button, and the request log, with token counts and speeds; a capture viewer for records
+// that have one. The log is read from `GET /api/metrics/activity`: once when the event stream
+// (re)connects, then the records newer than those shown whenever `activity` events (llama-swap's
+// `{id}`) announce some, at most once every REFRESH_MS, as llama-swap's page does.
 
 import { encode, getJSON, send } from "./api.js";
 import { clock, el, epoch, labelled, ms, seconds, toast } from "./dom.js";
@@ -8,7 +10,12 @@ import * as events from "./events.js";
 import { store, subscribe } from "./store.js";
 
 const MAX_ROWS = 300;
+const REFRESH_MS = 250;
 const records = new Map();
+let newest = 0; // the newest record read
+let announced = 0; // the newest an `activity` event named
+let timer = null;
+let reading = false;
 
 function tokens(t) {
   if (!t) return "–";
@@ -90,15 +97,48 @@ function row(r, fresh) {
   );
 }
 
-function renderActivity(freshId) {
+function renderActivity(fresh) {
   const body = document.querySelector("#activity tbody");
   const sorted = [...records.values()].sort((a, b) => b.id - a.id).slice(0, MAX_ROWS);
   if (sorted.length === 0) {
     body.replaceChildren(el("tr", { class: "empty" }, el("td", { colspan: "10", text: "no requests yet" })));
     return;
   }
-  body.replaceChildren(...sorted.map((r) => row(r, r.id === freshId)));
+  body.replaceChildren(...sorted.map((r) => row(r, fresh.has(r.id))));
   labelled(document.getElementById("activity"));
+}
+
+// The newest MAX_ROWS records, read `after` the newest shown (0: from scratch).
+async function read(after) {
+  const since = after > 0 ? `&min_id=${after + 1}` : "";
+  const page = await getJSON(`/api/metrics/activity?limit=${MAX_ROWS}${since}`);
+  if (after === 0) records.clear();
+  const fresh = new Set();
+  for (const r of page.data || []) {
+    records.set(r.id, r);
+    if (after > 0) fresh.add(r.id);
+    if (r.id > newest) newest = r.id;
+  }
+  for (const id of [...records.keys()].sort((a, b) => b - a).slice(MAX_ROWS)) records.delete(id);
+  renderActivity(fresh);
+}
+
+async function refresh() {
+  timer = null;
+  reading = true;
+  try {
+    await read(newest);
+  } catch (err) {
+    console.warn("activity", err);
+    announced = newest; // the next event tries again
+  } finally {
+    reading = false;
+  }
+  if (announced > newest) later();
+}
+
+function later() {
+  if (timer === null && !reading) timer = setTimeout(refresh, REFRESH_MS);
 }
 
 async function cancel(button, id) {
@@ -136,23 +176,22 @@ function renderInflight() {
 }
 
 async function load() {
+  newest = 0;
   try {
-    const page = await getJSON("/api/metrics/activity?limit=200");
-    records.clear();
-    for (const r of page.data || []) records.set(r.id, r);
+    await read(0);
   } catch (err) {
     console.warn("activity", err);
+    renderActivity(new Set());
   }
-  renderActivity(null);
 }
 
 export function init() {
-  events.on("activity", (r) => {
-    records.set(r.id, r);
-    renderActivity(r.id);
+  events.on("activity", (a) => {
+    if (a && a.id > announced) announced = a.id;
+    if (announced > newest) later();
   });
   events.on("open", load);
   subscribe(renderInflight);
-  renderActivity(null);
+  renderActivity(new Set());
   renderInflight();
 }

@@ -48,7 +48,7 @@ export function clock(epochSeconds) {
   return d.toDateString() === today.toDateString() ? time : `${d.toLocaleDateString()} ${time}`;
 }
 
-// An activity record's timestamp: epoch seconds (events) or RFC 3339 (the activity API).
+// A timestamp: epoch seconds (in-flight events) or RFC 3339 (activity records, from the API).
 export function epoch(ts) {
   return typeof ts === "number" ? ts : Date.parse(ts) / 1000;
 }
