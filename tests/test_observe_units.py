@@ -10,13 +10,15 @@ import base64
 import json
 
 import msgspec
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from swapd.daemon.observe import request_figures
 from swapd.daemon.observe.captures import Capture, CaptureCache
-from swapd.daemon.observe.request_figures import SECONDS, SPEEDS, RequestFigures
+from swapd.daemon.observe.request_figures import FOLD, SECONDS, SPEEDS, RequestFigures
 from swapd.ipc.activity import ActivityRecord, Tokens
 from swapd.ipc.event_frames import activity_frames, frame, json_frame
 from swapd.proxy.account import TAIL_BYTES, TEE, Tail
@@ -31,7 +33,7 @@ def _record(i: int, error: str = "", model: str = "m", **kw: object) -> Activity
         method="POST",
         req_path="/v1/chat/completions",
         resp_status_code=200 if not error else 500,
-        duration_ms=3.25 * i,
+        duration_ms=kw.pop("duration_ms", 3.25 * i),  # type: ignore[arg-type]
         error_msg=error,
         **kw,  # type: ignore[arg-type]
     )
@@ -68,7 +70,13 @@ def _samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     return out
 
 
-def test_request_figures_expose_what_prometheus_histograms_would() -> None:
+@pytest.mark.parametrize("fold", [FOLD, 7])
+def test_request_figures_expose_what_prometheus_histograms_would(
+    fold: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # With a small FOLD the histograms sort their values into buckets between scrapes as well
+    # as at them; values on a bucket's bound (5 ms, 100 tokens/s) belong to it (`le`).
+    monkeypatch.setattr(request_figures, "FOLD", fold)
     records = [
         _record(
             i,
@@ -79,10 +87,12 @@ def test_request_figures_expose_what_prometheus_histograms_would() -> None:
                           prompt_per_second=float(i * 13), tokens_per_second=float(i)),
         )
         for i in range(1, 400)
+    ] + [
+        _record(400 + i, duration_ms=ms, ttfb_ms=ms, wait_ms=ms,
+                tokens=Tokens(prompt_per_second=speed, tokens_per_second=speed))
+        for i, (ms, speed) in enumerate([(5.0, 100.0), (10.0, 1.0), (300_000.0, 10000.0)] * 3)
     ]  # fmt: skip
     figures = RequestFigures()
-    figures.add(records[:100])
-    figures.add(records[100:])
     ours = CollectorRegistry()
     ours.register(figures)
 
@@ -98,23 +108,53 @@ def test_request_figures_expose_what_prometheus_histograms_would() -> None:
                        registry=theirs)  # fmt: skip
     gen = Histogram("swapd_generation_tokens_per_second", "", ["model"], buckets=SPEEDS,
                     registry=theirs)  # fmt: skip
-    for r in records:
-        requests.labels(r.model, r.route, str(r.resp_status_code)).inc()
-        duration.labels(r.model, r.route).observe(r.duration_ms / 1000)
-        ttfb.labels(r.model, r.route)
-        wait.labels(r.model)
-        if r.ttfb_ms >= 0:
-            ttfb.labels(r.model, r.route).observe(r.ttfb_ms / 1000)
-        if r.wait_ms > 0:
-            wait.labels(r.model).observe(r.wait_ms / 1000)
-        for kind, n in (("prompt", r.tokens.input_tokens), ("generated", r.tokens.output_tokens),
-                        ("cached", r.tokens.cache_tokens)):  # fmt: skip
-            tokens.labels(r.model, kind).inc(n)
-        prompt.labels(r.model).observe(r.tokens.prompt_per_second)
-        gen.labels(r.model).observe(r.tokens.tokens_per_second)
-    mine = _samples(generate_latest(ours).decode())
-    assert mine == _samples(generate_latest(theirs).decode())
+
+    def count(batch: list[ActivityRecord]) -> None:
+        figures.add(batch)
+        for r in batch:
+            requests.labels(r.model, r.route, str(r.resp_status_code)).inc()
+            duration.labels(r.model, r.route).observe(r.duration_ms / 1000)
+            ttfb.labels(r.model, r.route)
+            wait.labels(r.model)
+            if r.ttfb_ms >= 0:
+                ttfb.labels(r.model, r.route).observe(r.ttfb_ms / 1000)
+            if r.wait_ms > 0:
+                wait.labels(r.model).observe(r.wait_ms / 1000)
+            t = r.tokens
+            for kind, n in (("prompt", t.input_tokens), ("generated", t.output_tokens),
+                            ("cached", t.cache_tokens)):  # fmt: skip
+                if n > 0:
+                    tokens.labels(r.model, kind).inc(n)
+                else:
+                    tokens.labels(r.model, kind)
+            if r.tokens.prompt_per_second > 0:
+                prompt.labels(r.model).observe(r.tokens.prompt_per_second)
+            if r.tokens.tokens_per_second > 0:
+                gen.labels(r.model).observe(r.tokens.tokens_per_second)
+
+    def same() -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+        mine, want = (
+            _samples(generate_latest(ours).decode()),
+            _samples(generate_latest(theirs).decode()),
+        )
+        assert mine.keys() == want.keys()
+        # Counts exactly; sums to the last bits (the values are added in another order).
+        assert {k: v for k, v in mine.items() if not k[0].endswith("_sum")} == {
+            k: v for k, v in want.items() if not k[0].endswith("_sum")
+        }
+        assert {k: v for k, v in mine.items() if k[0].endswith("_sum")} == pytest.approx(
+            {k: v for k, v in want.items() if k[0].endswith("_sum")}, rel=1e-12
+        )
+        return mine
+
+    for batch in (records[:100], records[100:250]):
+        count(batch)
+    same()  # a scrape between batches, then more records: the next scrape counts them all
+    count(records[250:])
+    mine = same()
     assert mine[("swapd_requests_total", (("model", "m1"), ("route", "model"), ("status", "200")))]
+    on_bound = (("le", "0.005"), ("model", "m"), ("route", "model"))
+    assert mine[("swapd_request_duration_seconds_bucket", on_bound)] == 3
 
 
 def _capture(i: int, size: int) -> Capture:

@@ -3,15 +3,17 @@ requests by model, route and status; duration, time to first byte and wait histo
 and token speeds by model.
 
 They are a prometheus-client custom collector over plain counts rather than `Counter` and
-`Histogram` children: a record costs a few list increments (`bisect` for the bucket) instead of
-one locked `observe`/`inc` per figure, which was most of the daemon's share of a request's
-observability cost (benchmarks/observability_cost.py). The exposition is the same families,
+`Histogram` children: a record costs a few dict and list operations instead of one locked
+`observe`/`inc` per figure, which was most of the daemon's share of a request's observability
+cost (benchmarks/observability_cost.py). A histogram appends each value and sorts them into its
+buckets at a scrape, or once FOLD have piled up (one `sort` and a `bisect` per bucket for the
+lot, a few times cheaper than a `bisect` per value). The exposition is the same families,
 labels and buckets, without the optional `_created` series.
 """
 
 from __future__ import annotations
 
-from bisect import bisect_left
+from bisect import bisect_right
 from collections.abc import Iterable, Iterator
 
 from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
@@ -24,21 +26,35 @@ from ...ipc.activity import ActivityRecord
 # start's minutes.
 SECONDS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 SPEEDS = (1, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000)
+# Values a histogram holds before it sorts them into its buckets (some 80 KB of floats).
+FOLD = 2048
 
 
 class _Histogram:
-    __slots__ = ("bounds", "counts", "sum")
+    __slots__ = ("bounds", "counts", "sum", "values")
 
     def __init__(self, bounds: tuple[float, ...]) -> None:
         self.bounds = bounds
         self.counts = [0] * (len(bounds) + 1)  # the last: above every bound (+Inf only)
         self.sum = 0.0
+        self.values: list[float] = []  # observed, not yet in `counts`
 
-    def observe(self, value: float) -> None:
-        self.counts[bisect_left(self.bounds, value)] += 1  # le: the first bound >= value
-        self.sum += value
+    def fold(self) -> None:
+        values = self.values
+        if not values:
+            return
+        self.sum += sum(values)
+        values.sort()
+        counts, below = self.counts, 0
+        for i, bound in enumerate(self.bounds):
+            upto = bisect_right(values, bound)  # le: the values <= bound
+            counts[i] += upto - below
+            below = upto
+        counts[-1] += len(values) - below
+        self.values = []
 
     def buckets(self) -> list[tuple[str, float]]:
+        self.fold()
         out = []
         total = 0
         for bound, count in zip(self.bounds, self.counts, strict=False):
@@ -71,6 +87,7 @@ class RequestFigures(Collector):
         self.requests: dict[tuple[str, str, int], int] = {}
         self.routes: dict[tuple[str, str], _PerRoute] = {}
         self.models: dict[str, _PerModel] = {}
+        self.histograms: list[_Histogram] = []  # every one of them, to fold the full ones
 
     def add(self, records: Iterable[ActivityRecord]) -> None:
         requests, routes, models = self.requests, self.routes, self.models
@@ -81,14 +98,16 @@ class RequestFigures(Collector):
             per_route = routes.get(key[:2])
             if per_route is None:
                 per_route = routes[key[:2]] = _PerRoute()
+                self.histograms += (per_route.duration, per_route.ttfb)
             per_model = models.get(model)
             if per_model is None:
                 per_model = models[model] = _PerModel()
-            per_route.duration.observe(r.duration_ms / 1000)
+                self.histograms += (per_model.wait, per_model.prompt_speed, per_model.gen_speed)
+            per_route.duration.values.append(r.duration_ms / 1000)
             if r.ttfb_ms >= 0:
-                per_route.ttfb.observe(r.ttfb_ms / 1000)
+                per_route.ttfb.values.append(r.ttfb_ms / 1000)
             if r.wait_ms > 0:
-                per_model.wait.observe(r.wait_ms / 1000)
+                per_model.wait.values.append(r.wait_ms / 1000)
             t = r.tokens
             if t.input_tokens > 0:
                 per_model.prompt += t.input_tokens
@@ -97,9 +116,12 @@ class RequestFigures(Collector):
             if t.cache_tokens > 0:
                 per_model.cached += t.cache_tokens
             if t.prompt_per_second > 0:
-                per_model.prompt_speed.observe(t.prompt_per_second)
+                per_model.prompt_speed.values.append(t.prompt_per_second)
             if t.tokens_per_second > 0:
-                per_model.gen_speed.observe(t.tokens_per_second)
+                per_model.gen_speed.values.append(t.tokens_per_second)
+        for histogram in self.histograms:
+            if len(histogram.values) >= FOLD:
+                histogram.fold()
 
     def collect(self) -> Iterator[Metric]:
         requests = CounterMetricFamily(
