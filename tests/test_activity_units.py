@@ -6,6 +6,10 @@ from __future__ import annotations
 
 import json
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from swapd.daemon.observe import tokens
 from swapd.daemon.observe.activity_query import histogram
 from swapd.daemon.observe.tokens import error_message, from_body, from_stream_tail
 from swapd.ipc.activity import Tokens
@@ -79,6 +83,50 @@ def test_infill_array_and_odd_shapes() -> None:
     assert from_body(_json({"usage": "n/a", "timings": None})) == Tokens()
     assert from_body(b'not json, but mentions "usage"') == Tokens()
     assert from_body(_json({"choices": []})) == Tokens()
+    # Counts written as floats, speeds as integers: the general way reads them all the same.
+    odd = from_body(_json({"usage": {"prompt_tokens": 12.0, "completion_tokens": True},
+                           "timings": {"predicted_per_second": 61, "cache_n": 2.0}}))  # fmt: skip
+    assert (odd.input_tokens, odd.output_tokens, odd.cache_tokens) == (12, -1, 2)
+    assert odd.tokens_per_second == 61.0 and isinstance(odd.tokens_per_second, float)
+
+
+_NUMBER = st.one_of(
+    st.none(), st.booleans(), st.integers(-5, 10**6), st.floats(-5, 1e6), st.text(max_size=3)
+)
+_COUNTS = st.dictionaries(
+    st.sampled_from(["prompt_tokens", "completion_tokens", "input_tokens", "output_tokens",
+                     "cache_read_input_tokens"]),
+    _NUMBER,
+) | st.builds(
+    lambda d, key: {key: {"cached_tokens": d}},
+    _NUMBER,
+    st.sampled_from(["input_tokens_details", "prompt_tokens_details"]),
+)  # fmt: skip
+_TIMINGS = st.dictionaries(
+    st.sampled_from(["prompt_n", "predicted_n", "cache_n", "prompt_per_second",
+                     "predicted_per_second", "draft_n", "draft_n_accepted"]),
+    _NUMBER,
+)  # fmt: skip
+_DOC = st.fixed_dictionaries(
+    {},
+    optional={
+        "usage": _COUNTS,
+        "timings": _TIMINGS,
+        "response": st.fixed_dictionaries({"usage": _COUNTS}),
+        "message": st.fixed_dictionaries({"usage": _COUNTS}),
+        "choices": st.just([{"index": 0}]),
+    },
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(_DOC)
+def test_the_struct_path_reads_what_the_general_way_reads(doc: dict[str, object]) -> None:
+    """`from_body` decodes into typed structs and falls back to walking the decoded document for
+    anything else: both must give the same counts for any document."""
+    general = Tokens()
+    tokens._from_object(json.loads(_json(doc)), general)
+    assert from_body(_json(doc)) == general
 
 
 def test_stream_tail_latest_usage_and_timings() -> None:

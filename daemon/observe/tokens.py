@@ -18,38 +18,42 @@ from ...ipc.activity import Tokens
 
 _decode = msgspec.json.Decoder().decode
 ERROR_LIMIT = 500
-Number = int | float | None
+# The struct path's types: counts as JSON integers, speeds as any number. A document with
+# another type where a count should be (12.0, a string) fails to decode into `_Doc` and takes the
+# general way, which reads what it can. gc=False: they hold scalars and each other only.
+Count = int | None
+Speed = float | None
 
 
-class _Details(msgspec.Struct):
-    cached_tokens: Number = None
+class _Details(msgspec.Struct, gc=False):
+    cached_tokens: Count = None
 
 
-class _Usage(msgspec.Struct):
-    prompt_tokens: Number = None
-    completion_tokens: Number = None
-    input_tokens: Number = None
-    output_tokens: Number = None
-    cache_read_input_tokens: Number = None
+class _Usage(msgspec.Struct, gc=False):
+    prompt_tokens: Count = None
+    completion_tokens: Count = None
+    input_tokens: Count = None
+    output_tokens: Count = None
+    cache_read_input_tokens: Count = None
     input_tokens_details: _Details | None = None
     prompt_tokens_details: _Details | None = None
 
 
-class _Timings(msgspec.Struct):
-    prompt_n: Number = None
-    predicted_n: Number = None
-    cache_n: Number = None
-    prompt_per_second: Number = None
-    predicted_per_second: Number = None
-    draft_n: Number = None
-    draft_n_accepted: Number = None
+class _Timings(msgspec.Struct, gc=False):
+    prompt_n: Count = None
+    predicted_n: Count = None
+    cache_n: Count = None
+    prompt_per_second: Speed = None
+    predicted_per_second: Speed = None
+    draft_n: Count = None
+    draft_n_accepted: Count = None
 
 
-class _Outer(msgspec.Struct):
+class _Outer(msgspec.Struct, gc=False):
     usage: _Usage | None = None
 
 
-class _Doc(msgspec.Struct):
+class _Doc(msgspec.Struct, gc=False):
     """The parts of a response that carry counts: decoding into it skips everything else, which
     is several times cheaper than building the whole document."""
 
@@ -70,29 +74,26 @@ def _float(value: Any) -> float | None:
     return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
-def _usage_into(usage: Any, tokens: Tokens) -> bool:
+def _usage_into(usage: Any, tokens: Tokens) -> None:
+    """OpenAI's name wins over the other when a usage has both (llama-swap's order)."""
     if not isinstance(usage, dict):
-        return False
-    found = False
-    for key, attr in (
-        ("prompt_tokens", "input_tokens"),
-        ("input_tokens", "input_tokens"),
-        ("completion_tokens", "output_tokens"),
-        ("output_tokens", "output_tokens"),
+        return
+    for keys, attr in (
+        (("prompt_tokens", "input_tokens"), "input_tokens"),
+        (("completion_tokens", "output_tokens"), "output_tokens"),
     ):
-        value = _int(usage.get(key))
-        if value is not None:
-            found = True
-            if value > 0 or getattr(tokens, attr) < 0:
-                setattr(tokens, attr, value)
+        for key in keys:
+            value = _int(usage.get(key))
+            if value is not None:
+                if value > 0 or getattr(tokens, attr) < 0:
+                    setattr(tokens, attr, value)
+                break
     cached = _int(usage.get("cache_read_input_tokens"))
     for details in ("input_tokens_details", "prompt_tokens_details"):
         if cached is None and isinstance(usage.get(details), dict):
             cached = _int(usage[details].get("cached_tokens"))
     if cached is not None:
         tokens.cache_tokens = cached
-        found = True
-    return found
 
 
 def _timings_into(timings: Any, tokens: Tokens) -> None:
@@ -139,44 +140,43 @@ def _parse_into(data: bytes, tokens: Tokens) -> None:
         except msgspec.DecodeError:
             pass
         return
-    for usage in (
-        doc.usage,
-        doc.response and doc.response.usage,
-        doc.message and doc.message.usage,
-    ):
-        if usage is not None:
-            _usage_struct(usage, tokens)
+    if doc.usage is not None:
+        _usage_struct(doc.usage, tokens)
+    for outer in (doc.response, doc.message):
+        if outer is not None and outer.usage is not None:
+            _usage_struct(outer.usage, tokens)
     timings = doc.timings
     if timings is not None:
         if timings.prompt_n is not None:
-            tokens.input_tokens = int(timings.prompt_n)
+            tokens.input_tokens = timings.prompt_n
         if timings.predicted_n is not None:
-            tokens.output_tokens = int(timings.predicted_n)
+            tokens.output_tokens = timings.predicted_n
         if timings.prompt_per_second is not None:
-            tokens.prompt_per_second = float(timings.prompt_per_second)
+            tokens.prompt_per_second = timings.prompt_per_second
         if timings.predicted_per_second is not None:
-            tokens.tokens_per_second = float(timings.predicted_per_second)
+            tokens.tokens_per_second = timings.predicted_per_second
         if timings.cache_n is not None:
-            tokens.cache_tokens = int(timings.cache_n)
+            tokens.cache_tokens = timings.cache_n
         if timings.draft_n is not None and timings.draft_n_accepted is not None:
-            tokens.draft_tokens = int(timings.draft_n)
-            tokens.draft_acc_tokens = int(timings.draft_n_accepted)
+            tokens.draft_tokens = timings.draft_n
+            tokens.draft_acc_tokens = timings.draft_n_accepted
 
 
 def _usage_struct(usage: _Usage, tokens: Tokens) -> None:
     """`_usage_into` for the decoded struct (the common case, without building dicts)."""
     value = usage.prompt_tokens if usage.prompt_tokens is not None else usage.input_tokens
     if value is not None and (value > 0 or tokens.input_tokens < 0):
-        tokens.input_tokens = int(value)
+        tokens.input_tokens = value
     value = usage.completion_tokens if usage.completion_tokens is not None else usage.output_tokens
     if value is not None and (value > 0 or tokens.output_tokens < 0):
-        tokens.output_tokens = int(value)
+        tokens.output_tokens = value
     cached = usage.cache_read_input_tokens
-    for details in (usage.input_tokens_details, usage.prompt_tokens_details):
-        if cached is None and details is not None:
-            cached = details.cached_tokens
+    if cached is None and usage.input_tokens_details is not None:
+        cached = usage.input_tokens_details.cached_tokens
+    if cached is None and usage.prompt_tokens_details is not None:
+        cached = usage.prompt_tokens_details.cached_tokens
     if cached is not None:
-        tokens.cache_tokens = int(cached)
+        tokens.cache_tokens = cached
 
 
 def from_body(body: bytes) -> Tokens:
