@@ -17,7 +17,9 @@ latency), once per CPU layout (`paired.py`: `shared`, where the kernel places ev
 `pinned`, the proxy on a CPU of its own and everything else, the daemon included, on the others).
 A figure is the median over rounds of its ratio to (or difference from) "off" in the same round,
 with a 90 % bootstrap interval; the A/A line is what the same reading gives between two identical
-configurations, so a cost smaller than its spread is not shown by this machine.
+configurations, so a cost smaller than its spread is not shown by this machine. "On / both offs"
+divides each round's "on" by the mean of its two "off" runs (two processes on the baseline's
+side of every round rather than one).
 
 Printed, with the targets: on / off req/s at 32 connections >= 0.95, and on - off median latency
 at one connection <= 0.02 ms; and, for scale, the CPU per request of the proxy and of the daemon.
@@ -48,7 +50,7 @@ import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import psutil
-from paired import LAYOUTS, median_interval, paired, place, rotated
+from paired import LAYOUTS, median_interval, paired, paired_to_both, place, rotated
 from running_swapd import RunningSwapd, free_port, wait_http_ok
 from side_by_side import (
     bench_config,
@@ -312,6 +314,11 @@ def report(layout: str, figures: dict[tuple[str, str], Figures]) -> bool:
                 f"p50 <= +20 us {'ok' if verdicts[1] else 'MISSED'})"
             )
         print(line)
+    both = median_interval(paired_to_both(on.rps, off.rps, figures[layout, "off again"].rps))
+    print(
+        f"    on / both offs         req/s {both[0]:.3f} [{both[1]:.3f}, {both[2]:.3f}] (each "
+        "round's on over the mean of its two off runs)"
+    )
     print(
         f"    on - off, CPU per request: proxy {med(on.proxy_us) - med(off.proxy_us):+.1f} us, "
         f"daemon {med(on.daemon_us) - med(off.daemon_us):+.1f} us; the subscriber (a dashboard's "

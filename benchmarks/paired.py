@@ -40,6 +40,15 @@ def paired(values: Sequence[float], baseline: Sequence[float]) -> list[float]:
     return [v / b for v, b in zip(values, baseline, strict=True)]
 
 
+def paired_to_both(values: Sequence[float], *baselines: Sequence[float]) -> list[float]:
+    """Each round's value over the mean of the baselines' in the same round (the A/A pair's two
+    runs together: each round then has two processes' luck on the baseline's side, not one)."""
+    if not baselines:
+        raise ValueError("no baseline")
+    means = [statistics.fmean(round_) for round_ in zip(*baselines, strict=True)]
+    return paired(values, means)
+
+
 def median_interval(
     samples: Sequence[float], *, level: float = 0.9, draws: int = 2000, seed: int = 12
 ) -> tuple[float, float, float]:

@@ -39,6 +39,15 @@ def test_ratios_pair_rounds(paired: ModuleType) -> None:
         paired.paired([1.0], baseline)
 
 
+def test_a_ratio_to_both_baselines_takes_their_mean_round_by_round(paired: ModuleType) -> None:
+    off, again = [1000.0, 800.0], [800.0, 1000.0]
+    assert paired.paired_to_both([855.0, 900.0], off, again) == pytest.approx([0.95, 1.0])
+    with pytest.raises(ValueError):
+        paired.paired_to_both([1.0, 2.0], off, [1.0])
+    with pytest.raises(ValueError):
+        paired.paired_to_both([1.0])
+
+
 def test_the_interval_brackets_the_median_and_is_repeatable(paired: ModuleType) -> None:
     samples = [0.91, 0.97, 1.02, 0.88, 0.95, 1.05, 0.93, 0.99]
     median, low, high = paired.median_interval(samples)
