@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import http.server
 import json
+import signal
 import threading
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -181,6 +182,28 @@ def test_the_request_log_reads_new_records_a_batch_at_a_time(chromium: Path, sta
         assert 1 <= len(reads) < 20, reads
         assert f"min_id={first}" in reads[0], reads
         assert all("min_id=" in url for url in reads), reads
+        assert page.errors == []
+
+
+def test_the_request_log_is_read_again_when_the_daemon_numbers_from_one_again(
+    chromium: Path, stack_factory: Callable[..., Stack]
+) -> None:
+    """Without `store.path` a restarted daemon numbers its records from 1 again: the page, whose
+    event stream (to the proxy) stayed open, sees an id go back and reads the log from scratch."""
+    (port,) = model_ports(1)
+    alone = stack_factory({"healthCheckTimeout": 15, "models": {"a": local_model("a", port)}})
+    with ui_page(chromium, alone.url + "/ui/#activity") as page:
+        page.wait_for_selector("#conn.live")
+        for _ in range(3):
+            _chat(alone, "a")
+        rows = lambda: page.locator("#activity tr[data-activity]").count()  # noqa: E731
+        wait_for(lambda: rows() == 3, 15, what="three rows")
+        alone.kill_watcher("swapd-daemon", signal.SIGKILL, timeout=15)
+        # The proxy's next heartbeat tells the new daemon it has an events client.
+        wait_for(lambda: alone.status()["watching"], 10, what="the new daemon told of the page")
+        _chat(alone, "a", "after the restart")
+        wait_for(lambda: rows() == 1, 15, what="the log read again: one record")
+        assert page.locator('#activity tr[data-activity="1"]').count() == 1
         assert page.errors == []
 
 

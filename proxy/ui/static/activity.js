@@ -14,6 +14,7 @@ const REFRESH_MS = 250;
 const records = new Map();
 let newest = 0; // the newest record read
 let announced = 0; // the newest an `activity` event named
+let previous = 0; // the last `activity` event's id
 let timer = null;
 let reading = false;
 
@@ -187,10 +188,23 @@ async function load() {
 
 export function init() {
   events.on("activity", (a) => {
-    if (a && a.id > announced) announced = a.id;
+    if (!a) return;
+    const renumbered = a.id <= previous;
+    previous = a.id;
+    if (renumbered) {
+      // The events' ids only grow: this is the daemon numbering again from 1 (restarted
+      // without `store.path`), so the log is read from scratch.
+      announced = a.id;
+      load();
+      return;
+    }
+    if (a.id > announced) announced = a.id;
     if (announced > newest) later();
   });
-  events.on("open", load);
+  events.on("open", () => {
+    previous = 0;
+    load();
+  });
   subscribe(renderInflight);
   renderActivity(new Set());
   renderInflight();
