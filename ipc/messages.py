@@ -146,8 +146,8 @@ class StatusReply(_Msg, frozen=True):
     # How many messages of each type the daemon has received since it started (observability, and
     # the proxy test that shows a ready model's requests cost no IPC).
     received: dict[str, int] = msgspec.field(default_factory=dict)
-    # `/api/events` clients by proxy, as their Hellos said (activity frames are rendered while
-    # there is one).
+    # `/api/events` clients by proxy, as their Hellos said (activity is announced while there
+    # is one).
     watching: dict[str, int] = msgspec.field(default_factory=dict)
 
 
@@ -189,8 +189,8 @@ Reply = Ready | Ok | StatusReply | SnapshotReply | Error | Document
 class Hello(_Msg, frozen=True):
     """A proxy announces itself (at start and after a daemon restart); also sent as a heartbeat,
     and at once when its count of `/api/events` clients goes from none to some or back
-    (`watching`: the daemon renders activity and in-flight frames only while some proxy has
-    one)."""
+    (`watching`: the daemon announces new activity and renders in-flight frames only while
+    some proxy has one)."""
 
     proxy_id: str
     pid: int

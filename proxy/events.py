@@ -108,8 +108,8 @@ class EventHub:
         # Told of `CancelRequested` (the recorder ends the request if it is this process's).
         self.on_cancel: Callable[[str], object] = lambda _id: None
         # `/api/events` clients connected (from before their snapshot is sent), and who is told
-        # when that goes from none to some or back (the daemon, which renders the activity and
-        # in-flight frames only while some proxy has a client).
+        # when that goes from none to some or back (the daemon, which announces new activity and
+        # renders in-flight frames only while some proxy has a client).
         self.watchers = 0
         self.on_watchers: Callable[[], object] = lambda: None
         # How many events were offered, and lost to full queues (tests and operators).

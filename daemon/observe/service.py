@@ -96,8 +96,8 @@ class Observer:
         self.on_records: Callable[[list[ActivityRecord]], None] | None = self.metrics.records
         self.read_gpus = read_gpus
         self.in_flight: dict[str, InFlight] = {}
-        # `/api/events` clients by proxy, as their Hellos say: the activity and in-flight
-        # frames are rendered only while some proxy has one.
+        # `/api/events` clients by proxy, as their Hellos say: new records are announced and
+        # in-flight frames rendered only while some proxy has one.
         self.watchers: dict[str, int] = {}
 
     def watching(self, proxy_id: str, count: int) -> None:
