@@ -240,7 +240,13 @@ def main() -> int:
                 # memory layout) moves its speed by as much as the cost measured here, and
                 # only averages out over processes (as pyperf runs many).
                 with contextlib.ExitStack() as stack:
-                    targets = {n: stack.enter_context(swapd(*envs[n])) for n in CONFIGS}
+                    # Started in the round's order too, so that none is always started first:
+                    # with "off" always first, the A/A pair averaged 0.964 over 15 readings; the
+                    # first run with the order rotated read 1.10 and 1.12. Start order moves
+                    # less than this machine's swings do, but no configuration should always
+                    # have it.
+                    order = rotated(CONFIGS, round_no)
+                    targets = {n: stack.enter_context(swapd(*envs[n])) for n in order}
                     watcher = None
                     if not args.no_subscriber:
                         watcher = stack.enter_context(Watcher(targets["on"].url))
@@ -260,7 +266,7 @@ def main() -> int:
                     for layout in layouts:
                         if not place(layout, proxies.values(), others):
                             continue
-                        for name in rotated(CONFIGS, round_no):
+                        for name in order:
                             into = figures[layout, name]
                             sub = watcher.pid if watcher is not None and name == "on" else None
                             measure(targets[name], proxies[name], args.seconds, script, into, sub)
