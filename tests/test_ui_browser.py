@@ -270,9 +270,9 @@ def test_gpus_page_shows_memory_and_holders(
     for label, viewport in (("desktop", DESKTOP), ("phone", PHONE)):
         with ui_page(chromium, stack.url + "/ui/#gpus", viewport=viewport) as page:
             page.wait_for_selector("#gpus-tab:not([hidden])")
-            card = page.wait_for_selector(f'#gpus article[data-gpu="{gpu0["uuid"]}"]')
-            page.wait_for_selector(f'#gpus article[data-gpu="{gpu0["uuid"]}"] [data-holder="g"]')
-            text = card.text_content() or ""
+            card = f'#gpus article[data-gpu="{gpu0["uuid"]}"]'
+            page.wait_for_selector(f'{card} [data-holder="g"]')
+            text = page.text_content(card) or ""  # the card as drawn now, not a first drawing
             assert "2.0 GiB of" in text and "g (ready)" in text
             assert page.locator("#gpus article").count() == 2
             shoot(page, shots, f"{label}-gpus")
@@ -298,12 +298,13 @@ def test_failed_start_remote_models_and_two_proxy_processes(
         assert "remote" in (remote.text_content() or "")
         assert remote.query_selector("button") is None  # nothing to load or unload here
         page.click('article[data-model="broken"] button[data-action="load"]')
-        card = page.wait_for_selector('article[data-model="broken"][data-state="failed"]')
+        page.wait_for_selector('article[data-model="broken"][data-state="failed"]')
         page.wait_for_selector('article[data-model="broken"] pre.tail')
-        # The card turns failed on the event; its reason comes with the status fetch after it.
+        # The card turns failed on the event; its reason comes with the status fetch after it,
+        # which draws the card again: it is read from the page, not from a handle to the first.
         page.wait_for_selector('article[data-model="broken"] [data-role="reason"]')
         reason = stack.model("broken")["reason"]
-        assert reason and reason in (card.text_content() or "")
+        assert reason and reason in (page.text_content('article[data-model="broken"]') or "")
         tail = page.text_content('article[data-model="broken"] pre.tail') or ""
         assert "error: broken cannot load its weights" in tail
         for _ in range(4):  # spread over both processes
