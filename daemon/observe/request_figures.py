@@ -26,7 +26,7 @@ from ...ipc.activity import ActivityRecord
 # start's minutes.
 SECONDS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 SPEEDS = (1, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000)
-# Values a histogram holds before it sorts them into its buckets (some 80 KB of floats).
+# Values a histogram holds before it sorts them into its buckets (some 64 KiB of floats).
 FOLD = 2048
 
 
