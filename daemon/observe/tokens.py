@@ -10,7 +10,8 @@ winning. -1 means not reported. Non-2xx bodies give the error message instead.
 
 from __future__ import annotations
 
-from typing import Any
+import typing
+from typing import Any, TypeVar
 
 import msgspec
 
@@ -64,6 +65,7 @@ class _Doc(msgspec.Struct, gc=False):
 
 
 _decode_doc = msgspec.json.Decoder(_Doc).decode
+_S = TypeVar("_S", bound=msgspec.Struct)
 
 
 def _int(value: Any) -> int | None:
@@ -74,60 +76,30 @@ def _float(value: Any) -> float | None:
     return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
-def _usage_into(usage: Any, tokens: Tokens) -> None:
-    """OpenAI's name wins over the other when a usage has both (llama-swap's order)."""
-    if not isinstance(usage, dict):
-        return
-    for keys, attr in (
-        (("prompt_tokens", "input_tokens"), "input_tokens"),
-        (("completion_tokens", "output_tokens"), "output_tokens"),
-    ):
-        for key in keys:
-            value = _int(usage.get(key))
-            if value is not None:
-                if value > 0 or getattr(tokens, attr) < 0:
-                    setattr(tokens, attr, value)
-                break
-    cached = _int(usage.get("cache_read_input_tokens"))
-    for details in ("input_tokens_details", "prompt_tokens_details"):
-        if cached is None and isinstance(usage.get(details), dict):
-            cached = _int(usage[details].get("cached_tokens"))
-    if cached is not None:
-        tokens.cache_tokens = cached
-
-
-def _timings_into(timings: Any, tokens: Tokens) -> None:
-    if not isinstance(timings, dict):
-        return
-    for key, attr in (("prompt_n", "input_tokens"), ("predicted_n", "output_tokens")):
-        value = _int(timings.get(key))
-        if value is not None:
-            setattr(tokens, attr, value)
-    for key, attr in (
-        ("prompt_per_second", "prompt_per_second"),
-        ("predicted_per_second", "tokens_per_second"),
-    ):
-        speed = _float(timings.get(key))
-        if speed is not None:
-            setattr(tokens, attr, speed)
-    cached = _int(timings.get("cache_n"))
-    if cached is not None:
-        tokens.cache_tokens = cached
-    drafted, accepted = _int(timings.get("draft_n")), _int(timings.get("draft_n_accepted"))
-    if drafted is not None and accepted is not None:
-        tokens.draft_tokens, tokens.draft_acc_tokens = drafted, accepted
+def _lenient(cls: type[_S], value: Any) -> _S | None:
+    """`value`, a decoded JSON object, as `cls`, read the way the struct path cannot: a count
+    written as a float is cut to an int, a boolean or a string reads as absent, and an object
+    field is read the same way (None where `value` is not an object)."""
+    if not isinstance(value, dict):
+        return None
+    fields = {}
+    for field in msgspec.structs.fields(cls):
+        got = value.get(field.name)
+        if field.type == Count:
+            fields[field.name] = _int(got)
+        elif field.type == Speed:
+            fields[field.name] = _float(got)
+        else:  # another of these structs, or None
+            fields[field.name] = _lenient(typing.get_args(field.type)[0], got)
+    return cls(**fields)
 
 
 def _from_object(doc: Any, tokens: Tokens) -> None:
     if isinstance(doc, list) and doc:  # /infill: the timings are in the last element
         doc = doc[-1]
-    if not isinstance(doc, dict):
-        return
-    _usage_into(doc.get("usage"), tokens)
-    for outer in ("response", "message"):
-        if isinstance(doc.get(outer), dict):
-            _usage_into(doc[outer].get("usage"), tokens)
-    _timings_into(doc.get("timings"), tokens)
+    read = _lenient(_Doc, doc)
+    if read is not None:
+        _read(read, tokens)
 
 
 def _parse_into(data: bytes, tokens: Tokens) -> None:
@@ -140,6 +112,12 @@ def _parse_into(data: bytes, tokens: Tokens) -> None:
         except msgspec.DecodeError:
             pass
         return
+    _read(doc, tokens)
+
+
+def _read(doc: _Doc, tokens: Tokens) -> None:
+    """The counts of a response, decoded or read leniently: llama.cpp's `timings` override the
+    usage counts."""
     if doc.usage is not None:
         _usage_struct(doc.usage, tokens)
     for outer in (doc.response, doc.message):
@@ -163,7 +141,8 @@ def _parse_into(data: bytes, tokens: Tokens) -> None:
 
 
 def _usage_struct(usage: _Usage, tokens: Tokens) -> None:
-    """`_usage_into` for the decoded struct (the common case, without building dicts)."""
+    """OpenAI's names win over the others when a usage has both (llama-swap's order); a later
+    usage's zero does not hide an earlier count."""
     value = usage.prompt_tokens if usage.prompt_tokens is not None else usage.input_tokens
     if value is not None and (value > 0 or tokens.input_tokens < 0):
         tokens.input_tokens = value
