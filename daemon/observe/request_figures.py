@@ -65,20 +65,24 @@ class _Histogram:
 
 
 class _PerRoute:
-    __slots__ = ("duration", "ttfb")
+    __slots__ = ("duration", "histograms", "ttfb")
 
     def __init__(self) -> None:
         self.duration = _Histogram(SECONDS)
         self.ttfb = _Histogram(SECONDS)
+        self.histograms = (self.duration, self.ttfb)
 
 
 class _PerModel:
-    __slots__ = ("cached", "gen_speed", "generated", "prompt", "prompt_speed", "wait")
+    __slots__ = (
+        "cached", "gen_speed", "generated", "histograms", "prompt", "prompt_speed", "wait",
+    )  # fmt: skip
 
     def __init__(self) -> None:
         self.wait = _Histogram(SECONDS)
         self.prompt_speed = _Histogram(SPEEDS)
         self.gen_speed = _Histogram(SPEEDS)
+        self.histograms = (self.wait, self.prompt_speed, self.gen_speed)
         self.prompt = self.generated = self.cached = 0
 
 
@@ -87,7 +91,6 @@ class RequestFigures(Collector):
         self.requests: dict[tuple[str, str, int], int] = {}
         self.routes: dict[tuple[str, str], _PerRoute] = {}
         self.models: dict[str, _PerModel] = {}
-        self.histograms: list[_Histogram] = []  # every one of them, to fold the full ones
 
     def add(self, records: Iterable[ActivityRecord]) -> None:
         requests, routes, models = self.requests, self.routes, self.models
@@ -98,11 +101,9 @@ class RequestFigures(Collector):
             per_route = routes.get(key[:2])
             if per_route is None:
                 per_route = routes[key[:2]] = _PerRoute()
-                self.histograms += (per_route.duration, per_route.ttfb)
             per_model = models.get(model)
             if per_model is None:
                 per_model = models[model] = _PerModel()
-                self.histograms += (per_model.wait, per_model.prompt_speed, per_model.gen_speed)
             per_route.duration.values.append(r.duration_ms / 1000)
             if r.ttfb_ms >= 0:
                 per_route.ttfb.values.append(r.ttfb_ms / 1000)
@@ -119,9 +120,10 @@ class RequestFigures(Collector):
                 per_model.prompt_speed.values.append(t.prompt_per_second)
             if t.tokens_per_second > 0:
                 per_model.gen_speed.values.append(t.tokens_per_second)
-        for histogram in self.histograms:
-            if len(histogram.values) >= FOLD:
-                histogram.fold()
+        for figures in (*routes.values(), *models.values()):
+            for histogram in figures.histograms:
+                if len(histogram.values) >= FOLD:
+                    histogram.fold()
 
     def collect(self) -> Iterator[Metric]:
         requests = CounterMetricFamily(
