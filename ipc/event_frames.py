@@ -16,15 +16,11 @@ _ACTIVITY = b'event:message\ndata:{"type":"activity","data":"{\\"id\\":%d}"}\n\n
 
 
 def frame(kind: str, data: Any) -> bytes:
-    return json_frame(kind, _encode(data))
-
-
-def json_frame(kind: str, payload: bytes) -> bytes:
-    """The frame of a payload already encoded as JSON: the bytes that encoding the whole
-    envelope gives, without building it (`kind` is one of llama-swap's names, plain ASCII)."""
+    """The bytes that encoding the whole envelope gives, without building it (`kind` is one of
+    llama-swap's names, plain ASCII)."""
     return b'event:message\ndata:{"type":"%s","data":%s}\n\n' % (
         kind.encode(),
-        _encode(payload.decode()),
+        _encode(_encode(data).decode()),
     )
 
 

@@ -226,8 +226,8 @@ async def handle_events(request: web.Request) -> web.StreamResponse:
     ctx = request.app[CTX]
     hub = request.app[HUB_KEY]
     routes = await routes_of(ctx)
-    # Counted before the client sees a byte: the daemon hears of it then, and renders the frames
-    # of every record it stores from that moment on.
+    # Counted before the client sees a byte: the daemon hears of it then, and announces every
+    # record it stores from that moment on.
     with hub.watched():
         return await _stream(request, ctx, hub, routes)
 

@@ -20,11 +20,11 @@ from swapd.daemon.observe import request_figures
 from swapd.daemon.observe.captures import Capture, CaptureCache
 from swapd.daemon.observe.request_figures import FOLD, SECONDS, SPEEDS, RequestFigures
 from swapd.ipc.activity import ActivityRecord, Tokens
-from swapd.ipc.event_frames import activity_frames, frame, json_frame
+from swapd.ipc.event_frames import activity_frames, frame
 from swapd.proxy.account import TAIL_BYTES, TEE, Tail
 
 
-def _record(i: int, error: str = "", model: str = "m", **kw: object) -> ActivityRecord:
+def _record(i: int, model: str = "m", **kw: object) -> ActivityRecord:
     return ActivityRecord(
         id=i,
         timestamp=1.5 + i,
@@ -32,24 +32,22 @@ def _record(i: int, error: str = "", model: str = "m", **kw: object) -> Activity
         route="model",
         method="POST",
         req_path="/v1/chat/completions",
-        resp_status_code=200 if not error else 500,
+        resp_status_code=200,
         duration_ms=kw.pop("duration_ms", 3.25 * i),  # type: ignore[arg-type]
-        error_msg=error,
         **kw,  # type: ignore[arg-type]
     )
 
 
 @settings(max_examples=300, deadline=None)
 @given(st.text(), st.text())
-def test_activity_frame_is_the_envelope_encoded(error: str, model: str) -> None:
-    record = _record(7, error, model)
-    data = msgspec.json.encode(record)
+def test_a_frame_is_the_envelope_encoded(text: str, source: str) -> None:
+    data = {"source": source, "data": text}  # a log line: any text, quotes and controls too
     slow = b"event:message\ndata:%s\n\n" % msgspec.json.encode(
-        {"type": "activity", "data": msgspec.json.encode(record).decode()}
+        {"type": "logData", "data": msgspec.json.encode(data).decode()}
     )
-    assert json_frame("activity", data) == slow
+    assert frame("logData", data) == slow
     envelope = json.loads(slow[len(b"event:message\ndata:") :])
-    assert json.loads(envelope["data"])["error_msg"] == error
+    assert json.loads(envelope["data"])["data"] == text
 
 
 @given(st.integers(1, 2**62), st.integers(0, 50))
