@@ -27,10 +27,10 @@ healthCheckTimeout: 15
 startPort: {start}
 models:
   idle-a:
-    cmd: {python} -m swapd.daemon.demo_server --port ${{PORT}} --model ${{MODEL_ID}}
+    cmd: {python} -m swapd.daemon.cli.demo_server --port ${{PORT}} --model ${{MODEL_ID}}
     proxy: http://127.0.0.1:${{PORT}}
   idle-b:
-    cmd: {python} -m swapd.daemon.demo_server --port ${{PORT}} --model ${{MODEL_ID}}
+    cmd: {python} -m swapd.daemon.cli.demo_server --port ${{PORT}} --model ${{MODEL_ID}}
     proxy: http://127.0.0.1:${{PORT}}
 """
 MB = 1e6

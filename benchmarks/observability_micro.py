@@ -33,9 +33,9 @@ from swapd.daemon.observe.service import Observer
 from swapd.ipc import codec
 from swapd.ipc.messages import ActivityReport, Event
 from swapd.proxy.account import Account
-from swapd.proxy.activity import Recorder
-from swapd.proxy.events import EventHub, Subscriber
-from swapd.proxy.state import ProxyState
+from swapd.proxy.mirror.state import ProxyState
+from swapd.proxy.observe.activity import Recorder
+from swapd.proxy.observe.events import EventHub, Subscriber
 
 # What observability_cost.py's nginx answers: OpenAI usage and llama.cpp timings.
 REPLY = (

@@ -1,5 +1,5 @@
 """The floor of `proxy_pipeline.py`: aiohttp's server forwarding every request to one upstream
-through swapd's lean pool (`swapd.proxy.upstream_client.UpstreamPool`), with no feature at all
+through swapd's lean pool (`swapd.proxy.upstream.pool.UpstreamPool`), with no feature at all
 (no keys, no route decision, no model lookup, no admission, no accounting).
 
 Run as `python pipeline_floor.py LISTEN_PORT UPSTREAM_PORT`. It forwards method, path and query,
@@ -15,7 +15,7 @@ import sys
 from aiohttp import web
 from multidict import CIMultiDict
 
-from swapd.proxy.upstream_client import UpstreamPool
+from swapd.proxy.upstream.pool import UpstreamPool
 
 HOP = {"connection", "keep-alive", "transfer-encoding", "content-length"}
 

@@ -28,8 +28,8 @@ _HOP = {"connection", "keep-alive", "transfer-encoding", "content-length"}
 
 def switch_off(stages: set[str]) -> None:
     from swapd.proxy import access_log, dispatch, forward, pipeline, state_sync
-    from swapd.proxy.body import RequestModel
     from swapd.proxy.context import CTX
+    from swapd.proxy.routing.body import RequestModel
 
     if "access" in stages:
         access_log.BATCH.on = False

@@ -67,7 +67,7 @@ uvloop.run(main())
     "aiohttp + pool": """
 import asyncio, sys, uvloop
 from aiohttp import web
-from swapd.proxy.upstream_client import UpstreamPool
+from swapd.proxy.upstream.pool import UpstreamPool
 UP = int(sys.argv[2])
 pool = UpstreamPool()
 async def handler(request):

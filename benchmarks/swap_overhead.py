@@ -37,7 +37,7 @@ UPSTREAMS = {
     "demo": [
         sys.executable,
         "-m",
-        "swapd.daemon.demo_server",
+        "swapd.daemon.cli.demo_server",
         "--port",
         "{port}",
         "--model",

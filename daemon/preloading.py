@@ -7,7 +7,7 @@ from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
-from . import circus_config
+from .cli import circus_config
 from .errors import EnsureError
 from .machinery.model_process import Running
 from .policy.scheduler import Scheduler

@@ -8,7 +8,7 @@ import asyncio
 import logging
 
 from ..ipc import watcher_names
-from . import circus_config
+from .cli import circus_config
 from .errors import CircusError, CircusUnavailable
 from .machinery import notify
 from .machinery.circus_client import CircusClient

@@ -22,9 +22,9 @@ import logging
 import time
 
 from ..ipc.timings import ACTIVITY_INTERVAL_S
-from .daemon_link import DaemonLink
 from .errors import ProxyError
-from .state import ModelRuntime, ProxyState
+from .mirror.link import DaemonLink
+from .mirror.state import ModelRuntime, ProxyState
 
 log = logging.getLogger(__name__)
 

@@ -17,23 +17,28 @@ from aiohttp import web
 
 from ..ipc.client import DaemonClient
 from ..ipc.endpoints import Endpoints
-from . import access_log, events, logs, models_list, observe_api, ops, pipeline, profiles, ui_routes
-from .activity import RECORDER
+from . import pipeline
 from .admission import Admission
+from .api import events as events_api
+from .api import logs, ops, profiles, ui_routes
+from .api import models as models_list
+from .api import observe as observe_api
 from .auth import check_api_key, check_single_credentials
-from .combined_log import COMBINED_KEY, CombinedLog
 from .context import CTX, ProxyContext
-from .daemon_link import DaemonLink
 from .errors import ProxyError, error_response
-from .log_hub import LogHub
-from .model_routes import MODEL_ROUTES
+from .mirror.link import DaemonLink
+from .mirror.state import ProxyState
+from .mirror.sync import StateSync
+from .mirror.wait import routes_of
+from .observe import access_log, events
+from .observe.activity import RECORDER
+from .observe.combined_log import COMBINED_KEY, CombinedLog
+from .observe.log_hub import LogHub
+from .observe.stats import STATS
 from .origin_check import check_origin
-from .state import ProxyState
-from .state_sync import StateSync
-from .stats import STATS
-from .sync_wait import routes_of
-from .upstream import make_session
-from .upstream_client import UpstreamPool
+from .routing.model_routes import MODEL_ROUTES
+from .upstream.pool import UpstreamPool
+from .upstream.transport import make_session
 
 log = logging.getLogger(__name__)
 
@@ -183,7 +188,7 @@ def make_app(*, run_dir: Path, processes: int = 1, proxy_id: str | None = None) 
     router.add_post("/api/models/unload", ops.handle_unload_all)
     router.add_post("/api/models/unload/{model:.+}", ops.handle_unload_one)
     router.add_get("/unload", ops.handle_unload_legacy)
-    router.add_get("/api/events", events.handle_events)
+    router.add_get("/api/events", events_api.handle_events)
     router.add_get("/api/version", observe_api.handle_version)
     router.add_get("/api/inflight", observe_api.handle_inflight)
     router.add_post("/api/inflight/{id}/cancel", observe_api.handle_cancel)

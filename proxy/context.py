@@ -13,11 +13,11 @@ import aiohttp
 from aiohttp import web
 
 from .admission import Admission
-from .daemon_link import DaemonLink
-from .log_hub import LogHub
-from .state import ProxyState
-from .upstream import AiohttpTransport, LeanTransport
-from .upstream_client import UpstreamPool
+from .mirror.link import DaemonLink
+from .mirror.state import ProxyState
+from .observe.log_hub import LogHub
+from .upstream.pool import UpstreamPool
+from .upstream.transport import AiohttpTransport, LeanTransport
 
 
 @dataclass(slots=True)

@@ -18,11 +18,11 @@ import msgspec
 from aiohttp import web
 
 from ..ipc.states import HEALTH_CHECK_REASON
-from .body import RequestModel
 from .context import ProxyContext
 from .errors import ProxyError, error_body
-from .events import HUB_KEY
-from .state import ModelRuntime
+from .mirror.state import ModelRuntime
+from .observe.events import HUB_KEY
+from .routing.body import RequestModel
 
 T = TypeVar("T")
 TICK_S = 0.75

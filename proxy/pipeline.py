@@ -25,19 +25,20 @@ from collections.abc import Awaitable, Callable
 from aiohttp import web
 
 from ..ipc.messages import Error
-from . import decide, loading
+from . import loading
 from .account import ACCOUNT, Account
-from .activity import RECORDER
-from .address import UpstreamAddress
-from .body import RequestModel, filter_json, read_model, replace_span
 from .context import CTX, ProxyContext
 from .errors import ProxyError
-from .events import HUB_KEY
-from .forward import Refused, forward, outgoing
-from .state import ModelRuntime
-from .stats import STATS
-from .sync_wait import routes_of
-from .websocket import is_websocket, relay_websocket
+from .mirror.state import ModelRuntime
+from .mirror.wait import routes_of
+from .observe.activity import RECORDER
+from .observe.events import HUB_KEY
+from .observe.stats import STATS
+from .routing import decide
+from .routing.body import RequestModel, filter_json, read_model, replace_span
+from .upstream.address import UpstreamAddress
+from .upstream.forward import Refused, forward, outgoing
+from .upstream.websocket import is_websocket, relay_websocket
 
 # How long a request that got `Ready` for a model this process still sees draining waits for the
 # event stream to catch up before asking again (the reply and the broadcast travel on different

@@ -31,13 +31,13 @@ from typing import Any
 from aiohttp import http_exceptions, web
 from aiohttp.web_protocol import RequestHandler
 
-from .access_log import LOGGER as ACCESS_LOGGER
-from .access_log import AccessLog
 from .context import ProxyContext
 from .dispatch import Dispatch
 from .errors import error_response
-from .relay import end_streams
-from .stats import STATS
+from .observe.access_log import LOGGER as ACCESS_LOGGER
+from .observe.access_log import AccessLog
+from .observe.stats import STATS
+from .upstream.relay import end_streams
 
 log = logging.getLogger(__name__)
 

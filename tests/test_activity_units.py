@@ -1,6 +1,6 @@
 """The activity log's pure parts: token counts from the shapes servers send
 (daemon/observe/tokens.py), the stream tail the relay keeps (proxy/account.py), what of it a proxy
-sends to be parsed (proxy/activity.py), and llama-swap's histogram (activity_query.py)."""
+sends to be parsed (proxy/observe/activity.py), and llama-swap's histogram (activity_query.py)."""
 
 from __future__ import annotations
 

@@ -23,7 +23,7 @@ from swapd.ipc.event_frames import frame
 from swapd.ipc.messages import ActivityReport
 from swapd.proxy import events
 from swapd.proxy.account import Tail
-from swapd.proxy.activity import counted_part, path_of
+from swapd.proxy.observe.activity import counted_part, path_of
 
 
 def _finished(**kw: object) -> Finished:

@@ -1,4 +1,4 @@
-"""swapd's changes to circus 0.19 (`daemon/circusd.py`), against circus's own `Watcher` run in
+"""swapd's changes to circus 0.19 (`daemon/cli/circusd.py`), against circus's own `Watcher` run in
 this process with a real child process: a watcher's tick that finds its process already a zombie
 publishes circus's `reap` event, with the exit code, before the watcher stops; unpatched circus
 drops the zombie without one, and the dropped process object reaps it (the daemon then reports

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from swapd.proxy.comfyui import IGNORED_PATH, is_ignored
+from swapd.proxy.routing.comfyui import IGNORED_PATH, is_ignored
 
 IGNORED = [
     "/scripts/app.js",

@@ -16,7 +16,7 @@ CONFIGS = Path(__file__).parent / "configs"
 
 
 def swapd(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    # The console script of this venv; `python -m swapd.daemon.cli` is the same entry point.
+    # The console script of this venv; `python -m swapd.daemon.cli.command` is the same entry point.
     exe = shutil.which("swapd", path=str(Path(sys.executable).parent))
     command = [exe] if exe else [sys.executable, "-m", "swapd.daemon.cli"]
     return subprocess.run(

@@ -30,7 +30,7 @@ def test_process_tree_private_sockets_and_no_network_control(stack_factory) -> N
     # `swapd run` exec'd circusd: systemd's main pid is circusd itself.
     assert stack.proc is not None
     circusd = psutil.Process(stack.proc.pid)
-    assert "swapd.daemon.circusd" in " ".join(circusd.cmdline())
+    assert "swapd.daemon.cli.circusd" in " ".join(circusd.cmdline())
     listed = stack.circusctl("status")
     for name in ("swapd-daemon: active", "swapd-proxy: active", "model-one: active"):
         assert name in listed
@@ -61,7 +61,16 @@ def test_invalid_config_and_busy_port_are_refused(tmp_path) -> None:
     bad.write_text("models:\n  a:\n    cmd: x\n    ttl: ten\n")
     run_dir = tmp_path / "run"
     result = subprocess.run(
-        [PYTHON, "-m", "swapd.daemon.cli", "run", "-c", str(bad), "--run-dir", str(run_dir)],
+        [
+            PYTHON,
+            "-m",
+            "swapd.daemon.cli",
+            "run",
+            "-c",
+            str(bad),
+            "--run-dir",
+            str(run_dir),
+        ],
         capture_output=True,
         text=True,
         timeout=30,

@@ -1,4 +1,4 @@
-"""The embedded default: the demo server (daemon/demo_server.py), spoken to with the real OpenAI
+"""The embedded default: the demo server (daemon/cli/demo_server.py), spoken to with the real OpenAI
 SDK, and default_config.yaml read by the real config loader."""
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
 def demo() -> Iterator[str]:
     port = _free_port()
     url = f"http://127.0.0.1:{port}"
-    argv = [sys.executable, "-m", "swapd.daemon.demo_server", "--port", str(port)]
+    argv = [sys.executable, "-m", "swapd.daemon.cli.demo_server", "--port", str(port)]
     proc = _start([*argv, "--model", "demo-small"], url)
     yield url
     _stop(proc)
@@ -136,7 +136,7 @@ def test_default_config_loads_and_its_cmd_runs() -> None:
     assert config.resolve("large") is config.models["demo-large"]
     small = config.models["demo-small"]
     assert small.ttl == 300
-    assert small.cmd[:3] == (sys.executable, "-m", "swapd.daemon.demo_server")
+    assert small.cmd[:3] == (sys.executable, "-m", "swapd.daemon.cli.demo_server")
     assert small.port is not None and small.proxy == f"http://127.0.0.1:{small.port}"
     # Run the loaded argv for real, on a free port instead of the allocated one.
     argv = list(small.cmd)

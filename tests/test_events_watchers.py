@@ -14,8 +14,8 @@ from swapd.ipc import codec
 from swapd.ipc.activity import Finished, InFlight
 from swapd.ipc.event_frames import frame
 from swapd.ipc.messages import ActivityAdded, ActivityReport, Event, InFlightChanged, Reply
-from swapd.proxy.events import EventHub, Subscriber
-from swapd.proxy.state import ProxyState
+from swapd.proxy.mirror.state import ProxyState
+from swapd.proxy.observe.events import EventHub, Subscriber
 
 
 class _Endpoint:

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from swapd.daemon.circus_config import PROXY_WATCHER
+from swapd.daemon.cli.circus_config import PROXY_WATCHER
 from tests.stack import fake_model_cmd, free_port_range, wait_for
 from tests.test_daemon_swap import chat
 

@@ -1,6 +1,6 @@
-"""The combined log (`/logs`, `/logs/stream`; proxy/combined_log.py) against the real stack: the
-proxy's own lines and the models' output in the order they were written, the history as the live
-stream, and a model's lines from before the proxy process started first.
+"""The combined log (`/logs`, `/logs/stream`; proxy/observe/combined_log.py) against the real stack:
+the proxy's own lines and the models' output in the order they were written, the history as the
+live stream, and a model's lines from before the proxy process started first.
 
 The order checked is one the combined log guarantees (a model line written before a proxy line
 was logged comes before it), so no timing is guessed: a model's start line is written before the
@@ -20,10 +20,10 @@ import aiohttp
 import pytest
 
 from swapd.ipc.routing_table import RouteModel, RoutingTable
-from swapd.proxy.combined_log import COMBINED_BYTES, CombinedLog
-from swapd.proxy.log_files import model_log_path
-from swapd.proxy.log_hub import LogHub
-from swapd.proxy.state import ProxyState
+from swapd.proxy.mirror.state import ProxyState
+from swapd.proxy.observe.combined_log import COMBINED_BYTES, CombinedLog
+from swapd.proxy.observe.log_files import model_log_path
+from swapd.proxy.observe.log_hub import LogHub
 from tests.proxy_helpers import local_model, model_ports
 from tests.stack import Stack, wait_for
 

@@ -1,5 +1,5 @@
-"""The route decision (proxy/decide.py) on its own: no sockets, no processes. Every rule of model
-routes, `/upstream/`, `/comfyui/` and peers, as a table of asks and the decision each gets."""
+"""The route decision (proxy/routing/decide.py) on its own: no sockets, no processes. Every rule of
+model routes, `/upstream/`, `/comfyui/` and peers, as a table of asks and the decision each gets."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from swapd.ipc.path_patterns import search_form as searchable
 from swapd.ipc.reserved import COMFYUI_MODEL_ID
 from swapd.ipc.routing_table import Filters, RouteModel, RoutePeer, RoutingTable
 from swapd.proxy import decide
-from swapd.proxy.decide import Ask, Redirect, Refuse, Serve
-from swapd.proxy.state import Routes
+from swapd.proxy.mirror.state import Routes
+from swapd.proxy.routing.decide import Ask, Redirect, Refuse, Serve
 
 
 def _model(model_id: str, **kw: object) -> RouteModel:

@@ -14,7 +14,7 @@ from aiohttp.test_utils import make_mocked_request
 from swapd.proxy import pipeline
 from swapd.proxy.app import make_app
 from swapd.proxy.dispatch import model_routes
-from swapd.proxy.model_routes import MODEL_ROUTES
+from swapd.proxy.routing.model_routes import MODEL_ROUTES
 
 
 def test_every_model_route_and_only_those(tmp_path: Path) -> None:

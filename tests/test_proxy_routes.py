@@ -13,7 +13,7 @@ import openai
 import pytest
 from yarl import URL
 
-from swapd.proxy.model_routes import MODEL_ROUTES, upstream_path
+from swapd.proxy.routing.model_routes import MODEL_ROUTES, upstream_path
 from tests.proxy_helpers import (
     in_flight,
     local_model,

@@ -15,10 +15,10 @@ from multidict import CIMultiDict
 from swapd.ipc.routing_table import RouteModel, RoutePeer, RoutingTable
 from swapd.proxy import upstream_conn
 from swapd.proxy.auth import check_api_key, presented_key
-from swapd.proxy.body import filter_json, multipart_field, replace_span
 from swapd.proxy.errors import ProxyError, error_body
-from swapd.proxy.state import Routes, per_process_limit
-from swapd.proxy.upstream_client import (
+from swapd.proxy.mirror.state import Routes, per_process_limit
+from swapd.proxy.routing.body import filter_json, multipart_field, replace_span
+from swapd.proxy.upstream.pool import (
     UpstreamBroken,
     UpstreamError,
     UpstreamPool,
@@ -468,7 +468,7 @@ async def test_activity_sends_the_idle_edge_at_once_and_folds_the_rest_into_one_
     from swapd.ipc.model_status import ModelStatus
     from swapd.ipc.timings import ACTIVITY_INTERVAL_S
     from swapd.proxy.admission import Admission
-    from swapd.proxy.state import ModelRuntime, ProxyState
+    from swapd.proxy.mirror.state import ModelRuntime, ProxyState
 
     link = _RecordingLink()
     admission = Admission(ProxyState(), link)  # type: ignore[arg-type]

@@ -58,10 +58,10 @@ models:
   boxed:
     cmd: >-
       systemd-run --unit=swapd-box-${{MODEL_ID}} --pipe --quiet --collect
-      {venv}/bin/python -m swapd.daemon.demo_server --port ${{PORT}} --model ${{MODEL_ID}}
+      {venv}/bin/python -m swapd.daemon.cli.demo_server --port ${{PORT}} --model ${{MODEL_ID}}
     cmdStop: systemctl stop swapd-box-${{MODEL_ID}}
   plain:
-    cmd: {venv}/bin/python -m swapd.daemon.demo_server --port ${{PORT}} --model ${{MODEL_ID}}
+    cmd: {venv}/bin/python -m swapd.daemon.cli.demo_server --port ${{PORT}} --model ${{MODEL_ID}}
 """
 
 

@@ -19,8 +19,8 @@ import pytest
 
 from swapd.daemon.config import ConfigError, load, load_config_text
 from swapd.ipc.routing_table import Timeouts
-from swapd.proxy.upstream import _client_timeout
-from swapd.proxy.upstream_client import UpstreamPool
+from swapd.proxy.upstream.pool import UpstreamPool
+from swapd.proxy.upstream.transport import _client_timeout
 from tests.proxy_helpers import local_model, model_ports
 from tests.stack import Stack
 

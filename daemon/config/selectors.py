@@ -1,6 +1,6 @@
 """`selectors`: names that pick one of their targets per request (`warm`, `pin`, `spillover`),
 checked with llama-swap's rules and messages (`validateSelectors` in its
-internal/config/selectors.go). The proxy does the picking (proxy/selectors.py)."""
+internal/config/selectors.go). The proxy does the picking (proxy/routing/selectors.py)."""
 
 from __future__ import annotations
 

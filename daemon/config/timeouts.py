@@ -1,6 +1,6 @@
 """`timeouts` of a model or a peer (llama-swap's keys and defaults) into the ipc struct the
-proxy's transports read (proxy/upstream.py). Unset keys keep llama-swap's defaults; a peer's
-`responseHeader` defaults to 60 s, a model's to none, as in llama-swap."""
+proxy's transports read (proxy/upstream/transport.py). Unset keys keep llama-swap's defaults;
+a peer's `responseHeader` defaults to 60 s, a model's to none, as in llama-swap."""
 
 from __future__ import annotations
 

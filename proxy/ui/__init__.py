@@ -1,2 +1,2 @@
 """The web UI's files (`static/`: plain HTML, CSS and ES-module JavaScript, no build step), served
-by `proxy/ui_routes.py` under `/ui/`."""
+by `proxy/api/ui_routes.py` under `/ui/`."""

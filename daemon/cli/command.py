@@ -1,0 +1,151 @@
+"""The `swapd` command line. Each sub-command lives in its own module; this file only parses."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import os
+import sys
+from pathlib import Path
+
+from ...ipc.endpoints import default_run_dir
+
+# `swapd run --watch-config` by environment, for the systemd unit (`Environment=` in a drop-in).
+WATCH_CONFIG_ENV = "SWAPD_WATCH_CONFIG"
+
+
+def version_line() -> str:
+    """llama-swap's `-version` line. swapd is installed from source: no commit or build date
+    are recorded, so they read `unknown` (`GET /api/version` has them empty)."""
+    try:
+        version = importlib.metadata.version("swapd")
+    except importlib.metadata.PackageNotFoundError:
+        version = "unknown"
+    return f"version: {version} (unknown), built at unknown"
+
+
+def _add_run_dir(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--run-dir",
+        type=Path,
+        default=None,
+        help=f"directory of swapd's private sockets (default: {default_run_dir()})",
+    )
+
+
+def _add_config_dir(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--config-dir",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="directory of *.yml/*.yaml config files merged after -c, in sorted order "
+        "(llama-swap's -config-dir)",
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="swapd",
+        description="swapd runs many local inference servers behind one port and swaps them in and "
+        "out of the GPUs on demand. It reads llama-swap's YAML config format.",
+    )
+    parser.add_argument(
+        "--version",
+        action="version",
+        version=version_line(),
+        help="print swapd's version (as llama-swap's -version) and exit",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    run = sub.add_parser(
+        "run",
+        help="run swapd in the foreground (circusd with the daemon and proxy watchers)",
+        description="Write the circus config into the run directory and become circusd in the "
+        "foreground. Without -c or --config-dir, serve the embedded demo config. Ctrl-C or "
+        "SIGTERM stops every model and exits 0.",
+    )
+    run.add_argument("-c", "--config", type=Path, help="llama-swap style YAML config file")
+    _add_config_dir(run)
+    run.add_argument(
+        "--listen", default="127.0.0.1:8080", help="HOST:PORT of the proxy (default 127.0.0.1:8080)"
+    )
+    run.add_argument(
+        "--proxy-processes",
+        type=int,
+        default=1,
+        help="number of proxy processes sharing the listen socket (default 1)",
+    )
+    run.add_argument(
+        "--shutdown-grace",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="on Ctrl-C or SIGTERM, how long requests in flight may run before they are ended "
+        "and the models stopped (default 30)",
+    )
+    run.add_argument(
+        "--watch-config",
+        action="store_true",
+        default=os.environ.get(WATCH_CONFIG_ENV, "").lower() in ("1", "true", "yes"),
+        help="apply the config file whenever it changes, as `swapd reload` does (llama-swap's "
+        f"-watch-config; also on when {WATCH_CONFIG_ENV}=1)",
+    )
+    _add_run_dir(run)
+
+    check = sub.add_parser(
+        "check-config",
+        help="validate a config file",
+        description="Load a config file (and/or --config-dir) the way `swapd run` does. Exit 0 "
+        "if it is valid, 1 with "
+        "every error (file:line key.path: message) if not. Warnings (llama-swap keys swapd "
+        "accepts but ignores, and the like) go to stderr and do not fail the check.",
+    )
+    check.add_argument("-c", "--config", type=Path, help="the YAML config file")
+    _add_config_dir(check)
+    check.add_argument(
+        "--print",
+        dest="print_config",
+        action="store_true",
+        help="print the resolved config: macros expanded, defaults filled, forced settings marked",
+    )
+
+    status = sub.add_parser(
+        "status",
+        help="show every model's state, pid, port, GPUs, uptime, activity and TTL",
+        description="Ask the running daemon for the state of every model and GPU.",
+    )
+    status.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    _add_run_dir(status)
+
+    unload = sub.add_parser(
+        "unload",
+        help="stop one model, or every model",
+        description="Stop MODEL (or every model when none is named) and wait until it has stopped.",
+    )
+    unload.add_argument("model", nargs="?", help="model id or alias (default: all)")
+    _add_run_dir(unload)
+
+    reload = sub.add_parser(
+        "reload",
+        help="re-read the config file without restarting anything that did not change",
+        description="Ask the daemon to re-read its config file. Models whose definition did not "
+        "change stay loaded; an invalid file is rejected and the old config stays.",
+    )
+    _add_run_dir(reload)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.command == "check-config":
+        from ..config.check import main as command
+    elif args.command == "run":
+        from .run import main as command
+    else:
+        from .operator import main as command
+    return command(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,171 @@
+"""`swapd status`, `swapd unload`, `swapd reload`: ask the running daemon over its ROUTER."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from ...ipc.client import DaemonClient, DaemonUnavailable
+from ...ipc.endpoints import Endpoints, default_run_dir
+from ...ipc.messages import Error, Ok, Reload, Status, StatusReply, Unload
+from ...ipc.model_status import ModelStatus
+from ...ipc.status_doc import status_json
+
+STATUS_TIMEOUT = 5.0
+# An unload waits for drains (a long stream is never cut) and for cmdStop.
+UNLOAD_TIMEOUT = 600.0
+
+
+def _ago(when: float, now: float) -> str:
+    return _duration(now - when) + " ago" if when else "-"
+
+
+def _duration(seconds: float) -> str:
+    seconds = max(0, int(seconds))
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m{seconds % 60:02d}s"
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+
+
+def _gpus(m: ModelStatus, reply: StatusReply) -> str:
+    if m.gpus:
+        return ",".join(m.gpus)
+    # A model without `gpus` sees every GPU of the host; a host without one has none to show.
+    return "all" if m.pid and reply.gpus else "-"
+
+
+def _gpu_name(uuid: str, reply: StatusReply) -> str:
+    for g in reply.gpus:
+        if g.uuid.casefold() == uuid.casefold():
+            return f"GPU {g.index}"
+    return uuid
+
+
+def _footprint_note(m: ModelStatus, reply: StatusReply) -> str:
+    learned = ", ".join(
+        f"{n / 2**30:.1f} GiB on {_gpu_name(g, reply)}" for g, n in sorted(m.footprint.items())
+    )
+    text = f"{m.model}: footprint {learned or 'not measured yet'}"
+    if m.placed_by_memory:
+        text += f" (placed by memory, from: {m.footprint_source})"
+    if m.reserved:
+        reserved = ", ".join(
+            f"{n / 2**30:.1f} GiB on {_gpu_name(g, reply)}" for g, n in sorted(m.reserved.items())
+        )
+        text += f"; reserved {reserved}"
+    return text
+
+
+def _ttl_left(m: ModelStatus) -> str:
+    if m.ttl_left is not None:
+        return _duration(m.ttl_left)
+    # Its busyCheck holds the TTL: it counts again once the upstream is idle.
+    return "held (busy)" if m.ttl > 0 and m.busy is not None and m.busy.busy else "-"
+
+
+def render_table(reply: StatusReply, now: float | None = None) -> str:
+    now = time.time() if now is None else now
+    rows = [("MODEL", "STATE", "PID", "PORT", "GPUS", "UPTIME", "LAST ACTIVITY", "TTL LEFT")]
+    notes: list[str] = []
+    for m in reply.models:
+        up = _duration(now - m.since) if m.state in ("ready", "draining") and m.since else "-"
+        rows.append(
+            (
+                m.model,
+                m.state
+                + (f" ({m.in_flight} in flight)" if m.in_flight else "")
+                + (" (busy)" if m.busy is not None and m.busy.busy else ""),
+                str(m.pid) if m.pid else "-",
+                str(m.port) if m.port else "-",
+                _gpus(m, reply),
+                up,
+                _ago(m.last_activity, now),
+                _ttl_left(m),
+            )
+        )
+        if m.busy is not None and (m.busy.busy or m.busy.error or m.busy.holding):
+            notes.append(f"{m.model}: {m.busy.message}")
+        if m.reason and m.state in ("failed", "stopped", "draining", "stopping"):
+            notes.append(f"{m.model}: {m.reason}")
+        for p in m.gpu_lingering:
+            used = f"{p.used_bytes / 2**20:.0f} MiB" if p.used_bytes is not None else "? MiB"
+            notes.append(f"{m.model}: LINGERING pid {p.pid} holds {used} on GPU {p.gpu}")
+        if m.lingering is not None:
+            notes.append(f"{m.model}: lingering on port {m.lingering.port}: {m.lingering.message}")
+        if m.placed_by_memory or m.footprint:
+            notes.append(_footprint_note(m, reply))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = [
+        "  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip() for r in rows
+    ]
+    lines.insert(
+        0,
+        f"daemon pid {reply.pid}, up {_duration(reply.uptime)}, GPUs: "
+        + (
+            ", ".join(
+                f"{g.index} {g.name} {g.used_bytes / 2**20:.0f}/{g.total_bytes / 2**20:.0f} MiB"
+                f" ({g.free_bytes / 2**20:.0f} MiB free,"
+                f" {g.reserved_bytes / 2**20:.0f} MiB reserved)"
+                for g in reply.gpus
+            )
+            or f"none ({reply.gpu_backend or 'no backend'})"
+        ),
+    )
+    return "\n".join(lines + notes)
+
+
+async def _call(run_dir: Path, make: Any, timeout: float) -> Any:
+    client = DaemonClient(Endpoints(run_dir).daemon)
+    try:
+        return await client.request(make, timeout=timeout)
+    finally:
+        client.close()
+
+
+def main(args: argparse.Namespace) -> int:
+    run_dir = Path(args.run_dir) if args.run_dir is not None else default_run_dir()
+    if not (run_dir / "daemon.sock").exists():
+        print(f"swapd: no swapd running in {run_dir} (no daemon.sock)", file=sys.stderr)
+        return 1
+    try:
+        if args.command == "status":
+            reply = asyncio.run(_call(run_dir, lambda i: Status(id=i), STATUS_TIMEOUT))
+            if isinstance(reply, StatusReply):
+                if args.json:
+                    print(json.dumps(status_json(reply), indent=2))
+                else:
+                    print(render_table(reply))
+                return 0
+        elif args.command == "unload":
+            reply = asyncio.run(
+                _call(run_dir, lambda i: Unload(id=i, model=args.model), UNLOAD_TIMEOUT)
+            )
+        elif args.command == "reload":
+            reply = asyncio.run(_call(run_dir, lambda i: Reload(id=i), UNLOAD_TIMEOUT))
+        else:
+            print(f"swapd: unknown command {args.command}", file=sys.stderr)
+            return 2
+    except DaemonUnavailable as exc:
+        print(f"swapd: {exc} (run dir {run_dir})", file=sys.stderr)
+        return 1
+    if isinstance(reply, Ok):
+        # A reload's report starts with check-config's warnings, which go where it prints them.
+        lines = (reply.message or "ok").splitlines()
+        for line in lines:
+            print(line, file=sys.stderr if line.startswith("warning: ") else sys.stdout)
+        return 0
+    if isinstance(reply, Error):
+        print(f"swapd: {reply.message}", file=sys.stderr)
+        return 1
+    print(f"swapd: unexpected reply {type(reply).__name__}", file=sys.stderr)
+    return 1
+
+
+__all__ = ["ModelStatus", "main", "render_table"]

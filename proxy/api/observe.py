@@ -1,0 +1,111 @@
+"""The observability routes: `GET /api/metrics/activity`, `GET /api/metrics/stats`,
+`GET /metrics` and `GET /api/captures/{id}`, which the daemon answers (it keeps the activity log,
+the captures and every Prometheus figure, so each proxy process gives the same answer: the proxy
+passes the query through and the daemon's document back; a bad parameter is the daemon's 400 in
+the one error shape); `GET /api/inflight` and `POST /api/inflight/{id}/cancel` from the in-flight
+table every proxy mirrors; and `GET /api/version`."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import msgspec
+from aiohttp import web
+
+from ...ipc.activity import flight_json
+from ...ipc.client import DaemonUnavailable
+from ...ipc.messages import (
+    CancelInFlight,
+    Document,
+    Error,
+    QueryActivity,
+    QueryCapture,
+    QueryMetrics,
+    QueryStats,
+    Reply,
+    Request,
+)
+from ..context import CTX
+from ..errors import ProxyError
+from ..observe.activity import RECORDER
+from ..observe.events import HUB_KEY
+
+
+async def ask_daemon(request: web.Request, make: Callable[[int], Request]) -> Reply:
+    """The daemon's reply to the request `make` builds; no answer is a 503, an `Error` reply the
+    error it names (the one error shape either way)."""
+    try:
+        reply = await request.app[CTX].link.request(make, timeout=10.0)
+    except DaemonUnavailable as exc:
+        raise ProxyError(503, "the daemon did not answer", "daemon_unavailable") from exc
+    if isinstance(reply, Error):
+        raise ProxyError.from_reply(reply)
+    return reply
+
+
+async def _ask(request: web.Request, make: Callable[[int], Request]) -> web.Response:
+    reply = await ask_daemon(request, make)
+    if not isinstance(reply, Document):
+        raise ProxyError(502, f"unexpected reply from the daemon: {type(reply).__name__}")
+    response = web.Response(body=reply.body)
+    response.headers["Content-Type"] = reply.content_type
+    return response
+
+
+async def handle_activity(request: web.Request) -> web.Response:
+    pairs = tuple(request.query.items())
+    return await _ask(request, lambda i: QueryActivity(id=i, query=pairs))
+
+
+async def handle_stats(request: web.Request) -> web.Response:
+    model = request.query.get("model", "")
+    return await _ask(request, lambda i: QueryStats(id=i, model=model))
+
+
+async def handle_capture(request: web.Request) -> web.Response:
+    """llama-swap's `GET /api/captures/{id}`: the daemon keeps every proxy's captures."""
+    raw = request.match_info["id"]
+    try:
+        capture = int(raw)
+    except ValueError:
+        raise ProxyError(400, "invalid capture ID") from None
+    return await _ask(request, lambda i: QueryCapture(id=i, capture=capture))
+
+
+async def handle_metrics(request: web.Request) -> web.Response:
+    return await _ask(request, lambda i: QueryMetrics(id=i))
+
+
+_encode = msgspec.json.Encoder().encode
+
+
+def _json(data: object) -> web.Response:
+    return web.Response(body=_encode(data), content_type="application/json")
+
+
+async def handle_version(_request: web.Request) -> web.Response:
+    """llama-swap's `{version, commit, build_date}`; swapd is installed from source, so the
+    commit and build date are not known."""
+    import importlib.metadata  # here, not at start-up: half a megabyte of idle memory
+
+    try:
+        version = importlib.metadata.version("swapd")
+    except importlib.metadata.PackageNotFoundError:
+        version = "unknown"
+    return _json({"version": version, "commit": "", "build_date": ""})
+
+
+async def handle_inflight(request: web.Request) -> web.Response:
+    hub = request.app[HUB_KEY]
+    requests = sorted(hub.in_flight.values(), key=lambda f: f.timestamp)
+    return _json({"requests": [flight_json(f) for f in requests]})
+
+
+async def handle_cancel(request: web.Request) -> web.Response:
+    flight = request.match_info["id"]
+    if not RECORDER.cancel(flight):
+        if flight not in request.app[HUB_KEY].in_flight:
+            raise ProxyError(404, "inflight request not found")
+        # Another proxy process serves it: the daemon passes the cancel on to every proxy.
+        request.app[CTX].link.cast_soon(CancelInFlight(id=flight))
+    return _json({"msg": "ok"})

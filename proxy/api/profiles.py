@@ -1,0 +1,63 @@
+"""`GET /api/profiles` and `PUT /api/profiles/active`, llama-swap's shapes and messages.
+
+The active profile is the daemon's (one for every proxy process): a `PUT` asks it with
+`SetProfile`, and the answer comes once this process's routing table shows the change (the table
+arrives on the event stream, the reply on the request socket: either may come first).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import msgspec
+from aiohttp import web
+
+from ...ipc.messages import Error, SetProfile
+from ..context import CTX
+from ..errors import ProxyError
+from ..mirror.wait import routes_of
+
+# How long a PUT waits for the event stream to bring the table the daemon just published.
+_TABLE_WAIT_S = 2.0
+_TABLE_POLL_S = 0.01
+
+_encode = msgspec.json.Encoder().encode
+
+
+def _json(body: object) -> web.Response:
+    return web.Response(body=_encode(body), content_type="application/json")
+
+
+async def handle_profiles(request: web.Request) -> web.Response:
+    routes = await routes_of(request.app[CTX])
+    table = routes.table
+    profiles = [
+        {"id": p.id, "description": p.description, "pins": dict(p.pins)}
+        for p in sorted(table.profiles, key=lambda p: p.id)
+    ]
+    return _json({"active": table.active_profile, "profiles": profiles})
+
+
+async def handle_set_active(request: web.Request) -> web.Response:
+    ctx = request.app[CTX]
+    try:
+        body = json.loads(await request.read())
+    except (ValueError, UnicodeDecodeError):
+        raise ProxyError(400, "invalid profile request") from None
+    if not isinstance(body, dict):
+        raise ProxyError(400, "invalid profile request")
+    if "name" not in body:
+        raise ProxyError(400, "profile name is required")
+    name = body["name"]
+    if name is not None and not isinstance(name, str):
+        raise ProxyError(400, "profile name must be a string or null")
+    name = name or None
+    reply = await ctx.link.request(lambda i: SetProfile(id=i, name=name))
+    if isinstance(reply, Error):
+        raise ProxyError.from_reply(reply)
+    for _ in range(int(_TABLE_WAIT_S / _TABLE_POLL_S)):
+        if ctx.state.routes.table.active_profile == name:
+            break
+        await asyncio.sleep(_TABLE_POLL_S)
+    return _json({"active": name})

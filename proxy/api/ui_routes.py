@@ -1,0 +1,74 @@
+"""The web UI's routes: the page itself under `/ui/` (static files shipped in `proxy/ui/`), the
+redirects to it from `/` and `/upstream` (as llama-swap has them), and the two read APIs only the
+UI needed: `GET /api/status` (what `swapd status --json` prints: every model, stopped ones
+included, and the GPUs) and `GET /api/swaps` (the daemon's recent swap records).
+
+Every one of them is behind the API keys like any route (the `front` middleware): a browser gets
+`WWW-Authenticate: Basic realm="swapd"` and the key is the Basic password.
+"""
+
+from __future__ import annotations
+
+import msgspec
+from aiohttp import web
+
+from ...ipc.messages import Document, QuerySwaps, Status, StatusReply
+from ...ipc.status_doc import status_json
+from ..errors import ProxyError
+from ..ui import assets
+from .observe import ask_daemon
+
+# The page loads nothing but its own files: no CDN, no request leaving the host.
+_HEADERS = {
+    "Content-Security-Policy": (
+        "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; "
+        "connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'"
+    ),
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    # The files change with the installed version, so revalidate (cheap: an ETag).
+    "Cache-Control": "no-cache",
+}
+_encode = msgspec.json.Encoder().encode
+
+
+async def handle_redirect(_request: web.Request) -> web.StreamResponse:
+    raise web.HTTPFound("/ui/")
+
+
+async def handle_asset(request: web.Request) -> web.StreamResponse:
+    name = request.match_info.get("name", "") or "index.html"
+    asset = assets.get(name)
+    if asset is None:
+        raise ProxyError(404, f"no such UI file: {name}")
+    if request.headers.get("If-None-Match") == asset.etag:
+        return web.Response(status=304, headers={**_HEADERS, "ETag": asset.etag})
+    return web.Response(
+        body=asset.body,
+        headers={**_HEADERS, "ETag": asset.etag, "Content-Type": asset.content_type},
+    )
+
+
+async def handle_status(request: web.Request) -> web.Response:
+    reply = await ask_daemon(request, lambda i: Status(id=i))
+    if not isinstance(reply, StatusReply):
+        raise ProxyError(502, f"unexpected reply from the daemon: {type(reply).__name__}")
+    return web.Response(body=_encode(status_json(reply)), content_type="application/json")
+
+
+async def handle_swaps(request: web.Request) -> web.Response:
+    reply = await ask_daemon(request, lambda i: QuerySwaps(id=i))
+    if not isinstance(reply, Document):
+        raise ProxyError(502, f"unexpected reply from the daemon: {type(reply).__name__}")
+    return web.Response(body=reply.body, content_type=reply.content_type)
+
+
+def register(app: web.Application) -> None:
+    router = app.router
+    router.add_get("/", handle_redirect)
+    router.add_get("/upstream", handle_redirect)
+    router.add_get("/ui", handle_redirect)
+    router.add_get("/ui/", handle_asset)
+    router.add_get("/ui/{name:[A-Za-z0-9_.-]+}", handle_asset)
+    router.add_get("/api/status", handle_status)
+    router.add_get("/api/swaps", handle_swaps)

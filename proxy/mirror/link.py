@@ -1,0 +1,115 @@
+"""The proxy's side of the daemon conversation: requests (ensure, unload, snapshot) and casts
+(hello, activity, drained), over one `DaemonClient` DEALER.
+
+Casts are fire-and-forget and never awaited on a request's path; `ensure` has no timeout of its
+own (the client's lifetime bounds it) and is re-sent if the daemon restarts while it waits, since
+the new daemon never saw it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import secrets
+import socket
+import time
+from collections.abc import Callable
+
+import msgspec
+
+from ...ipc.client import DaemonClient
+from ...ipc.messages import (
+    Activity,
+    Drained,
+    Ensure,
+    Error,
+    Hello,
+    Ready,
+    Reply,
+    Request,
+    Unload,
+)
+from .state import ProxyState
+
+log = logging.getLogger(__name__)
+
+
+def make_proxy_id() -> str:
+    return f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
+
+
+class DaemonLink:
+    def __init__(
+        self, client: DaemonClient, state: ProxyState, proxy_id: str | None = None
+    ) -> None:
+        self.client = client
+        self.state = state
+        self.proxy_id = proxy_id or make_proxy_id()
+        self.pid = os.getpid()
+        # How many `/api/events` clients this process has (the events hub's count), for Hello.
+        self.watching: Callable[[], int] = lambda: 0
+        self._casts: set[asyncio.Task[None]] = set()
+
+    # --- requests --------------------------------------------------------------------------------
+    async def request(self, make: Callable[[int], Request], timeout: float | None = 10.0) -> Reply:
+        return await self.client.request(make, timeout=timeout)
+
+    async def _until_answered(self, make: Callable[[int], Request]) -> Reply:
+        """Send and wait without a deadline; resend if the daemon instance changes meanwhile."""
+        while True:
+            changed = self.state.instance_changed
+            reply_task = asyncio.ensure_future(self.client.request(make, timeout=None))
+            try:
+                await asyncio.wait({reply_task, changed}, return_when=asyncio.FIRST_COMPLETED)
+            except BaseException:
+                reply_task.cancel()
+                raise
+            if reply_task.done():
+                return reply_task.result()
+            reply_task.cancel()
+            log.info("daemon restarted while a request waited; sending it again")
+
+    async def ensure(self, model: str) -> Ready | Error:
+        reply = await self._until_answered(
+            lambda i: Ensure(id=i, model=model, proxy_id=self.proxy_id)
+        )
+        if isinstance(reply, Ready | Error):
+            return reply
+        return Error(id=reply.id, status=502, code="bad_reply", message=f"unexpected {reply!r}")
+
+    async def unload(self, model: str | None) -> Reply:
+        return await self._until_answered(lambda i: Unload(id=i, model=model))
+
+    # --- casts -----------------------------------------------------------------------------------
+    def cast_soon(self, message: msgspec.Struct) -> None:
+        task = asyncio.get_running_loop().create_task(self.client.cast(message))
+        self._casts.add(task)
+        task.add_done_callback(self._casts.discard)
+
+    async def hello(self) -> None:
+        await self.client.cast(self._hello())
+
+    def hello_soon(self) -> None:
+        self.cast_soon(self._hello())
+
+    def _hello(self) -> Hello:
+        return Hello(proxy_id=self.proxy_id, pid=self.pid, watching=self.watching())
+
+    def activity(self, model: str, in_flight: int, at: float | None = None) -> None:
+        self.cast_soon(
+            Activity(
+                proxy_id=self.proxy_id,
+                model=model,
+                in_flight=in_flight,
+                at=time.time() if at is None else at,
+            )
+        )
+
+    def drained(self, model: str, epoch: int) -> None:
+        self.cast_soon(Drained(proxy_id=self.proxy_id, model=model, epoch=epoch))
+
+    def close(self) -> None:
+        for task in self._casts:
+            task.cancel()
+        self.client.close()

@@ -1,0 +1,24 @@
+"""Waiting for the first routing table: a proxy that starts before the daemon answers holds requests
+briefly instead of answering 404 for every model."""
+
+from __future__ import annotations
+
+import asyncio
+
+from ..context import ProxyContext
+from ..errors import ProxyError
+from .state import Routes
+
+FIRST_TABLE_WAIT_S = 30.0
+
+
+async def routes_of(ctx: ProxyContext) -> Routes:
+    state = ctx.state
+    if not state.synced.is_set():
+        try:
+            await asyncio.wait_for(state.synced.wait(), FIRST_TABLE_WAIT_S)
+        except TimeoutError as exc:
+            raise ProxyError(
+                503, "the swapd daemon has not sent its routing table yet; retry shortly"
+            ) from exc
+    return state.routes

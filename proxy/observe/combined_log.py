@@ -1,0 +1,161 @@
+"""The combined log (`/logs`, `/logs/stream`): this proxy process's own lines and every model's
+output, in the order they arrived, kept in one ring and fanned out live.
+
+Model output reaches the proxy only through the models' log files (circus writes them), and its
+lines carry no time of their own, so the order of arrival is the one order there is. Before each
+of the proxy's own lines goes into the ring, whatever the model files gained is put in first (a
+stat per file, microseconds), so a model line written before a proxy line was logged is always
+before it; between the proxy's lines a task does the same every `FOLLOW_POLL_S`, so model output
+also streams while the proxy is quiet. Lines are prefixed `[<model id>] `. The models' lines from
+before this process started (each file's last `HISTORY_BYTES`) come first, one model after
+another: they are older than anything this process logged.
+
+Files are read on the loop, not in a thread, so that the catch-up before a proxy line is never
+racing a read of the same file; a read takes at most `READ_MAX` (the rest comes next time).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+from pathlib import Path
+
+from aiohttp import web
+
+from ..mirror.state import ProxyState
+from .log_files import FOLLOW_POLL_S, model_log_path, prefixed, tail_of
+from .log_hub import HISTORY_BYTES, LogHub, TextRing
+
+log = logging.getLogger(__name__)
+
+# The proxy's ring and each model's file keep HISTORY_BYTES each; the combined one room for a few.
+COMBINED_BYTES = 4 * HISTORY_BYTES
+READ_MAX = 1024 * 1024
+
+
+class _File:
+    __slots__ = ("inode", "offset", "path", "pending")
+
+    def __init__(self, path: Path, offset: int) -> None:
+        self.path = path
+        self.offset = offset
+        self.inode: int | None = None
+        self.pending = bytearray()
+
+
+def _changed(files: dict[str, _File]) -> dict[str, _File]:
+    """The files whose size or inode moved: a stat each (microseconds on a local file)."""
+    out = {}
+    for model_id, f in files.items():
+        try:
+            stat = os.stat(f.path)
+        except OSError:
+            continue
+        if stat.st_size != f.offset or stat.st_ino != f.inode:
+            out[model_id] = f
+    return out
+
+
+def _read_new(files: dict[str, _File]) -> list[tuple[str, bytes]]:
+    """What each file gained since its offset (a rotated or truncated file from its start)."""
+    out = []
+    for model_id, f in files.items():
+        try:
+            stat = f.path.stat()
+        except FileNotFoundError:
+            continue
+        if (f.inode is not None and stat.st_ino != f.inode) or stat.st_size < f.offset:
+            f.offset = 0
+        f.inode = stat.st_ino
+        if stat.st_size <= f.offset:
+            continue
+        try:
+            with f.path.open("rb") as handle:
+                handle.seek(f.offset)
+                data = handle.read(min(stat.st_size - f.offset, READ_MAX))
+        except OSError:
+            continue
+        f.offset += len(data)
+        out.append((model_id, data))
+    return out
+
+
+class CombinedLog(TextRing):
+    def __init__(self, hub: LogHub, state: ProxyState) -> None:
+        super().__init__(COMBINED_BYTES)
+        self._hub = hub
+        self._state = state
+        self._files: dict[str, _File] = {}
+        self._log_dir: str | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._exit = contextlib.ExitStack()
+
+    def start(self) -> None:
+        self._ring += self._hub.history()
+        self._exit.enter_context(self._hub.subscribe(self))  # type: ignore[arg-type]
+        self._task = asyncio.ensure_future(self._run())
+
+    async def close(self) -> None:
+        self._exit.close()
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    def put_nowait(self, data: bytes) -> None:
+        """The proxy's own lines, as `LogHub` offers them to a subscriber: the models' output
+        written before them goes first."""
+        with contextlib.suppress(Exception):  # not logged: this runs inside a log handler
+            self._catch_up()
+        self.put(data)
+
+    def _catch_up(self) -> None:
+        changed = _changed(self._files)
+        if not changed:
+            return
+        for model_id, data in _read_new(changed):
+            out = prefixed(model_id, data, changed[model_id].pending)
+            if out:
+                self.put(out)
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                await self._follow_table()
+                self._catch_up()
+            except Exception:  # never let the combined log stop following
+                log.exception("following the model logs failed")
+            await asyncio.sleep(FOLLOW_POLL_S)
+
+    async def _follow_table(self) -> None:
+        routes = self._state.routes
+        if routes.table.generation < 0:
+            return  # no table yet: no models, no log directory
+        first = self._log_dir is None
+        ids = [m.id for m in routes.table.models]
+        if routes.log_dir != self._log_dir:
+            self._files.clear()
+            self._log_dir = routes.log_dir
+        for gone in set(self._files) - set(ids):
+            del self._files[gone]
+        seed = bytearray()
+        for model_id in ids:
+            if model_id in self._files:
+                continue
+            path = model_log_path(routes.log_dir, model_id)
+            data, end = await asyncio.to_thread(tail_of, path)
+            if not first:  # a model the table gained: its lines from now on
+                data = b""
+            elif data:
+                ended = data if data.endswith(b"\n") else data + b"\n"
+                seed += prefixed(model_id, ended, bytearray())
+            self._files[model_id] = _File(path, end)
+        if seed:
+            # Older than everything this process logged, which the ring already holds.
+            self._ring[:0] = seed
+            self.trim()
+
+
+COMBINED_KEY: web.AppKey[CombinedLog] = web.AppKey("swapd_combined_log", CombinedLog)

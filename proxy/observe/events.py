@@ -1,0 +1,218 @@
+"""`GET /api/events`: llama-swap's server-sent event stream.
+
+Each frame is `event:message\\ndata:{"type": T, "data": "<JSON text>"}\\n\\n`, T one of
+`modelStatus` (every model's state, on any change), `logData` (`{"source": "proxy"|"upstream",
+"data"}`), `activity` (llama-swap's `{"id"}` of a new activity record, whose fields the activity
+API gives), `inflight` (`{"operation": "snapshot", "requests"}`, then `upsert` with `request` or
+`remove` with `id`), `swap` (swapd's own: a swap record as `GET /api/swaps` lists them, once its
+episode ended), `uiConfig` (fixed: swapd has no UI settings) and `profileChanged` (`{"active"}`:
+again whenever the daemon's table comes with another active profile, before its `modelStatus`,
+as llama-swap sends them). A new subscriber first gets the log histories, `modelStatus`,
+`uiConfig`, `profileChanged` and the in-flight snapshot.
+
+Activity and in-flight events come from the daemon (`ActivityAdded`, `InFlightChanged`), so they
+cover every proxy process; `logData` with source `proxy` is this process's own log.
+
+Every event is encoded once (`inflight` ones by the daemon; a batch of `activity` ids, in one
+piece, by each proxy that has subscribers), and offered to each subscriber's bounded queue
+(`QUEUE_FRAMES` events); a subscriber whose queue has no room for them loses the events, and
+before its next frame gets an `eventsDropped` event `{"count": N}` saying how many it lost. A
+publisher never waits for a subscriber, so a slow one never slows a request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+from collections import deque
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from aiohttp import web
+
+from ...ipc.activity import InFlight, flight_json
+from ...ipc.event_frames import activity_frames, frame
+from ...ipc.messages import (
+    ActivityAdded,
+    CancelRequested,
+    Event,
+    InFlightChanged,
+    SnapshotReply,
+    StateChanged,
+    SwapRecorded,
+    TableChanged,
+)
+from ..mirror.state import ProxyState
+
+# llama-swap's send buffer; the environment variable (for tests) sets another.
+QUEUE_FRAMES = int(os.environ.get("SWAPD_EVENTS_QUEUE", "") or 1024)
+
+
+class Subscriber:
+    __slots__ = ("dropped", "frames", "queued", "wake")
+
+    def __init__(self) -> None:
+        self.frames: deque[bytes] = deque()
+        self.queued = 0  # events in `frames` (one entry may hold a batch of activity events)
+        self.dropped = 0
+        self.wake = asyncio.Event()
+
+    def offer(self, data: bytes, count: int = 1) -> None:
+        # A batch larger than the whole queue still goes to an empty one.
+        if self.queued and self.queued + count > QUEUE_FRAMES:
+            self.dropped += count
+            return
+        self.frames.append(data)
+        self.queued += count
+        self.wake.set()
+
+    def take(self) -> list[bytes]:
+        """The frames waiting, after an `eventsDropped` notice when some were lost."""
+        out = []
+        if self.dropped:
+            out.append(frame("eventsDropped", {"count": self.dropped}))
+            self.dropped = 0
+        out.extend(self.frames)
+        self.frames.clear()
+        self.queued = 0
+        return out
+
+
+class LogSink:
+    """Looks like the queue `LogHub` and the model-log pipes feed; turns chunks into events."""
+
+    def __init__(self, sub: Subscriber, source: str) -> None:
+        self.sub = sub
+        self.source = source
+
+    def put_nowait(self, data: bytes) -> None:
+        self.sub.offer(
+            frame("logData", {"source": self.source, "data": data.decode("utf-8", "replace")})
+        )
+
+
+class EventHub:
+    """Fed by `StateSync` (snapshots and the daemon's events); fans out to subscribers."""
+
+    def __init__(self, state: ProxyState) -> None:
+        self.state = state
+        self.subscribers: set[Subscriber] = set()
+        self.in_flight: dict[str, InFlight] = {}
+        # Told after every model state change (loading streams, `loading.py`).
+        self.state_listeners: set[Callable[[], None]] = set()
+        # Told of `CancelRequested` (the recorder ends the request if it is this process's).
+        self.on_cancel: Callable[[str], object] = lambda _id: None
+        # `/api/events` clients connected (from before their snapshot is sent), and who is told
+        # when that goes from none to some or back (the daemon, which announces new activity and
+        # renders in-flight frames only while some proxy has a client).
+        self.watchers = 0
+        self.on_watchers: Callable[[], object] = lambda: None
+        # How many events were offered, and lost to full queues (tests and operators).
+        self.offered = 0
+        self.lost = 0
+        # The active profile last announced (a table change says whether it changed).
+        self.active_profile = state.routes.table.active_profile
+
+    @contextlib.contextmanager
+    def watched(self) -> Iterator[None]:
+        """One `/api/events` client, for as long as it is connected."""
+        self.watchers += 1
+        if self.watchers == 1:
+            self.on_watchers()
+        try:
+            yield
+        finally:
+            self.watchers -= 1
+            if self.watchers == 0:
+                self.on_watchers()
+
+    def counters(self) -> dict[str, int]:
+        return {"subscribers": len(self.subscribers), "offered": self.offered, "lost": self.lost}
+
+    def _broadcast(self, data: bytes, count: int = 1) -> None:
+        for sub in self.subscribers:
+            before = sub.dropped
+            sub.offer(data, count)
+            self.offered += count
+            self.lost += sub.dropped - before
+
+    def model_status(self) -> list[dict[str, Any]]:
+        models: list[dict[str, Any]] = []
+        table = self.state.routes.table
+        for route in sorted(table.models, key=lambda m: m.id):
+            rt = self.state.runtimes.get(route.id)
+            item: dict[str, Any] = {
+                "id": route.id,
+                "name": route.name or "",
+                "description": route.description or "",
+                "state": rt.state if rt is not None else "stopped",
+                "unlisted": route.unlisted,
+                "peerID": "",
+            }
+            if route.aliases:
+                item["aliases"] = list(route.aliases)
+            models.append(item)
+        for peer in table.peers:
+            for name in peer.models:
+                models.append(
+                    {
+                        "id": f"{peer.id}/{name}",
+                        "name": "",
+                        "description": "",
+                        "state": "stopped",
+                        "unlisted": False,
+                        "peerID": peer.id,
+                    }
+                )
+        return models
+
+    def inflight_snapshot(self) -> bytes:
+        requests = [flight_json(f) for f in self.in_flight.values()]
+        return frame("inflight", {"operation": "snapshot", "requests": requests})
+
+    def profile_frame(self) -> bytes:
+        return frame("profileChanged", {"active": self.state.routes.table.active_profile})
+
+    def _profile_changed(self) -> bool:
+        active = self.state.routes.table.active_profile
+        changed = active != self.active_profile
+        self.active_profile = active
+        return changed
+
+    def snapshot(self, reply: SnapshotReply) -> None:
+        self.in_flight = {f.id: f for f in reply.in_flight}
+        profile_changed = self._profile_changed()
+        if self.subscribers:
+            if profile_changed:
+                self._broadcast(self.profile_frame())
+            self._broadcast(frame("modelStatus", self.model_status()))
+            self._broadcast(self.inflight_snapshot())
+
+    def event(self, event: Event) -> None:
+        if isinstance(event, InFlightChanged):
+            for flight in event.upserts:
+                self.in_flight[flight.id] = flight
+            for key in event.removes:
+                self.in_flight.pop(key, None)
+        if isinstance(event, StateChanged):
+            for listener in list(self.state_listeners):
+                listener()
+        elif isinstance(event, CancelRequested):
+            self.on_cancel(event.id)
+        profile_changed = isinstance(event, TableChanged) and self._profile_changed()
+        if not self.subscribers:
+            return
+        if profile_changed:  # as llama-swap: the profile, then the models
+            self._broadcast(self.profile_frame())
+        if isinstance(event, StateChanged | TableChanged):
+            self._broadcast(frame("modelStatus", self.model_status()))
+        elif isinstance(event, SwapRecorded):
+            self._broadcast(frame("swap", event.record))
+        elif isinstance(event, ActivityAdded) and event.count:
+            self._broadcast(activity_frames(event.first, event.count), event.count)
+        elif isinstance(event, InFlightChanged) and event.count:
+            self._broadcast(event.frames, event.count)  # framed by the daemon, once for all
+
+
+HUB_KEY: web.AppKey[EventHub] = web.AppKey("swapd_events", EventHub)

@@ -1,0 +1,131 @@
+"""What goes upstream: the request the client sent, as it sent it, apart from documented rewrites.
+
+* Headers: the client's raw header lines in their order, minus hop-by-hop ones (and those its
+  `Connection` names), `Content-Length`/`Transfer-Encoding` (the body is framed again, with a
+  length that describes exactly the bytes sent) and `Expect` (the proxy's server answered it).
+* `Host`: the client's, unchanged, for local models (web apps such as ComfyUI compare it with
+  `Origin`, which passes untouched too); a model with `hostHeader: upstream` gets its upstream's
+  own `host:port` instead. Peers always get their own host (they are other servers, maybe TLS).
+* `X-Forwarded-For` (the client's address appended to any it sent), `X-Forwarded-Host` (the
+  client's Host) and `X-Forwarded-Proto` (`http`), like Go's reverse proxy.
+* The body: the bytes received, streamed (never decompressed: the proxy's server runs with
+  `auto_decompress=False`), or the bytes the pipeline read and maybe rewrote (`body.py`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+
+from aiohttp import web
+
+from ..account import Account
+from ..errors import ProxyError
+from .address import UpstreamAddress
+from .relay import HOP_BY_HOP, relay
+from .transport import Outgoing, Transport, UpstreamError, UpstreamRefused
+
+_FORWARDED = frozenset({b"x-forwarded-for", b"x-forwarded-host", b"x-forwarded-proto"})
+REQUEST_DROP = (
+    frozenset(name.encode() for name in HOP_BY_HOP)
+    | {b"content-length", b"expect", b"host"}
+    | _FORWARDED
+)
+_ENCODING = b"content-encoding"
+
+
+def _drop_set(request: web.Request, drop: frozenset[bytes]) -> frozenset[bytes]:
+    """`drop` and the names the client's `Connection` header lists (hop-by-hop too)."""
+    for value in request.headers.getall("Connection", ()):
+        drop = drop | {t.strip().lower().encode("latin-1") for t in value.split(",")}
+    return drop
+
+
+def upstream_headers(
+    request: web.Request,
+    host: str | None,
+    *,
+    drop: frozenset[bytes] = frozenset(),
+    replace: Mapping[str, str] | None = None,
+) -> list[tuple[bytes, bytes]]:
+    """The header lines for the upstream: `host` is the Host to send (None: the client's, or
+    none when it sent none); `drop` are further names (lower-case bytes) to leave out; `replace`
+    are headers set over the client's (a peer's key)."""
+    headers = request.headers
+    names = REQUEST_DROP | drop if drop else REQUEST_DROP
+    if replace:
+        names = names | {k.lower().encode() for k in replace}
+    if "Connection" in headers:
+        names = _drop_set(request, names)
+    client_host = headers.get("Host")
+    sent_host = host if host is not None else client_host
+    out = [(b"Host", sent_host.encode("latin-1", "replace"))] if sent_host else []
+    out += [item for item in request.raw_headers if item[0].lower() not in names]
+    if replace:
+        out += [(k.encode(), v.encode("latin-1", "replace")) for k, v in replace.items()]
+    remote = (request.remote or "").encode()
+    if "X-Forwarded-For" in headers:
+        prior = ", ".join(headers.getall("X-Forwarded-For")).encode("latin-1", "replace")
+        remote = prior + b", " + remote
+    out.append((b"X-Forwarded-For", remote))
+    if client_host:
+        out.append((b"X-Forwarded-Host", client_host.encode("latin-1", "replace")))
+    out.append((b"X-Forwarded-Proto", b"https" if request.secure else b"http"))
+    return out
+
+
+def outgoing(
+    request: web.Request,
+    address: UpstreamAddress,
+    path_qs: str,
+    *,
+    host: str | None,
+    body: bytes | None = None,
+    plain: bool = False,
+    replace: Mapping[str, str] | None = None,
+) -> Outgoing:
+    """The request for `address` at `path_qs`. `body`: bytes the pipeline read (None: stream what
+    arrives); `plain`: those bytes are a decoded rewrite, so the client's Content-Encoding no
+    longer describes them."""
+    drop = frozenset({_ENCODING}) if plain else frozenset()
+    headers = upstream_headers(request, host, drop=drop, replace=replace)
+    out = Outgoing(request.method, address, address.base + path_qs, headers)
+    if body is not None:
+        out.body = body
+    elif request.body_exists:
+        out.body = request.content.iter_any()
+        out.length = request.content_length
+    return out
+
+
+class Refused(ProxyError):
+    """The 502 of an upstream whose port refused the connection: no byte of the request was
+    sent, so it may be sent again where there is reason to think the model is back."""
+
+
+def unreachable(label: str, exc: UpstreamError) -> ProxyError:
+    kind = Refused if isinstance(exc, UpstreamRefused) else ProxyError
+    return kind(502, f"upstream {label} is not reachable: {exc}")
+
+
+async def forward(
+    request: web.Request,
+    acc: Account,
+    transport: Transport,
+    out: Outgoing,
+    label: str,
+    *,
+    into: web.StreamResponse | None = None,
+) -> web.StreamResponse:
+    """Send `out` and relay the answer; `acc` is the request's account (the time to the
+    upstream's head goes in it); `label` names the upstream in error messages; `into`: a
+    response already sent (a loading stream) the answer's body continues."""
+    try:
+        reply = await transport.send(out)
+    except UpstreamError as exc:
+        raise unreachable(label, exc) from exc
+    acc.ttfb = asyncio.get_running_loop().time() - acc.started
+    try:
+        return await relay(request, reply, label, acc, into=into)
+    finally:
+        reply.close()

@@ -1,0 +1,161 @@
+"""The relay: one upstream `Reply` written back to the client, whichever transport fetched it.
+
+The rules, in one place:
+* hop-by-hop headers and Content-Length are dropped (the response is framed again); every other
+  header passes through once, as the upstream sent it;
+* codings in the upstream's `Transfer-Encoding` besides `chunked` (`gzip, chunked`) are undone by
+  nobody on the way, so they are labelled in `Content-Encoding` for the client;
+* a body of known length up to `SMALL_BODY` goes out in one write with its head;
+* anything else streams as it arrives, one write per piece received: SSE is never buffered, and
+  an SSE response says `X-Accel-Buffering: no` (once: llama-server already sends it);
+* an upstream that breaks off before a small body is complete is a 502; one that breaks off a
+  streamed body ends it the only ways HTTP allows: a chunked body with its terminating chunk, one
+  of fixed length by closing the connection short of it. The shutdown grace ends what still
+  streams the same way (`end_streams`).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from aiohttp import web
+from multidict import CIMultiDict
+
+from ..account import Account, Tail
+from ..errors import ProxyError
+from .transport import Reply, UpstreamBroken
+
+log = logging.getLogger(__name__)
+
+HOP_BY_HOP = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "proxy-connection",
+        "te",
+        "trailer",
+        "trailers",
+        "transfer-encoding",
+        "upgrade",
+    }
+)
+RESPONSE_DROP = HOP_BY_HOP | {"content-length"}
+SMALL_BODY = 256 * 1024
+
+# Replies being streamed to a client now, in this process.
+_STREAMING: set[Reply] = set()
+_ended = False
+
+
+def end_streams() -> None:
+    """End every streamed response (the shutdown grace is over): each relay sees its upstream
+    break off and ends its response cleanly."""
+    global _ended
+    _ended = True
+    for reply in list(_STREAMING):
+        reply.close()
+
+
+def broke_off(label: str, exc: BaseException) -> ProxyError:
+    return ProxyError(502, f"upstream {label} failed mid-response: {exc!r}")
+
+
+def response_headers(reply: Reply) -> CIMultiDict[str]:
+    out: CIMultiDict[str] = CIMultiDict()
+    codings: list[str] = []
+    content_type = ""
+    for key, value in reply.headers:
+        lower = key.lower()
+        if lower == "transfer-encoding":
+            codings += (
+                c for c in (t.strip().lower() for t in value.split(",")) if c not in _FRAMING
+            )
+        elif lower not in RESPONSE_DROP:
+            out.add(key, value)
+            if lower == "content-type" and not content_type:
+                content_type = value
+    if codings:
+        labelled = [v for v in out.getall("Content-Encoding", ()) if v.strip()]
+        out.popall("Content-Encoding", None)
+        out["Content-Encoding"] = ", ".join([*labelled, *codings])
+    if content_type.startswith("text/event-stream"):
+        out.setdefault("X-Accel-Buffering", "no")
+    return out
+
+
+_FRAMING = frozenset({"chunked", "identity", ""})
+
+
+async def relay(
+    request: web.Request,
+    reply: Reply,
+    label: str,
+    acc: Account | None,
+    *,
+    into: web.StreamResponse | None = None,
+) -> web.StreamResponse:
+    """Write `reply` back to `request`'s client by the rules above; closes nothing itself (the
+    caller closes `reply`). `acc`: the request's account, for what the accounting stage reads
+    (None: nothing kept). `into`: a response whose head is already sent (a loading stream):
+    the reply's body continues it, its status and headers are lost."""
+    status = reply.status
+    headers = response_headers(reply)
+    length = reply.content_length
+    bodiless = request.method == "HEAD" or status in (204, 304)
+    if acc is not None:
+        acc.content_type = headers.get("Content-Type", "")
+    if into is not None:
+        return await _stream(request, reply, label, into, None, bodiless, acc)
+    if length is not None and length <= SMALL_BODY and not bodiless:
+        try:
+            data = await reply.read()
+        except UpstreamBroken as exc:
+            raise broke_off(label, exc) from exc
+        if acc is not None:
+            acc.body = data  # for the token counts, parsed once the response is done
+        return web.Response(status=status, reason=reply.reason, headers=headers, body=data)
+
+    response = web.StreamResponse(status=status, reason=reply.reason, headers=headers)
+    if length is not None:
+        response.content_length = length
+    await response.prepare(request)
+    return await _stream(request, reply, label, response, length, bodiless, acc)
+
+
+async def _stream(
+    request: web.Request,
+    reply: Reply,
+    label: str,
+    response: web.StreamResponse,
+    length: int | None,
+    bodiless: bool,
+    acc: Account | None,
+) -> web.StreamResponse:
+    if bodiless:
+        await response.write_eof()
+        return response
+    _STREAMING.add(reply)
+    tail = None
+    if acc is not None:
+        tail = acc.tail = Tail(acc.keep)
+    try:
+        async for chunk in reply.iter_chunks():
+            if tail is not None:
+                tail.feed(chunk)
+            await response.write(chunk)
+    except UpstreamBroken as exc:
+        if _ended:
+            log.info("shutting down: ended a response from %s", label)
+        else:
+            log.warning("upstream %s broke off a response: %s", label, exc)
+        if length is None:
+            await response.write_eof()  # a chunked body ends cleanly
+        elif request.transport is not None:
+            request.transport.close()
+        return response
+    finally:
+        _STREAMING.discard(reply)
+    await response.write_eof()
+    return response
