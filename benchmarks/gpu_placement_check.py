@@ -41,7 +41,7 @@ sys.path.insert(0, str(REPO))  # run from a checkout
 import psutil  # noqa: E402
 
 from swapd.daemon.machinery.gpu import GpuBackend, make_backend  # noqa: E402
-from tests.stack import Stack, free_port_range, wait_for  # noqa: E402
+from tests.support.stack import Stack, free_port_range, wait_for  # noqa: E402
 
 # Each model: a process holding its MiB on the GPU and answering /health (gpu_holder.py).
 HOLDER = REPO / "benchmarks" / "gpu_holder.py"

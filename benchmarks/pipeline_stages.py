@@ -27,9 +27,12 @@ _HOP = {"connection", "keep-alive", "transfer-encoding", "content-length"}
 
 
 def switch_off(stages: set[str]) -> None:
-    from swapd.proxy import access_log, dispatch, forward, pipeline, state_sync
+    from swapd.proxy import dispatch, pipeline
     from swapd.proxy.context import CTX
+    from swapd.proxy.mirror import sync as state_sync
+    from swapd.proxy.observe import access_log
     from swapd.proxy.routing.body import RequestModel
+    from swapd.proxy.upstream import forward
 
     if "access" in stages:
         access_log.BATCH.on = False

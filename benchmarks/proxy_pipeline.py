@@ -14,7 +14,7 @@ Printed, each with its target:
 * median latency at 1 connection, added over direct: swapd <= floor + 0.03 ms, and bare's added
   latency >= 1.5x swapd's;
 * SSE events relayed per second through swapd vs directly from the model (>= 0.95), with
-  tests/upstreams/fake_model.py's `/sse` as the model;
+  tests/support/upstreams/fake_model.py's `/sse` as the model;
 * time to first byte of a streamed chat completion through swapd vs direct (<= direct + 0.5 ms);
 * 1,000 concurrent open streams through swapd, none failing;
 * the proxy process's resident memory when idle (before and after the load); with `--before`

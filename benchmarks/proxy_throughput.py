@@ -12,7 +12,7 @@ measured in the same round matter more than absolute numbers):
 * req/s at 32 connections, and swapd / nginx (target >= 0.25);
 * median latency at 1 connection, and what swapd adds over direct (target <= 0.15 ms);
 * SSE events relayed per second through swapd vs directly from the model (target >= 0.9x), with
-  tests/upstreams/fake_model.py's `/sse` as the model;
+  tests/support/upstreams/fake_model.py's `/sse` as the model;
 * 1,000 concurrent open streams through swapd (fake_model `/slow`), none failing.
 
 Needs `wrk` and `nginx` (Debian: `apt-get install wrk nginx-light`). Run:

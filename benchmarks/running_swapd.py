@@ -1,7 +1,7 @@
 """A real `swapd run` for benchmarks: config written to a temp dir, started, stopped.
 
-The benchmarks do not use tests/stack.py (a pytest helper) so they run from any checkout with only
-swapd installed; this is the same thing in a few lines: `swapd run -c CONFIG --listen
+The benchmarks do not use tests/support/stack.py (a pytest helper) so they run from any checkout
+with only swapd installed; this is the same thing in a few lines: `swapd run -c CONFIG --listen
 127.0.0.1:PORT --run-dir TMP`, wait until the proxy's /health answers, SIGTERM at the end.
 """
 

@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from running_swapd import free_port, wait_http_ok
 
 REPO = Path(__file__).resolve().parent.parent
-FAKE_MODEL = REPO / "tests" / "upstreams" / "fake_model.py"
+FAKE_MODEL = REPO / "tests" / "support" / "upstreams" / "fake_model.py"
 BODY = '{"model":"bench","messages":[{"role":"user","content":"hi"}]}'
 WRK_SCRIPT = f"""
 wrk.method = "POST"
@@ -143,8 +143,8 @@ def wrk(url: str, connections: int, seconds: float, script: Path) -> tuple[float
 
 
 def bench_and_sse_config(upstream_port: int, sse_port: int, streams: int) -> str:
-    """`bench`, and tests/upstreams/fake_model.py as `sse` on `sse_port` (streams, SSE), both
-    loaded at once; `streams`: how many requests `sse` admits at a time."""
+    """`bench`, and tests/support/upstreams/fake_model.py as `sse` on `sse_port` (streams, SSE),
+    both loaded at once; `streams`: how many requests `sse` admits at a time."""
     sse = f"""  sse:
     cmd: {sys.executable} {FAKE_MODEL} --port {sse_port} --name sse
     proxy: http://127.0.0.1:{sse_port}

@@ -9,8 +9,8 @@ the previous model, which the floor does not include.
 
     python benchmarks/swap_overhead.py [--rounds 20] [--upstream demo|fake_model]
 
-`--upstream fake_model` uses the test suite's upstream (tests/upstreams/fake_model.py), which
-exits through the interpreter's full teardown (~30 ms here) where the demo server skips it.
+`--upstream fake_model` uses the test suite's upstream (tests/support/upstreams/fake_model.py),
+which exits through the interpreter's full teardown (~30 ms here) where the demo server skips it.
 
 Target: median overhead (swap - floor) <= 20 ms.
 """
@@ -45,7 +45,7 @@ UPSTREAMS = {
     ],
     "fake_model": [
         sys.executable,
-        str(ROOT / "tests" / "upstreams" / "fake_model.py"),
+        str(ROOT / "tests" / "support" / "upstreams" / "fake_model.py"),
         "--port",
         "{port}",
         "--name",

@@ -80,7 +80,7 @@ async def guard(
 
     `model_route`: the request is on one of `MODEL_ROUTES` (dispatch.py knows it by its table).
     None of those is an open path or one of swapd's own state-changing routes, so the two checks
-    that look at the path are skipped for them (`tests/test_proxy_dispatch.py` holds the table
+    that look at the path are skipped for them (`tests/unit/test_proxy_dispatch.py` holds the table
     to that)."""
     if ctx.closing:
         STATS.refused += 1

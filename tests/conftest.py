@@ -1,7 +1,7 @@
 """Shared fixtures: `session` (an aiohttp client session), `stack_factory`, which starts real
-swapd stacks (tests/stack.py) and stops every one of them at the end of the test, failing the test
-if one did not exit 0 or left a process behind, and `peer_url` (a peer's upstream, one per test
-module)."""
+swapd stacks (tests/support/stack.py) and stops every one of them at the end of the test, failing
+the test if one did not exit 0 or left a process behind, and `peer_url` (a peer's upstream, one per
+test module)."""
 
 from __future__ import annotations
 
@@ -11,13 +11,19 @@ from typing import Any
 import aiohttp
 import pytest
 
-from tests.comfyui_support import ComfyUpstream, Running
-from tests.proxy_helpers import standalone_upstream
-from tests.stack import Stack, free_port
+from tests.support.comfyui import ComfyUpstream, Running
+from tests.support.proxy import standalone_upstream
+from tests.support.stack import Stack, free_port
 
-# The real tier's fixtures (`docker`, `docker_engine`, `busybox_image`, `llamacpp`), and the
-# xdist groups (which tests share a worker under `-n N --dist loadgroup`).
-pytest_plugins = ["tests.realparts.plugin", "tests.parallel"]
+# The real tier's fixtures (`docker`, `docker_engine`, `busybox_image`, `llamacpp`), the xdist
+# groups (which tests share a worker under `-n N --dist loadgroup`), the check that a test's
+# markers agree with its tier's folder, and the `circus` fixture (a circusd on its own).
+pytest_plugins = [
+    "tests.support.realparts.plugin",
+    "tests.support.parallel",
+    "tests.support.tiers",
+    "tests.support.circus",
+]
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ show it; a process that ignores SIGTERM lingers as it would on a real GPU.
 
 A process may declare its own use instead, as a real CUDA process's use changes while it runs:
 when its environment has `SWAPD_FAKE_GPU_MEM_DIR`, the file `<that dir>/<its pid>` holds its
-bytes (tests/upstreams/fake_model.py `--gpu-mem`, and `POST /gpu-mem?bytes=N` to grow).
+bytes (tests/support/upstreams/fake_model.py `--gpu-mem`, and `POST /gpu-mem?bytes=N` to grow).
 
 Several swapd instances (parallel test runs) share one /proc. When `SWAPD_FAKE_GPU_SCOPE` is set,
 only processes whose environment carries the same value count, and the daemon passes its

@@ -3,7 +3,7 @@
 
 Model routes (`for_model`), `/upstream/<model>/...` (`for_upstream`), `/comfyui/...`
 (`for_comfyui`) and peers all decide here; `pipeline.py` carries the decision out. Nothing here
-does I/O, so `tests/test_proxy_decide.py` runs it without sockets.
+does I/O, so `tests/unit/test_proxy_decide.py` runs it without sockets.
 
 The passthrough rules (`/upstream/` and `/comfyui/`), for a local model:
 * a websocket upgrade (GET only) to a model with `compat.ignoreWebsockets` answers 409 while the

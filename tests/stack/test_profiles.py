@@ -1,0 +1,82 @@
+"""`profiles`: the config's checks (llama-swap's messages), and through the real stack
+(fake_model.py stands for llama-server) a profile switch changing where a name goes, a pin that
+disables a name, `/upstream/<pin>/`, the API's errors, and no profile after a reload."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+import urllib.error
+import urllib.request
+from typing import Any
+
+import pytest
+
+from tests.support.daemon import chat
+from tests.support.stack import fake_model_cmd, free_port_range, http_get
+
+
+def _put(url: str, body: bytes) -> tuple[int, dict[str, Any]]:
+    request = urllib.request.Request(url + "/api/profiles/active", data=body, method="PUT")
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+@pytest.mark.processes
+def test_a_profile_switch_changes_where_a_name_goes(stack_factory) -> None:
+    config = textwrap.dedent(
+        f"""
+        startPort: {free_port_range(3)}
+        groups: {{all: {{swap: false, members: [a, b]}}}}
+        models:
+          a: {{cmd: "{fake_model_cmd("a")}", proxy: "http://127.0.0.1:${{PORT}}"}}
+          b: {{cmd: "{fake_model_cmd("b")}", proxy: "http://127.0.0.1:${{PORT}}"}}
+        profiles:
+          fast:
+            description: chat goes to b; a is off
+            pins: {{chat: b, a: ""}}
+        """
+    )
+    stack = stack_factory(config)
+    assert chat(stack.url, "a")["served_by"]["name"] == "a"
+    with pytest.raises(urllib.error.HTTPError) as caught:
+        chat(stack.url, "chat")
+    assert caught.value.code == 404
+
+    assert _put(stack.url, b'{"name": "fast"}') == (200, {"active": "fast"})
+    served = chat(stack.url, "chat")
+    assert served["served_by"]["name"] == "b"
+    assert served["model"] == "b"  # the pin rewrote the body's model (no useModelName)
+    with pytest.raises(urllib.error.HTTPError) as caught:
+        chat(stack.url, "a")
+    assert caught.value.code == 404
+    assert http_get(stack.url + "/upstream/chat/health")[0] == 200
+    listed = json.loads(http_get(stack.url + "/v1/models")[1])["data"]
+    assert {"chat"} <= {m["id"] for m in listed}
+    profiles = json.loads(http_get(stack.url + "/api/profiles")[1])
+    assert profiles == {
+        "active": "fast",
+        "profiles": [
+            {
+                "id": "fast",
+                "description": "chat goes to b; a is off",
+                "pins": {"chat": "b", "a": ""},
+            }
+        ],
+    }
+
+    assert _put(stack.url, b"{nope")[0] == 400
+    assert _put(stack.url, b"{}")[1]["error"]["message"] == "profile name is required"
+    assert _put(stack.url, b'{"name": 5}')[1]["error"]["message"] == (
+        "profile name must be a string or null"
+    )
+    assert _put(stack.url, b'{"name": "zz"}')[0] == 404
+    assert _put(stack.url, b'{"name": "zz"}')[1]["error"]["message"] == 'profile "zz" not found'
+
+    # A reload leaves no profile active, as llama-swap's.
+    stack.swapd("reload")
+    assert json.loads(http_get(stack.url + "/api/profiles")[1])["active"] is None
+    assert chat(stack.url, "a")["served_by"]["name"] == "a"

@@ -1,0 +1,93 @@
+"""`timeouts` (llama-swap's keys and defaults) on models and peers: read from the config, carried
+to the proxy in the routing table, and applied by both transports. The stack test runs the real
+circusd, daemon and proxy with fake_model.py upstreams (standing for llama-server and for a peer
+llama-swap); the pool tests run the lean pool against a loopback server that counts connections."""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.support.proxy import local_model, model_ports
+from tests.support.stack import Stack
+
+HEADER = """
+models:
+  m:
+    cmd: "x"
+    proxy: "http://127.0.0.1:9"
+"""
+PEER = """
+peers:
+  p:
+    proxy: http://127.0.0.1:9
+    models: [remote]
+"""
+
+
+# ------------------------------------------------------------------------------------ the stack
+
+
+@pytest.fixture(scope="module")
+def stack(peer_url: str) -> Iterator[Stack]:
+    limited, free = model_ports(2)
+    config = {
+        "healthCheckTimeout": 15,
+        "models": {
+            "limited": local_model("limited", limited, timeouts={"responseHeader": 1}),
+            "free": local_model("free", free),
+        },
+        "groups": {"all": {"swap": False, "members": ["limited", "free"]}},
+        "peers": {
+            "p": {"proxy": peer_url, "models": ["remote"], "timeouts": {"responseHeader": 1}}
+        },
+    }
+    with Stack(config) as running:
+        yield running
+
+
+def _chat(url: str, model: str, delay: float) -> tuple[int, dict[str, Any], float]:
+    body = json.dumps({"model": model, "messages": [], "x_delay": delay}).encode()
+    request = urllib.request.Request(
+        url + "/v1/chat/completions", data=body, headers={"Content-Type": "application/json"}
+    )
+    started = time.monotonic()
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return response.status, json.loads(response.read()), time.monotonic() - started
+    except urllib.error.HTTPError as error:
+        return error.code, json.loads(error.read()), time.monotonic() - started
+
+
+@pytest.mark.processes
+def test_response_header_timeout_cuts_a_slow_head_and_spares_the_rest(stack: Stack) -> None:
+    assert _chat(stack.url, "limited", 0)[0] == 200  # started, and a prompt head is fine
+    status, body, took = _chat(stack.url, "limited", 4)
+    assert status == 502, body
+    message = body["error"]["message"]
+    assert "upstream limited is not reachable: timeout awaiting response headers (1s" in message
+    assert took < 3.5
+    # No limit on a model that sets none (llama-swap's default responseHeader is 0).
+    status, body, took = _chat(stack.url, "free", 2)
+    assert status == 200 and took >= 2, body
+    # The model is still served after a timed-out request.
+    assert _chat(stack.url, "limited", 0)[0] == 200
+
+
+@pytest.mark.processes
+def test_a_peers_response_header_timeout(stack: Stack) -> None:
+    assert _chat(stack.url, "p/remote", 0)[0] == 200
+    status, body, took = _chat(stack.url, "p/remote", 4)
+    assert status == 502, body
+    assert body["error"]["message"].startswith("peer proxy error: upstream peer p is not reachable")
+    assert "timeout awaiting response headers (1s" in body["error"]["message"]
+    assert took < 3.5
+
+
+# --------------------------------------------------------------------------------- the lean pool

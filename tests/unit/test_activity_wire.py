@@ -1,0 +1,179 @@
+"""What a proxy sends the daemon for each finished request, and what the daemon makes of it: the
+array-like `Finished` with its `RawCapture` through the real codec (a record of another shape is
+refused, never misread), the stream tail cut to the lines that carry counts (the daemon parses
+the same counts from it as from the whole tail), the path cut from the request target, the
+daemon's redaction of a capture's headers, and an events subscriber's queue counting a batch of
+activity frames as the events it holds, and the in-flight frames the daemon renders."""
+
+from __future__ import annotations
+
+import json
+
+import msgspec
+import pytest
+from aiohttp.test_utils import make_mocked_request
+from multidict import istr
+
+from swapd.daemon.observe.captures import REDACTED, capture_of
+from swapd.daemon.observe.intake import record_of
+from swapd.daemon.observe.tokens import from_stream_tail
+from swapd.ipc import codec
+from swapd.ipc.activity import Finished, InFlight, RawCapture, Tokens, flight_json
+from swapd.ipc.event_frames import frame
+from swapd.ipc.messages import ActivityReport
+from swapd.proxy.account import Tail
+from swapd.proxy.observe import events
+from swapd.proxy.observe.activity import counted_part, path_of
+
+
+def _finished(**kw: object) -> Finished:
+    fields: dict[str, object] = {
+        "started": 10.0,
+        "model": "m",
+        "model_asked": "",
+        "route": "model",
+        "method": "POST",
+        "req_path": "/v1/chat/completions",
+        "resp_content_type": "application/json",
+        "resp_status_code": 200,
+        "size": 42,
+        "duration": 0.25,
+        "waited": 0.125,
+        "ttfb": -1.0,
+        "reason": "",
+        "body": b'{"usage":{"prompt_tokens":3,"completion_tokens":2}}',
+        "tail": None,
+    }
+    fields.update(kw)
+    return Finished(**fields)  # type: ignore[arg-type]
+
+
+def test_a_report_crosses_the_codec_and_becomes_the_record() -> None:
+    capture = RawCapture(
+        ((b"Authorization", b"Bearer sk-secret"), (b"X-Tag", b"a"), (b"x-tag", b"b")),
+        b"{}",
+        ((istr("Content-Type"), "application/json"), ("Set-Cookie", "s=1")),
+        b"ok",
+    )
+    sent = ActivityReport(
+        proxy_id="p-1", records=(_finished(capture=capture),), clock=1_700_000_000.0
+    )
+    wire = codec.encode(sent)
+    got = codec.decode_inbound(wire)
+    assert isinstance(got, ActivityReport) and got.records[0].capture is not None
+    record = record_of(got.records[0], got.clock, got.proxy_id)
+    assert record.timestamp == 1_700_000_010.0 and record.model_asked == "m"
+    assert (record.duration_ms, record.wait_ms, record.ttfb_ms) == (250.0, 125.0, -1.0)
+    assert record.bytes == 42 and record.proxy_id == "p-1"
+    assert record.tokens == Tokens(input_tokens=3, output_tokens=2)
+    kept = capture_of(got.records[0].capture, 7, record.req_path)
+    assert kept.req_headers == {"Authorization": REDACTED, "X-Tag": "a", "x-tag": "b"}
+    assert kept.resp_headers == {"Content-Type": "application/json", "Set-Cookie": REDACTED}
+    assert b"sk-secret" not in msgspec.json.encode(kept)
+    heads = sum(
+        len(k) + len(v) for h in (kept.req_headers, kept.resp_headers) for k, v in h.items()
+    )
+    assert kept.size == heads + len(b"{}") + len(b"ok")
+
+
+def test_a_record_of_another_shape_is_refused() -> None:
+    # A report whose records are maps (an older proxy's) must fail as a whole, not be misread.
+    old = {"type": "ActivityReport", "proxy_id": "p", "records": [{"timestamp": 1.0}]}
+    with pytest.raises(codec.DecodeError):
+        codec.decode_inbound(msgspec.msgpack.encode(old))
+
+
+def test_errors_are_worded_by_the_daemon() -> None:
+    item = _finished(resp_status_code=503, reason="Service Unavailable", body=b"<html>")
+    record = record_of(item, 0.0, "p")
+    assert record.error_msg == "503 Service Unavailable" and record.tokens == Tokens()
+    item = _finished(resp_status_code=400, reason="Bad Request", body=b'{"error":"no"}')
+    assert record_of(item, 0.0, "p").error_msg == "no"
+
+
+def _sse(doc: object) -> bytes:
+    return b"data: " + json.dumps(doc).encode() + b"\n\n"
+
+
+def test_a_stream_tail_is_cut_to_the_lines_with_counts() -> None:
+    tail = Tail()
+    for i in range(200):
+        tail.feed(_sse({"choices": [{"delta": {"content": f"token {i}"}}]}))
+    tail.feed(_sse({"choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": 200}}))
+    tail.feed(_sse({"choices": [], "timings": {"predicted_n": 201, "predicted_per_second": 9.5}}))
+    tail.feed(b"data: [DONE]\n\n")
+    whole = tail.data()
+    cut = counted_part(tail, "text/event-stream")
+    assert cut is not None and cut.startswith(b"data: ") and len(cut) < 200
+    assert (
+        from_stream_tail(cut)
+        == from_stream_tail(whole)
+        == Tokens(input_tokens=5, output_tokens=201, tokens_per_second=9.5)
+    )
+    # Nothing to count: nothing travels.
+    plain = Tail()
+    plain.feed(_sse({"choices": []}))
+    assert counted_part(plain, "text/event-stream") is None
+    # A JSON body streamed without a length (newlines and all) goes whole.
+    pretty = json.dumps({"usage": {"prompt_tokens": 1}}, indent=2).encode()
+    body = Tail()
+    body.feed(pretty)
+    assert counted_part(body, "application/json") == pretty
+
+
+@pytest.mark.parametrize(
+    ("target", "path"),
+    [
+        ("/v1/chat/completions", "/v1/chat/completions"),
+        ("/v1/models?x=1&y=2", "/v1/models"),
+        ("/a/../b?x#f", "/a/../b"),
+        ("/p#frag?not-a-query", "/p"),
+        ("/upstream/m/%7e/x", "/upstream/m/%7e/x"),
+        ("http://127.0.0.1:1/v1/c?q", "/v1/c"),
+    ],
+)
+def test_the_path_is_the_target_without_its_query(target: str, path: str) -> None:
+    request = make_mocked_request("GET", target)
+    assert path_of(request) == path
+
+
+async def test_a_batch_of_activity_frames_counts_as_its_events(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(events, "QUEUE_FRAMES", 10)
+    sub = events.Subscriber()
+    sub.offer(b"a" * 6, 6)
+    sub.offer(b"b" * 3, 3)
+    sub.offer(b"c" * 2, 2)  # 11 > 10: lost, as two events
+    assert sub.queued == 9 and sub.dropped == 2
+    out = sub.take()
+    assert b'"eventsDropped"' in out[0] and b'\\"count\\":2' in out[0]
+    assert out[1:] == [b"a" * 6, b"b" * 3] and sub.queued == 0
+    sub.offer(b"d" * 25, 25)  # larger than the whole queue: an empty one still takes it
+    assert sub.queued == 25 and sub.dropped == 0
+
+
+def test_header_bytes_that_are_not_utf8_read_as_replacement() -> None:
+    raw = RawCapture(((b"X-Odd", b"caf\xe9"), (b"Cookie", b"\xff")), None, (), None)
+    kept = capture_of(raw, 1, "/v1/models")
+    assert kept.req_headers == {"X-Odd": "caf\ufffd", "Cookie": REDACTED}
+    assert json.loads(msgspec.json.encode(kept))["req_headers"]["X-Odd"] == "caf\ufffd"
+
+
+def test_event_frames_are_the_envelope_encoded() -> None:
+    """The daemon's in-flight frames and a proxy's own (one `frame` for both) are what encoding
+    llama-swap's whole envelope gives."""
+    flight = InFlight(id="p-3", timestamp=1.5, model="m\u00e9", req_path='/a"b', method="POST")
+    for kind, data in (
+        ("inflight", {"operation": "upsert", "request": flight_json(flight)}),
+        ("inflight", {"operation": "remove", "id": "p-3"}),
+        ("logData", {"source": "proxy", "data": 'line "one"\n\tline two \u2028'}),
+    ):
+        envelope = msgspec.json.encode({"type": kind, "data": msgspec.json.encode(data).decode()})
+        assert frame(kind, data) == b"event:message\ndata:%s\n\n" % envelope
+
+
+def test_a_tail_of_another_kind_is_not_sent() -> None:
+    tail = Tail()
+    tail.feed(b'RIFF..."usage"...')
+    assert counted_part(tail, "audio/wav") is None

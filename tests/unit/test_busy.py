@@ -1,0 +1,358 @@
+"""`busyCheck` without processes: each preset's rule on recorded answers of the real servers
+(`tests/data/busy_answers/`: ComfyUI's `/api/queue`, llama-server's `/slots`, vLLM's `/metrics`),
+the config key, the board (TTL hold, failures logged once) and a swap held by a busy model."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+from collections.abc import AsyncIterator, Callable
+from types import SimpleNamespace
+from typing import Any
+
+import msgspec
+import pytest
+from aiohttp import web
+
+from swapd.daemon.busy_watch import BusyWatch
+from swapd.daemon.config import Config, ConfigError, load_config_text
+from swapd.daemon.config.busy_check import PRESETS, BusyCheck, BusyCount
+from swapd.daemon.policy import ttl
+from swapd.daemon.policy.busy import BusyBoard, SwapHold
+from swapd.daemon.policy.busy_rule import Reading, evaluate, failed
+from swapd.daemon.policy.proxies import ProxyRegistry
+from swapd.daemon.policy.records import ModelRecord
+from swapd.daemon.policy.scheduler import Scheduler
+from swapd.ipc.model_status import Busy
+from tests.support.models import model as scheduler_model
+from tests.support.paths import BUSY_ANSWERS
+from tests.support.scheduler import FakeEffects, Handle, setup
+
+ANSWERS = BUSY_ANSWERS
+
+
+def answer(name: str) -> bytes:
+    return (ANSWERS / name).read_bytes()
+
+
+# ------------------------------------------------------------------------------ the rules
+
+
+@pytest.mark.parametrize(
+    ("preset", "recorded", "jobs", "words"),
+    [
+        ("comfyui", "comfyui_queue_busy.json", 3, "upstream reports 1 running job, 2 pending jobs"),
+        ("comfyui", "comfyui_queue_idle.json", 0, "upstream reports nothing running"),
+        ("llamacpp", "llamacpp_slots_busy.json", 2, "upstream reports 2 processing slots"),
+        ("llamacpp", "llamacpp_slots_idle.json", 0, "upstream reports nothing running"),
+        ("vllm", "vllm_metrics_busy.txt", 3, "upstream reports 3 running requests"),
+        ("vllm", "vllm_metrics_idle.txt", 0, "upstream reports nothing running"),
+    ],
+)
+def test_each_preset_reads_its_servers_recorded_answer(
+    preset: str, recorded: str, jobs: int, words: str
+) -> None:
+    reading = evaluate(PRESETS[preset], answer(recorded))
+    assert (reading.jobs, reading.busy, reading.error) == (jobs, jobs > 0, "")
+    assert reading.words() == words
+
+
+def test_one_of_a_kind_is_said_in_the_singular() -> None:
+    one = b'{"queue_running": [[1, "p", {}, {}, []]], "queue_pending": []}'
+    reading = evaluate(PRESETS["comfyui"], one)
+    assert f"busy ({reading.words()})" == "busy (upstream reports 1 running job)"
+
+
+@pytest.mark.parametrize(
+    ("preset", "body", "error"),
+    [
+        # llama-server started with --no-slots: its 501 body (the status alone already fails).
+        ("llamacpp", answer("llamacpp_no_slots.json"), "the answer is not a list or a number"),
+        ("comfyui", b"<html>ComfyUI</html>", "the answer is not JSON"),
+        ("comfyui", b'{"queue_running": []}', "no 'queue_pending' in the answer"),
+        ("comfyui", b'{"queue_running": {}, "queue_pending": []}', "queue_running is not a list"),
+        ("llamacpp", b"[1, 2]", "an item of the answer is not a mapping"),
+        ("vllm", b"# HELP python_info\npython_info 1.0\n", "no vllm:num_requests_running"),
+        ("vllm", b"\xff\xfe not text", "the answer is not Prometheus text"),
+    ],
+)
+def test_an_answer_the_rule_cannot_read_is_a_failed_reading(
+    preset: str, body: bytes, error: str
+) -> None:
+    reading = evaluate(PRESETS[preset], body)
+    assert error in reading.error
+    assert not reading.busy
+
+
+def test_a_json_number_counts_as_itself() -> None:
+    check = BusyCheck(path="/status", counts=(BusyCount(label="job", json="stats.active"),))
+    assert evaluate(check, b'{"stats": {"active": 4}}').jobs == 4
+    assert evaluate(check, b'{"stats": {"active": 0}}').busy is False
+
+
+# ------------------------------------------------------------------------------ the config
+
+BASE = "models:\n  m:\n    cmd: server --port ${PORT}\n"
+
+
+def test_without_busy_check_a_model_has_none_comfyui_auto_included() -> None:
+    text = BASE + "  comfyui_auto:\n    checkEndpoint: /\n    cmd: comfy --port ${PORT}\n"
+    config = load_config_text(text, environ={})
+    assert all(m.busy_check is None for m in config.models.values())
+
+
+def test_a_preset_by_name_and_a_preset_with_settings_changed() -> None:
+    config = load_config_text(
+        BASE
+        + "    busyCheck: comfyui\n  n:\n    cmd: server --port ${PORT}\n"
+        + "    busyCheck: {preset: vllm, interval: 0.5, swapWait: 30}\n",
+        environ={},
+    )
+    assert config.models["m"].busy_check == PRESETS["comfyui"]
+    vllm = config.models["n"].busy_check
+    assert vllm is not None
+    assert (vllm.path, vllm.counts, vllm.interval, vllm.swap_wait, vllm.timeout) == (
+        "/metrics",
+        PRESETS["vllm"].counts,
+        0.5,
+        30.0,
+        2.0,
+    )
+
+
+def test_a_check_written_in_full() -> None:
+    config = load_config_text(
+        BASE
+        + "    busyCheck:\n      path: /api/state\n      count:\n"
+        + "        - {json: workers, where: active, label: active worker}\n",
+        environ={},
+    )
+    check = config.models["m"].busy_check
+    assert check is not None and check.preset is None
+    assert check.counts == (BusyCount(label="active worker", json="workers", where="active"),)
+    assert evaluate(check, b'{"workers": [{"active": true}, {"active": false}]}').jobs == 1
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("comfy", "busyCheck: unknown preset 'comfy': expected comfyui, llamacpp, vllm"),
+        ("{preset: llamacpp, swapwait: 3}", "busyCheck.swapwait: unknown key 'swapwait'"),
+        ("{path: /x}", "busyCheck: needs count (what makes the model busy) or a preset"),
+        ("{path: x, count: [{json: a, label: b}]}", "busyCheck.path: expected a path"),
+        ("{preset: vllm, interval: 0}", "busyCheck.interval: must be at least 0.1 seconds"),
+        ("{path: /x, count: [{json: a}]}", "busyCheck.count[0]: needs a label"),
+        ("{path: /x, count: [{json: a, metric: b, label: c}]}", "needs exactly one of json"),
+        ("{path: /x, count: [{json: a, label: a}, {metric: b, label: b}]}", "mixes json and"),
+        ("3", "busyCheck: expected a preset name (comfyui, llamacpp, vllm) or a mapping"),
+    ],
+)
+def test_a_bad_busy_check_names_line_key_path_and_what_was_expected(
+    value: str, message: str
+) -> None:
+    with pytest.raises(ConfigError) as caught:
+        load_config_text(BASE + f"    busyCheck: {value}\n", "c.yaml", environ={})
+    text = str(caught.value)
+    assert text.startswith("c.yaml:4 models.m.busyCheck") and message in text, text
+
+
+# ------------------------------------------------------------------------------- the board
+
+
+class Wall:
+    def __init__(self) -> None:
+        self.now = 5000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+BUSY = Reading(jobs=1, parts=(("running job", 1),))
+IDLE = Reading()
+
+
+def test_busy_holds_the_ttl_and_the_clock_restarts_when_it_turns_idle() -> None:
+    wall = Wall()
+    board = BusyBoard(wall=wall)
+    registry = ProxyRegistry(wall=wall)
+    config = load_config_text(BASE + "    ttl: 10\n    busyCheck: comfyui\n", environ={})
+    rec: ModelRecord[Handle] = ModelRecord("m", state="ready", since=wall.now)
+    wall.now += 8
+    board.observe("m", BUSY)
+    assert board.held("m") == math.inf
+    wall.now += 100
+    assert ttl.ttl_left(rec, config, registry, held=board.held("m")) is None
+    assert ttl.due([rec], config, registry, held=board.held) == []
+    report = board.report("m")
+    assert report is not None and report.message == "busy (upstream reports 1 running job)"
+    board.observe("m", IDLE)
+    assert board.held("m") == wall.now
+    assert ttl.ttl_left(rec, config, registry, held=board.held("m")) == 10.0
+    wall.now += 10
+    assert ttl.due([rec], config, registry, held=board.held) == ["m"]
+
+
+def test_a_failing_check_counts_as_idle_and_is_logged_once_until_it_recovers(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    board = BusyBoard(wall=Wall())
+    caplog.set_level(logging.INFO, logger="swapd.busy")
+    board.observe("m", BUSY)
+    for _ in range(5):
+        board.observe("m", failed("GET http://127.0.0.1:1/slots answered HTTP 501"))
+    assert not board.busy("m") and board.held("m") > 0
+    report = board.report("m")
+    assert report is not None and report.error.endswith("HTTP 501") and not report.busy
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and "counted as idle" in warnings[0].getMessage()
+    board.observe("m", IDLE)
+    board.observe("m", failed("GET http://127.0.0.1:1/slots: no answer within 2s"))
+    assert len([r for r in caplog.records if r.levelno == logging.WARNING]) == 2
+
+
+def test_only_a_visible_change_is_published() -> None:
+    changed: list[str] = []
+    board = BusyBoard(changed.append, wall=Wall())
+    board.observe("m", IDLE)
+    board.observe("m", IDLE)
+    board.observe("m", BUSY)
+    board.observe("m", BUSY)
+    board.observe("m", Reading(jobs=2, parts=(("running job", 2),)))
+    board.forget("m")
+    assert changed == ["m", "m", "m", "m"]
+
+
+# -------------------------------------------------------------------- a swap held by busy
+
+
+def _held_scheduler(
+    swap_wait: float,
+) -> tuple[Scheduler[Handle], FakeEffects, BusyBoard, list[str]]:
+    sched, effects, _ = setup("a", "b")
+    board = BusyBoard()
+    asked: list[str] = []
+
+    async def check_now(model_id: str) -> None:
+        asked.append(model_id)
+
+    sched.hold = SwapHold(board, lambda m: swap_wait if m == "a" else None, check_now)
+    return sched, effects, board, asked
+
+
+async def _swap_held_by_a(
+    swap_wait: float,
+) -> tuple[Scheduler[Handle], FakeEffects, BusyBoard, list[str], asyncio.Task[Handle]]:
+    """`a` ready and busy, and a swap to `b` waiting for it (seen holding, with a deadline)."""
+    sched, effects, board, asked = _held_scheduler(swap_wait)
+    await sched.ensure("a")
+    board.observe("a", BUSY)
+    swap = asyncio.ensure_future(sched.ensure("b"))
+    async with asyncio.timeout(5):
+        while (report := board.report("a")) is None or report.holding != ("b",):
+            await board.wait_change(1.0)
+    return sched, effects, board, asked, swap
+
+
+async def test_a_swap_waits_for_a_busy_model_and_goes_ahead_when_it_is_idle() -> None:
+    sched, effects, board, asked, swap = await _swap_held_by_a(60)
+    assert not swap.done() and ("drain", "a") not in effects.log
+    assert sched.record("a").state == "ready"  # it serves on meanwhile
+    assert asked == ["a"]  # checked once more before waiting
+    board.observe("a", IDLE)
+    await asyncio.wait_for(swap, 5)
+    assert effects.log[-3:] == [("drain", "a"), ("stop", "a"), ("start", "b")]
+    after = board.report("a")
+    assert after is not None and after.holding == ()
+
+
+async def test_a_swap_goes_ahead_after_swap_wait(caplog: pytest.LogCaptureFixture) -> None:
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    _, effects, _, _, swap = await _swap_held_by_a(0.3)
+    await asyncio.wait_for(swap, 5)
+    assert loop.time() - started >= 0.3
+    assert ("stop", "a") in effects.log
+    assert any("goes ahead (swapWait)" in r.getMessage() for r in caplog.records)
+
+
+async def test_an_unload_is_not_held_and_an_unloaded_target_ends_the_wait() -> None:
+    sched, effects, _, _, swap = await _swap_held_by_a(60)
+    # The target is unloaded while its swap waits: its waiters are answered at once.
+    await asyncio.wait_for(sched.unload("b"), 5)
+    with pytest.raises(Exception, match="unloaded"):
+        await asyncio.wait_for(swap, 5)
+    # The busy model itself: an unload stops it at once.
+    await asyncio.wait_for(sched.unload("a"), 5)
+    assert ("stop", "a") in effects.log
+
+
+# ------------------------------------------------------------------ the probe, on loopback
+
+
+@pytest.fixture
+async def queue_server() -> AsyncIterator[tuple[str, dict[str, Any]]]:
+    """A loopback HTTP server answering `/api/queue` as `behaviour` says (stands for ComfyUI)."""
+    behaviour: dict[str, Any] = {"mode": "busy"}
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        mode = behaviour["mode"]
+        if mode == "hang":
+            await asyncio.sleep(30)
+        if mode == "error":
+            return web.Response(status=500, text="Internal Server Error")
+        name = "comfyui_queue_busy.json" if mode == "busy" else "comfyui_queue_idle.json"
+        return web.Response(body=answer(name), content_type="application/json")
+
+    app = web.Application()
+    app.router.add_get("/api/queue", handler)
+    runner = web.AppRunner(app, shutdown_timeout=0.1)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    try:
+        yield f"http://127.0.0.1:{port}", behaviour
+    finally:
+        await runner.cleanup()
+
+
+async def test_the_probe_polls_a_ready_model_and_a_timeout_counts_as_idle(
+    queue_server: tuple[str, dict[str, Any]],
+) -> None:
+    url, behaviour = queue_server
+    check = BusyCheck(
+        path="/api/queue", counts=PRESETS["comfyui"].counts, interval=0.1, timeout=0.3
+    )
+    config = Config(models={"c": msgspec.structs.replace(scheduler_model("c"), busy_check=check)})
+    watch = BusyWatch(lambda: config)
+    rec: ModelRecord[Any] = ModelRecord("c", state="ready")
+    rec.handle = SimpleNamespace(upstream=url, pid=1)
+    registry = ProxyRegistry()
+    try:
+        watch.tick([rec], config, registry)
+
+        async def until(pred: Callable[[Busy], bool]) -> Busy:
+            async with asyncio.timeout(10):
+                while True:
+                    got = watch.report("c")
+                    if got is not None and pred(got):
+                        return got
+                    await asyncio.sleep(0.02)
+
+        busy = await until(lambda b: b.busy)
+        assert busy.message == "busy (upstream reports 1 running job, 2 pending jobs)"
+        assert watch.held("c") == math.inf
+        behaviour["mode"] = "hang"
+        failing = await until(lambda b: bool(b.error))
+        assert "no answer within 0.3s" in failing.error and not failing.busy
+        behaviour["mode"] = "error"
+        assert "HTTP 500" in (await until(lambda b: "500" in b.error)).error
+        behaviour["mode"] = "idle"
+        assert (await until(lambda b: not b.error)).message == "idle"
+        # No longer ready: no longer polled, no reading.
+        rec.state = "draining"
+        watch.tick([rec], config, registry)
+        assert watch.report("c") is None
+    finally:
+        await watch.close()

@@ -1,0 +1,76 @@
+"""The combined log's ring (proxy/observe/combined_log.py) without a stack: it follows a log file's
+rotation and keeps whole lines."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from swapd.ipc.routing_table import RouteModel, RoutingTable
+from swapd.proxy.mirror.state import ProxyState
+from swapd.proxy.observe.combined_log import COMBINED_BYTES, CombinedLog
+from swapd.proxy.observe.log_files import model_log_path
+from swapd.proxy.observe.log_hub import LogHub
+
+
+def _state(log_dir: Path, *ids: str) -> ProxyState:
+    state = ProxyState()
+    models = tuple(
+        RouteModel(id=i, upstream="http://127.0.0.1:9", concurrency_limit=1, ttl=0) for i in ids
+    )
+    state._apply_table(RoutingTable(generation=1, models=models, log_dir=str(log_dir)))
+    return state
+
+
+async def _until(log: CombinedLog, text: bytes) -> bytes:
+    # The ring itself is what is observed: the older lines it starts with reach no subscriber.
+    async with asyncio.timeout(5):
+        while text not in log.history():  # noqa: ASYNC110
+            await asyncio.sleep(0.02)
+    return log.history()
+
+
+def test_the_ring_follows_rotation_and_keeps_whole_lines(tmp_path: Path) -> None:
+    """The combined log's own rules, on real files with a real `LogHub` and `ProxyState`: the
+    models' older lines before the proxy's, a truncated (rotated) file followed from its start,
+    partial lines held until whole, a model the table gains from then on, and the ring cut at a
+    line start."""
+    a = model_log_path(str(tmp_path), "a")
+    a.write_bytes(b"old a line\n")
+
+    async def scenario() -> None:
+        hub = LogHub()
+        hub.feed(b"proxy line 1\n")
+        state = _state(tmp_path, "a")
+        log = CombinedLog(hub, state)
+        log.start()
+        try:
+            text = await _until(log, b"[a] old a line\n")
+            assert text == b"[a] old a line\nproxy line 1\n"
+            with a.open("ab") as f:
+                f.write(b"half")
+            hub.feed(b"proxy line 2\n")
+            with a.open("ab") as f:
+                f.write(b" and the rest\n")
+            text = await _until(log, b"[a] half and the rest\n")
+            assert text.endswith(b"proxy line 2\n[a] half and the rest\n")
+            a.write_bytes(b"rotated\n")  # truncated: read again from the start
+            await _until(log, b"[a] rotated\n")
+            b = model_log_path(str(tmp_path), "b")
+            b.write_bytes(b"b before it was in the table\n")
+            grown = _state(tmp_path, "a", "b")
+            state._apply_table(grown.routes.table)
+            await asyncio.sleep(0.5)  # a few ticks: b is followed from its end
+            with b.open("ab") as f:
+                f.write(b"b new\n")
+            text = await _until(log, b"[b] b new\n")
+            assert b"b before" not in text
+            hub.feed(b"x" * 100 + b"\n")
+            for _ in range(COMBINED_BYTES // 100):
+                hub.feed(b"y" * 99 + b"\n")
+            ring = log.history()
+            assert len(ring) <= COMBINED_BYTES and ring.startswith(b"y")
+        finally:
+            await log.close()
+
+    asyncio.run(scenario())

@@ -1,0 +1,61 @@
+"""The placer's counts for /metrics and its log lines (daemon/placer.py), with the real pure policy
+and the fake GPU backend standing for NVML over an empty process table (one 10 GiB GPU, nothing
+on it but what the placer reserved): a wait counted once however often the scheduler asks again,
+then a placement that evicts, then a refusal."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+
+import pytest
+
+from swapd.daemon.config import Config
+from swapd.daemon.machinery.footprints import Footprints
+from swapd.daemon.machinery.gpu_fake import FakeBackend, fake_uuid
+from swapd.daemon.placer import Placer
+from swapd.daemon.policy.placement import GIB, Fit, NoFit
+from swapd.daemon.policy.placing import Occupant
+from swapd.daemon.policy.proxies import ProxyRegistry
+from tests.support.models import model
+
+UUID = fake_uuid(0).casefold()
+
+
+def test_placements_evictions_and_waits_are_counted_and_logged(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    proc = tmp_path / "proc"
+    proc.mkdir()  # no process holds GPU memory
+    backend = FakeBackend([("Fake 0", fake_uuid(0), 10 * GIB)], proc=proc)
+    placer = Placer(backend, Footprints(None), ProxyRegistry())
+    a = model("a", gpus_auto=True, vram=(6 * GIB,))
+    t = model("t", gpus_auto=True, vram=(6 * GIB,))
+    huge = model("huge", gpus_auto=True, vram=(20 * GIB,))
+    config = Config(models={"a": a, "t": t, "huge": huge})
+    placer.reserved["a"] = {UUID: 6 * GIB}
+
+    async def run() -> None:
+        starting = [Occupant("a", a, "starting", None)]  # busy: not evictable yet
+        for _ in range(3):  # the scheduler asks again at every change
+            plan = await placer.plan(t, starting, config)
+            assert isinstance(plan, NoFit) and plan.wait
+        ready = [Occupant("a", a, "ready", None)]
+        plan = await placer.plan(t, ready, config)
+        assert isinstance(plan, Fit) and plan.evict == ("a",)
+        assert isinstance(await placer.plan(huge, [], config), NoFit)
+
+    with caplog.at_level(logging.INFO, logger="swapd.placement"):
+        asyncio.run(run())
+    counts = placer.counts
+    assert counts.placements == {("t", "waiting"): 1, ("t", "evicting"): 1, ("huge", "no_room"): 1}
+    assert counts.evictions == {("a", "room"): 1}
+    placed = [r.getMessage() for r in caplog.records if "t placed" in r.getMessage()]
+    assert len(placed) == 1
+    # What was needed, the room, what was evicted, and what NVML had free.
+    assert "GPU 0: needs 6.0 GiB, room 3.5 GiB (9.5 GiB after evictions)" in placed[0]
+    assert "evicting a (least recently used)" in placed[0]
+    assert "GPUs free now: GPU 0 10.0 GiB" in placed[0]
+    refused = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(refused) == 1 and "huge needs 20.0 GiB" in refused[0].getMessage()
