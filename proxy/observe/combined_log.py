@@ -104,6 +104,10 @@ class CombinedLog(TextRing):
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
 
+    def following(self) -> frozenset[str]:
+        """The models whose log files are followed now (from where they ended when taken up)."""
+        return frozenset(self._files)
+
     def put_nowait(self, data: bytes) -> None:
         """The proxy's own lines, as `LogHub` offers them to a subscriber: the models' output
         written before them goes first."""

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import sys
 import threading
-import time
 import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -195,10 +194,9 @@ def test_in_flight_request_cancelled_from_the_page(chromium: Path, stack: Stack)
 
         threading.Thread(target=slow, daemon=True).start()
         button = page.wait_for_selector("#inflight tr[data-inflight] button")
-        started = time.monotonic()
         button.click()
+        # 400 chunks at 0.05 s would take 20 s: ended within 15 s, the request was cut.
         assert ended.wait(15), "the cancelled request did not end"
-        assert time.monotonic() - started < 15  # 400 chunks at 0.05 s would take 20 s
         page.wait_for_selector("#inflight tr.empty")
         assert page.errors == []
 

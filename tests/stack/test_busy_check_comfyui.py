@@ -202,9 +202,8 @@ async def test_an_unload_is_not_held_back_by_a_busy_model(
     swapd: Running, session: aiohttp.ClientSession, up: ComfyUpstream
 ) -> None:
     mark, _ = await _busy_with_job(swapd, session, up, swapd.url + "/comfyui", -1)
-    started = time.monotonic()
+    # A swap would give the job 600 s (swapWait), far past this test's timeout; the unload
+    # stops the model under it.
     await swapd.unload(MODEL)
-    # Far below the 600 s swapWait a swap would give the job.
-    assert time.monotonic() - started < 30
     assert _at(up, mark, "exit") is not None and _at(up, mark, "job_done") is None
     assert (await swapd.status(MODEL)).get("busy") is None

@@ -25,6 +25,7 @@ from tests.support.comfyui import (
     comfyui_model_yaml,
     free_port_run,
     polling,
+    until,
 )
 from tests.support.stack import Stack
 
@@ -72,8 +73,11 @@ async def test_an_open_idle_tab_does_not_keep_the_model_loaded(
         await swapd.wait_state(MODEL, "stopped", timeout=TTL + 10)
         await closed(ws)
         served = (len(jobs), len(assets))
-        # Keep polling for a while after the unload: none of it may load the model again.
-        await asyncio.sleep(1.0)
+        # The page polls on after the unload: none of it may load the model again.
+        await until(
+            lambda: len(jobs) >= served[0] + 3 and len(assets) >= served[1] + 2,
+            what="the page's polls after the unload",
+        )
     assert jobs[: served[0]].count(200) >= 3  # it did poll successfully while loaded
     assert set(jobs[served[0] :]) == {409} and set(assets[served[1] :]) <= {409}
     assert await swapd.state(MODEL) == "stopped"

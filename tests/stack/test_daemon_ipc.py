@@ -37,10 +37,13 @@ async def test_snapshot_then_ordered_state_events(stack_factory) -> None:
     ctx = zmq.asyncio.Context()
     sub = ctx.socket(zmq.SUB)
     sub.setsockopt(zmq.SUBSCRIBE, b"")
+    monitor = sub.get_monitor_socket(zmq.EVENT_HANDSHAKE_SUCCEEDED)
     sub.connect(endpoints.events)
     client = DaemonClient(endpoints.daemon, context=ctx)
     try:
-        await asyncio.sleep(0.2)  # the SUB's subscription must reach the PUB before it matters
+        # Connected: the subscription goes out first on the new connection, long before the
+        # daemon publishes anything this test asks for.
+        await asyncio.wait_for(monitor.recv_multipart(), 10)
         snap = await client.request(lambda i: Snapshot(id=i))
         assert isinstance(snap, SnapshotReply)
         assert [m.id for m in snap.table.models] == ["m:1"]
@@ -63,6 +66,8 @@ async def test_snapshot_then_ordered_state_events(stack_factory) -> None:
         assert seen[2].status.pid is not None
     finally:
         client.close()
+        sub.disable_monitor()
+        monitor.close(linger=0)
         sub.close(linger=0)
         ctx.term()
 

@@ -8,7 +8,6 @@ import asyncio
 import os
 import signal
 import threading
-import time
 import urllib.error
 import urllib.request
 
@@ -53,9 +52,7 @@ def test_a_crashed_model_is_noticed_and_started_again(stack_factory) -> None:
     stack = stack_factory(config({"fragile": {"cmd": fake_model_cmd("fragile")}}))
     first = chat(stack.url, "fragile")["served_by"]["pid"]
     os.kill(first, signal.SIGKILL)
-    killed_at = time.monotonic()
     stopped = stack.wait_state("fragile", "stopped", timeout=5)
-    assert time.monotonic() - killed_at < 2.0
     assert "exit code -9" in stopped["reason"]
     assert "model-fragile" not in stack.circusctl("list")
     second = chat(stack.url, "fragile")["served_by"]["pid"]

@@ -37,12 +37,11 @@ async def watchers(client: CircusClient) -> dict[str, str]:
     return dict((await client.call("status"))["statuses"])
 
 
-async def until_gone(client: CircusClient, name: str, timeout: float) -> float:
-    started = time.monotonic()
+async def until_gone(client: CircusClient, name: str, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
     while name in await watchers(client):
-        assert time.monotonic() - started < timeout, f"{name} was never removed"
+        assert time.monotonic() < deadline, f"{name} was never removed"
         await asyncio.sleep(0.01)
-    return time.monotonic() - started
 
 
 async def test_a_swap_removes_the_old_watcher_after_the_new_start(circus) -> None:
@@ -74,8 +73,8 @@ async def test_a_deferred_rm_with_no_start_after_it_still_runs(circus) -> None:
     try:
         running = await lifecycle.start(a)
         await lifecycle.stop(running, a, defer_remove=True)
-        took = await until_gone(client, "model-a", REMOVE_DEFER_MAX + 5.0)
-        assert took > REMOVE_DEFER_MAX / 2, "removed at once: it was not deferred"
+        assert "model-a" in await watchers(client), "removed at once: it was not deferred"
+        await until_gone(client, "model-a", REMOVE_DEFER_MAX + 5.0)
     finally:
         await lifecycle.close()
 

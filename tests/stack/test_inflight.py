@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
@@ -50,7 +49,6 @@ async def test_list_and_cancel_from_either_process(stack: Stack) -> None:
         for n in range(3):
             tag = f"t{n}"
             body = {"model": "m", "stream": True, "x_chunks": 200, "x_delay": 0.05, "x_tag": tag}
-            started = time.monotonic()
             async with session.post(stack.url + CHAT, json=body) as resp:
                 assert resp.status == 200
                 await resp.content.readline()  # under way
@@ -69,7 +67,6 @@ async def test_list_and_cancel_from_either_process(stack: Stack) -> None:
                 assert (status, answer) == (200, {"msg": "ok"})
                 with pytest.raises(aiohttp.ClientPayloadError):
                     await resp.read()  # cut off, far short of 200 chunks at 20 a second
-            assert time.monotonic() - started < 8
             await asyncio.to_thread(model_log_has, stack, "m", f"chat {tag}: client gone")
             await asyncio.to_thread(
                 wait_for,

@@ -6,7 +6,6 @@ llama-swap); the pool tests run the lean pool against a loopback server that cou
 from __future__ import annotations
 
 import json
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -52,30 +51,29 @@ def stack(peer_url: str) -> Iterator[Stack]:
         yield running
 
 
-def _chat(url: str, model: str, delay: float) -> tuple[int, dict[str, Any], float]:
+def _chat(url: str, model: str, delay: float) -> tuple[int, dict[str, Any]]:
     body = json.dumps({"model": model, "messages": [], "x_delay": delay}).encode()
     request = urllib.request.Request(
         url + "/v1/chat/completions", data=body, headers={"Content-Type": "application/json"}
     )
-    started = time.monotonic()
     try:
         with urllib.request.urlopen(request, timeout=30) as response:
-            return response.status, json.loads(response.read()), time.monotonic() - started
+            return response.status, json.loads(response.read())
     except urllib.error.HTTPError as error:
-        return error.code, json.loads(error.read()), time.monotonic() - started
+        return error.code, json.loads(error.read())
 
 
 @pytest.mark.processes
 def test_response_header_timeout_cuts_a_slow_head_and_spares_the_rest(stack: Stack) -> None:
     assert _chat(stack.url, "limited", 0)[0] == 200  # started, and a prompt head is fine
-    status, body, took = _chat(stack.url, "limited", 4)
+    status, body = _chat(stack.url, "limited", 4)
     assert status == 502, body
     message = body["error"]["message"]
     assert "upstream limited is not reachable: timeout awaiting response headers (1s" in message
-    assert took < 3.5
-    # No limit on a model that sets none (llama-swap's default responseHeader is 0).
-    status, body, took = _chat(stack.url, "free", 2)
-    assert status == 200 and took >= 2, body
+    # No limit on a model that sets none (llama-swap's default responseHeader is 0): its head,
+    # two seconds late, is waited for.
+    status, body = _chat(stack.url, "free", 2)
+    assert status == 200, body
     # The model is still served after a timed-out request.
     assert _chat(stack.url, "limited", 0)[0] == 200
 
@@ -83,11 +81,10 @@ def test_response_header_timeout_cuts_a_slow_head_and_spares_the_rest(stack: Sta
 @pytest.mark.processes
 def test_a_peers_response_header_timeout(stack: Stack) -> None:
     assert _chat(stack.url, "p/remote", 0)[0] == 200
-    status, body, took = _chat(stack.url, "p/remote", 4)
+    status, body = _chat(stack.url, "p/remote", 4)
     assert status == 502, body
     assert body["error"]["message"].startswith("peer proxy error: upstream peer p is not reachable")
     assert "timeout awaiting response headers (1s" in body["error"]["message"]
-    assert took < 3.5
 
 
 # --------------------------------------------------------------------------------- the lean pool

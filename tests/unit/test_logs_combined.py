@@ -60,7 +60,9 @@ def test_the_ring_follows_rotation_and_keeps_whole_lines(tmp_path: Path) -> None
             b.write_bytes(b"b before it was in the table\n")
             grown = _state(tmp_path, "a", "b")
             state._apply_table(grown.routes.table)
-            await asyncio.sleep(0.5)  # a few ticks: b is followed from its end
+            async with asyncio.timeout(5):
+                while "b" not in log.following():  # noqa: ASYNC110 (taken up at its end)
+                    await asyncio.sleep(0.02)
             with b.open("ab") as f:
                 f.write(b"b new\n")
             text = await _until(log, b"[b] b new\n")

@@ -98,11 +98,10 @@ def test_a_stdout_that_does_not_read_never_blocks_and_drops_are_counted(
     sink = StdoutEcho(w, max_lines=16)
     stream = ModelOutputStream(filename=str(tmp_path / "m.log"), model="m", echo=True, sink=sink)
     lines = 2000
-    began = time.monotonic()
+    # 220 KB into a 4 KiB pipe nobody reads: a stream that waited on stdout would never get
+    # through this loop (the test's timeout would end it, stuck in the write).
     for i in range(lines):
         stream({"data": f"line {i:04d} ".encode() + b"y" * 100 + b"\n", "pid": 1, "name": "x"})
-    took = time.monotonic() - began
-    assert took < 5.0, f"{lines} lines took {took:.1f}s: the stream waited on stdout"
     assert sink.dropped > 0
     # Every line is in the file, dropped for stdout or not.
     assert (tmp_path / "m.log").read_text().count("\n") == lines

@@ -19,6 +19,7 @@ is. Commands run in it with `docker exec`.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import fcntl
 import hashlib
@@ -31,6 +32,7 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+from tests.support.paths import REPO
 from tests.support.realparts import provision
 from tests.support.realparts.docker_engine import DockerEngine
 
@@ -66,15 +68,27 @@ def rootfs_key() -> str:
 @dataclass(frozen=True)
 class SystemdTools:
     """The host's side of the systemd tier: the real part `systemd`
-    (tests/support/realparts/plugin.py)."""
+    (tests/support/realparts/plugin.py), prepared before any test runs."""
 
     analyze: str  # systemd-analyze, for `verify` of the unit file
-    debootstrap: str | None  # None: no root filesystem can be made here (the tier says why)
+    # The cached root filesystem, or why none could be made here (the container tests say it).
+    rootfs: Path | None
+    rootfs_missing: str = ""
+    # swapd and what it needs as wheels, for `pip install --no-index` in the container.
+    wheels: Path | None = None
+
+    def image_tarball(self) -> Path:
+        if self.rootfs is None:
+            raise provision.PartMissing(self.rootfs_missing)
+        return self.rootfs
 
 
 def prepare(how: str) -> SystemdTools:
-    """Debian's `systemd` (for systemd-analyze) and `debootstrap`, installed when missing in
-    `require` mode (CI), as provision.py does for the other parts."""
+    """Everything slow the systemd tier needs, before any test and outside every test's timeout
+    (each step has its own bound, and a failure says which step): Debian's `systemd` (for
+    systemd-analyze) and `debootstrap`, installed when missing in `require` mode (CI), as
+    provision.py does for the other parts; the root filesystem, made once with debootstrap and
+    cached; swapd's wheels, built from this checkout for this run."""
     missing = [pkg for pkg, exe in TOOLS if shutil.which(exe) is None]
     if missing and how == "require":
         provision.install_debian_packages(tuple(missing))
@@ -83,10 +97,21 @@ def prepare(how: str) -> SystemdTools:
         raise provision.PartMissing(
             f"systemd-analyze is not installed (Debian package systemd); {provision.HOW_TO_INSTALL}"
         )
-    return SystemdTools(analyze=analyze, debootstrap=shutil.which("debootstrap"))
+    try:
+        rootfs: Path | None = rootfs_tarball(shutil.which("debootstrap"))
+        missing_rootfs = ""
+    except provision.PartMissing as exc:
+        rootfs, missing_rootfs = None, str(exc)
+    wheels = None
+    if rootfs is not None:
+        wheels = Path(tempfile.mkdtemp(prefix="swapd-wheels-", dir="/tmp"))
+        # Every process of the run (xdist's workers too) lives until the run ends.
+        atexit.register(shutil.rmtree, wheels, ignore_errors=True)
+        build_wheels(wheels, REPO)
+    return SystemdTools(analyze, rootfs, missing_rootfs, wheels)
 
 
-def rootfs_tarball(tools: SystemdTools) -> Path:
+def rootfs_tarball(debootstrap: str | None) -> Path:
     """The cached root filesystem tarball, made with debootstrap the first time (about a minute).
 
     A lock file serializes parallel runs; the tarball appears by rename, so a run killed halfway
@@ -98,7 +123,6 @@ def rootfs_tarball(tools: SystemdTools) -> Path:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if tarball.exists():
             return tarball
-        debootstrap = tools.debootstrap
         if debootstrap is None:
             raise provision.PartMissing(
                 f"debootstrap is not installed (Debian package debootstrap); "
@@ -142,7 +166,7 @@ def ensure_image(engine: DockerEngine, tools: SystemdTools) -> str:
     )
     if probe.returncode == 0:
         return tag
-    tarball = rootfs_tarball(tools)
+    tarball = tools.image_tarball()
     changes = [arg for change in IMAGE_CHANGES for arg in ("--change", change)]
     provision._run(
         [*docker, "import", *changes, str(tarball), tag], timeout=300, what="docker import"
