@@ -228,14 +228,15 @@ def metrics_rows(settings: Settings) -> list[Row]:
                     with StallProbe(swapd) as probe:
                         status, length, seconds = scrape(swapd)
                     failed[side] += status != 200
-                    size[side].append(length)
+                    if status == 200:  # an error's body says nothing of the figures' size
+                        size[side].append(length)
                     took[side].append(seconds)
                     stall[side].append(probe.longest)
                 rps[side].append(ordinary_under(swapd, settings, side == "hostile"))
         rss = {side: psutil.Process(daemon_pid(sides[side])).memory_info().rss for side in SIDES}
 
     def med(values: list[float]) -> float:
-        return statistics.median(values)
+        return statistics.median(values) if values else float("nan")
 
     ratio, low, high = median_interval(paired(rps["hostile"], rps["quiet"]))
     one_label_set = 16 * 1024
@@ -245,7 +246,7 @@ def metrics_rows(settings: Settings) -> list[Row]:
             f"{med(size['quiet']):,.0f}",
             f"{med(size['hostile']):,.0f}",
             "the same as after none (+ one label set, 16 KiB)",
-            med(size["hostile"]) <= med(size["quiet"]) + one_label_set,
+            bool(size["hostile"]) and med(size["hostile"]) <= med(size["quiet"]) + one_label_set,
         ),
         Row(
             "scrape time (median)",
