@@ -153,7 +153,7 @@ class StallProbe:
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
-        sock = zmq.Context.instance().socket(zmq.DEALER)
+        sock: zmq.Socket[bytes] = zmq.Context.instance().socket(zmq.DEALER)
         sock.setsockopt(zmq.LINGER, 0)
         sock.connect(self.endpoint)
         try:

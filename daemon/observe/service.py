@@ -37,6 +37,7 @@ from .activity_store import ActivityStore
 from .captures import CaptureCache, CaptureFigures, capture_of
 from .intake import record_of
 from .metrics import CONTENT_TYPE, Metrics
+from .request_figures import model_labels
 
 log = logging.getLogger("swapd.daemon")
 
@@ -91,6 +92,7 @@ class Observer:
         self.instance = instance
         self.endpoint = endpoint
         self.metrics = Metrics()
+        self.metrics.request_figures.labels = model_labels(config)
         self.metrics.registry.register(CaptureFigures(self.captures))
         self.metrics.gauges.models = models
         self.on_records: Callable[[list[ActivityRecord]], None] | None = self.metrics.records
@@ -128,7 +130,7 @@ class Observer:
             log.debug("GPU inventory for /metrics failed: %s", exc)
             devices = []
         self.metrics.gauges.gpus = lambda: devices
-        body = self.metrics.exposition()
+        body = await self.metrics.exposition()
         await self.endpoint.reply(
             identity, Document(id=message.id, body=body, content_type=CONTENT_TYPE)
         )
@@ -233,6 +235,9 @@ class Observer:
     def reconfigure(self, config: Config) -> None:
         """A reload: the in-memory sizes follow; `store.path` is read at start only."""
         self.store.resize(config.metrics_max_in_memory)
+        # Series of a model the reload removed stay (the config's history bounds them); its
+        # requests from now on count as `OTHER`.
+        self.metrics.request_figures.labels = model_labels(config)
         self.captures.resize(config.capture_buffer * 1024 * 1024)
         if config.store_path != (self.db.path if self.db is not None else ""):
             log.warning("store.path changed: it takes effect when swapd is restarted")
