@@ -43,9 +43,11 @@ OTHER = "(other)"
 
 def model_labels(config: Config) -> dict[str, str]:
     """Every name a request's record may carry that gets a label of its own: local model ids
-    and their aliases (an alias counts as its model), and each peer's models as `peer/model`,
-    the name a peer's record carries."""
+    and their aliases (an alias counts as its model), each peer's models as `peer/model`, the
+    name a peer's record carries, and the selectors (a request a selector served counts under
+    the model it chose; one it refused, under the selector)."""
     labels = {peer_model: peer_model for peer_model in _peer_models(config)}
+    labels.update((selector, selector) for selector in config.selectors)
     for model in config.models.values():
         labels.update(dict.fromkeys(model.aliases, model.id))
     labels.update((model_id, model_id) for model_id in config.models)  # ids win over aliases

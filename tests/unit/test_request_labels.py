@@ -1,7 +1,7 @@
 """The request figures' `model` label is bounded by the config (issue 29, finding 2): a record
 counts under its model's id only when the config names that model (an id, an alias, a peer's
-`peer/model`), everything else under the one `OTHER` label; and a scrape renders from a copy
-(`RequestFigures.frozen`) that the records arriving meanwhile do not change."""
+`peer/model`, a selector), everything else under the one `OTHER` label; and a scrape renders
+from a copy (`RequestFigures.frozen`) that the records arriving meanwhile do not change."""
 
 from __future__ import annotations
 
@@ -25,6 +25,10 @@ CONFIG = textwrap.dedent(
       beta:
         cmd: sleep 100
         proxy: http://127.0.0.1:9
+    selectors:
+      pick:
+        strategy: pin
+        targets: [alpha, beta]
     peers:
       far:
         proxy: http://127.0.0.1:8
@@ -73,6 +77,7 @@ def test_labels_are_the_configs_models_aliases_and_peer_models() -> None:
         "beta": "beta",
         "far/gamma": "far/gamma",
         "far/delta": "far/delta",
+        "pick": "pick",
     }
 
 
