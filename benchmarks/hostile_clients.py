@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import statistics
 import subprocess
 import sys
@@ -187,15 +188,25 @@ def scrape_every_second(swapd: RunningSwapd, until: threading.Event) -> None:
         until.wait(max(0.0, 1.0 - (time.monotonic() - started)))
 
 
-def ordinary_under(swapd: RunningSwapd, settings: Settings, flooded: bool) -> float:
-    """The ordinary client's req/s while Prometheus scrapes every second and, `flooded`, new
-    unknown names come at `settings.rate` a second."""
+Work = Callable[[threading.Event], object]
+
+
+def scraping(swapd: RunningSwapd) -> Work:
+    return lambda stop: scrape_every_second(swapd, stop)
+
+
+def new_names(swapd: RunningSwapd, count: int, rate: float) -> Work:
+    return lambda _stop: send_names(swapd, count, rate)
+
+
+def ordinary_during(swapd: RunningSwapd, settings: Settings, *work: Work) -> float:
+    """The ordinary client's req/s while each of `work` runs in a thread of its own (a hostile
+    client, a scraper), each told by its event that the measurement is over. Every row measures
+    its ordinary client this way, on both sides."""
     stop = threading.Event()
     with contextlib.ExitStack() as running:
-        running.enter_context(in_background(lambda: scrape_every_second(swapd, stop)))
-        if flooded and settings.rate > 0:
-            count = int(settings.rate * settings.seconds)
-            running.enter_context(in_background(lambda: send_names(swapd, count, settings.rate)))
+        for one in work:
+            running.enter_context(in_background(functools.partial(one, stop)))
         try:
             return ordinary(swapd, settings.seconds, settings.connections)
         finally:
@@ -232,7 +243,11 @@ def metrics_rows(settings: Settings) -> list[Row]:
                         size[side].append(length)
                     took[side].append(seconds)
                     stall[side].append(probe.longest)
-                rps[side].append(ordinary_under(swapd, settings, side == "hostile"))
+                work = [scraping(swapd)]
+                if side == "hostile" and settings.rate > 0:
+                    count = int(settings.rate * settings.seconds)
+                    work.append(new_names(swapd, count, settings.rate))
+                rps[side].append(ordinary_during(swapd, settings, *work))
         rss = {side: psutil.Process(daemon_pid(sides[side])).memory_info().rss for side in SIDES}
 
     def med(values: list[float]) -> float:
