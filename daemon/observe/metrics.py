@@ -147,11 +147,11 @@ class Metrics:
         self.request_figures.add(records)
 
     async def exposition(self) -> bytes:
-        """The Prometheus text. On the loop: `registry`'s collectors (one family entry per
-        model) and a copy of the request figures (`RequestFigures.frozen`, a few list copies per
-        series); the rest, collecting the counters, histograms and request figures and
-        formatting every line, in a worker thread. So a scrape keeps the loop for about a
-        millisecond per hundred series rather than for the rendering (benchmarks/
+        """The Prometheus text. On the loop: `registry`'s collectors (a few samples per model)
+        and a copy of the request figures (`RequestFigures.frozen`: 0.5 ms for 50 models with
+        requests on two routes and four statuses); in a worker thread: collecting the counters,
+        histograms and the copy, and formatting every line (40 ms for those 50 models). So a
+        scrape keeps the loop for the copy, not for the rendering (benchmarks/
         hostile_clients.py, the daemon's stall during a scrape)."""
         live = list(self.registry.collect())
         requests = self.request_figures.frozen()

@@ -11,10 +11,10 @@ lot, a few times cheaper than a `bisect` per value). The exposition is the same 
 labels and buckets, without the optional `_created` series.
 
 The `model` label is bounded by the config, never by what clients send: a record counts under
-its model's id only when the config names that model (a local id or alias, or a peer's
-`peer/model`), and under `OTHER` otherwise. A name a client made up (a typo, a scan, a key sent
-as the model) is then one more count of one series, not a new set of ~90 series kept forever
-and rendered at every scrape on the daemon's loop.
+its model's id only when the config names that model (a local id or alias, a peer's
+`peer/model`, a selector), and under `OTHER` otherwise. A name a client made up (a typo, a
+scan, a key sent as the model) is then one more count of one series, not a new set of ~90
+series kept forever and rendered at every scrape.
 """
 
 from __future__ import annotations
