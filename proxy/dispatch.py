@@ -11,7 +11,10 @@ Why: the Application's dispatch (resolving the route, building and freezing its 
 middleware chain) costs a few microseconds per request that a table lookup does not, on the
 requests whose rate matters most. A model request still gets what the Application would give it:
 the route's match info (shared, frozen, with the app, so `request.app` and `request.match_info`
-answer as usual). `Expect: 100-continue` goes the Application's way, which answers it.
+answer as usual). `Expect: 100-continue` goes the Application's way, which answers it; any
+other expectation is answered here, 417 (RFC 9110 §10.1.1), before the Application's default
+expect handler, which echoes the value into a text body and, for a value that is not UTF-8,
+failed with a 500 and a traceback.
 """
 
 from __future__ import annotations
@@ -19,10 +22,13 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 
 from aiohttp import hdrs, web
+from aiohttp.http import HttpVersion11
 
 from . import pipeline
 from .app import guard
 from .context import CTX
+from .errors import error_response
+from .observe.stats import STATS
 
 AppHandler = Callable[[web.BaseRequest], Awaitable[web.StreamResponse]]
 
@@ -67,8 +73,23 @@ class Dispatch:
         # target) is looked up as the router would, by its decoded path.
         path = raw if "?" not in raw and "%" not in raw and raw[:1] == "/" else None
         info = self._routes.get((request.method, path or request.rel_url.path_safe))
-        if info is None or hdrs.EXPECT in request.headers:
+        if hdrs.EXPECT in request.headers:
+            return unmet_expectation(request) or await self._to_app(request)
+        if info is None:
             return await self._to_app(request)
         # What Application._handle does once its router has matched.
         request._match_info = info
         return await guard(self._ctx, request, pipeline.handle_model_route, model_route=True)
+
+
+def unmet_expectation(request: web.BaseRequest) -> web.Response | None:
+    """A 417 for an `Expect` other than `100-continue` (the only expectation HTTP defines), in
+    the one error shape and without the value, which may be any bytes; None for `100-continue`
+    and for an HTTP/1.0 request, whose server ignores `Expect`."""
+    if request.version < HttpVersion11:
+        return None
+    values = request.headers.getall(hdrs.EXPECT)
+    if all(value.lower() == "100-continue" for value in values):
+        return None
+    STATS.refused += 1
+    return error_response(417, 'expectation failed: only "Expect: 100-continue" is supported')

@@ -5,12 +5,17 @@ compressed bytes: swapd keeps them as they are).
 
 The proxies send each capture's header pairs as they are (`RawCapture`); redaction happens
 here, when the capture is stored: one value per name (the first, as llama-swap's `headerMap`),
-`SECRET_HEADERS` as `[REDACTED]` (llama-swap's `redactHeaders`). The secrets cross only the
-private `ipc://` socket to the daemon, which holds the config's `apiKeys` anyway, and are never
-kept nor shown (docs/endpoints.md, "Captures")."""
+and `[REDACTED]` for a credential, known by its header's name (`secret_name`: llama-swap's
+`redactHeaders` and more) or by its value (`Secrets`: a value that holds a configured key, in
+whatever header a client put it). The secrets cross only the private `ipc://` socket to the
+daemon, which holds the config's `apiKeys` anyway, and are never kept nor shown
+(docs/endpoints.md, "Captures")."""
 
 from __future__ import annotations
 
+import base64
+import binascii
+import re
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -24,9 +29,59 @@ from ...ipc.activity import RawCapture
 _encode = msgspec.json.Encoder().encode
 
 REDACTED = "[REDACTED]"
+# The credential headers clients and servers send (lower case): llama-swap's five, Azure
+# OpenAI's and API Management's keys, Gemini's, Azure Functions', GitLab's, AWS's session token.
 SECRET_HEADERS = frozenset(
-    {"authorization", "proxy-authorization", "cookie", "set-cookie", "x-api-key"}
-)
+    {
+        "authorization", "proxy-authorization", "cookie", "set-cookie", "x-api-key",
+        "api-key", "x-goog-api-key", "ocp-apim-subscription-key", "x-functions-key",
+        "private-token", "x-amz-security-token",
+    }
+)  # fmt: skip
+# ... and every header with one of these words in its name (`x-custom-auth`, `x-my-api-key`,
+# `X-ApiKey`, `x-access-token`, `x-client-secret`): better a header that is no credential
+# loses its value in the capture than one that is shows it. Whole words, so that the
+# `x-ratelimit-remaining-tokens` an upstream answers with stay readable.
+SECRET_WORDS = frozenset(
+    {
+        "auth", "authorization", "key", "apikey", "token", "secret", "password", "passwd",
+        "cookie", "credential", "credentials", "session", "signature",
+    }
+)  # fmt: skip
+_WORDS = re.compile(r"[-_.]")
+
+
+def secret_name(name: str) -> bool:
+    lower = name.lower()
+    return lower in SECRET_HEADERS or any(w in SECRET_WORDS for w in _WORDS.split(lower))
+
+
+class Secrets:
+    """The configured keys (`apiKeys` and the peers' `apiKey`s) a header value must not show:
+    one that holds a key as it is (`Bearer sk-...`, `token=sk-...`) or as the password of
+    `Basic` credentials is redacted whatever the header's name."""
+
+    def __init__(self, keys: Iterable[str] = ()) -> None:
+        self.keys = tuple(k for k in keys if k)
+
+    def held_in(self, value: str) -> bool:
+        keys = self.keys
+        if not keys:
+            return False
+        if any(key in value for key in keys):
+            return True
+        scheme, _, credentials = value.strip().partition(" ")
+        if scheme.lower() != "basic":
+            return False
+        try:
+            decoded = base64.b64decode(credentials.strip(), validate=True)
+        except (binascii.Error, ValueError):
+            return False
+        password = decoded.partition(b":")[2].decode("utf-8", "replace")
+        return any(key in password for key in keys)
+
+
+NO_SECRETS = Secrets()
 
 
 class Capture(msgspec.Struct, kw_only=True, gc=False):
@@ -46,31 +101,37 @@ class Capture(msgspec.Struct, kw_only=True, gc=False):
     size: int = 0
 
 
-def headers_of(pairs: Iterable[tuple[str, str]]) -> tuple[dict[str, str], int]:
+def headers_of(
+    pairs: Iterable[tuple[str, str]], secrets: Secrets = NO_SECRETS
+) -> tuple[dict[str, str], int]:
     """One value per name, secrets redacted; and the bytes the kept pairs count."""
     out: dict[str, str] = {}
     size = 0
     for key, value in pairs:
         if key not in out:
-            if key.lower() in SECRET_HEADERS:
+            if secret_name(key) or secrets.held_in(value):
                 value = REDACTED
             out[key] = value
             size += len(key) + len(value)
     return out, size
 
 
-def raw_headers_of(pairs: Iterable[tuple[bytes, bytes]]) -> tuple[dict[str, str], int]:
+def raw_headers_of(
+    pairs: Iterable[tuple[bytes, bytes]], secrets: Secrets = NO_SECRETS
+) -> tuple[dict[str, str], int]:
     """`headers_of` for the request's header bytes. aiohttp reads them as UTF-8; the JSON a
     capture is shown in cannot carry aiohttp's surrogate escapes for bytes that are not, so
     those read U+FFFD here."""
     return headers_of(
-        (k.decode("utf-8", "replace"), v.decode("utf-8", "replace")) for k, v in pairs
+        ((k.decode("utf-8", "replace"), v.decode("utf-8", "replace")) for k, v in pairs), secrets
     )
 
 
-def capture_of(raw: RawCapture, record_id: int, path: str) -> Capture:
-    req_headers, req_size = raw_headers_of(raw.req_headers)
-    resp_headers, resp_size = headers_of(raw.resp_headers)
+def capture_of(
+    raw: RawCapture, record_id: int, path: str, secrets: Secrets = NO_SECRETS
+) -> Capture:
+    req_headers, req_size = raw_headers_of(raw.req_headers, secrets)
+    resp_headers, resp_size = headers_of(raw.resp_headers, secrets)
     req_body, resp_body = raw.req_body, raw.resp_body
     return Capture(
         id=record_id,

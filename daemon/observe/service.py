@@ -30,13 +30,15 @@ from ...ipc.messages import (
     Reply,
 )
 from ...ipc.model_status import GpuInfo, ModelStatus
+from ...ipc.routing_table import RoutePeer
 from ..config import Config
 from . import activity_query
 from .activity_db import ActivityDB
 from .activity_store import ActivityStore
-from .captures import CaptureCache, CaptureFigures, capture_of
+from .captures import CaptureCache, CaptureFigures, Secrets, capture_of
 from .intake import record_of
 from .metrics import CONTENT_TYPE, Metrics
+from .request_figures import model_labels
 
 log = logging.getLogger("swapd.daemon")
 
@@ -54,6 +56,12 @@ def record_json(record: ActivityRecord, has_capture: bool = False) -> dict[str, 
     if not record.error_msg:
         del out["error_msg"]
     return out
+
+
+def secrets_of(config: Config) -> Secrets:
+    """The keys no capture shows: the clients' (`apiKeys`) and the peers' (`apiKey`)."""
+    peers: Iterable[RoutePeer] = config.peers.values()
+    return Secrets([*config.api_keys, *(p.api_key for p in peers if p.api_key)])
 
 
 class Publisher(Protocol):
@@ -88,9 +96,11 @@ class Observer:
                 self.store.next_id = self.db.next_id
                 self.store.records.extend(self.db.recent(config.metrics_max_in_memory))
         self.captures = CaptureCache(config.capture_buffer * 1024 * 1024)
+        self.secrets = secrets_of(config)
         self.instance = instance
         self.endpoint = endpoint
         self.metrics = Metrics()
+        self.metrics.request_figures.labels = model_labels(config)
         self.metrics.registry.register(CaptureFigures(self.captures))
         self.metrics.gauges.models = models
         self.on_records: Callable[[list[ActivityRecord]], None] | None = self.metrics.records
@@ -128,7 +138,7 @@ class Observer:
             log.debug("GPU inventory for /metrics failed: %s", exc)
             devices = []
         self.metrics.gauges.gpus = lambda: devices
-        body = self.metrics.exposition()
+        body = await self.metrics.exposition()
         await self.endpoint.reply(
             identity, Document(id=message.id, body=body, content_type=CONTENT_TYPE)
         )
@@ -187,7 +197,7 @@ class Observer:
         stored = self.store.add([record_of(item, clock, proxy_id) for item in message.records])
         for item, record in zip(message.records, stored, strict=True):
             if item.capture is not None:
-                capture = capture_of(item.capture, record.id, record.req_path)
+                capture = capture_of(item.capture, record.id, record.req_path, self.secrets)
                 record.has_capture = self.captures.add(capture)
         if self.db is not None:
             self.db.write(stored)
@@ -233,7 +243,11 @@ class Observer:
     def reconfigure(self, config: Config) -> None:
         """A reload: the in-memory sizes follow; `store.path` is read at start only."""
         self.store.resize(config.metrics_max_in_memory)
+        # Series of a model the reload removed stay (the config's history bounds them); its
+        # requests from now on count as `OTHER`.
+        self.metrics.request_figures.labels = model_labels(config)
         self.captures.resize(config.capture_buffer * 1024 * 1024)
+        self.secrets = secrets_of(config)
         if config.store_path != (self.db.path if self.db is not None else ""):
             log.warning("store.path changed: it takes effect when swapd is restarted")
 

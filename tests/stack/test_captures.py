@@ -162,3 +162,43 @@ def test_no_captures_when_zero(stack_factory: Callable[..., Stack]) -> None:
     (record,) = _records(stack, 1)
     assert record["has_capture"] is False
     assert _capture(stack, record["id"])[0] == 404
+
+
+def test_keys_are_redacted_by_value_in_any_header(stack_factory: Callable[..., Stack]) -> None:
+    """Issue 29, finding 6: captures redacted headers by name only, so a configured key sent in
+    `X-Custom-Auth:` or Azure's `api-key:` was shown in `/api/captures/N` and in the UI."""
+    (port,) = model_ports(1)
+    other_key, peer_key = "sk-second-client-key", "sk-the-peers-own-key"
+    stack = stack_factory(
+        {
+            "healthCheckTimeout": 15,
+            "apiKeys": [KEY, other_key],
+            "peers": {"far": {"proxy": "http://127.0.0.1:9", "models": ["x"], "apiKey": peer_key}},
+            "models": {"alpha": local_model("alpha", port)},
+        }
+    )
+    headers = {
+        "Content-Type": "application/json",
+        "Authorization": f"Bearer {KEY}",
+        "api-key": KEY,  # Azure OpenAI's header
+        "X-Custom-Auth": other_key,
+        "X-Pass-Along": f"Bearer {peer_key}",  # no credential in the name: the value tells
+        "x-goog-api-key": "AIza-not-configured",  # Gemini's: redacted by its name
+        "X-Trace": "trace-1234",
+    }
+    body = json.dumps({"model": "alpha", "messages": []}).encode()
+    req = urllib.request.Request(stack.url + CHAT + f"?key={other_key}", data=body, headers=headers)
+    with urllib.request.urlopen(req, timeout=30) as resp:
+        assert resp.status == 200
+    (record,) = _records(stack, 1)
+    status, cap = _capture(stack, record["id"])
+    assert status == 200, cap
+    shown = json.dumps(cap)
+    for secret in (KEY, other_key, peer_key, "AIza-not-configured"):
+        assert secret not in shown
+        assert secret not in json.dumps(record)
+    kept = {k.lower(): v for k, v in cap["req_headers"].items()}
+    for name in ("api-key", "x-custom-auth", "x-pass-along", "x-goog-api-key"):
+        assert kept[name] == "[REDACTED]"
+    assert kept["x-trace"] == "trace-1234"
+    assert cap["req_path"] == CHAT  # the path without its query

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import urllib.error
 import urllib.request
+import uuid
 from collections.abc import Callable
 
 import pytest
@@ -169,3 +170,63 @@ def test_start_failures_backoff_and_crashes(stack_factory: Callable[..., Stack])
     assert value(samples, "swapd_model_starts_total", model="crashy", result="ok") == 1
     assert value(samples, "swapd_requests_total", model="broken", route="model", status="502") == 3
     assert value(samples, "swapd_requests_total", model="broken", route="model", status="503") == 1
+
+
+def test_unknown_model_names_share_one_label_and_never_show_a_key(
+    stack_factory: Callable[..., Stack],
+) -> None:
+    """Issue 29, finding 2: each 404 for a new name used to add ~90 series to `/metrics` for
+    good (20,000 names: scrapes 503, the daemon at 1.2 GB), and a key sent as the model name
+    became a label. Now every name the config does not have counts under `(other)`."""
+    key = f"sk-metrics-{uuid.uuid4().hex}"
+    auth = {"Authorization": f"Bearer {key}"}
+    (port,) = model_ports(1)
+    stack = stack_factory(
+        {"healthCheckTimeout": 15, "apiKeys": [key], "models": {"a": local_model("a", port)}}
+    )
+
+    def send(model: str) -> int:
+        body = json.dumps({"model": model, "messages": []}).encode()
+        req = urllib.request.Request(
+            stack.url + CHAT, data=body, headers={"Content-Type": "application/json", **auth}
+        )
+        try:
+            with urllib.request.urlopen(req, timeout=30) as resp:
+                return resp.status
+        except urllib.error.HTTPError as exc:
+            return exc.code
+
+    def scrape_text(other: int) -> str:
+        """`/metrics` once it counts `other` requests under `(other)`."""
+
+        def counted() -> str | None:
+            req = urllib.request.Request(stack.url + "/metrics", headers=auth)
+            with urllib.request.urlopen(req, timeout=10) as resp:
+                text = resp.read().decode()
+            samples = {
+                (s.name, tuple(sorted(s.labels.items()))): s.value
+                for family in text_string_to_metric_families(text)
+                for s in family.samples
+            }
+            labels = {"model": "(other)", "route": "model", "status": "404"}
+            return text if value(samples, "swapd_requests_total", **labels) == other else None
+
+        return wait_for(counted, 10, what=f"{other} requests counted under (other)")
+
+    assert send("a") == 200
+    assert send("no-such-model-0") == 404
+    before = scrape_text(1)
+    names = 300
+    for i in range(1, names):
+        assert send(f"no-such-model-{i}-{uuid.uuid4().hex[:6]}") == 404
+    assert send(key) == 404  # a client that sends its key as the model name
+    after = scrape_text(names + 1)
+
+    assert key not in after
+    assert "no-such-model" not in after
+    # The same series as after one unknown name: only the numbers in them changed.
+    assert len(after.splitlines()) == len(before.splitlines())
+    # The activity log has each request all the same, under the name asked.
+    req = urllib.request.Request(stack.url + "/api/metrics/activity?limit=5", headers=auth)
+    with urllib.request.urlopen(req, timeout=10) as resp:
+        assert json.load(resp)["total"] == names + 2

@@ -24,6 +24,7 @@ import pytest
 from tests.support.hostile import (
     CHAT,
     Hostile,
+    ProxyLogs,
     body_of,
     echo_paths,
     exchange,
@@ -291,3 +292,47 @@ async def test_a_post_with_upgrade_websocket_is_a_plain_post(hostile: Hostile) -
     got = await exchange(hostile.stack, data)
     assert got.statuses == [200], got
     assert json.loads(got.responses[0].body)["object"] == "chat.completion"
+
+
+# ------------------------------------------------------------------------------------------------
+# Expect
+
+
+EXPECTATIONS = {
+    "not-utf8": b"\xff",
+    "continue-then-not-utf8": b"100-continue\xfe",
+    "unknown": b"gzip",
+    "continue-and-more": b"100-continue, x-more",
+}
+
+
+def _with_expect(request: bytes, value: bytes) -> bytes:
+    head, sep, body = request.partition(b"\r\n\r\n")
+    return head + b"\r\nExpect: " + value + sep + body
+
+
+@pytest.mark.parametrize("value", list(EXPECTATIONS.values()), ids=list(EXPECTATIONS))
+@pytest.mark.parametrize("route", ["model", "api"])
+async def test_an_expectation_other_than_100_continue_is_417(
+    hostile: Hostile, route: str, value: bytes
+) -> None:
+    """Issue 29, finding 9: a non-UTF-8 byte in `Expect:` was a 500 and an ERROR traceback
+    (aiohttp's default expect handler echoes the value into a text body it cannot encode).
+    RFC 9110 §10.1.1: a server may answer an expectation it does not meet with 417."""
+    logs = ProxyLogs(hostile.stack)
+    mark = hostile.rec.mark()
+    request = (
+        post_json(CHAT, {"model": "rec"})
+        if route == "model"
+        else request_head("GET /upstream/rec/expect HTTP/1.1")
+    )
+    got = await exchange(hostile.stack, _with_expect(request, value))
+    assert got.statuses == [417] and is_openai_error(got.responses[0], 417), got
+    assert hostile.rec.paths_since(mark) == []  # nothing went upstream
+    assert logs.server_errors() == []
+    # 100-continue is still met, and HTTP/1.0 ignores Expect (RFC 9110 §10.1.1).
+    got = await exchange(hostile.stack, _with_expect(request, b"100-Continue"))
+    assert got.statuses[-1] == 200, got
+    old = request.replace(b" HTTP/1.1\r\n", b" HTTP/1.0\r\n", 1)
+    got = await exchange(hostile.stack, _with_expect(old, value))
+    assert got.statuses == [200], got

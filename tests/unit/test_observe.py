@@ -90,7 +90,7 @@ def test_request_figures_expose_what_prometheus_histograms_would(
                 tokens=Tokens(prompt_per_second=speed, tokens_per_second=speed))
         for i, (ms, speed) in enumerate([(5.0, 100.0), (10.0, 1.0), (300_000.0, 10000.0)] * 3)
     ]  # fmt: skip
-    figures = RequestFigures()
+    figures = RequestFigures({name: name for name in ("m", "m0", "m1", "m2")})
     ours = CollectorRegistry()
     ours.register(figures)
 

@@ -1,0 +1,341 @@
+"""What one hostile or careless client costs everyone else (issue 29), side by side in one run:
+two swapd run at once from the same config, `quiet` (no hostile client) and `hostile` (one), and
+each row compares a figure of the two. Rounds alternate the sides in a rotating order
+(`paired.py`), so what the machine's neighbours do to one they mostly do to the other.
+
+Rows (`ROWS`; each a function of the settings that returns its rows, so the others the issue
+asks for, stalled subscribers' RSS, idle CPU with 1,000 subscribers, a swap's delay behind a
+stalled upload, are one function each):
+
+- `metrics`: `/metrics` after `--names` requests each naming a model that does not exist (every
+  tenth shaped like an API key) against after none: its size, the time a scrape takes, the
+  daemon's longest stall while a scrape is rendered (the longest round trip of back-to-back
+  `Status` requests to the daemon's socket, the way `swapd status` asks), the daemon's RSS; and
+  the requests per second of an ordinary client (`load_clients.py ordinary`) while new names
+  keep coming at `--rate` a second, with Prometheus scraping every second on both sides.
+
+    .venv/bin/python benchmarks/hostile_clients.py --names 20000 --rounds 3 --seconds 5
+
+The models are tests/support/upstreams/fake_model.py (`bench`: an OpenAI-compatible server).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import functools
+import statistics
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+import zmq
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from paired import median_interval, paired, rotated
+from running_swapd import RunningSwapd, free_port
+
+from swapd.ipc import codec
+from swapd.ipc.endpoints import Endpoints
+from swapd.ipc.messages import Status
+
+HERE = Path(__file__).resolve().parent
+CLIENTS = HERE / "load_clients.py"
+FAKE_MODEL = HERE.parent / "tests" / "support" / "upstreams" / "fake_model.py"
+SIDES = ("quiet", "hostile")
+
+
+@dataclass
+class Row:
+    figure: str
+    quiet: str
+    hostile: str
+    target: str
+    met: bool | None  # None: a figure with no target of its own
+
+
+@dataclass
+class Settings:
+    names: int
+    rate: float
+    rounds: int
+    seconds: float
+    connections: int
+    scrapes: int
+
+
+# ------------------------------------------------------------------------------------------------
+# the two swapd
+
+
+def config(port: int) -> str:
+    return f"""
+healthCheckTimeout: 15
+models:
+  bench:
+    cmd: {sys.executable} {FAKE_MODEL} --port {port} --name bench
+    proxy: http://127.0.0.1:{port}
+    concurrencyLimit: 100000
+"""
+
+
+@contextlib.contextmanager
+def two_swapd() -> Iterator[dict[str, RunningSwapd]]:
+    with contextlib.ExitStack() as stack:
+        sides = {side: stack.enter_context(RunningSwapd(config(free_port()))) for side in SIDES}
+        for swapd in sides.values():
+            ordinary(swapd, 0.2, 1)  # `bench` loaded
+        yield sides
+
+
+def daemon_pid(swapd: RunningSwapd) -> int:
+    for child in psutil.Process(swapd.pid).children(recursive=True):
+        if "swapd.daemon.main" in " ".join(child.cmdline()):
+            return child.pid
+    raise RuntimeError("no swapd daemon process found")
+
+
+# ------------------------------------------------------------------------------------------------
+# clients
+
+
+def clients(*args: object) -> str:
+    argv = [sys.executable, str(CLIENTS), *(str(a) for a in args)]
+    return subprocess.run(argv, capture_output=True, text=True, check=True).stdout.strip()
+
+
+def ordinary(swapd: RunningSwapd, seconds: float, connections: int) -> float:
+    return float(clients("ordinary", swapd.url, seconds, connections))
+
+
+def send_names(swapd: RunningSwapd, count: int, rate: float = 0.0) -> tuple[int, int]:
+    sent, not_found = clients("names", swapd.url, count, rate, 8).split()
+    return int(sent), int(not_found)
+
+
+@contextlib.contextmanager
+def in_background(work: Callable[[], object]) -> Iterator[None]:
+    thread = threading.Thread(target=work, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        thread.join()
+
+
+def scrape(swapd: RunningSwapd, timeout: float = 30.0) -> tuple[int, int, float]:
+    """(status, bytes, seconds) of one `GET /metrics`."""
+    started = time.perf_counter()
+    try:
+        with urllib.request.urlopen(swapd.url + "/metrics", timeout=timeout) as resp:
+            status, body = resp.status, resp.read()
+    except urllib.error.HTTPError as exc:
+        status, body = exc.code, exc.read()
+    except (urllib.error.URLError, TimeoutError):
+        status, body = 0, b""
+    return status, len(body), time.perf_counter() - started
+
+
+class StallProbe:
+    """Back-to-back `Status` requests to the daemon while it runs: the longest round trip is the
+    longest the daemon's loop kept it waiting (plus one ordinary round trip)."""
+
+    def __init__(self, swapd: RunningSwapd) -> None:
+        self.endpoint = Endpoints(swapd.run_dir).daemon
+        self.longest = 0.0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        sock: zmq.Socket[bytes] = zmq.Context.instance().socket(zmq.DEALER)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.connect(self.endpoint)
+        try:
+            n = 0
+            while not self._stop.is_set():
+                n += 1
+                started = time.perf_counter()
+                sock.send(codec.encode(Status(id=n)))
+                if not sock.poll(60_000):
+                    raise RuntimeError("the daemon did not answer a status within 60 s")
+                sock.recv_multipart()
+                self.longest = max(self.longest, time.perf_counter() - started)
+        finally:
+            sock.close()
+
+    def __enter__(self) -> StallProbe:
+        self._thread.start()
+        time.sleep(0.05)  # its first round trips: the socket connected
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def scrape_every_second(swapd: RunningSwapd, until: threading.Event) -> None:
+    """Prometheus: one scrape a second, the next only once the last one is answered."""
+    while not until.is_set():
+        started = time.monotonic()
+        scrape(swapd)
+        until.wait(max(0.0, 1.0 - (time.monotonic() - started)))
+
+
+Work = Callable[[threading.Event], object]
+
+
+def scraping(swapd: RunningSwapd) -> Work:
+    return lambda stop: scrape_every_second(swapd, stop)
+
+
+def new_names(swapd: RunningSwapd, count: int, rate: float) -> Work:
+    return lambda _stop: send_names(swapd, count, rate)
+
+
+def ordinary_during(swapd: RunningSwapd, settings: Settings, *work: Work) -> float:
+    """The ordinary client's req/s while each of `work` runs in a thread of its own (a hostile
+    client, a scraper), each told by its event that the measurement is over. Every row measures
+    its ordinary client this way, on both sides."""
+    stop = threading.Event()
+    with contextlib.ExitStack() as running:
+        for one in work:
+            running.enter_context(in_background(functools.partial(one, stop)))
+        try:
+            return ordinary(swapd, settings.seconds, settings.connections)
+        finally:
+            stop.set()
+
+
+# ------------------------------------------------------------------------------------------------
+# rows
+
+
+def metrics_rows(settings: Settings) -> list[Row]:
+    size: dict[str, list[float]] = {side: [] for side in SIDES}
+    took: dict[str, list[float]] = {side: [] for side in SIDES}
+    stall: dict[str, list[float]] = {side: [] for side in SIDES}
+    failed: dict[str, int] = dict.fromkeys(SIDES, 0)
+    rps: dict[str, list[float]] = {side: [] for side in SIDES}
+    with two_swapd() as sides:
+        started = time.monotonic()
+        sent, not_found = send_names(sides["hostile"], settings.names)
+        print(
+            f"  {sent} unknown names sent in {time.monotonic() - started:.1f} s "
+            f"({not_found} answered 404)",
+            file=sys.stderr,
+        )
+        time.sleep(0.5)  # the proxy's last batch of records reaches the daemon
+        for round_no in range(settings.rounds):
+            for side in rotated(SIDES, round_no):
+                swapd = sides[side]
+                for _ in range(settings.scrapes):
+                    with StallProbe(swapd) as probe:
+                        status, length, seconds = scrape(swapd)
+                    failed[side] += status != 200
+                    if status == 200:  # an error's body says nothing of the figures' size
+                        size[side].append(length)
+                    took[side].append(seconds)
+                    stall[side].append(probe.longest)
+                work = [scraping(swapd)]
+                if side == "hostile" and settings.rate > 0:
+                    count = int(settings.rate * settings.seconds)
+                    work.append(new_names(swapd, count, settings.rate))
+                rps[side].append(ordinary_during(swapd, settings, *work))
+        rss = {side: psutil.Process(daemon_pid(sides[side])).memory_info().rss for side in SIDES}
+
+    def med(values: list[float]) -> float:
+        return statistics.median(values) if values else float("nan")
+
+    ratio, low, high = median_interval(paired(rps["hostile"], rps["quiet"]))
+    one_label_set = 16 * 1024
+    return [
+        Row(
+            f"/metrics bytes, after {settings.names} unknown names vs none",
+            f"{med(size['quiet']):,.0f}",
+            f"{med(size['hostile']):,.0f}",
+            "the same as after none (+ one label set, 16 KiB)",
+            bool(size["hostile"]) and med(size["hostile"]) <= med(size["quiet"]) + one_label_set,
+        ),
+        Row(
+            "scrape time (median)",
+            f"{med(took['quiet']) * 1000:.1f} ms",
+            f"{med(took['hostile']) * 1000:.1f} ms",
+            "the same as after none (<= 2x + 5 ms)",
+            med(took["hostile"]) <= 2 * med(took["quiet"]) + 0.005,
+        ),
+        Row(
+            "scrapes not answered 200",
+            str(failed["quiet"]),
+            str(failed["hostile"]),
+            "none",
+            failed["hostile"] == 0,
+        ),
+        Row(
+            "daemon's longest stall during a scrape (Status round trip, median of scrapes)",
+            f"{med(stall['quiet']) * 1000:.1f} ms",
+            f"{med(stall['hostile']) * 1000:.1f} ms",
+            "a few ms (<= quiet + 5 ms)",
+            med(stall["hostile"]) <= med(stall["quiet"]) + 0.005,
+        ),
+        Row(
+            "daemon RSS at the end",
+            f"{rss['quiet'] / 2**20:.0f} MiB",
+            f"{rss['hostile'] / 2**20:.0f} MiB",
+            "",
+            None,
+        ),
+        Row(
+            f"ordinary client req/s (c={settings.connections}; hostile: {settings.rate:g} new "
+            "names/s; both scraped every second)",
+            f"{med(rps['quiet']):.0f}",
+            f"{med(rps['hostile']):.0f}  ({ratio:.2f}x, 90% {low:.2f}-{high:.2f})",
+            ">= 0.8x",
+            ratio >= 0.8,
+        ),
+    ]
+
+
+ROWS: dict[str, Callable[[Settings], list[Row]]] = {"metrics": metrics_rows}
+
+
+def print_rows(rows: list[Row]) -> None:
+    header = ("figure", "quiet", "hostile", "target", "met")
+    table = [header] + [
+        (r.figure, r.quiet, r.hostile, r.target, "" if r.met is None else "yes" if r.met else "NO")
+        for r in rows
+    ]
+    widths = [max(len(line[i]) for line in table) for i in range(len(header))]
+    for line in table:
+        print("  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rows", default=",".join(ROWS), help=f"of {', '.join(ROWS)}")
+    parser.add_argument("--names", type=int, default=20_000, help="unknown names sent first")
+    parser.add_argument("--rate", type=float, default=100.0, help="new names a second, measuring")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--seconds", type=float, default=5.0, help="each ordinary client's run")
+    parser.add_argument("--connections", type=int, default=4, help="the ordinary client's")
+    parser.add_argument("--scrapes", type=int, default=3, help="timed scrapes a side a round")
+    args = parser.parse_args()
+    settings = Settings(
+        args.names, args.rate, args.rounds, args.seconds, args.connections, args.scrapes
+    )
+    rows: list[Row] = []
+    for name in args.rows.split(","):
+        print(f"{name} ...", file=sys.stderr)
+        rows += ROWS[name](settings)
+    print_rows(rows)
+    return 0 if all(r.met is not False for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
