@@ -13,7 +13,7 @@ from ...mirror.state import Routes
 
 # The Ollama API version whose shapes swapd answers (`GET /api/version` while `ollamaAPI` is on):
 # Ollama's clients compare it with the least version they need.
-API_VERSION = "0.13.0"
+API_VERSION = "0.12.6"
 LATEST = ":latest"
 # Go's time.ParseDuration units, in seconds.
 _UNITS = {
