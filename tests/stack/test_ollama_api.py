@@ -435,7 +435,7 @@ def test_a_bad_request_gets_ollamas_error(stack: Stack) -> None:
     assert (status, json.loads(body)) == (400, {"error": "model is required"})
 
 
-def test_activity_counts_ollama_requests_with_their_tokens(
+def test_activity_and_captures_count_ollama_requests(
     client: ollama.Client, stack: Stack
 ) -> None:
     list(
@@ -456,6 +456,14 @@ def test_activity_counts_ollama_requests_with_their_tokens(
     assert found["model"] == "alpha" and found["resp_status_code"] == 200
     assert found["resp_content_type"] == "application/x-ndjson"
     assert found["tokens"]["input_tokens"] == 7
+    # Its capture (captureBuffer's default) is the exchange as the client had it: Ollama's.
+    assert found["has_capture"] is True
+    status, capture = stack.get_json(f"/api/captures/{found['id']}")
+    assert status == 200
+    request = json.loads(base64.b64decode(capture["req_body"]))
+    assert request["options"] == {"x_chunks": 6} and request["model"] == "alpha"
+    lines = base64.b64decode(capture["resp_body"]).splitlines()
+    assert len(lines) == 7 and json.loads(lines[-1])["done"] is True
 
 
 # --------------------------------------------------------------------------------------------------
