@@ -53,7 +53,8 @@ async def tick_loop(
         busy.tick(records, config, registry)
         for model_id in ttl.due(records, config, registry, held=busy.held):
             model = config.models.get(model_id)
-            log.info("%s: unloading, TTL of %ss reached", model_id, model.ttl if model else "?")
+            kept = ttl.effective_ttl(scheduler.record(model_id), model, registry)
+            log.info("%s: unloading, TTL of %ss reached", model_id, "?" if kept is None else kept)
             metrics.ttl_unloads.labels(model_id).inc()
             spawn(scheduler.stop(model_id, "ttl expired"))
         if lifecycle.lingering and loop.time() - last_recheck >= LINGER_RECHECK:

@@ -47,4 +47,5 @@ def routing_table(config: Config, generation: int, log_dir: Path | None = None) 
         profiles=tuple(config.profiles[name] for name in sorted(config.profiles)),
         selectors=tuple(config.selectors.values()),
         capture_bytes=config.capture_buffer * 1024 * 1024,
+        ollama_api=config.ollama_api,
     )

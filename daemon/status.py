@@ -38,6 +38,7 @@ def model_status(
         since=rec.since,
         last_activity=last_activity(rec, registry),
         ttl_left=ttl.ttl_left_of(rec, model, registry, now, busy.held(rec.id) if busy else 0.0),
+        keep_alive=registry.kept(rec.id, handle.pid if handle else None),
         reason=rec.reason,
         in_flight=registry.in_flight(rec.id),
         gpu_lingering=gpu_lingering.get(rec.id, ()),

@@ -26,6 +26,7 @@ from ..ipc.messages import (
     Ensure,
     Error,
     Hello,
+    KeepAlive,
     Ok,
     Ready,
     Reload,
@@ -138,6 +139,7 @@ class Daemon:
         on(Hello, self._hello)
         on(Activity, lambda _, m: self.registry.activity(m.proxy_id, m.model, m.in_flight, m.at))
         on(Drained, lambda _, m: self.registry.drained(m.proxy_id, m.model, m.epoch))
+        on(KeepAlive, self._keep_alive)
         self.observer.register(on)
         self.swaps.register(on)
         on(Snapshot, self._snapshot)
@@ -215,6 +217,11 @@ class Daemon:
         if self.announcer.due(message.proxy_id, message.pid):
             await self._publish_table()
 
+    async def _keep_alive(self, _identity: bytes, message: KeepAlive) -> None:
+        pid = self._pid_of(message.model)
+        if pid is not None:  # not running (any more): nothing to keep
+            self.registry.keep(message.proxy_id, message.model, pid, message.seconds)
+
     async def _snapshot(self, identity: bytes, message: Snapshot) -> None:
         await self.endpoint.reply(
             identity,
@@ -251,7 +258,7 @@ class Daemon:
     async def _ensure(self, identity: bytes, message: Ensure) -> None:
         self.registry.seen(message.proxy_id)
         model = self.scheduler.config.resolve(message.model)
-        self.swaps.wanted(model.id if model else message.model, "request")
+        self.swaps.wanted(model.id if model else message.model, message.cause)
         try:
             with self.metrics.waiting_for(message.model):
                 handle = await self.scheduler.ensure(message.model)

@@ -15,12 +15,16 @@ All of them are tagged msgspec structs (`type` field = the class name); `codec.p
 
 from __future__ import annotations
 
+from typing import Literal
+
 import msgspec
 
 from .activity import Finished, InFlight
 from .model_status import GpuInfo, ModelStatus
 from .routing_table import RoutingTable
 from .swap_record import SwapRecord
+
+EnsureCause = Literal["request", "load"]
 
 
 class _Msg(msgspec.Struct, frozen=True, tag=True, tag_field="type"):
@@ -32,11 +36,14 @@ class _Msg(msgspec.Struct, frozen=True, tag=True, tag_field="type"):
 
 
 class Ensure(_Msg, frozen=True):
-    """Make `model` (an id, never an alias) ready; the reply comes when it is, or when it failed."""
+    """Make `model` ready; the reply comes when it is, or when it failed. `cause`: a request
+    waits for it, or an explicit load (`POST /api/models/load/<id>`, `swapd load`) asked for it
+    (the swap log says which)."""
 
     id: int
     model: str
     proxy_id: str = ""
+    cause: EnsureCause = "request"
 
 
 class Unload(_Msg, frozen=True):
@@ -215,6 +222,18 @@ class Drained(_Msg, frozen=True):
     epoch: int
 
 
+class KeepAlive(_Msg, frozen=True):
+    """How long the current run of `model` (an id) stays loaded once idle, as a request asked
+    (Ollama's `keep_alive`), in place of its `ttl`: `seconds` > 0 that long, 0 unloads it as soon
+    as nothing is in flight, < 0 never by TTL; None returns to the config's `ttl`. Sent once the
+    model answered, so it is running; the daemon ties it to that run's process, so the next run
+    starts from its `ttl` again. The last one the daemon receives wins."""
+
+    proxy_id: str
+    model: str
+    seconds: float | None = None
+
+
 class ActivityReport(_Msg, frozen=True):
     """The requests a proxy finished, batched (at most every 100 ms), and its in-flight changes
     since the last batch: requests begun and still running (`started`), and the ids of earlier
@@ -240,7 +259,7 @@ class CancelInFlight(_Msg, frozen=True):
     id: str
 
 
-Cast = Hello | Activity | Drained | ActivityReport | CancelInFlight
+Cast = Hello | Activity | Drained | KeepAlive | ActivityReport | CancelInFlight
 
 Inbound = Request | Cast
 

@@ -51,6 +51,9 @@ class ModelStatus(msgspec.Struct, frozen=True):
     since: float = 0.0  # wall-clock time of the last state change
     last_activity: float = 0.0  # wall-clock time of the last reported activity
     ttl_left: float | None = None
+    # What a request's keep_alive set for this run in place of `ttl` (messages.KeepAlive): None
+    # when nothing did.
+    keep_alive: float | None = None
     reason: str = ""  # why it is failed/stopped, when it is
     in_flight: int = 0
     # What still holds GPU memory after the model stopped (NVML's view).

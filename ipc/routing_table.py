@@ -123,3 +123,5 @@ class RoutingTable(msgspec.Struct, frozen=True):
     log_time_format: str | None = None
     # `captureBuffer` in bytes: the bound of one capture and of all of them (0: no captures).
     capture_bytes: int = 0
+    # `ollamaAPI`: Ollama's API (`/api/tags`, `/api/chat`, ...) is served (docs/clients.md).
+    ollama_api: bool = True

@@ -11,7 +11,9 @@ class SwapRecord(msgspec.Struct, frozen=True, kw_only=True):
     `kind`: `start` (nothing evicted), `swap` (a start that stopped `evicted` first; their drain
     and stop phases are its own, the longest of those run side by side), `stop`, `crash` (a ready
     model's process exited on its own). `cause`: `request` (a request for `model`, or for
-    `for_model` when it was swapped out for that one), `preload`, `adopted`, `unload`, `ttl`,
+    `for_model` when it was swapped out for that one), `load` (an explicit load:
+    `POST /api/models/load/<id>`, `swapd load`, llama.cpp's `POST /models/load`, Ollama's empty
+    generate), `preload`, `adopted`, `unload`, `ttl`,
     `swap`, `reload`, `shutdown`, `crash`, `other`. `result`: `ok`, `failed` (the start failed:
     `reason` says why), `aborted`. `phases`: seconds of `drain`, `stop`, `start`, `health`."""
 

@@ -98,6 +98,10 @@ class Account:
     flight: int = 0  # the in-flight number in this process (`activity.Recorder.begin`)
     keep: int = 0  # the capture bound in bytes (`captureBuffer`); 0: no capture
     req_body: bytes | None = None  # the request body as the client sent it, for a capture
+    # The upstream's token counts as one JSON document (`usage`, `timings`), where the body the
+    # relay carried is not the upstream's own (a dialect rewrote it): what the accounting reads
+    # the counts from instead.
+    counts: bytes | None = None
 
 
 def account(request: web.BaseRequest) -> Account:

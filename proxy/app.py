@@ -25,6 +25,8 @@ from .api import models as models_list
 from .api import observe as observe_api
 from .auth import check_api_key, check_single_credentials
 from .context import CTX, ProxyContext
+from .dialects import llamacpp_router
+from .dialects.ollama import routes as ollama_routes
 from .errors import ProxyError, error_response
 from .mirror.link import DaemonLink
 from .mirror.state import ProxyState
@@ -201,5 +203,8 @@ def make_app(*, run_dir: Path, processes: int = 1, proxy_id: str | None = None) 
     router.add_get("/logs", logs.handle_logs)
     router.add_get("/logs/stream", logs.handle_stream)
     router.add_get("/logs/stream/{which:.+}", logs.handle_stream)
+    router.add_post("/api/models/load/{model:.+}", ops.handle_load)
+    llamacpp_router.register(app)
+    ollama_routes.register(app)
     ui_routes.register(app)
     return app

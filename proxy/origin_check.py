@@ -13,8 +13,10 @@ refused too, as Go's `http.CrossOriginProtection` refuses it. That also covers l
 `Origin` but does carry `Sec-Fetch-Site: cross-site`.
 
 Only swapd's own routes that change something are checked: a non-GET on `/api/...` or `/unload`,
-and `GET /unload`. Model routes, `/upstream/` and `/comfyui/` are forwarded as the client sent them
-(the upstream applies its own rule, ComfyUI's for instance).
+llama.cpp's router `POST /models/load` and `/models/unload`, and `GET /unload`. Model routes
+(Ollama's `/api/chat`, `/api/generate`, `/api/embed`, `/api/embeddings` and `/api/show`
+included), `/upstream/` and `/comfyui/` are forwarded as the client sent them (the upstream
+applies its own rule, ComfyUI's for instance).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from urllib.parse import urlsplit
 
 from aiohttp import web
 
+from .dialects.paths import OLLAMA_MODEL_ROUTES, ROUTER_CHANGES
 from .errors import ProxyError
 
 _CHANGING = frozenset({"POST", "PUT", "DELETE", "PATCH"})
@@ -32,7 +35,11 @@ _OWN_SITE = frozenset({"same-origin", "none"})
 
 
 def guarded(method: str, path: str) -> bool:
-    return method in _CHANGING and (path.startswith("/api/") or path == "/unload")
+    if method not in _CHANGING:
+        return False
+    if path.startswith("/api/"):
+        return path not in OLLAMA_MODEL_ROUTES  # those are model routes, forwarded
+    return path == "/unload" or path in ROUTER_CHANGES
 
 
 def changes_state(method: str, path: str) -> bool:

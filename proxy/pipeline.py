@@ -28,6 +28,7 @@ from ..ipc.messages import Error
 from . import loading
 from .account import ACCOUNT, Account
 from .context import CTX, ProxyContext
+from .dialects.way import Reader
 from .errors import ProxyError
 from .mirror.state import ModelRuntime
 from .mirror.wait import routes_of
@@ -37,7 +38,7 @@ from .observe.stats import STATS
 from .routing import decide
 from .routing.body import RequestModel, filter_json, read_model, replace_span
 from .upstream.address import UpstreamAddress
-from .upstream.forward import Refused, forward, outgoing
+from .upstream.forward import Refused, ReplyRewrite, forward, outgoing
 from .upstream.websocket import is_websocket, relay_websocket
 
 # How long a request that got `Ready` for a model this process still sees draining waits for the
@@ -62,11 +63,16 @@ def target(request: web.Request) -> tuple[str, str]:
 
 
 def _pipeline(
-    decide_for: Callable[..., decide.Decision], route: str, *, by_body: bool = False
+    decide_for: Callable[..., decide.Decision],
+    route: str,
+    *,
+    by_body: bool = False,
+    dialect: Reader | None = None,
 ) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
     """The pipeline's handler for one kind of route: `decide_for` decides it, `route` names it
-    in the activity log, `by_body`: the model is named in the body or query. Made once per kind
-    (a request's way in is then one coroutine, not a wrapper around one)."""
+    in the activity log, `by_body`: the model is named in the body or query; `dialect`: another
+    API's request, which that dialect reads into the model's own (`dialects/way.py`). Made once
+    per kind (a request's way in is then one coroutine, not a wrapper around one)."""
 
     async def handle(request: web.Request) -> web.StreamResponse:
         ctx = request.app[CTX]
@@ -78,12 +84,18 @@ def _pipeline(
         try:
             state = ctx.state
             routes = state.routes if state.synced.is_set() else await routes_of(ctx)
-            found = await read_model(request) if by_body else None
+            rewrite = None
+            found: RequestModel | None
+            if dialect is not None:
+                way = await dialect(request)
+                found, path, query, rewrite = way.found, way.path, way.query, way.reply
+            else:
+                found = await read_model(request) if by_body else None
+                path, query = target(request)
             if found is not None and found.name:
                 acc.asked = acc.model = found.name
             if acc.keep and found is not None:
                 acc.req_body = found.raw
-            path, query = target(request)
             runtimes = state.runtimes
             ask = decide.Ask(
                 request.method,
@@ -99,14 +111,24 @@ def _pipeline(
             if isinstance(decision, decide.Redirect):
                 return web.Response(status=decision.status, headers={"Location": decision.location})
             if decision.peer is not None:
-                return await _serve_peer(request, ctx, acc, decision, found)
+                return await _serve_peer(request, ctx, acc, decision, found, rewrite)
             assert decision.route is not None
             rt = runtimes[decision.route.id]
-            return await _serve_local(request, ctx, acc, rt, decision, found)
+            return await _serve_local(request, ctx, acc, rt, decision, found, rewrite)
         finally:
             RECORDER.end(acc)
 
     handle.__name__ = handle.__qualname__ = f"handle_{route}"
+    return handle
+
+
+def dialect_handler(
+    dialect: Reader, name: str
+) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+    """The pipeline's handler for another API's model route (`dialects/`): `dialect` reads the
+    request into the model's own; the rest is a model request's way."""
+    handle = _pipeline(decide.for_model, "model", dialect=dialect)
+    handle.__name__ = handle.__qualname__ = f"handle_{name}"
     return handle
 
 
@@ -126,12 +148,15 @@ async def _serve_local(
     rt: ModelRuntime,
     decision: decide.Serve,
     found: RequestModel | None,
+    rewrite: ReplyRewrite | None = None,
 ) -> web.StreamResponse:
     acc.model = rt.id
     body, plain, path_qs = _body(found, decision)
     if not decision.admitted:
         STATS.outside_admission += 1
-        return await _send(request, ctx, acc, rt, rt.address, path_qs, body, plain, decision)
+        return await _send(
+            request, ctx, acc, rt, rt.address, path_qs, body, plain, decision, None, rewrite
+        )
     admission = ctx.admission
     admission.reserve(rt)
     progress = None
@@ -154,7 +179,7 @@ async def _serve_local(
             into = progress.response if progress is not None else None
             try:
                 return await _send(
-                    request, ctx, acc, rt, address, path_qs, body, plain, decision, into
+                    request, ctx, acc, rt, address, path_qs, body, plain, decision, into, rewrite
                 )
             except Refused:
                 # Taken as ready, and nothing listens on its port: its process is gone and the
@@ -170,7 +195,9 @@ async def _serve_local(
                     raise
             address = await _admit(ctx, acc, rt)
             admitted = True
-            return await _send(request, ctx, acc, rt, address, path_qs, body, plain, decision)
+            return await _send(
+                request, ctx, acc, rt, address, path_qs, body, plain, decision, None, rewrite
+            )
         finally:
             if admitted:
                 admission.end(rt)
@@ -246,6 +273,7 @@ async def _send(
     plain: bool,
     decision: decide.Serve,
     into: web.StreamResponse | None = None,
+    rewrite: ReplyRewrite | None = None,
 ) -> web.StreamResponse:
     host = address.hostport if rt.route.host_header == "upstream" else None
     if decision.websocket:
@@ -257,7 +285,7 @@ async def _send(
     out = outgoing(request, address, path_qs, host=host, body=body, plain=plain)
     out.timeouts = rt.route.timeouts
     transport = ctx.lean if address.lean else ctx.aiohttp
-    return await forward(request, acc, transport, out, rt.id, into=into)
+    return await forward(request, acc, transport, out, rt.id, into=into, rewrite=rewrite)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -270,6 +298,7 @@ async def _serve_peer(
     acc: Account,
     decision: decide.Serve,
     found: RequestModel | None,
+    rewrite: ReplyRewrite | None = None,
 ) -> web.StreamResponse:
     """A peer's model: never starts, swaps or counts against anything local. The peer's
     `apiKey` (if set) replaces both `Authorization` and `x-api-key`."""
@@ -297,7 +326,7 @@ async def _serve_peer(
     )
     out.timeouts = peer.timeouts
     try:
-        return await forward(request, acc, ctx.aiohttp, out, label)
+        return await forward(request, acc, ctx.aiohttp, out, label, rewrite=rewrite)
     except ProxyError as exc:
         if exc.status == 502:
             raise ProxyError(502, f"peer proxy error: {exc.message}") from exc
@@ -335,6 +364,8 @@ def _body(found: RequestModel | None, decision: decide.Serve) -> tuple[bytes | N
         return body, True, path_qs
     if found.kind == "multipart" and rename and found.model_span is not None:
         return replace_span(found.body, found.model_span, rename), True, path_qs
+    if found.rewritten:
+        return found.body, True, path_qs
     return found.raw, False, path_qs
 
 

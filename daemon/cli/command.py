@@ -118,6 +118,15 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument("--json", action="store_true", help="print JSON instead of a table")
     _add_run_dir(status)
 
+    load = sub.add_parser(
+        "load",
+        help="start one model now and wait until it is ready",
+        description="Start MODEL (a swap when another must make room) and wait until it is "
+        "ready, as its first request would; exits 1 with the reason when it fails to start.",
+    )
+    load.add_argument("model", help="model id or alias")
+    _add_run_dir(load)
+
     unload = sub.add_parser(
         "unload",
         help="stop one model, or every model",

@@ -1,4 +1,5 @@
-"""`swapd status`, `swapd unload`, `swapd reload`: ask the running daemon over its ROUTER."""
+"""`swapd status`, `swapd load`, `swapd unload`, `swapd reload`: ask the running daemon over its
+ROUTER."""
 
 from __future__ import annotations
 
@@ -12,13 +13,16 @@ from typing import Any
 
 from ...ipc.client import DaemonClient, DaemonUnavailable
 from ...ipc.endpoints import Endpoints, default_run_dir
-from ...ipc.messages import Error, Ok, Reload, Status, StatusReply, Unload
+from ...ipc.messages import Ensure, Error, Ok, Ready, Reload, Status, StatusReply, Unload
 from ...ipc.model_status import ModelStatus
 from ...ipc.status_doc import status_json
 
 STATUS_TIMEOUT = 5.0
 # An unload waits for drains (a long stream is never cut) and for cmdStop.
 UNLOAD_TIMEOUT = 600.0
+# A load waits for the swap (the drains and stops it needs) and the model's start; the daemon
+# answers a start that takes too long itself (healthCheckTimeout), so this is only a backstop.
+LOAD_TIMEOUT = 3600.0
 
 
 def _ago(when: float, now: float) -> str:
@@ -143,6 +147,13 @@ def main(args: argparse.Namespace) -> int:
                 else:
                     print(render_table(reply))
                 return 0
+        elif args.command == "load":
+            reply = asyncio.run(
+                _call(run_dir, lambda i: Ensure(id=i, model=args.model, cause="load"), LOAD_TIMEOUT)
+            )
+            if isinstance(reply, Ready):
+                print(f"{reply.model} is ready at {reply.upstream}")
+                return 0
         elif args.command == "unload":
             reply = asyncio.run(
                 _call(run_dir, lambda i: Unload(id=i, model=args.model), UNLOAD_TIMEOUT)
@@ -163,6 +174,8 @@ def main(args: argparse.Namespace) -> int:
         return 0
     if isinstance(reply, Error):
         print(f"swapd: {reply.message}", file=sys.stderr)
+        for line in reply.log_tail:  # a failed start: the last lines of its output
+            print(f"  {line}", file=sys.stderr)
         return 1
     print(f"swapd: unexpected reply {type(reply).__name__}", file=sys.stderr)
     return 1

@@ -325,6 +325,7 @@ class _Build:
             global_ttl=top.global_ttl or 0,
             api_keys=top_fields.api_keys(top, self.typed, report),
             include_aliases_in_list=bool(top.include_aliases_in_list),
+            ollama_api=top.ollama_api is not False,
             metrics_max_in_memory=max(0, top.metrics_max_in_memory or 0)
             or c.DEFAULT_METRICS_MAX_IN_MEMORY,
             vram_margin=gpu_fields.margin_of(top.vram_margin, ("vramMargin",), report),

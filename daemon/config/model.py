@@ -120,6 +120,8 @@ class Config(msgspec.Struct, frozen=True):
     global_ttl: int = 0
     api_keys: tuple[str, ...] = ()
     include_aliases_in_list: bool = False
+    # `ollamaAPI`: serve Ollama's API (docs/clients.md).
+    ollama_api: bool = True
     # The activity log's size in memory (llama-swap's default; 0 or less means the default).
     metrics_max_in_memory: int = DEFAULT_METRICS_MAX_IN_MEMORY
     vram_margin: int = DEFAULT_VRAM_MARGIN

@@ -46,6 +46,7 @@ def _top(config: Config) -> dict[str, Any]:
         "startPort": config.start_port,
         "globalTTL": config.global_ttl,
         "includeAliasesInList": config.include_aliases_in_list,
+        "ollamaAPI": config.ollama_api,
         "metricsMaxInMemory": config.metrics_max_in_memory,
         "vramMargin": config.vram_margin,  # bytes
         "captureBuffer": config.capture_buffer,

@@ -231,6 +231,8 @@ class Top(Section, frozen=True):
     macros: Any = None
     api_keys: Texts | None = None
     include_aliases_in_list: bool | None = None
+    # Ollama's API on the listen port (`/api/tags`, `/api/chat`, ...; default on).
+    ollama_api: bool | None = field(default=None, name="ollamaAPI")
     models: Annotated[dict[str, Model], Expect("a mapping of model ids")] | None = None
     groups: dict[str, Group] | None = None  # legacy form of routing.router.settings.groups
     peers: dict[str, Peer] | None = None

@@ -93,7 +93,8 @@ class SwapLog:
     # ---------------------------------------------------------------------------- told
 
     def wanted(self, model_id: str, cause: str) -> None:
-        """The next start of `model_id` (if one follows) is for `cause` (`request`, `preload`)."""
+        """The next start of `model_id` (if one follows) is for `cause` (`request`, `load`,
+        `preload`)."""
         self._hints[model_id] = cause
 
     def phase(self, model_id: str, phase: str, seconds: float) -> None:

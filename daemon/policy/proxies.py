@@ -36,6 +36,9 @@ class ProxyRegistry:
         self.proxies: dict[str, ProxyInfo] = {}
         self.last_activity: dict[str, float] = {}  # model -> wall clock (the report's `at`)
         self.last_report: dict[str, float] = {}  # model -> wall clock when a report came in
+        # model -> (pid of the run it was asked for, seconds): a request's keep_alive in place of
+        # the model's ttl for that run (`KeepAlive`; `ttl.py` reads it).
+        self.keep_alive: dict[str, tuple[int, float | None]] = {}
         self._epochs: dict[str, int] = {}
         self._changed = asyncio.Event()
         self.first_hello = asyncio.Event()
@@ -69,6 +72,20 @@ class ProxyRegistry:
         self.last_activity[model] = max(self.last_activity.get(model, 0.0), min(at, now))
         self.last_report[model] = now
         self._notify()
+
+    def keep(self, proxy_id: str, model: str, pid: int, seconds: float | None) -> None:
+        """A request asked that the run `pid` of `model` stay loaded `seconds` once idle."""
+        self._seen(proxy_id)
+        if seconds is None:
+            self.keep_alive.pop(model, None)
+        else:
+            self.keep_alive[model] = (pid, seconds)
+        self._notify()
+
+    def kept(self, model: str, pid: int | None) -> float | None:
+        """The keep_alive a request set for the run `pid` of `model`, if any."""
+        found = self.keep_alive.get(model)
+        return found[1] if found is not None and found[0] == pid else None
 
     def served(self, model: str) -> None:
         """The daemon answered an Ensure with Ready: a request for it is about to start."""

@@ -2,7 +2,10 @@
 the proxies report; a request in flight in any live proxy holds the model. Proxies hold a report
 back up to a second (one Activity per second per model), so a model is never due within
 REPORT_GRACE of its last report or Ready reply. A model whose `busyCheck` finds it busy is held
-too: `held` is infinite while it is busy, then the time it turned idle (`policy/busy.py`)."""
+too: `held` is infinite while it is busy, then the time it turned idle (`policy/busy.py`).
+
+A request may set how long the current run stays loaded in place of `ttl` (Ollama's
+`keep_alive`, `ProxyRegistry.keep`): that many seconds, 0 as soon as it is idle, or never."""
 
 from __future__ import annotations
 
@@ -19,6 +22,20 @@ def last_used(rec: ModelRecord[H], registry: ProxyRegistry) -> float:
     # A model that became ready but never served counts from its ready time (llama-swap counts from
     # the epoch and unloads such a model at the first tick).
     return max(registry.last_activity.get(rec.id, 0.0), rec.since)
+
+
+def effective_ttl(
+    rec: ModelRecord[H], model: ModelConfig | None, registry: ProxyRegistry
+) -> float | None:
+    """Seconds of idleness after which `rec` unloads, or None when it never does by TTL: the
+    keep_alive a request set for this run, else its `ttl` (0: never)."""
+    pid = rec.handle.pid if rec.handle is not None else None
+    kept = registry.kept(rec.id, pid)
+    if kept is not None:
+        return None if kept < 0 else kept
+    if model is None or model.ttl <= 0:
+        return None
+    return float(model.ttl)
 
 
 def ttl_left(
@@ -40,12 +57,13 @@ def ttl_left_of(
     held: float = 0.0,
 ) -> float | None:
     """`ttl_left` for `rec` whose definition is `model` (None: a reload removed it)."""
-    if model is None or model.ttl <= 0 or rec.state != "ready":
+    if model is None or rec.state != "ready":
         return None
-    if registry.in_flight(rec.id) > 0 or held == math.inf:
+    ttl = effective_ttl(rec, model, registry)
+    if ttl is None or registry.in_flight(rec.id) > 0 or held == math.inf:
         return None
     now = registry.wall() if now is None else now
-    left = model.ttl - (now - max(last_used(rec, registry), held))
+    left = ttl - (now - max(last_used(rec, registry), held))
     unreported = REPORT_GRACE - (now - registry.last_report.get(rec.id, 0.0))
     return max(0.0, left, unreported)
 

@@ -2,8 +2,9 @@
 
 Unlisted models are hidden (they stay requestable); with `includeAliasesInList` each alias gets its
 own entry; peer models appear as `<peer>/<model>`. `status.value` says whether a local model is
-loaded (any state but stopped/failed); peer models are always `unloaded`. `meta.llamaswap` keeps
-llama-swap's shape so tools written for it keep working.
+loaded in llama.cpp's router's words (`loading`, `loaded`, `unloaded`; `failed: true` after a
+failed start), so that router's clients read it; peer models are always `unloaded`.
+`meta.llamaswap` keeps llama-swap's shape so tools written for it keep working.
 """
 
 from __future__ import annotations
@@ -73,6 +74,14 @@ def _selector_entry(
     return item
 
 
+def status_value(state: str) -> str:
+    """`status.value` in llama.cpp's router's words: `loading` while it starts, `loaded` while
+    a process serves (or is being stopped), `unloaded` otherwise."""
+    if state == "starting":
+        return "loading"
+    return "loaded" if state in LOADED_STATES else "unloaded"
+
+
 async def handle_models(request: web.Request) -> web.Response:
     ctx = request.app[CTX]
     routes = await routes_of(ctx)
@@ -85,12 +94,14 @@ async def handle_models(request: web.Request) -> web.Response:
         rt = ctx.state.runtimes.get(route.id)
         state = rt.state if rt is not None else "stopped"
         left = rt.status.ttl_left if rt is not None else None
-        status = {
-            "value": "loaded" if state in LOADED_STATES else "unloaded",
+        status: dict[str, Any] = {
+            "value": status_value(state),
             "state": state,
             "ttl": route.ttl,
             "ttl_left": ttl_left.get(route.id) if ttl_left is not None else left,
         }
+        if state == "failed":
+            status["failed"] = True  # llama.cpp's router says so of a model that failed to load
         meta: dict[str, Any] = {"type": "model"}
         if route.aliases:
             meta["aliases"] = list(route.aliases)

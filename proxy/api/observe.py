@@ -26,7 +26,9 @@ from ...ipc.messages import (
     Request,
 )
 from ..context import CTX
+from ..dialects.ollama import values as ollama_values
 from ..errors import ProxyError
+from ..mirror.wait import routes_of
 from ..observe.activity import RECORDER
 from ..observe.events import HUB_KEY
 
@@ -83,15 +85,27 @@ def _json(data: object) -> web.Response:
     return web.Response(body=_encode(data), content_type="application/json")
 
 
-async def handle_version(_request: web.Request) -> web.Response:
+async def handle_version(request: web.Request) -> web.Response:
     """llama-swap's `{version, commit, build_date}`; swapd is installed from source, so the
-    commit and build date are not known."""
+    commit and build date are not known. While Ollama's API is served (`ollamaAPI`), `version`
+    is the Ollama API version swapd answers in its shapes, which Ollama's clients compare with
+    what they need, and swapd's own is `swapd_version`."""
     import importlib.metadata  # here, not at start-up: half a megabyte of idle memory
 
     try:
         version = importlib.metadata.version("swapd")
     except importlib.metadata.PackageNotFoundError:
         version = "unknown"
+    routes = await routes_of(request.app[CTX])
+    if routes.table.ollama_api:
+        return _json(
+            {
+                "version": ollama_values.API_VERSION,
+                "swapd_version": version,
+                "commit": "",
+                "build_date": "",
+            }
+        )
     return _json({"version": version, "commit": "", "build_date": ""})
 
 

@@ -1,13 +1,17 @@
-"""Operations endpoints: `/health`, `/running`, unloading."""
+"""Operations endpoints: `/health`, `/running`, loading and unloading."""
 
 from __future__ import annotations
+
+import logging
 
 import msgspec
 from aiohttp import web
 
 from ...ipc.messages import Error, Ok, Status, StatusReply
+from ...ipc.routing_table import RouteModel
 from ..context import CTX, ProxyContext
 from ..errors import ProxyError
+from ..mirror.state import Routes
 from ..mirror.wait import routes_of
 from ..observe.events import HUB_KEY
 from ..observe.stats import STATS
@@ -17,6 +21,9 @@ from ..routing.decide import model_not_found
 _STATUS_WAIT_S = 1.0
 
 _encode = msgspec.json.Encoder().encode
+log = logging.getLogger(__name__)
+_YES = frozenset({"true", "1", "yes"})
+_NO = frozenset({"false", "0", "no"})
 
 
 async def handle_health(_request: web.Request) -> web.Response:
@@ -100,8 +107,9 @@ async def handle_running(request: web.Request) -> web.Response:
     )
 
 
-async def _unload(request: web.Request, model: str | None) -> None:
-    reply = await request.app[CTX].link.unload(model)
+async def unload(ctx: ProxyContext, model: str | None) -> None:
+    """Ask the daemon to stop `model` (None: every model) and wait until it has."""
+    reply = await ctx.link.unload(model)
     if isinstance(reply, Error):
         raise ProxyError.from_reply(reply)
     if not isinstance(reply, Ok):
@@ -110,27 +118,85 @@ async def _unload(request: web.Request, model: str | None) -> None:
 
 async def handle_unload_all(request: web.Request) -> web.Response:
     """`POST /api/models/unload`: answers once every model has stopped."""
-    await _unload(request, None)
+    await unload(request.app[CTX], None)
     return web.Response(body=b'{"msg":"ok"}', content_type="application/json")
 
 
 async def handle_unload_legacy(request: web.Request) -> web.Response:
     """`GET /unload` (llama-swap's older form): the same, answered `OK` as text."""
-    await _unload(request, None)
+    await unload(request.app[CTX], None)
     return web.Response(text="OK")
+
+
+def local_model(routes: Routes, name: str, *, pinned: bool = False) -> RouteModel:
+    """The local model `name` names (an id or an alias; `pinned`: through the active profile's
+    pins first, as a request's model is), or the 404 (a peer's model has no local server) or
+    400 (a selector picks per request) that says why there is none."""
+    if pinned and name in routes.pins:
+        target = routes.pins[name]
+        if not target:
+            raise model_not_found(name).error()
+        name = target
+    route = routes.model(name)
+    if route is not None:
+        return route
+    if name in routes.peers:
+        raise ProxyError(404, f"no local server found for requested model {name}")
+    selector = routes.selectors.get(name)
+    if selector is not None:
+        raise ProxyError(
+            400,
+            f"{name} is a selector, which picks a model per request: name one of "
+            f"{', '.join(selector.targets)}",
+        )
+    raise model_not_found(name).error()
+
+
+async def handle_load(request: web.Request) -> web.Response:
+    """`POST /api/models/load/<id or alias>`: start the model (a swap where another must make
+    room) and answer once it is ready, or with its start's error; `?wait=false` answers 202 at
+    once while it loads (200 when it already is ready)."""
+    ctx = request.app[CTX]
+    routes = await routes_of(ctx)
+    wait = request.query.get("wait", "true").strip().lower()
+    if wait not in _YES | _NO:
+        raise ProxyError(400, f"wait must be true or false, got {wait[:20]!r}")
+    route = local_model(routes, request.match_info["model"], pinned=True)
+    rt = ctx.state.runtimes.get(route.id)
+    if wait in _NO and (rt is None or not rt.hot):
+        load_soon(ctx, route.id)
+        state = rt.state if rt is not None else "stopped"
+        return web.Response(
+            status=202,
+            body=_encode({"msg": "loading", "model": route.id, "state": state}),
+            content_type="application/json",
+        )
+    reply = await ctx.link.ensure(route.id, cause="load")
+    if isinstance(reply, Error):
+        raise ProxyError.from_reply(reply)
+    return web.Response(
+        body=_encode({"msg": "ok", "model": route.id, "state": "ready"}),
+        content_type="application/json",
+    )
+
+
+def load_soon(ctx: ProxyContext, model_id: str) -> None:
+    """Ask the daemon to load `model_id` and answer nobody: a failure is its log's and the
+    model's state's (`failed`, with the reason)."""
+
+    def done(reply: Error | object) -> None:
+        if isinstance(reply, Error):
+            log.warning("loading %s failed: %s", model_id, reply.message)
+
+    ctx.link.ensure_soon(model_id, "load", done)
 
 
 async def handle_unload_one(request: web.Request) -> web.Response:
     """`POST /api/models/unload/<id or alias>`: answers once that model has stopped."""
     ctx = request.app[CTX]
     routes = await routes_of(ctx)
-    name = request.match_info["model"]
-    route = routes.model(name)
-    if route is None:
-        if name in routes.peers:
-            raise ProxyError(404, f"no local server found for requested model {name}")
-        raise model_not_found(name).error()
-    await _unload(request, route.id)
+    route = local_model(routes, request.match_info["model"])
+    await unload(ctx, route.id)
     return web.Response(
         body=_encode({"msg": "ok", "model": route.id}), content_type="application/json"
     )

@@ -1,5 +1,6 @@
 """The web UI's routes: the page itself under `/ui/` (static files shipped in `proxy/ui/`), the
-redirects to it from `/` and `/upstream` (as llama-swap has them), and the two read APIs only the
+redirects to it from `/upstream` and `/ui` (`/` sends a browser there too, as llama-swap does:
+`dialects/ollama/routes.py`, which answers Ollama's clients there), and the two read APIs only the
 UI needed: `GET /api/status` (what `swapd status --json` prints: every model, stopped ones
 included, and the GPUs) and `GET /api/swaps` (the daemon's recent swap records).
 
@@ -65,7 +66,6 @@ async def handle_swaps(request: web.Request) -> web.Response:
 
 def register(app: web.Application) -> None:
     router = app.router
-    router.add_get("/", handle_redirect)
     router.add_get("/upstream", handle_redirect)
     router.add_get("/ui", handle_redirect)
     router.add_get("/ui/", handle_asset)

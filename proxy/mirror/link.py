@@ -23,6 +23,7 @@ from ...ipc.messages import (
     Activity,
     Drained,
     Ensure,
+    EnsureCause,
     Error,
     Hello,
     Ready,
@@ -70,13 +71,25 @@ class DaemonLink:
             reply_task.cancel()
             log.info("daemon restarted while a request waited; sending it again")
 
-    async def ensure(self, model: str) -> Ready | Error:
+    async def ensure(self, model: str, cause: EnsureCause = "request") -> Ready | Error:
         reply = await self._until_answered(
-            lambda i: Ensure(id=i, model=model, proxy_id=self.proxy_id)
+            lambda i: Ensure(id=i, model=model, proxy_id=self.proxy_id, cause=cause)
         )
         if isinstance(reply, Ready | Error):
             return reply
         return Error(id=reply.id, status=502, code="bad_reply", message=f"unexpected {reply!r}")
+
+    def ensure_soon(
+        self, model: str, cause: EnsureCause, done: Callable[[Ready | Error], None]
+    ) -> None:
+        """`ensure` without waiting for it: `done` gets the reply."""
+
+        async def ensure() -> None:
+            done(await self.ensure(model, cause))
+
+        task = asyncio.get_running_loop().create_task(ensure())
+        self._casts.add(task)
+        task.add_done_callback(self._casts.discard)
 
     async def unload(self, model: str | None) -> Reply:
         return await self._until_answered(lambda i: Unload(id=i, model=model))

@@ -128,6 +128,12 @@ class Recorder:
                 tail.release()
         if body is not None and status < 400 and len(body) > SMALL and not _counts_in(body):
             body = None  # a large body with nothing to count in it need not travel
+        counted = None
+        if tail is not None and status < 400:
+            counted = counted_part(tail, content_type)
+        if acc.counts is not None and status < 400:
+            # A dialect rewrote the body: the counts are the upstream's, which it kept.
+            body, counted = acc.counts, None
         self._pending.append(
             Finished(
                 acc.started,
@@ -144,7 +150,7 @@ class Recorder:
                 acc.ttfb,
                 response.reason if status >= 400 else "",
                 body,
-                counted_part(tail, content_type) if tail is not None and status < 400 else None,
+                counted,
                 capture,
             )
         )

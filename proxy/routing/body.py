@@ -63,6 +63,9 @@ class RequestModel:
     boundary: bytes = b""
     model_span: tuple[int, int] | None = None  # multipart: where the model value sits in `body`
     raw: bytes | None = None
+    # `body` is not what the client sent but a dialect's translation of it (`proxy/dialects/`):
+    # it goes upstream as it is, plain (`raw` stays the client's, for a capture).
+    rewritten: bool = False
 
 
 async def read_body(request: web.Request, limit: int = MAX_BODY_BYTES) -> bytes:

@@ -1,8 +1,9 @@
 """Routes dispatched by the request's `model` (OpenAI, Anthropic, llama.cpp, stable-diffusion).
 
 The model comes from a JSON body, a multipart or urlencoded form, or `?model=` (`body.py`); each of
-these routes is served by `pipeline.handle_model_route`. The versionless `/v/...` routes and the
-audio.cpp `/audioapi/...` routes reach the upstream without their prefix, as in llama-swap
+these routes is served by `pipeline.handle_model_route`. (`GET /props`, which llama.cpp's router
+answers without a model too, is `dialects/llamacpp_router.py`'s.) The versionless `/v/...` routes
+and the audio.cpp `/audioapi/...` routes reach the upstream without their prefix, as in llama-swap
 (`/v/chat/completions` is sent as `/chat/completions`, `/audioapi/v1/tasks/run` as `/v1/tasks/run`).
 """
 
@@ -31,7 +32,6 @@ MODEL_ROUTES: tuple[tuple[str, str], ...] = (
     ("POST", "/sdapi/v1/txt2img"),
     ("POST", "/sdapi/v1/img2img"),
     ("GET", "/sdapi/v1/loras"),
-    ("GET", "/props"),
     ("POST", "/audioapi/v1/tasks/run"),
     ("POST", "/v/chat/completions"),
     ("POST", "/v/responses"),

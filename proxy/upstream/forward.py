@@ -15,7 +15,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 
 from aiohttp import web
 
@@ -23,7 +23,7 @@ from ..account import Account
 from ..errors import ProxyError
 from .address import UpstreamAddress
 from .relay import HOP_BY_HOP, relay
-from .transport import Outgoing, Transport, UpstreamError, UpstreamRefused
+from .transport import Outgoing, Reply, Transport, UpstreamError, UpstreamRefused
 
 _FORWARDED = frozenset({b"x-forwarded-for", b"x-forwarded-host", b"x-forwarded-proto"})
 REQUEST_DROP = (
@@ -32,6 +32,10 @@ REQUEST_DROP = (
     | _FORWARDED
 )
 _ENCODING = b"content-encoding"
+
+# A dialect's rewrite of the upstream's reply into its own API's shape (`proxy/dialects/`),
+# given the request's account; it answers a `Reply` the relay carries like any other.
+ReplyRewrite = Callable[[Reply, Account], Awaitable[Reply]]
 
 
 def _drop_set(request: web.Request, drop: frozenset[bytes]) -> frozenset[bytes]:
@@ -116,16 +120,20 @@ async def forward(
     label: str,
     *,
     into: web.StreamResponse | None = None,
+    rewrite: ReplyRewrite | None = None,
 ) -> web.StreamResponse:
     """Send `out` and relay the answer; `acc` is the request's account (the time to the
     upstream's head goes in it); `label` names the upstream in error messages; `into`: a
-    response already sent (a loading stream) the answer's body continues."""
+    response already sent (a loading stream) the answer's body continues; `rewrite`: a
+    dialect's rewrite of the answer (the relay carries what it makes)."""
     try:
         reply = await transport.send(out)
     except UpstreamError as exc:
         raise unreachable(label, exc) from exc
     acc.ttfb = asyncio.get_running_loop().time() - acc.started
     try:
+        if rewrite is not None:
+            reply = await rewrite(reply, acc)  # closing it closes the upstream's
         return await relay(request, reply, label, acc, into=into)
     finally:
         reply.close()

@@ -1,8 +1,10 @@
-"""LLM models on llama.cpp's real server code, driven with the OpenAI SDK.
+"""LLM models on llama.cpp's real server code, driven with the OpenAI SDK and with Ollama's own
+client (swapd's Ollama API, translated to llama.cpp's OpenAI routes).
 
 Two models run tests/support/upstreams/llama_server.py (llama.cpp's `llama-server` code, from the
 `xllamacpp` wheel) on a small real model, Gemma 3 270M Q4_K_M, each under its own alias; a third
-points at a file that does not exist. Gemma 270M is a base model, so these tests assert on shapes,
+serves embeddings from the same file (llama-server's `--embeddings`); a fourth points at a file
+that does not exist. Gemma 270M is a base model, so these tests assert on shapes,
 status codes and token counts, never on text; `ignore_eos` makes token counts exact.
 """
 
@@ -17,6 +19,7 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+import ollama
 import openai
 import pytest
 
@@ -27,15 +30,16 @@ pytestmark = [pytest.mark.processes, pytest.mark.llamacpp]
 
 LLAMA_SERVER = UPSTREAMS / "llama_server.py"
 MODELS = ("gemma-a", "gemma-b")
+EMBED = "gemma-embed"
 MISSING = "gemma-missing"
 
 
-def _model(model_id: str, gguf: str, llm: LlamaCpp) -> str:
+def _model(model_id: str, gguf: str, llm: LlamaCpp, *extra: str) -> str:
     return f"""
   {model_id}:
     cmd: >
       {PYTHON} {LLAMA_SERVER} --model {gguf} --port ${{PORT}}
-      --threads 1 --ctx 2048 --slots 2 --alias {model_id}
+      --threads 1 --ctx 2048 --slots 2 --alias {model_id} {" ".join(extra)}
     env: ["PYTHONPATH={llm.pythonpath}"]
 """
 
@@ -43,18 +47,24 @@ def _model(model_id: str, gguf: str, llm: LlamaCpp) -> str:
 @pytest.fixture(scope="module")
 def stack(llamacpp: LlamaCpp) -> Iterator[Stack]:
     stack = Stack("")
-    base_port = free_port_range(len(MODELS) + 1)
-    stack.ports = range(base_port, base_port + len(MODELS) + 1)  # type: ignore[attr-defined]
+    base_port = free_port_range(len(MODELS) + 2)
+    stack.ports = range(base_port, base_port + len(MODELS) + 2)  # type: ignore[attr-defined]
     stack.missing = stack.base / "no-such-model.gguf"  # type: ignore[attr-defined]
     config = f"healthCheckTimeout: 120\nstartPort: {base_port}\nmodels:"
     for model_id in MODELS:
         config += _model(model_id, str(llamacpp.gguf), llamacpp)
+    config += _model(EMBED, str(llamacpp.gguf), llamacpp, "--embeddings")
     config += _model(MISSING, str(stack.missing), llamacpp)  # type: ignore[attr-defined]
     stack.write_config(config)
     try:
         yield stack.start()
     finally:
         stack.stop()
+
+
+@pytest.fixture(scope="module")
+def ollama_client(stack: Stack) -> ollama.Client:
+    return ollama.Client(host=stack.url, timeout=180)
 
 
 @pytest.fixture(scope="module")
@@ -272,3 +282,98 @@ def test_a_bad_model_path_gives_an_error_naming_the_file(stack: Stack) -> None:
     tail = "\n".join(error["log_tail"])
     assert f"failed to load model '{missing}'" in tail, tail
     assert stack.model(MISSING)["state"] == "failed"
+
+
+# --------------------------------------------------------------------------------------------------
+# Ollama's client, through swapd's Ollama API, on llama.cpp's real answers
+
+
+def _nanoseconds(part: Any) -> dict[str, Any]:
+    names = ("total_duration", "load_duration", "prompt_eval_duration", "eval_duration")
+    return {name: getattr(part, name) for name in names}
+
+
+def test_ollama_list_and_show(ollama_client: ollama.Client) -> None:
+    names = {m.model for m in ollama_client.list().models}
+    assert {"gemma-a:latest", "gemma-b:latest", f"{EMBED}:latest"} <= names
+    assert ollama_client.show("gemma-a:latest").capabilities == ["completion"]
+
+
+def test_ollama_chat_not_streamed(ollama_client: ollama.Client) -> None:
+    reply = ollama_client.chat(
+        model="gemma-a",
+        messages=[{"role": "user", "content": "Name a colour."}],
+        options={"num_predict": 8, "ignore_eos": True, "temperature": 0},
+    )
+    assert reply.model == "gemma-a" and reply.done is True
+    assert reply.message.role == "assistant" and isinstance(reply.message.content, str)
+    assert reply.done_reason == "length"
+    # llama.cpp's own counts and timings, in Ollama's types.
+    assert reply.eval_count == 8
+    assert isinstance(reply.prompt_eval_count, int) and reply.prompt_eval_count > 0
+    figures = _nanoseconds(reply)
+    assert all(type(v) is int for v in figures.values()), figures
+    assert figures["eval_duration"] > 0 and figures["total_duration"] >= figures["eval_duration"]
+
+
+def test_ollama_chat_streamed(ollama_client: ollama.Client) -> None:
+    parts = list(
+        ollama_client.chat(
+            model="gemma-a",
+            messages=[{"role": "user", "content": "Count to ten."}],
+            options={"num_predict": 12, "ignore_eos": True},
+            stream=True,
+        )
+    )
+    pieces = [p.message.content for p in parts[:-1]]
+    assert len(pieces) >= 2 and all(isinstance(x, str) for x in pieces)
+    assert all(p.done is False for p in parts[:-1])
+    last = parts[-1]
+    assert last.done is True and last.done_reason == "length" and last.eval_count == 12
+    assert all(type(v) is int for v in _nanoseconds(last).values())
+
+
+def test_ollama_generate(ollama_client: ollama.Client) -> None:
+    reply = ollama_client.generate(
+        model="gemma-b", prompt="Once upon a time", options={"num_predict": 6, "ignore_eos": True}
+    )
+    assert isinstance(reply.response, str) and reply.eval_count == 6
+    raw = list(
+        ollama_client.generate(
+            model="gemma-b", prompt="The capital of France is", raw=True, stream=True,
+            options={"num_predict": 4, "ignore_eos": True},
+        )
+    )  # fmt: skip
+    assert raw[-1].done is True and raw[-1].eval_count == 4
+
+
+async def test_ollama_async_client(stack: Stack) -> None:
+    client = ollama.AsyncClient(host=stack.url, timeout=180)
+    parts = [
+        p
+        async for p in await client.chat(
+            model="gemma-a",
+            messages=[{"role": "user", "content": "Hi"}],
+            options={"num_predict": 5, "ignore_eos": True},
+            stream=True,
+        )
+    ]
+    assert parts[-1].done is True and parts[-1].eval_count == 5
+
+
+def test_ollama_embed(ollama_client: ollama.Client) -> None:
+    reply = ollama_client.embed(model=EMBED, input=["a red apple", "a green pear"])
+    first, second = reply.embeddings
+    assert len(first) == len(second) > 100  # Gemma 3 270M's width
+    assert all(isinstance(x, float) for x in first)
+    assert first != second
+    assert isinstance(reply.prompt_eval_count, int) and reply.prompt_eval_count > 0
+
+
+def test_ollama_keep_alive_zero_unloads(ollama_client: ollama.Client, stack: Stack) -> None:
+    reply = ollama_client.generate(
+        model="gemma-a", prompt="Hi", options={"num_predict": 2}, keep_alive=0
+    )
+    assert reply.done is True
+    stack.wait_state("gemma-a", "stopped", timeout=30)
+    assert all(m.model != "gemma-a:latest" for m in ollama_client.ps().models)

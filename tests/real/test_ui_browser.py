@@ -234,7 +234,9 @@ def test_with_api_keys_nothing_answers_without_the_key(
         assert call(stack.url + path, password="wrong")[0] == 401, path
     for path in ("/ui/", "/ui/main.js", "/api/status", "/api/swaps"):
         assert call(stack.url + path, password="sekret-key")[0] == 200, path
-    assert call(stack.url + "/", password="sekret-key")[1]["Location"] == "/ui/"
+    # `/` sends a browser (it accepts HTML) to the page (others get Ollama's answer there).
+    browser = {"Accept": "text/html"}
+    assert call(stack.url + "/", password="sekret-key", headers=browser)[1]["Location"] == "/ui/"
     with ui_page(chromium, "") as page:
         answer = page.request.get(stack.url + "/ui/")
         assert answer.status == 401

@@ -14,6 +14,7 @@ from typing import Any
 import aiohttp
 import pytest
 
+from swapd.proxy.dialects.ollama import values as ollama_values
 from tests.support.proxy import local_model, model_log_has, model_ports
 from tests.support.stack import Stack, wait_for
 
@@ -79,4 +80,11 @@ async def test_list_and_cancel_from_either_process(stack: Stack) -> None:
 
 
 def test_version(stack: Stack) -> None:
-    assert _get(stack, "/api/version") == {"version": "0.1.0", "commit": "", "build_date": ""}
+    # llama-swap's fields; with Ollama's API on (the default) `version` is the Ollama API
+    # version swapd answers as, and swapd's own is beside it (off: tests/stack/test_ollama_api.py).
+    assert _get(stack, "/api/version") == {
+        "version": ollama_values.API_VERSION,
+        "swapd_version": "0.1.0",
+        "commit": "",
+        "build_date": "",
+    }

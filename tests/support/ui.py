@@ -83,10 +83,15 @@ _NO_REDIRECTS = urllib.request.build_opener(_Keep)
 
 
 def call(
-    url: str, method: str = "GET", body: Any = None, password: str | None = None, timeout=30.0
+    url: str,
+    method: str = "GET",
+    body: Any = None,
+    password: str | None = None,
+    timeout=30.0,
+    headers: dict[str, str] | None = None,
 ) -> tuple[int, dict[str, str], bytes]:
     data = json.dumps(body).encode() if body is not None else None
-    request = urllib.request.Request(url, data=data, method=method)
+    request = urllib.request.Request(url, data=data, method=method, headers=headers or {})
     if data is not None:
         request.add_header("Content-Type", "application/json")
     if password is not None:

@@ -1,10 +1,11 @@
 """The daemon's small pure parts: watcher names, the circus INI, circus event parsing, the proxy
-registry (heartbeats, activity, drain acks) and TTL."""
+registry (heartbeats, activity, drain acks, keep_alive) and TTL."""
 
 from __future__ import annotations
 
 import asyncio
 import configparser
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -231,3 +232,39 @@ def test_model_logs_rotate_between_runs(tmp_path: Path) -> None:
     assert (tmp_path / "model-m.log.1").read_bytes().startswith(b"third")
     assert (tmp_path / "model-m.log.2").read_bytes().startswith(b"second")
     assert not (tmp_path / "model-m.log.3").exists()
+
+
+@dataclass
+class _Handle:
+    """A running model's handle: which process serves it."""
+
+    pid: int
+    upstream: str = "http://127.0.0.1:1"
+
+
+def test_a_requests_keep_alive_replaces_the_ttl_for_that_run_only() -> None:
+    """Ollama's keep_alive (`KeepAlive`): seconds in place of `ttl`, 0 due once idle past the
+    report grace, negative never; tied to the process it was asked for."""
+    config = Config(models={"m": _model(10)})
+    wall = Clock()
+    registry = ProxyRegistry(clock=Clock(), wall=wall)
+    rec: ModelRecord[_Handle] = ModelRecord("m", state="ready", since=1000.0, handle=_Handle(41))
+    registry.keep("p", "m", 41, 600.0)
+    assert ttl.effective_ttl(rec, config.models["m"], registry) == 600.0
+    assert ttl.ttl_left(rec, config, registry, now=1100.0) == 500.0
+    registry.keep("p", "m", 41, -1.0)
+    assert ttl.ttl_left(rec, config, registry, now=99999.0) is None
+    assert ttl.due([rec], config, registry, now=99999.0) == []
+    wall.now = 1000.5
+    registry.keep("p", "m", 41, 0.0)
+    registry.activity("p", "m", in_flight=0, at=1000.5)
+    assert ttl.due([rec], config, registry, now=1000.5 + REPORT_GRACE - 0.1) == []
+    assert ttl.due([rec], config, registry, now=1000.5 + REPORT_GRACE) == ["m"]
+    # A model with no ttl at all still honours keep_alive 0.
+    assert ttl.due([rec], Config(models={"m": _model(0)}), registry, now=1003.0) == ["m"]
+    # The next run of the model (another process) starts from its ttl.
+    rec.handle = _Handle(42)
+    assert registry.kept("m", 42) is None
+    assert ttl.effective_ttl(rec, config.models["m"], registry) == 10.0
+    registry.keep("p", "m", 42, None)  # back to ttl
+    assert "m" not in registry.keep_alive

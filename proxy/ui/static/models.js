@@ -59,22 +59,10 @@ async function loadTail(id) {
   render();
 }
 
-// Load is a request through `/upstream/<model>/`, as in llama-swap: it starts the model (a swap if
-// needed); whatever the model answers at its root is fine, only swapd's own failure counts.
-async function load(path) {
-  const response = await fetch(path);
-  if (response.status >= 500) {
-    let message = response.statusText;
-    try { message = (await response.json()).error.message; } catch { /* not swapd's JSON */ }
-    throw new Error(`${response.status}: ${message}`);
-  }
-}
-
 async function act(button, what, path) {
   button.disabled = true;
   try {
-    if (what === "load") await load(path);
-    else await send("POST", path);
+    await send("POST", path);
   } catch (err) {
     toast(`${what} failed: ${err.message}`);
   } finally {
@@ -140,7 +128,9 @@ function card(item) {
     class: "primary", "data-action": "load", disabled: loaded || off, text: "Load",
     title: off ? `off in profile ${profiles.active}` : null,
   });
-  load.addEventListener("click", () => act(load, "load", `/upstream/${encode(item.id)}/`));
+  // The explicit load: it answers once the model is ready (or with why its start failed), whatever
+  // the model serves at its root.
+  load.addEventListener("click", () => act(load, "load", `/api/models/load/${encode(item.id)}`));
   const unload = el("button", { "data-action": "unload", disabled: !loaded, text: "Unload" });
   unload.addEventListener("click", () => act(unload, "unload", `/api/models/unload/${encode(item.id)}`));
   return el(

@@ -22,6 +22,7 @@ function cause(r) {
     case "swap": return `a request for ${r.for_model}`;
     case "unload": return "manual unload";
     case "ttl": return "TTL";
+    case "load": return "explicit load";
     case "preload": return "preload hook";
     case "adopted": return "adopted after a daemon restart";
     case "reload": return "config changed";

@@ -4,7 +4,10 @@ llama.cpp's real server runs in tests/real/test_llamacpp.py (tier `llamacpp`). T
 for what a real server cannot be made to do on cue and cheaply in every test: a chosen health
 delay or health failure, an exit at start with a given code, slow or endless streams, websockets,
 identifying which instance served a request (`served_by`), start-up in a few milliseconds for the
-hundreds of stacks the suite starts, and a GPU footprint for the fake NVML backend.
+hundreds of stacks the suite starts, and a GPU footprint for the fake NVML backend. What a real
+small model cannot be made to do on cue it does as llama-server's API does it: a tool call when
+the request carries `tools`, an answer naming the images of a vision request, text completions
+(`/v1/completions`), embeddings.
 
 Run as `python fake_model.py --port N [--name ID] [options]`. Every response says which instance
 served it (`served_by`, the `--name` and pid), so tests can tell models apart.
@@ -89,8 +92,41 @@ async def chat(request: web.Request) -> web.StreamResponse:
         return await _chat(request)
 
 
+def _images(body: dict[str, object]) -> list[str]:
+    """The media types of the images in an OpenAI chat body's messages (`image_url` parts with
+    data URLs), in order."""
+    found = []
+    for message in body.get("messages") or []:  # type: ignore[attr-defined]
+        content = message.get("content") if isinstance(message, dict) else None
+        for part in content if isinstance(content, list) else []:
+            url = part.get("image_url", {}).get("url", "") if isinstance(part, dict) else ""
+            if url.startswith("data:"):
+                found.append(url[5:].split(";", 1)[0])
+    return found
+
+
+def _tool_call(body: dict[str, object]) -> dict[str, object] | None:
+    """With `tools` in the request, llama-server answers with a call of the first one (its
+    arguments: each required parameter set to "x"), as a model that chose to call it would."""
+    tools = body.get("tools")
+    if not isinstance(tools, list) or not tools:
+        return None
+    function = tools[0].get("function", {})
+    required = function.get("parameters", {}).get("required", [])
+    arguments = json.dumps({name: "x" for name in required})
+    return {
+        "id": "call_fake0",
+        "type": "function",
+        "function": {"name": function.get("name"), "arguments": arguments},
+    }
+
+
 async def _chat(request: web.Request) -> web.StreamResponse:
     body = await _json_body(request)
+    call = _tool_call(body)
+    images = _images(body)
+    if call is not None or images:
+        return await _chat_special(request, body, call, images)
     chunks = int(body.get("x_chunks", request.query.get("chunks", 5)))  # type: ignore[arg-type]
     delay = float(body.get("x_delay", request.query.get("delay", 0)))  # type: ignore[arg-type]
     if "x_blob" in body:
@@ -167,6 +203,120 @@ async def _chat(request: web.Request) -> web.StreamResponse:
             "served_by": _served_by(),
         }
     )
+
+
+async def _chat_special(
+    request: web.Request,
+    body: dict[str, object],
+    call: dict[str, object] | None,
+    images: list[str],
+) -> web.StreamResponse:
+    """A tool call, or an answer that names the images it was sent ("2 images: image/png,
+    image/jpeg"), non-streamed or streamed as llama-server streams them (a tool call's arguments
+    in two fragments, then `finish_reason: tool_calls`)."""
+    text = f"{len(images)} images: {', '.join(images)}" if images and call is None else ""
+    finish = "tool_calls" if call is not None else "stop"
+    created = int(time.time())
+    if not body.get("stream"):
+        message: dict[str, object] = {"role": "assistant", "content": text or None}
+        if call is not None:
+            message["tool_calls"] = [call]
+        return web.json_response(
+            {
+                "id": "chatcmpl-fake",
+                "object": "chat.completion",
+                "created": created,
+                "model": body.get("model"),
+                "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+                "usage": {"prompt_tokens": 5, "completion_tokens": 2, "total_tokens": 7},
+                "timings": _timings(5, 2),
+            }
+        )
+    resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+    await resp.prepare(request)
+
+    def event(delta: dict[str, object], finish_reason: str | None = None) -> bytes:
+        chunk = {
+            "id": "chatcmpl-fake",
+            "object": "chat.completion.chunk",
+            "created": created,
+            "model": body.get("model"),
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason}],
+        }
+        return f"data: {json.dumps(chunk)}\n\n".encode()
+
+    if call is not None:
+        function = call["function"]
+        arguments = function["arguments"]  # type: ignore[index]
+        half = len(arguments) // 2
+        first = {
+            "index": 0,
+            "id": call["id"],
+            "type": "function",
+            "function": {"name": function["name"], "arguments": arguments[:half]},
+        }  # type: ignore[index]
+        await resp.write(event({"role": "assistant", "tool_calls": [first]}))
+        rest = {"index": 0, "function": {"arguments": arguments[half:]}}
+        await resp.write(event({"tool_calls": [rest]}))
+    else:
+        await resp.write(event({"role": "assistant", "content": text}))
+    done = json.loads(event({}, finish)[6:])
+    done["timings"] = _timings(5, 2)
+    await resp.write(f"data: {json.dumps(done)}\n\n".encode())
+    usage = {"prompt_tokens": 5, "completion_tokens": 2, "total_tokens": 7}
+    tail = {
+        "id": "chatcmpl-fake",
+        "object": "chat.completion.chunk",
+        "created": created,
+        "model": body.get("model"),
+        "choices": [],
+        "usage": usage,
+    }
+    await resp.write(f"data: {json.dumps(tail)}\n\ndata: [DONE]\n\n".encode())
+    await resp.write_eof()
+    return resp
+
+
+async def completions(request: web.Request) -> web.StreamResponse:
+    """`/v1/completions`: the prompt said back ("completion of <prompt>"), whole or streamed in
+    two pieces, with llama-server's timings and OpenAI's usage (a body without a prompt is
+    echoed, as any other route)."""
+    body = await _json_body(request)
+    if "prompt" not in body:
+        return await echo(request)  # what the route tests read: the request as it arrived
+    text = f"completion of {body.get('prompt', '')}"
+    if body.get("suffix"):
+        text += f" before {body['suffix']}"
+    created = int(time.time())
+    base = {
+        "id": "cmpl-fake",
+        "object": "text_completion",
+        "created": created,
+        "model": body.get("model"),
+    }
+    usage = {"prompt_tokens": 4, "completion_tokens": 2, "total_tokens": 6}
+    if not body.get("stream"):
+        choice = {"index": 0, "text": text, "finish_reason": "stop"}
+        return web.json_response(
+            {
+                **base,
+                "choices": [choice],
+                "usage": usage,
+                "timings": _timings(4, 2),
+                "request_body": body,
+            }
+        )
+    resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+    await resp.prepare(request)
+    for piece, finish in ((text[:5], None), (text[5:], "stop")):
+        chunk = {**base, "choices": [{"index": 0, "text": piece, "finish_reason": finish}]}
+        if finish:
+            chunk["timings"] = _timings(4, 2)
+        await resp.write(f"data: {json.dumps(chunk)}\n\n".encode())
+    tail = {**base, "choices": [], "usage": usage}
+    await resp.write(f"data: {json.dumps(tail)}\n\ndata: [DONE]\n\n".encode())
+    await resp.write_eof()
+    return resp
 
 
 async def embeddings(request: web.Request) -> web.Response:
@@ -316,6 +466,10 @@ async def echo(request: web.Request) -> web.Response:
     )
 
 
+async def no_page(request: web.Request) -> web.Response:
+    return web.json_response({"detail": "Not Found"}, status=404)  # FastAPI's (vLLM's) 404
+
+
 @web.middleware
 async def log_requests(request: web.Request, handler: Any) -> web.StreamResponse:
     body = await request.read()
@@ -364,6 +518,9 @@ def main() -> None:
     parser.add_argument("--exit-after", type=float, default=None, help="exit this long after start")
     parser.add_argument("--exit-code", type=int, default=3)
     parser.add_argument("--fail", action="store_true", help="print an error and exit at once")
+    parser.add_argument(
+        "--no-root", action="store_true", help="404 at / (as vLLM and many servers have no page)"
+    )
     parser.add_argument("--ignore-sigterm", action="store_true")
     parser.add_argument("--request-log", default=None, help="append each request here (JSON)")
     parser.add_argument("--slots", type=int, default=0, help="serve llama-server's /slots")
@@ -394,6 +551,7 @@ def main() -> None:
     app.router.add_get("/health", health)
     app.router.add_post("/v1/chat/completions", chat)
     app.router.add_post("/v1/embeddings", embeddings)
+    app.router.add_post("/v1/completions", completions)
     app.router.add_post("/v1/audio/transcriptions", transcription)
     app.router.add_get("/env", env)
     app.router.add_get("/ws", websocket)
@@ -404,6 +562,8 @@ def main() -> None:
     app.router.add_get("/slots", slots)
     if ARGS.metrics:
         app.router.add_get("/metrics", metrics)
+    if ARGS.no_root:
+        app.router.add_route("*", "/", no_page)
     app.router.add_route("*", "/{tail:.*}", echo)
 
     async def exit_later(app: web.Application) -> None:

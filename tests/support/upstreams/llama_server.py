@@ -5,9 +5,10 @@ loads the model and serves llama.cpp's HTTP API (`/health`, `/v1/chat/completion
 `/v1/completions`, `/completion`, `/slots`, ...) from native threads, the same code and the same
 answers as the `llama-server` binary, which has no package here. Its `/health` answers 503
 "Loading model" while the model loads, then 200. This script is the command line that binary would
-have: `--model PATH --port N [--host 127.0.0.1] [--threads T] [--ctx C] [--slots S]`; it runs until
-SIGTERM or SIGINT, then destroys the server (llama.cpp's clean shutdown) and exits 0. A model it
-cannot load ends it with exit code 1 and llama.cpp's error (naming the file) on stderr.
+have: `--model PATH --port N [--host 127.0.0.1] [--threads T] [--ctx C] [--slots S]
+[--embeddings]`; it runs until SIGTERM or SIGINT, then destroys the server (llama.cpp's clean
+shutdown) and exits 0. A model it cannot load ends it with exit code 1 and llama.cpp's error
+(naming the file) on stderr.
 """
 
 from __future__ import annotations
@@ -29,6 +30,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--alias", default="", help="the model name the server reports")
     parser.add_argument(
         "--chat-template", default="gemma", help="one of llama.cpp's built-in templates"
+    )
+    parser.add_argument(
+        "--embeddings",
+        action="store_true",
+        help="serve embeddings only (llama-server's --embeddings, mean pooling)",
     )
     args = parser.parse_args(argv)
 
@@ -54,6 +60,9 @@ def main(argv: list[str] | None = None) -> int:
     # is jinja on, which reads the GGUF's own template).
     params.use_jinja = False
     params.chat_template = args.chat_template
+    if args.embeddings:
+        params.embedding = True
+        params.pooling_type = xllamacpp.llama_pooling_type.LLAMA_POOLING_TYPE_MEAN
     if args.alias:
         params.model_alias = {args.alias}  # a set: a str would be taken as a set of letters
     try:

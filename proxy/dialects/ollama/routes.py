@@ -1,0 +1,224 @@
+"""Ollama's routes (docs/clients.md), answered on swapd's listen port while the config's
+`ollamaAPI` is on (the default; off, each answers 404 as an unknown path does).
+
+* `/api/chat`, `/api/generate`, `/api/embed`, `/api/embeddings`: the request is rewritten into
+  the model's own (`requests.py`) and goes the one pipeline's way (route decision, admission,
+  forward, relay, accounting: `pipeline.dialect_handler`), its answer rewritten on the way out
+  (`relaying.py`). A chat or generate with nothing to answer loads the model (Ollama's way to
+  preload), or with `keep_alive: 0` unloads it.
+* `/api/tags`, `/api/ps`, `/api/show`: `listing.py`. `/api/version` is `observe.py`'s.
+* `GET /` and `HEAD /`: "Ollama is running" (Ollama's clients check it), except to a browser
+  (`Accept: text/html`), which is sent to the web UI as before.
+* Pulling, pushing, creating, copying and deleting models: 501, swapd runs what its config names.
+
+Errors are Ollama's `{"error": "..."}` with the status swapd or the model answered.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+
+import msgspec
+from aiohttp import web
+
+from ....ipc.messages import Error
+from ....ipc.states import LOADED_STATES
+from ... import pipeline
+from ...api import ops
+from ...context import CTX, ProxyContext
+from ...errors import ProxyError
+from ...mirror.state import Routes
+from ...mirror.wait import routes_of
+from ...observe.stats import STATS
+from ...routing import decide
+from ...routing.body import RequestModel, read_decoded
+from ..paths import OLLAMA_MODEL_ROUTES
+from ..way import Reader, Way
+from . import listing, replies, requests, values
+from .relaying import JSON, KeepAlives, rewrite_for
+from .requests import Kind, Translated
+
+RUNNING = "Ollama is running"
+KEEPS: web.AppKey[KeepAlives] = web.AppKey("swapd_ollama_keep_alives", KeepAlives)
+_TRANSLATED = "swapd.ollama"
+_REFUSED = (
+    "swapd serves the models its config file names; {what} models through its API is not "
+    "supported: add the model to the config (docs/clients.md)"
+)
+_encode = msgspec.json.Encoder().encode
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def served(routes: Routes) -> bool:
+    return routes.table.ollama_api
+
+
+def _error(exc: ProxyError) -> web.Response:
+    STATS.refused += 1
+    headers = dict(exc.headers) if exc.headers else None
+    return web.Response(
+        status=exc.status,
+        body=replies.error_body(exc.message),
+        content_type="application/json",
+        headers=headers,
+    )
+
+
+def _json(doc: object, request: web.Request) -> web.Response:
+    headers = {}
+    origin = request.headers.get("Origin")
+    if origin:
+        headers["Access-Control-Allow-Origin"] = origin
+    return web.Response(body=_encode(doc), content_type="application/json", headers=headers)
+
+
+async def _routes(request: web.Request) -> Routes:
+    routes = await routes_of(request.app[CTX])
+    if not served(routes):
+        raise web.HTTPNotFound()
+    return routes
+
+
+def _ollama(handler: Handler) -> Handler:
+    """`handler`'s errors in Ollama's shape; a 404 for every route while `ollamaAPI` is off."""
+
+    async def handle(request: web.Request) -> web.StreamResponse:
+        try:
+            await _routes(request)
+            return await handler(request)
+        except ProxyError as exc:
+            return _error(exc)
+
+    handle.__name__ = handle.__qualname__ = handler.__name__
+    return handle
+
+
+# --------------------------------------------------------------------------------------------------
+# what is configured and loaded
+
+
+async def handle_root(request: web.Request) -> web.StreamResponse:
+    routes = await routes_of(request.app[CTX])
+    if not served(routes) or "text/html" in request.headers.get("Accept", ""):
+        raise web.HTTPFound("/ui/")
+    return web.Response(text=RUNNING)
+
+
+async def handle_tags(request: web.Request) -> web.Response:
+    ctx = request.app[CTX]
+    return _json(listing.tags(ctx.state.routes, ctx.state.runtimes), request)
+
+
+async def handle_ps(request: web.Request) -> web.Response:
+    ctx = request.app[CTX]
+    reply = await ops.daemon_status(ctx)  # the TTL left counts down there
+    statuses = {m.model: m for m in reply.models} if reply is not None else None
+    return _json(listing.ps(ctx.state.runtimes, statuses), request)
+
+
+async def handle_show(request: web.Request) -> web.Response:
+    ctx = request.app[CTX]
+    routes = ctx.state.routes
+    decoded, _raw = await read_decoded(request)
+    doc = requests.parse(decoded)
+    asked = requests.model_of(doc)
+    name = values.resolve(routes, asked)
+    if not values.known(routes, name):
+        raise ProxyError(404, f"model '{asked}' not found")
+    pinned = routes.pins.get(name)
+    return _json(listing.show(routes.model(pinned or name)), request)
+
+
+async def handle_refused(request: web.Request) -> web.Response:
+    what = {
+        "/api/pull": "pulling",
+        "/api/push": "pushing",
+        "/api/create": "creating",
+        "/api/copy": "copying",
+        "/api/delete": "deleting",
+    }.get(request.path, "uploading")
+    raise ProxyError(501, _REFUSED.format(what=what))
+
+
+# --------------------------------------------------------------------------------------------------
+# the model routes
+
+
+def _reader(kind: Kind) -> Reader:
+    async def read(request: web.Request) -> Way:
+        translated, raw, started = request[_TRANSLATED]
+        body = requests.encode(translated.body)
+        found = RequestModel(translated.name, "json", body, raw=raw, rewritten=True)
+        rewrite = rewrite_for(request.app[CTX], request.app[KEEPS], translated, started)
+        return Way(found, translated.path, "", rewrite)
+
+    read.__name__ = f"read_ollama_{kind}"
+    return read
+
+
+def _model_route(kind: Kind) -> Handler:
+    through = pipeline.dialect_handler(_reader(kind), f"ollama_{kind}")
+
+    async def handle(request: web.Request) -> web.StreamResponse:
+        started = time.perf_counter()
+        ctx = request.app[CTX]
+        routes = ctx.state.routes
+        decoded, raw = await read_decoded(request)
+        doc = requests.parse(decoded)
+        translated = requests.translate(kind, doc, values.resolve(routes, requests.model_of(doc)))
+        if translated.empty:
+            return await _load_or_unload(request, ctx, routes, translated)
+        request[_TRANSLATED] = (translated, raw, started)
+        return await through(request)
+
+    handle.__name__ = f"handle_ollama_{kind}"
+    return handle
+
+
+async def _load_or_unload(
+    request: web.Request, ctx: ProxyContext, routes: Routes, translated: Translated
+) -> web.Response:
+    """Ollama's chat or generate with nothing to answer: load the model (and keep it as
+    `keep_alive` says), or with `keep_alive: 0` unload it."""
+    ask = decide.Ask("POST", requests.CHAT_PATH, "", False, translated.name, ctx.state.runtimes)
+    decision = decide.for_model(ask, routes, ctx.state.ready)
+    if isinstance(decision, decide.Refuse):
+        raise decision.error()
+    route = decision.route if isinstance(decision, decide.Serve) else None
+    unload = translated.keep_alive_given and translated.keep_alive == 0
+    reason = "unload" if unload else "load"
+    if route is not None and unload:
+        rt = ctx.state.runtimes.get(route.id)
+        if rt is not None and rt.state in LOADED_STATES:
+            await ops.unload(ctx, route.id)
+    elif route is not None:
+        ready = await ctx.link.ensure(route.id, cause="load")
+        if isinstance(ready, Error):
+            raise ProxyError.from_reply(ready)
+        request.app[KEEPS].answered(ctx, route.id, translated)
+    answer = replies.empty_answer(translated.kind, translated.asked, reason)
+    return web.Response(body=replies.encode(answer), content_type=JSON.split(";")[0])
+
+
+# --------------------------------------------------------------------------------------------------
+
+
+def register(app: web.Application) -> None:
+    """Ollama's routes, and `/` (before the web UI's routes: it decides who is sent there)."""
+    app[KEEPS] = KeepAlives()
+    router = app.router
+    router.add_get("/", handle_root)
+    router.add_get("/api/tags", _ollama(handle_tags))
+    router.add_get("/api/ps", _ollama(handle_ps))
+    router.add_post("/api/show", _ollama(handle_show))
+    kinds: tuple[Kind, ...] = ("chat", "generate", "embed", "embeddings")
+    for kind in kinds:
+        assert f"/api/{kind}" in OLLAMA_MODEL_ROUTES
+        router.add_post(f"/api/{kind}", _ollama(_model_route(kind)))
+    refused = _ollama(handle_refused)
+    for path in ("/api/pull", "/api/push", "/api/create", "/api/copy"):
+        router.add_post(path, refused)
+    router.add_delete("/api/delete", refused)
+    router.add_route("*", "/api/blobs/{digest}", refused)
