@@ -48,4 +48,5 @@ def routing_table(config: Config, generation: int, log_dir: Path | None = None) 
         selectors=tuple(config.selectors.values()),
         capture_bytes=config.capture_buffer * 1024 * 1024,
         ollama_api=config.ollama_api,
+        session_headers=config.session_headers,
     )

@@ -125,3 +125,5 @@ class RoutingTable(msgspec.Struct, frozen=True):
     capture_bytes: int = 0
     # `ollamaAPI`: Ollama's API (`/api/tags`, `/api/chat`, ...) is served (docs/clients.md).
     ollama_api: bool = True
+    # `ui.activity.session_id`: what llama-swap's web UI reads in the `uiConfig` event.
+    session_headers: tuple[str, ...] = ("X-Session-ID", "X-Litellm-Session-Id")

@@ -98,8 +98,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="validate a config file",
         description="Load a config file (and/or --config-dir) the way `swapd run` does. Exit 0 "
         "if it is valid, 1 with "
-        "every error (file:line key.path: message) if not. Warnings (llama-swap keys swapd "
-        "accepts but ignores, and the like) go to stderr and do not fail the check.",
+        "every error (file:line key.path: message) if not. Warnings (unknown keys, llama-swap "
+        "keys swapd accepts but ignores, and the like) go to stderr and do not fail the check.",
+    )
+    check.add_argument(
+        "--strict",
+        action="store_true",
+        help="an unknown key is an error, not a warning (swapd run, like llama-swap, ignores it)",
     )
     check.add_argument("-c", "--config", type=Path, help="the YAML config file")
     _add_config_dir(check)

@@ -33,12 +33,22 @@ def test_bad_file_exits_1_with_every_error_on_stderr(tmp_path: Path) -> None:
     assert result.returncode == 1
     assert result.stdout == ""
     lines = result.stderr.splitlines()
-    assert lines[0] == f"{config}:4 models.comfyui_auto.ttl: expected an integer, got 'ten'"
+    # An unknown key is a warning (llama-swap ignores it), listed before the errors.
+    assert lines[0] == (
+        f"warning: {config}:5 models.comfyui_auto.chekEndpoint: unknown key 'chekEndpoint'; "
+        "did you mean 'checkEndpoint'? (ignored, as llama-swap ignores it)"
+    )
+    assert lines[1] == f"{config}:4 models.comfyui_auto.ttl: expected an integer, got 'ten'"
+    assert lines[2].startswith(f"{config}:7 upstream.ignorePaths[0]: invalid regular expression")
+    assert lines[3] == f"{config}: 2 errors, config not usable"
+    # --strict: the unknown key is an error among the others, in line order.
+    result = swapd("check-config", "--strict", "-c", str(config))
+    assert result.returncode == 1
+    lines = result.stderr.splitlines()
     assert lines[1] == (
         f"{config}:5 models.comfyui_auto.chekEndpoint: unknown key 'chekEndpoint'; "
         "did you mean 'checkEndpoint'?"
     )
-    assert lines[2].startswith(f"{config}:7 upstream.ignorePaths[0]: invalid regular expression")
     assert lines[3] == f"{config}: 3 errors, config not usable"
 
 
