@@ -68,6 +68,7 @@ class ModelRouting(msgspec.Struct, frozen=True, kw_only=True):
 
 class RouteModel(ModelRouting, frozen=True, kw_only=True):
     upstream: str  # the model's `proxy` URL, e.g. http://localhost:5800
+    cmd: str = ""  # its command line, shell-quoted (llama-swap's `/running` lists it)
 
 
 class RoutePeer(msgspec.Struct, frozen=True):

@@ -194,16 +194,20 @@ class Observer:
         if not message.records:
             return
         clock, proxy_id = message.clock, message.proxy_id
-        stored = self.store.add([record_of(item, clock, proxy_id) for item in message.records])
-        for item, record in zip(message.records, stored, strict=True):
+        records = [record_of(item, clock, proxy_id) for item in message.records]
+        # The activity log holds what llama-swap's holds (`Finished.listed`); /metrics counts all.
+        pairs = zip(message.records, records, strict=True)
+        listed = [(item, record) for item, record in pairs if item.listed]
+        stored = self.store.add([record for _, record in listed])
+        for item, record in listed:
             if item.capture is not None:
                 capture = capture_of(item.capture, record.id, record.req_path, self.secrets)
                 record.has_capture = self.captures.add(capture)
-        if self.db is not None:
+        if self.db is not None and stored:
             self.db.write(stored)
         if self.on_records is not None:
             try:
-                self.on_records(stored)
+                self.on_records(records)
             except Exception:
                 log.exception("counting activity records failed")
         self._publish(stored)

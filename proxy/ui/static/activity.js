@@ -154,7 +154,7 @@ async function cancel(button, id) {
 
 function renderInflight() {
   const body = document.querySelector("#inflight tbody");
-  const flights = [...store.inflight.values()].sort((a, b) => a.timestamp - b.timestamp);
+  const flights = [...store.inflight.values()].sort((a, b) => epoch(a.timestamp) - epoch(b.timestamp));
   if (flights.length === 0) {
     body.replaceChildren(el("tr", { class: "empty" }, el("td", { colspan: "5", text: "nothing in flight" })));
     return;
