@@ -109,6 +109,8 @@ class Observer:
         # `/api/events` clients by proxy, as their Hellos say: new records are announced and
         # in-flight frames rendered only while some proxy has one.
         self.watchers: dict[str, int] = {}
+        # Awaited before each scrape (the performance sampler starts when someone reads).
+        self.before_scrape: Callable[[], Awaitable[None]] | None = None
 
     def watching(self, proxy_id: str, count: int) -> None:
         if count > 0:
@@ -132,6 +134,8 @@ class Observer:
         )
 
     async def _metrics(self, identity: bytes, message: QueryMetrics) -> None:
+        if self.before_scrape is not None:
+            await self.before_scrape()
         try:
             devices = list(await self.read_gpus())
         except Exception as exc:
