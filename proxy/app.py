@@ -46,7 +46,7 @@ log = logging.getLogger(__name__)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
-_OPEN_PATHS = frozenset({"/health", "/wol-health"})
+_OPEN_PATHS = frozenset({"/health", "/wol-health", "/favicon.ico"})
 _CORS_METHODS = "GET, POST, PUT, PATCH, DELETE, OPTIONS"
 _CORS_DEFAULT_HEADERS = "Content-Type, Authorization, Accept, X-Requested-With"
 _TOKEN_CHARS = frozenset(

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import importlib.metadata
 import os
 import sys
 from pathlib import Path
 
+from ...ipc.build_info import build_info
 from ...ipc.endpoints import default_run_dir
 
 # `swapd run --watch-config` by environment, for the systemd unit (`Environment=` in a drop-in).
@@ -42,13 +42,10 @@ def llama_swap_argv(argv: list[str]) -> list[str]:
 
 
 def version_line() -> str:
-    """llama-swap's `-version` line. swapd is installed from source: no commit or build date
-    are recorded, so they read `unknown` (`GET /api/version` has them empty)."""
-    try:
-        version = importlib.metadata.version("swapd")
-    except importlib.metadata.PackageNotFoundError:
-        version = "unknown"
-    return f"version: {version} (unknown), built at unknown"
+    """llama-swap's `-version` line: `version: X (commit), built at DATE` (what
+    `GET /api/version` answers, `ipc/build_info.py`)."""
+    info = build_info()
+    return f"version: {info['version']} ({info['commit']}), built at {info['build_date']}"
 
 
 def _add_run_dir(parser: argparse.ArgumentParser) -> None:

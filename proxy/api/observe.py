@@ -100,27 +100,18 @@ def _json(data: object) -> web.Response:
 
 
 async def handle_version(request: web.Request) -> web.Response:
-    """llama-swap's `{version, commit, build_date}`; swapd is installed from source, so the
-    commit and build date are not known. While Ollama's API is served (`ollamaAPI`), `version`
-    is the Ollama API version swapd answers in its shapes, which Ollama's clients compare with
-    what they need, and swapd's own is `swapd_version`."""
-    import importlib.metadata  # here, not at start-up: half a megabyte of idle memory
+    """llama-swap's `{version, commit, build_date}` (`ipc/build_info.py`: the commit of the
+    install or checkout, the install's date). While Ollama's API is served (`ollamaAPI`),
+    `version` is the Ollama API version swapd answers in its shapes, which Ollama's clients
+    compare with what they need, and swapd's own is `swapd_version`."""
+    from ...ipc.build_info import build_info  # here, not at start-up: the proxy's idle memory
 
-    try:
-        version = importlib.metadata.version("swapd")
-    except importlib.metadata.PackageNotFoundError:
-        version = "unknown"
+    info = build_info()
     routes = await routes_of(request.app[CTX])
     if routes.table.ollama_api:
-        return _json(
-            {
-                "version": ollama_values.API_VERSION,
-                "swapd_version": version,
-                "commit": "",
-                "build_date": "",
-            }
-        )
-    return _json({"version": version, "commit": "", "build_date": ""})
+        return _json({"version": ollama_values.API_VERSION, "swapd_version": info["version"],
+                      "commit": info["commit"], "build_date": info["build_date"]})  # fmt: skip
+    return _json(info)
 
 
 async def handle_inflight(request: web.Request) -> web.Response:
