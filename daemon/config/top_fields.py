@@ -277,8 +277,11 @@ class CrossCheck:
                 )
             for index, alias in enumerate(self.aliases.get(model_id, [])):
                 if alias in self.raw_models:
-                    self.report.error(
-                        (*path, index), f"alias {alias!r} is the id of model {alias!r}"
+                    # llama-swap loads it: a request for the name gets the model of that id.
+                    self.report.warn(
+                        (*path, index),
+                        f"alias {alias!r} is the id of model {alias!r}, which a request for it "
+                        "gets (as in llama-swap): this alias is never used",
                     )
                 elif alias in seen:
                     other = seen[alias]
