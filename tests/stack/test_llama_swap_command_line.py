@@ -7,6 +7,7 @@ for llama-server."""
 from __future__ import annotations
 
 import json
+import shlex
 import shutil
 import ssl
 import subprocess
@@ -18,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.proxy import local_model, model_ports
-from tests.support.stack import Stack
+from tests.support.stack import Stack, fake_model_cmd, http_get
 
 pytestmark = pytest.mark.processes
 
@@ -42,11 +43,37 @@ def _config() -> dict[str, object]:
     return {"healthCheckTimeout": 15, "models": {"m": local_model("m", port)}}
 
 
-def test_started_with_llama_swaps_flags(stack_factory: Callable[..., Stack]) -> None:
-    stack = stack_factory(_config(), llama_swap_flags=True)
-    status, listing = stack.get_json("/v1/models")
-    assert status == 200 and [m["id"] for m in listing["data"]] == ["m"]
-    assert stack.status()["models"][0]["model"] == "m"
+def test_started_with_llama_swaps_flags_and_a_config_only_llama_swap_took(
+    stack_factory: Callable[..., Stack],
+) -> None:
+    """`swapd -config FILE -listen ADDR`, with a config swapd once refused and llama-swap loads:
+    a key in a flow list from the environment, a `defs:` holding the model's anchor, a key no
+    swapd knows (a warning at its line), a number as an alias (a warning: issue 29)."""
+    (port,) = model_ports(1)
+    text = f"""\
+apiKeys: [${{env.SWAPD_T_KEY}}]
+websocketStrategy: proxy
+defs:
+  base: &base
+    cmd: {shlex.quote(fake_model_cmd("m", port=str(port)))}
+    proxy: http://127.0.0.1:{port}
+models:
+  m:
+    <<: *base
+    aliases: [1]
+"""
+    stack = stack_factory(text, llama_swap_flags=True, env={"SWAPD_T_KEY": "sk-from-env"})
+    assert http_get(stack.url + "/v1/models")[0] == 401
+    request = urllib.request.Request(
+        stack.url + "/v1/models", headers={"Authorization": "Bearer sk-from-env"}
+    )
+    with urllib.request.urlopen(request, timeout=10) as resp:
+        listing = json.load(resp)
+    assert [m["id"] for m in listing["data"]] == ["m"]
+    output = stack.output()
+    assert f"{stack.config_path}:2 websocketStrategy: unknown key 'websocketStrategy'" in output
+    assert f"{stack.config_path}:10 models.m.aliases[0]: expected a string, got 1" in output
+    assert "unknown key 'defs'" not in output  # a home for anchors: nothing to say
 
 
 @pytest.mark.skipif(shutil.which("openssl") is None, reason="no openssl to make a certificate")
