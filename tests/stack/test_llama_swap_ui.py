@@ -23,6 +23,7 @@ import shlex
 import time
 import urllib.request
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -210,7 +211,13 @@ def test_the_activity_log_holds_what_llama_swaps_holds(stack: Stack) -> None:
     assert rows() == []
     assert _status(stack, CHAT, "POST", chat) == 200
     assert _status(stack, "/upstream/b" + CHAT, "POST", {"messages": []}) == 200
-    found = wait_for(lambda: len(rows()) == 2 and rows(), 10, what="two records")
+
+    def two() -> list[dict[str, Any]] | None:
+        found = rows()
+        return found if len(found) == 2 else None
+
+    found = wait_for(two, 10, what="two records")
+    assert found is not None
     assert [(r["model"], r["req_path"]) for r in found] == [
         ("a", CHAT),
         ("b", "/upstream/b" + CHAT),
@@ -236,7 +243,7 @@ def test_the_upstream_history_is_in_the_order_the_lines_came(stack: Stack) -> No
 
     for model, tag in (("a", "first-in-a"), ("b", "second-in-b"), ("a", "third-in-a")):
         assert _status(stack, f"/upstream/{model}/slow?n=0&delay=0&tag={tag}") == 200
-        wait_for(lambda tag=tag: _quiet(logged, tag), 10, what=f"{tag} in the combined log")
+        wait_for(partial(_quiet, logged, tag), 10, what=f"{tag} in the combined log")
 
     async def history() -> str:
         async with (

@@ -119,7 +119,9 @@ def test_a_models_gpu_shows_in_the_figures_and_disabled_answers_503(stack: Stack
         stats = gpu1(json.loads(_get(stack, "/api/performance")[1])["gpu_stats"])
         return [g for g in stats if g["mem_used_mb"] > 0] or None
 
-    [sample, *_] = wait_for(busy, 20, what="a sample of GPU 1 busy (one every 5 s)")
+    found = wait_for(busy, 20, what="a sample of GPU 1 busy (one every 5 s)")
+    assert found is not None
+    sample = found[0]
     assert sample["gpu_util_pct"] == 100.0 and _figures(stack)["samples_taken"] > taken
 
     config = yaml.safe_load(stack.config_path.read_text())
