@@ -55,8 +55,9 @@ class ActivityRecord(msgspec.Struct, kw_only=True, gc=False):
 class InFlight(msgspec.Struct, kw_only=True, gc=False):
     """A model request under way, as llama-swap's in-flight entry has it: reported by its proxy
     in the first batch after it began, again as its response head and bytes come (at most every
-    `FLIGHT_UPDATE_S`), removed with its record. Headers are one value per name, the secret ones
-    redacted by the proxy (proxy/observe/flights.py)."""
+    `FLIGHT_UPDATE_S`), removed with its record. Headers are one value per name
+    (proxy/observe/flights.py), the secret ones redacted by the daemon as it takes the entry
+    (daemon/observe/captures.py's rules)."""
 
     id: str  # "<proxy_id>-<n>"
     timestamp: float

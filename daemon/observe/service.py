@@ -35,7 +35,7 @@ from ..config import Config
 from . import activity_query
 from .activity_db import ActivityDB
 from .activity_store import ActivityStore
-from .captures import CaptureCache, CaptureFigures, Secrets, capture_of
+from .captures import CaptureCache, CaptureFigures, Secrets, capture_of, headers_of
 from .intake import record_of
 from .metrics import CONTENT_TYPE, Metrics
 from .request_figures import model_labels
@@ -190,7 +190,11 @@ class Observer:
 
     def report(self, message: ActivityReport) -> None:
         if message.started or message.ended:
+            secrets = self.secrets
             for flight in message.started:
+                # Redacted here, as captures are, before any proxy or client sees the entry.
+                flight.req_headers = headers_of(flight.req_headers.items(), secrets)[0]
+                flight.resp_headers = headers_of(flight.resp_headers.items(), secrets)[0]
                 self.in_flight[flight.id] = flight
             for key in message.ended:
                 self.in_flight.pop(key, None)

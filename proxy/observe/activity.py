@@ -230,15 +230,12 @@ class Recorder:
         whose response brought its head or more bytes (each at most every `FLIGHT_UPDATE_S`)."""
         if not self._new and not self._reported:
             return ()
-        keys = self.state.routes.table.api_keys if self.state is not None else ()
         proxy_id = self.proxy_id
         out: list[InFlight] = []
 
         def entry(flight: int, request: web.BaseRequest, acc: Account) -> InFlight:
             path = path_of(request)
-            return flight_of(
-                flight, request, acc, proxy_id=proxy_id, wall=wall, path=path, keys=keys
-            )
+            return flight_of(flight, request, acc, proxy_id=proxy_id, wall=wall, path=path)
 
         for flight, rep in self._reported.items():
             acc = rep.acc

@@ -2,9 +2,10 @@
 its request headers (the UI shows the user agent and the session headers of `ui.activity`), the
 response's headers once they came, and the body bytes sent so far.
 
-Headers are one value per name (the first, as llama-swap's `headerMap`), and a secret never
-leaves the proxy: a credential header by name (llama-swap's list, and the other common ones) or
-any value holding one of the configured API keys reads `[REDACTED]`.
+Headers are one value per name (the first, as llama-swap's `headerMap`), sent as they are: the
+daemon redacts the credentials in them when it takes the entry, with the captures' rules (by
+name, and any value holding a configured key: daemon/observe/captures.py), before any client
+sees it.
 """
 
 from __future__ import annotations
@@ -16,28 +17,11 @@ from aiohttp import web
 from ...ipc.activity import InFlight
 from ..account import Account
 
-REDACTED = "[REDACTED]"
-SECRET_HEADERS = frozenset(
-    {
-        "authorization",
-        "proxy-authorization",
-        "cookie",
-        "set-cookie",
-        "x-api-key",
-        "api-key",
-        "x-goog-api-key",
-    }
-)
 
-
-def header_map(pairs: Iterable[tuple[str, str]], keys: tuple[str, ...]) -> dict[str, str]:
+def header_map(pairs: Iterable[tuple[str, str]]) -> dict[str, str]:
     out: dict[str, str] = {}
     for name, value in pairs:
-        if name in out:
-            continue
-        if name.lower() in SECRET_HEADERS or any(key in value for key in keys):
-            value = REDACTED
-        out[name] = value
+        out.setdefault(name, value)
     return out
 
 
@@ -56,7 +40,6 @@ def flight_of(
     proxy_id: str,
     wall: float,
     path: str,
-    keys: tuple[str, ...],
 ) -> InFlight:
     """Request `number` of this process as an in-flight entry (`wall`: the wall clock minus the
     loop clock)."""
@@ -69,7 +52,7 @@ def flight_of(
         method=request.method,
         remote_ip=request.remote or "",
         proxy_id=proxy_id,
-        req_headers=header_map(request.headers.items(), keys),
-        resp_headers=header_map(resp.items(), keys) if resp is not None else {},
+        req_headers=header_map(request.headers.items()),
+        resp_headers=header_map(resp.items()) if resp is not None else {},
         resp_bytes=sent_bytes(acc),
     )
