@@ -145,6 +145,7 @@ def test_no_record_lost_beyond_those_in_flight(stack: Stack, sig: signal.Signals
         # The kernel hands each connection to whichever process accepts first: signal one that
         # has served some (its records name its pid), or the test would prove nothing.
         victim = wait_for(lambda: _serving(stack, before), 15, what="a proxy process with records")
+        assert victim is not None
         os.kill(victim, sig)
         killed_at = time.monotonic()
         wait_for(
@@ -170,9 +171,10 @@ def test_no_record_lost_beyond_those_in_flight(stack: Stack, sig: signal.Signals
         return rows if sig == signal.SIGKILL or slow >= slow_answered else None
 
     rows = wait_for(settled, 15, what="the records of the answers after the restart")
+    assert rows is not None
     recorded = {_tag(r) for r in rows if r["resp_status_code"] == 200}
     missing = {p for p in answered if p not in recorded}
-    slow_recorded = sum(1 for r in rows if _tag(r) == str(SLOW))
+    slow_recorded = len([r for r in rows if _tag(r) == str(SLOW)])
     # The process signalled had served some of them (its id names its pid).
     assert any(f"-{victim}-" in str(r["proxy_id"]) for r in rows)
     if sig == signal.SIGTERM:
