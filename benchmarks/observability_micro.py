@@ -100,6 +100,7 @@ async def _run(requests: int, batch: int, keep: int, watched: bool = True) -> di
         for request in incoming:
             acc = Account(route="model", model="bench", started=loop.time())
             recorder.begin(request, acc)
+            recorder.decide(acc, True, "POST")  # the pipeline's: a POST to a model route
             acc.keep = keep  # what `begin` reads from the routing table's `captureBuffer`
             acc.req_body = REQUEST if keep else None
             accounts.append(acc)

@@ -6,6 +6,7 @@ peer is the ipc struct itself: nothing here is copied field by field.
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 
 import msgspec
@@ -19,7 +20,7 @@ _ROUTING_FIELDS = ModelRouting.__struct_fields__
 
 def route(model: ModelConfig) -> RouteModel:
     shared = {name: getattr(model, name) for name in _ROUTING_FIELDS}
-    return RouteModel(**shared, upstream=model.proxy)
+    return RouteModel(**shared, upstream=model.proxy, cmd=shlex.join(model.cmd))
 
 
 def with_profile(table: RoutingTable, name: str | None, generation: int) -> RoutingTable | str:
@@ -48,4 +49,5 @@ def routing_table(config: Config, generation: int, log_dir: Path | None = None) 
         selectors=tuple(config.selectors.values()),
         capture_bytes=config.capture_buffer * 1024 * 1024,
         ollama_api=config.ollama_api,
+        session_headers=config.session_headers,
     )

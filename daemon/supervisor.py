@@ -53,6 +53,7 @@ from .machinery.circus_client import CircusClient
 from .machinery.exit_watch import ExitWatch
 from .machinery.lifecycle import GPU_RELEASE_TIMEOUT, Lifecycle
 from .machinery.model_process import Running
+from .observe.host_service import HostService
 from .observe.service import Observer
 from .observe.swap_log import SwapLog
 from .policy import shutdown
@@ -107,6 +108,8 @@ class Daemon:
         )
         self.observer = Observer(config, self.instance, self.endpoint, self.all_status, gpus)
         self.metrics = self.observer.metrics
+        self.host = HostService(config, self.gpu_backend, self.endpoint, self.metrics.registry)
+        self.observer.before_scrape = self.host.before_scrape
         self.exits = ExitWatch(self.lifecycle.watchers, self._exited)
         parts = (self.lifecycle, self.registry, self.endpoint, self.exits, self.model_status)
         self.swaps = SwapLog(self.instance, self.endpoint)
@@ -141,6 +144,7 @@ class Daemon:
         on(Drained, lambda _, m: self.registry.drained(m.proxy_id, m.model, m.epoch))
         on(KeepAlive, self._keep_alive)
         self.observer.register(on)
+        self.host.register(on)
         self.swaps.register(on)
         on(Snapshot, self._snapshot)
         on(Status, self._status)
@@ -252,6 +256,7 @@ class Daemon:
             gpu_backend=self.gpu_backend.name,
             received=dict(self.endpoint.received),
             watching=dict(self.observer.watchers),
+            performance=self.host.figures(),
         )
         await self.endpoint.reply(identity, reply)
 
@@ -305,6 +310,7 @@ class Daemon:
             )
             self.generation += 1
             self.observer.reconfigure(result.config)
+            self.host.reconfigure(result.config)
             self.table = routing.routing_table(
                 result.config, self.generation, self.endpoints.log_dir
             )
@@ -397,6 +403,7 @@ class Daemon:
 
     def close(self) -> None:
         self.observer.close()
+        self.host.close()
         self.circus.close()
         self.endpoint.close()
         self.gpu_backend.close()

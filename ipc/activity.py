@@ -10,6 +10,8 @@ Field names and units follow llama-swap's `ActivityLogEntry` (`id`, `timestamp`,
 
 from __future__ import annotations
 
+import time
+from datetime import UTC, datetime
 from typing import Any
 
 import msgspec
@@ -51,8 +53,11 @@ class ActivityRecord(msgspec.Struct, kw_only=True, gc=False):
 
 
 class InFlight(msgspec.Struct, kw_only=True, gc=False):
-    """A model request under way (llama-swap's in-flight entry, less the headers): reported by
-    its proxy in the first batch after it began, removed with its record."""
+    """A model request under way, as llama-swap's in-flight entry has it: reported by its proxy
+    in the first batch after it began, again as its response head and bytes come (at most every
+    `FLIGHT_UPDATE_S`), removed with its record. Headers are one value per name
+    (proxy/observe/flights.py), the secret ones redacted by the daemon as it takes the entry
+    (daemon/observe/captures.py's rules)."""
 
     id: str  # "<proxy_id>-<n>"
     timestamp: float
@@ -61,16 +66,27 @@ class InFlight(msgspec.Struct, kw_only=True, gc=False):
     method: str
     remote_ip: str = ""
     proxy_id: str = ""
+    req_headers: dict[str, str] = msgspec.field(default_factory=dict)
+    resp_headers: dict[str, str] = msgspec.field(default_factory=dict)
+    resp_bytes: int = 0  # response body bytes sent to the client so far
 
 
-def flight_json(flight: InFlight) -> dict[str, Any]:
-    """llama-swap's in-flight entry (`/api/events` `inflight`): swapd copies no headers into it,
-    nor updates it as the response streams."""
+# llama-swap's `inflightUpdateInterval`: how often a streaming request's bytes are news.
+FLIGHT_UPDATE_S = 0.25
+
+
+def rfc3339(timestamp: float) -> str:
+    """A wall-clock time as llama-swap's JSON writes Go's `time.Time` (UTC, `Z`)."""
+    return datetime.fromtimestamp(timestamp, UTC).isoformat().replace("+00:00", "Z")
+
+
+def flight_json(flight: InFlight, now: float | None = None) -> dict[str, Any]:
+    """llama-swap's in-flight entry (`/api/events` `inflight`, `GET /api/inflight`): its
+    RFC 3339 `timestamp` and `elapsed_ms` as of `now` (wall clock; default: this moment)."""
     out = msgspec.to_builtins(flight)
-    out["elapsed_ms"] = 0
-    out["req_headers"] = {}
-    out["resp_headers"] = {}
-    out["resp_bytes"] = 0
+    out["timestamp"] = rfc3339(flight.timestamp)
+    elapsed = (time.time() if now is None else now) - flight.timestamp
+    out["elapsed_ms"] = max(0, int(elapsed * 1000))
     return out
 
 
@@ -111,3 +127,6 @@ class Finished(msgspec.Struct, array_like=True, gc=False):
     body: bytes | None  # a small whole body that carries counts or an error
     tail: bytes | None  # a stream's last bytes from the first line with counts
     capture: RawCapture | None = None
+    # In llama-swap's activity log (a POST to a model route, `/upstream/` included when the
+    # path below the model is one): stored and shown. The others count in `/metrics` only.
+    listed: bool = True

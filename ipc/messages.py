@@ -15,7 +15,7 @@ All of them are tagged msgspec structs (`type` field = the class name); `codec.p
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 import msgspec
 
@@ -110,6 +110,20 @@ class QuerySwaps(_Msg, frozen=True):
     id: int
 
 
+class QueryPerformance(_Msg, frozen=True):
+    """`GET /api/performance[?after=RFC3339]`: the sampler's host and GPU figures (a `Document`,
+    503 while `performance.disabled`); asking starts the sampler."""
+
+    id: int
+    after: str = ""
+
+
+class QueryHardware(_Msg, frozen=True):
+    """`GET /api/hardware`: the host's hardware snapshot (a `Document`)."""
+
+    id: int
+
+
 Request = (
     Ensure
     | Unload
@@ -122,6 +136,8 @@ Request = (
     | SetProfile
     | QueryCapture
     | QuerySwaps
+    | QueryPerformance
+    | QueryHardware
 )
 
 
@@ -156,6 +172,9 @@ class StatusReply(_Msg, frozen=True):
     # `/api/events` clients by proxy, as their Hellos said (activity is announced while there
     # is one).
     watching: dict[str, int] = msgspec.field(default_factory=dict)
+    # The performance sampler: whether it samples now (only while someone reads), and how many
+    # samples it took since the daemon started.
+    performance: dict[str, Any] = msgspec.field(default_factory=dict)
 
 
 class SnapshotReply(_Msg, frozen=True):
@@ -179,11 +198,12 @@ class Error(_Msg, frozen=True):
 
 
 class Document(_Msg, frozen=True):
-    """A reply the proxy sends to its client as it is (JSON, Prometheus text)."""
+    """A reply the proxy sends to its client as it is (JSON, Prometheus text), with `status`."""
 
     id: int
     body: bytes
     content_type: str = "application/json"
+    status: int = 200
 
 
 Reply = Ready | Ok | StatusReply | SnapshotReply | Error | Document

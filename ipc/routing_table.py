@@ -68,6 +68,7 @@ class ModelRouting(msgspec.Struct, frozen=True, kw_only=True):
 
 class RouteModel(ModelRouting, frozen=True, kw_only=True):
     upstream: str  # the model's `proxy` URL, e.g. http://localhost:5800
+    cmd: str = ""  # its command line, shell-quoted (llama-swap's `/running` lists it)
 
 
 class RoutePeer(msgspec.Struct, frozen=True):
@@ -125,3 +126,5 @@ class RoutingTable(msgspec.Struct, frozen=True):
     capture_bytes: int = 0
     # `ollamaAPI`: Ollama's API (`/api/tags`, `/api/chat`, ...) is served (docs/clients.md).
     ollama_api: bool = True
+    # `ui.activity.session_id`: what llama-swap's web UI reads in the `uiConfig` event.
+    session_headers: tuple[str, ...] = ("X-Session-ID", "X-Litellm-Session-Id")

@@ -1,6 +1,6 @@
 """Entry point of the proxy process:
 `python -m swapd.proxy --run-dir DIR (--fd N | --listen HOST:PORT) [--processes N]
-[--shutdown-grace SECONDS]`.
+[--shutdown-grace SECONDS] [--tls-cert-file FILE --tls-key-file FILE]`.
 
 Under circus every proxy process gets the same already-bound listening socket as fd N (the
 watcher's `$(circus.sockets.swapd)`), so `numprocesses` proxies share one port and the kernel
@@ -18,6 +18,7 @@ import os
 import resource
 import signal
 import socket
+import ssl
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -48,7 +49,19 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
         "default $SWAPD_PROXY_SHUTDOWN_GRACE or 30",
     )
     parser.add_argument("--log-level", default=os.environ.get("SWAPD_PROXY_LOG_LEVEL", "INFO"))
+    parser.add_argument("--tls-cert-file", help="serve HTTPS with this certificate (PEM)")
+    parser.add_argument("--tls-key-file", help="the certificate's private key (PEM)")
     return parser.parse_args(argv)
+
+
+def _tls(args: argparse.Namespace) -> ssl.SSLContext | None:
+    """The server side of TLS (`swapd run --tls-cert-file/--tls-key-file`): Python's defaults
+    for a server (TLS 1.2 and later), the certificate read once at start."""
+    if not args.tls_cert_file:
+        return None
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(args.tls_cert_file, args.tls_key_file)
+    return context
 
 
 def _split_host_port(value: str) -> tuple[str, int]:
@@ -59,14 +72,17 @@ def _split_host_port(value: str) -> tuple[str, int]:
 async def _serve(args: argparse.Namespace) -> None:
     app = make_app(run_dir=args.run_dir, processes=max(1, args.processes))
     loop = asyncio.get_running_loop()
+    tls = _tls(args)
 
     async def create_server(factory: Callable[[], asyncio.Protocol]) -> asyncio.Server:
         if args.fd is not None:
             sock = socket.socket(fileno=args.fd)
             sock.setblocking(False)
-            return await loop.create_server(factory, sock=sock, backlog=4096)
+            return await loop.create_server(factory, sock=sock, backlog=4096, ssl=tls)
         host, port = _split_host_port(args.listen)
-        return await loop.create_server(factory, host, port, reuse_address=True, backlog=4096)
+        return await loop.create_server(
+            factory, host, port, reuse_address=True, backlog=4096, ssl=tls
+        )
 
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):

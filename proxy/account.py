@@ -14,6 +14,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from aiohttp import web
+from multidict import CIMultiDict
 
 ACCOUNT = "swapd.account"
 # Enough for the last few SSE events of any OpenAI-compatible server (the usage/timings chunk is
@@ -102,6 +103,10 @@ class Account:
     # relay carried is not the upstream's own (a dialect rewrote it): what the accounting reads
     # the counts from instead.
     counts: bytes | None = None
+    # In llama-swap's views (its in-flight table; its activity log when a POST): a model route,
+    # or `/upstream/` to a model route's path. None until the route decision knows.
+    listed: bool | None = None
+    resp_headers: CIMultiDict[str] | None = None  # the response's, once the relay has them
 
 
 def account(request: web.BaseRequest) -> Account:

@@ -46,7 +46,7 @@ log = logging.getLogger(__name__)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
-_OPEN_PATHS = frozenset({"/health", "/wol-health"})
+_OPEN_PATHS = frozenset({"/health", "/wol-health", "/favicon.ico"})
 _CORS_METHODS = "GET, POST, PUT, PATCH, DELETE, OPTIONS"
 _CORS_DEFAULT_HEADERS = "Content-Type, Authorization, Accept, X-Requested-With"
 _TOKEN_CHARS = frozenset(
@@ -197,6 +197,8 @@ def make_app(*, run_dir: Path, processes: int = 1, proxy_id: str | None = None) 
     router.add_get("/api/metrics/activity", observe_api.handle_activity)
     router.add_get("/api/metrics/stats", observe_api.handle_stats)
     router.add_get("/metrics", observe_api.handle_metrics)
+    router.add_get("/api/performance", observe_api.handle_performance)
+    router.add_get("/api/hardware", observe_api.handle_hardware)
     router.add_get("/api/profiles", profiles.handle_profiles)
     router.add_put("/api/profiles/active", profiles.handle_set_active)
     router.add_get("/api/captures/{id}", observe_api.handle_capture)

@@ -1,4 +1,6 @@
-"""The one error shape the proxy answers with: OpenAI's `{"error": {"message", "type", "code"}}`.
+"""The one error shape the proxy answers with: OpenAI's `{"error": {"message", "type", "param",
+"code"}}` (`param` null), under llama-swap's `"src"` marker (its #1038), which tells an error swapd
+made from one an upstream sent: `{"src": "swapd", "error": {...}}`.
 
 Upstream error responses are passed through untouched; only errors swapd itself generates use this.
 `ProxyError` is an `ipc.errors.Failure` (the daemon's `EnsureError` is another), and the status ->
@@ -31,6 +33,9 @@ _KINDS: dict[int, tuple[str, str]] = {
 }
 
 _encode = msgspec.json.Encoder().encode
+# Where the error was made: llama-swap writes its own name; a client tells proxy errors from the
+# upstream's by the key.
+SRC = "swapd"
 
 
 def kind_of(status: int) -> tuple[str, str]:
@@ -47,10 +52,15 @@ def error_body(
     status: int, message: str, code: str | None = None, log_tail: Sequence[str] = ()
 ) -> bytes:
     kind, default_code = kind_of(status)
-    error: dict[str, object] = {"message": message, "type": kind, "code": code or default_code}
+    error: dict[str, object] = {
+        "message": message,
+        "type": kind,
+        "param": None,
+        "code": code or default_code,
+    }
     if log_tail:
         error["log_tail"] = list(log_tail)
-    return _encode({"error": error})
+    return _encode({"src": SRC, "error": error})
 
 
 def error_response(

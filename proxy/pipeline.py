@@ -37,6 +37,7 @@ from .observe.events import HUB_KEY
 from .observe.stats import STATS
 from .routing import decide
 from .routing.body import RequestModel, filter_json, read_model, replace_span
+from .routing.model_routes import is_model_route
 from .upstream.address import UpstreamAddress
 from .upstream.forward import Refused, ReplyRewrite, forward, outgoing
 from .upstream.websocket import is_websocket, relay_websocket
@@ -81,6 +82,8 @@ def _pipeline(
         acc.started = ctx.loop.time()
         acc.route = route
         RECORDER.begin(request, acc)
+        if route != "upstream":  # `/upstream/` is listed by the path below its model
+            RECORDER.decide(acc, route == "model", request.method)
         try:
             state = ctx.state
             routes = state.routes if state.synced.is_set() else await routes_of(ctx)
@@ -110,6 +113,9 @@ def _pipeline(
                 raise decision.error()
             if isinstance(decision, decide.Redirect):
                 return web.Response(status=decision.status, headers={"Location": decision.location})
+            if route == "upstream":
+                below = decision.path_qs.partition("?")[0]
+                RECORDER.decide(acc, is_model_route(request.method, below), request.method)
             if decision.peer is not None:
                 return await _serve_peer(request, ctx, acc, decision, found, rewrite)
             assert decision.route is not None

@@ -58,6 +58,8 @@ class CircusLayout:
     shutdown_grace: float = DEFAULT_GRACE
     # `swapd run --config-dir`: its files merged after `config_path` (None: no file, only these).
     config_dir: Path | None = None
+    # `swapd run --tls-cert-file/--tls-key-file`: the proxy serves HTTPS with them.
+    tls: tuple[Path, Path] | None = None
 
 
 def _value(text: str) -> str:
@@ -87,6 +89,8 @@ def render(layout: CircusLayout) -> str:
     # circus replaces `$(circus.sockets.swapd)` with the inherited fd; shlex.join would quote it.
     proxy_argv = [layout.python, "-m", "swapd.proxy", "--run-dir", run_dir]
     proxy_argv += ["--shutdown-grace", f"{layout.shutdown_grace:g}"]
+    if layout.tls is not None:
+        proxy_argv += ["--tls-cert-file", str(layout.tls[0]), "--tls-key-file", str(layout.tls[1])]
     proxy_cmd = shlex.join(proxy_argv) + f" --fd $(circus.sockets.{LISTEN_SOCKET})"
     lines = [
         "; written by `swapd run`; regenerated on every start, do not edit",

@@ -3,25 +3,49 @@
 from __future__ import annotations
 
 import argparse
-import importlib.metadata
 import os
 import sys
 from pathlib import Path
 
+from ...ipc.build_info import build_info
 from ...ipc.endpoints import default_run_dir
 
 # `swapd run --watch-config` by environment, for the systemd unit (`Environment=` in a drop-in).
 WATCH_CONFIG_ENV = "SWAPD_WATCH_CONFIG"
+# llama-swap's flags (Go's flag package: one dash or two, `-name value` or `-name=value`), taken
+# as the same `swapd run` options; `-version` is swapd's `--version`.
+LLAMA_SWAP_RUN_FLAGS = frozenset(
+    {"config", "config-dir", "listen", "tls-cert-file", "tls-key-file", "watch-config"}
+)
+_LLAMA_SWAP_FLAGS = LLAMA_SWAP_RUN_FLAGS | {"version"}
+_GO_TRUE = ("", "1", "t", "true", "TRUE", "True")
+
+
+def llama_swap_argv(argv: list[str]) -> list[str]:
+    """llama-swap's command line as swapd's: `llama-swap -config FILE -listen :8080` is
+    `swapd run --config FILE --listen :8080` (without a sub-command, its flags mean `run`)."""
+    out: list[str] = []
+    for arg in argv:
+        dashes = len(arg) - len(arg.lstrip("-"))
+        name, eq, value = arg.lstrip("-").partition("=")
+        if dashes in (1, 2) and name in _LLAMA_SWAP_FLAGS:
+            if name == "watch-config" and eq:
+                if value in _GO_TRUE:
+                    out.append("--watch-config")
+                continue  # Go's `-watch-config=false`: the default
+            arg = f"--{name}{eq}{value}"
+        out.append(arg)
+    first = out[0].lstrip("-").partition("=")[0] if out and out[0].startswith("--") else ""
+    if first in LLAMA_SWAP_RUN_FLAGS:
+        out.insert(0, "run")
+    return out
 
 
 def version_line() -> str:
-    """llama-swap's `-version` line. swapd is installed from source: no commit or build date
-    are recorded, so they read `unknown` (`GET /api/version` has them empty)."""
-    try:
-        version = importlib.metadata.version("swapd")
-    except importlib.metadata.PackageNotFoundError:
-        version = "unknown"
-    return f"version: {version} (unknown), built at unknown"
+    """llama-swap's `-version` line: `version: X (commit), built at DATE` (what
+    `GET /api/version` answers, `ipc/build_info.py`)."""
+    info = build_info()
+    return f"version: {info['version']} ({info['commit']}), built at {info['build_date']}"
 
 
 def _add_run_dir(parser: argparse.ArgumentParser) -> None:
@@ -48,7 +72,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="swapd",
         description="swapd runs many local inference servers behind one port and swaps them in and "
-        "out of the GPUs on demand. It reads llama-swap's YAML config format.",
+        "out of the GPUs on demand. It reads llama-swap's YAML config format, and takes "
+        "llama-swap's flags (-config FILE -listen :8080 ...) as `swapd run`'s options.",
     )
     parser.add_argument(
         "--version",
@@ -68,7 +93,24 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("-c", "--config", type=Path, help="llama-swap style YAML config file")
     _add_config_dir(run)
     run.add_argument(
-        "--listen", default="127.0.0.1:8080", help="HOST:PORT of the proxy (default 127.0.0.1:8080)"
+        "--listen",
+        default=None,
+        help="HOST:PORT of the proxy, :PORT for every interface (default 127.0.0.1:8080, or "
+        "127.0.0.1:8443 with TLS)",
+    )
+    run.add_argument(
+        "--tls-cert-file",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="serve HTTPS with this certificate (PEM, its chain after it); with --tls-key-file",
+    )
+    run.add_argument(
+        "--tls-key-file",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="the certificate's private key (PEM); with --tls-cert-file",
     )
     run.add_argument(
         "--proxy-processes",
@@ -98,8 +140,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="validate a config file",
         description="Load a config file (and/or --config-dir) the way `swapd run` does. Exit 0 "
         "if it is valid, 1 with "
-        "every error (file:line key.path: message) if not. Warnings (llama-swap keys swapd "
-        "accepts but ignores, and the like) go to stderr and do not fail the check.",
+        "every error (file:line key.path: message) if not. Warnings (unknown keys, llama-swap "
+        "keys swapd accepts but ignores, and the like) go to stderr and do not fail the check.",
+    )
+    check.add_argument(
+        "--strict",
+        action="store_true",
+        help="an unknown key is an error, not a warning (swapd run, like llama-swap, ignores it)",
     )
     check.add_argument("-c", "--config", type=Path, help="the YAML config file")
     _add_config_dir(check)
@@ -146,7 +193,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = build_parser().parse_args(llama_swap_argv(sys.argv[1:] if argv is None else argv))
     if args.command == "check-config":
         from ..config.check import main as command
     elif args.command == "run":

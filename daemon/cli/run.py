@@ -11,6 +11,7 @@ import errno
 import logging
 import os
 import socket
+import ssl
 import sys
 from pathlib import Path
 
@@ -21,6 +22,9 @@ from . import circus_config
 
 # circusd must outlast the daemon's own shutdown (cmdStop of every model, in parallel).
 _SHUTDOWN_MARGIN = 10.0
+# Loopback unless told otherwise (llama-swap listens on every interface: docs/migrating...).
+DEFAULT_LISTEN = "127.0.0.1:8080"
+DEFAULT_TLS_LISTEN = "127.0.0.1:8443"
 
 
 def _check_port_free(host: str, port: int) -> str | None:
@@ -76,11 +80,31 @@ def _check_gpus(config: Config) -> str | None:
     return None
 
 
+def _check_tls(cert: Path | None, key: Path | None) -> tuple[tuple[Path, Path] | None, str | None]:
+    """The certificate and key files (absolute), when both are given and make a usable pair."""
+    if cert is None and key is None:
+        return None, None
+    if cert is None or key is None:
+        return None, "both --tls-cert-file and --tls-key-file must be provided for TLS"
+    pair = (cert.resolve(), key.resolve())
+    try:
+        ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(*pair)
+    except (OSError, ssl.SSLError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        return None, f"cannot use --tls-cert-file {cert} with --tls-key-file {key}: {why}"
+    return pair, None
+
+
 def main(args: argparse.Namespace) -> int:
     from ..config import ConfigError, ConfigSources, load_config
 
+    tls, problem = _check_tls(args.tls_cert_file, args.tls_key_file)
+    if problem:
+        print(f"swapd: {problem}", file=sys.stderr)
+        return 2
+    listen = args.listen or (DEFAULT_TLS_LISTEN if tls else DEFAULT_LISTEN)
     try:
-        host, port = circus_config.parse_listen(args.listen)
+        host, port = circus_config.parse_listen(listen)
     except circus_config.ListenAddressError as exc:
         print(f"swapd: {exc}", file=sys.stderr)
         return 2
@@ -138,11 +162,13 @@ def main(args: argparse.Namespace) -> int:
         daemon_graceful_timeout=args.shutdown_grace + max(unload_timeouts) + _SHUTDOWN_MARGIN,
         shutdown_grace=args.shutdown_grace,
         watch_config=args.watch_config,
+        tls=tls,
     )
     ini = circus_config.write(layout)
     if is_embedded:
         print(embedded.describe_default(f"{host}:{port}"))
-    print(f"swapd: run dir {run_dir}, listening on {host}:{port}", flush=True)
+    scheme = "https" if tls else "http"
+    print(f"swapd: run dir {run_dir}, listening on {scheme}://{host}:{port}", flush=True)
     os.environ["CIRCUSCTL_ENDPOINT"] = endpoints.circus_ctl
     argv = [sys.executable, "-m", "swapd.daemon.cli.circusd", "--log-output", "-", str(ini)]
     sys.stderr.flush()

@@ -23,7 +23,7 @@ def main(args: argparse.Namespace) -> int:
         print("swapd check-config: give -c FILE, --config-dir DIR, or both", file=sys.stderr)
         return 2
     try:
-        loaded = load(sources, environ=environ)
+        loaded = load(sources, environ=environ, strict=getattr(args, "strict", False))
     except ConfigError as error:
         for warning in error.warnings:
             print(f"warning: {warning}", file=sys.stderr)

@@ -20,6 +20,7 @@ from . import (
     gpu_fields,
     macros,
     model_fields,
+    observe_fields,
     profiles,
     router_members,
     routing,
@@ -84,17 +85,18 @@ def load(
     *,
     environ: Mapping[str, str] | None = None,
     ports: Mapping[str, int] | None = None,
+    strict: bool = False,
 ) -> Loaded:
     """Load a config file (or `--config`/`--config-dir` sources), keeping the warnings. `ports`
     (model id -> port) are `${PORT}`s that carry over from the config this one replaces (see
-    `stages.allocate_ports`)."""
+    `stages.allocate_ports`). `strict`: an unknown key is an error, not a warning."""
     if isinstance(path, ConfigSources):
         if path.directory is None and path.file is not None:
             path = path.file
         else:
-            return _load_sources(path, environ, ports)
+            return _load_sources(path, environ, ports, strict)
     source = os.fspath(path)
-    return load_text(_read(source), source, environ=environ, ports=ports)
+    return load_text(_read(source), source, environ=environ, ports=ports, strict=strict)
 
 
 def _read(source: str) -> str:
@@ -124,7 +126,10 @@ def _read(source: str) -> str:
 
 
 def _load_sources(
-    sources: ConfigSources, environ: Mapping[str, str] | None, ports: Mapping[str, int] | None
+    sources: ConfigSources,
+    environ: Mapping[str, str] | None,
+    ports: Mapping[str, int] | None,
+    strict: bool = False,
 ) -> Loaded:
     label = str(sources)
     merged: Merged | None = None
@@ -154,7 +159,7 @@ def _load_sources(
     if issues:
         raise ConfigError(issues)
     document = merged.document if merged is not None else parse("")
-    return _load_document(document, label, environ, ports)
+    return _load_document(document, label, environ, ports, strict)
 
 
 def load_text(
@@ -163,13 +168,14 @@ def load_text(
     *,
     environ: Mapping[str, str] | None = None,
     ports: Mapping[str, int] | None = None,
+    strict: bool = False,
 ) -> Loaded:
     """Load config text, keeping the warnings."""
     try:
         document = parse(text)
     except YamlSyntaxError as error:
         raise ConfigError([ConfigIssue(source, error.line, "", error.message)]) from None
-    return _load_document(document, source, environ, ports)
+    return _load_document(document, source, environ, ports, strict)
 
 
 def _load_document(
@@ -177,8 +183,10 @@ def _load_document(
     source: str,
     environ: Mapping[str, str] | None,
     ports: Mapping[str, int] | None,
+    strict: bool = False,
 ) -> Loaded:
     builder = _Build(document, source, os.environ if environ is None else environ, ports)
+    builder.strict = strict
     try:
         config = builder.build()
     except macros.ExpansionTooLarge as error:
@@ -214,6 +222,7 @@ class _Build:
         self.report = Report(source, document)
         self.typed = Converter(self.report)
         self.ignored: list[Path] = []
+        self.strict = False
 
     def build(self) -> c.Config | None:
         report, document = self.report, self.document
@@ -225,7 +234,7 @@ class _Build:
                 (), f"the top level must be a mapping (keys such as models:), got {describe(data)}"
             )
             return None
-        checker = KeyCheck(report)
+        checker = KeyCheck(report, strict=self.strict)
         checker.check(data, TOP_LEVEL, ())
         self.ignored = checker.ignored_paths
         data = self._drop_ignored(data, ())
@@ -313,8 +322,10 @@ class _Build:
         router_members.check_auto_in_matrix(built, routes.matrix, report)
         peers = cross.peers(top, top_raw.get("peers") or {})
         cross.aliases_and_ids(peers)
-        cross.by_id_names(by_id)
+        cross.by_id_names(by_id, peers)
+        top_fields.peer_namespace(top, peers, report)
         chosen = selectors.read(top.selectors, names, peers, routes.groups, routes.matrix, report)
+        perf_disabled, perf_every = observe_fields.performance(top, report)
         return c.Config(
             models=built,
             health_check_timeout=health,
@@ -344,6 +355,9 @@ class _Build:
             selectors=chosen,
             source=self.source,
             forced=health_forced,
+            session_headers=observe_fields.session_headers(top, self.typed),
+            performance_disabled=perf_disabled,
+            performance_every=perf_every,
         )
 
     def _usable_ids(self, models: dict[str, Any]) -> dict[str, Any]:

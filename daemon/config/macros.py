@@ -174,3 +174,20 @@ def references(value: Any, path: Path) -> Iterator[tuple[Path, str]]:
     elif isinstance(value, str):
         for name in _ANY_REF.findall(value):
             yield path, name
+
+
+_UNTERMINATED = re.compile(r"\$\{[^}]*$")
+
+
+def unterminated(value: Any, path: Path) -> Iterator[tuple[Path, str]]:
+    """Every `${` with no `}` after it in the strings of a value (llama-swap keeps it as text)."""
+    if isinstance(value, dict):
+        for k, v in value.items():
+            yield from unterminated(v, (*path, k))
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            yield from unterminated(v, (*path, i))
+    elif isinstance(value, str) and "${" in value:
+        found = _UNTERMINATED.search(value)
+        if found is not None:
+            yield path, found.group(0).split()[0] if found.group(0).split() else found.group(0)

@@ -155,10 +155,14 @@ class Merged:
                 if moved is not None and moved not in target:
                     target[moved] = line
                     doc.origins.setdefault(moved, file)
-        for path in src.plain_strings:
-            moved = self._where(path)
-            if moved is not None:
-                doc.plain_strings.add(moved)
+        for paths_src, paths_dst in (
+            (src.plain_strings, doc.plain_strings),
+            (src.anchored, doc.anchored),
+        ):
+            for path in paths_src:
+                moved = self._where(path)
+                if moved is not None:
+                    paths_dst.add(moved)
         for table_src, table_dst in ((src.unfolded, doc.unfolded), (src.spans, doc.spans)):
             for path, value in table_src.items():
                 moved = self._where(path)

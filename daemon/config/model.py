@@ -108,6 +108,10 @@ DEFAULT_METRICS_MAX_IN_MEMORY = 1000
 # `vramMargin` (gpu_fields.py): left free on each GPU a placement by memory uses.
 DEFAULT_VRAM_MARGIN = 512 * 1024**2
 DEFAULT_CAPTURE_BUFFER_MB = 5
+# `ui.activity.session_id` (llama-swap's default) and `performance.every` (seconds, its default
+# and its minimum).
+DEFAULT_SESSION_HEADERS: tuple[str, ...] = ("X-Session-ID", "X-Litellm-Session-Id")
+DEFAULT_PERFORMANCE_EVERY = 5.0
 
 
 class Config(msgspec.Struct, frozen=True):
@@ -145,6 +149,11 @@ class Config(msgspec.Struct, frozen=True):
     source: str = ""
     # Top-level settings the loader overrode (healthCheckTimeout below 15), with the reason.
     forced: tuple[Forced, ...] = ()
+    # `ui.activity.session_id`: the headers llama-swap's UI shows as a request's session.
+    session_headers: tuple[str, ...] = DEFAULT_SESSION_HEADERS
+    # `performance`: the host and GPU sampler off, and its interval in seconds.
+    performance_disabled: bool = False
+    performance_every: float = DEFAULT_PERFORMANCE_EVERY
 
     @property
     def models_to_stdout(self) -> bool:

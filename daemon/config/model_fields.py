@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import quote, urlsplit
 
 from ...ipc.reserved import COMFYUI_MODEL_ID
 from ...ipc.routing_table import Capabilities
@@ -199,10 +199,29 @@ def _check_endpoint(value: str | None, path: Path, report: Report) -> str | None
     value = value.strip()
     if value == "none":
         return None
+    where = (*path, "checkEndpoint")
     if not value.startswith("/"):
-        report.error(
-            (*path, "checkEndpoint"),
-            f"expected a path starting with '/' or 'none', got {value!r}",
+        # llama-swap loads it: its reverse proxy asks the upstream for the URL's path, or for
+        # the text after a '/' of its own.
+        parts = urlsplit(value)
+        if parts.scheme and parts.netloc:
+            sent = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+            why = "the upstream is always the model's proxy, so only its path counts"
+        else:
+            sent, why = "/" + value, "a request path starts with '/'"
+        report.warn(
+            where,
+            f"expected a path starting with '/' or 'none', got {value!r}: asks for "
+            f"{sent!r} ({why})",
+        )
+        value = sent
+    if any(ch.isspace() for ch in value):
+        # llama-swap loads it and requests it percent-encoded; so does swapd (yarl quotes it).
+        sent = quote(value, safe="/?&=%:@!$'()*+,;~")
+        report.warn(
+            where,
+            f"{value!r} holds whitespace, which no request path has: the health check asks "
+            f"for {sent!r}",
         )
     return value
 

@@ -1,9 +1,12 @@
 """The config keys swapd knows (derived from `shape.py`): what it acts on, and what it accepts from
 llama-swap and ignores.
 
-Anything else is an error, with a "did you mean" when a known key is close. llama-swap itself
-ignores unknown keys silently, which turns a typo such as `checkEndPoint` into a default nobody
-asked for.
+Anything else is a warning, with a "did you mean" when a known key is close, and is then left
+out as llama-swap leaves it out: a config llama-swap loads always loads here, a key llama-swap
+adds tomorrow included. llama-swap itself says nothing, which turns a typo such as
+`checkEndPoint` into a default nobody asked for; `strict` (`swapd check-config --strict`) makes
+each an error. A top-level key whose value holds YAML anchors (`defs:` in llama-swap's own
+tests) and `x-...` keys (docker compose's convention) are homes for anchors: accepted quietly.
 """
 
 from __future__ import annotations
@@ -78,12 +81,15 @@ PEER = keys_of(shape.Peer)
 
 @dataclass
 class KeyCheck:
-    """Checks parsed data against the table: unknown keys are errors, ignored ones warnings."""
+    """Checks parsed data against the table: unknown and ignored keys are warnings (unknown ones
+    errors when `strict`); both are left out of what the loader reads further."""
 
     report: Report
+    strict: bool = False
     ignored_paths: list[Path] = field(default_factory=list)
 
     def check(self, mapping: Mapping[str, object], table: Mapping[str, Key], path: Path) -> None:
+        document = self.report.document
         for name, value in mapping.items():
             child = (*path, name)
             if not path and name.startswith(EXTENSION_PREFIX):
@@ -91,7 +97,16 @@ class KeyCheck:
                 continue
             key = table.get(name)
             if key is None:
-                self.report.error(child, unknown_key_message(name, table), key=True)
+                self.ignored_paths.append(child)
+                if not path and document is not None and document.holds_anchors(child):
+                    continue  # `defs:` and the like: it only holds anchors used elsewhere
+                message = unknown_key_message(name, table)
+                if self.strict:
+                    self.report.error(child, message, key=True)
+                else:
+                    self.report.warn(
+                        child, f"{message} (ignored, as llama-swap ignores it)", key=True
+                    )
                 continue
             if key.ignored:
                 self.ignored_paths.append(child)

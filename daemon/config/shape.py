@@ -220,6 +220,25 @@ class Store(Section, frozen=True):
     path: str | None = None
 
 
+class UiActivity(Section, frozen=True):
+    # Request headers whose value the activity table shows as the session (observe_fields.py).
+    session_id: Texts | None = field(default=None, name="session_id")
+
+
+class Ui(Section, frozen=True):
+    """llama-swap's `ui`: settings its web UI reads from the `uiConfig` event."""
+
+    activity: UiActivity | None = None
+
+
+class Performance(Section, frozen=True):
+    """The host and GPU sampler (`/api/performance`, `llamaswap_*` on `/metrics`)."""
+
+    disabled: bool | None = None
+    # A Go duration ("5s", "1m"), read by hand in observe_fields.py; at least 5 s.
+    every: Any = None
+
+
 class Top(Section, frozen=True):
     health_check_timeout: Int | None = None
     log_level: str | None = None
@@ -251,8 +270,8 @@ class Top(Section, frozen=True):
     # Stream loading progress to a streaming chat request that waits for a start.
     send_loading_state: bool | None = None
     store: Store | None = None
-    ui: _ignored("swapd has no web UI") = None
-    performance: _ignored("swapd does not sample performance") = None
+    ui: Ui | None = None
+    performance: Performance | None = None
     profiles: dict[str, Profile] | None = None
     selectors: dict[str, Selector] | None = None
     routing: Routing | None = None

@@ -211,3 +211,10 @@ def check_leftovers(
             message = f"unknown macro '${{{name}}}'{hint}"
         line = document.find_line(where, f"${{{name}}}")
         report.error(where, message, line=line)
+    for where, text in macros.unterminated(value, path):
+        # llama-swap keeps the text as it is (no macro matches it): it loads, and is rarely meant.
+        report.warn(
+            where,
+            f"{text!r} is not a macro (no closing '}}'): kept as text, as llama-swap keeps it",
+            line=document.find_line(where, text),
+        )

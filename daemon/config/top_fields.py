@@ -216,9 +216,17 @@ class CrossCheck:
                 )
         return peers
 
-    def by_id_names(self, by_id: Mapping[str, list[str]]) -> None:
-        """setParamsByID names become aliases (llama-swap): they may name no other model."""
+    def by_id_names(
+        self, by_id: Mapping[str, list[str]], peers: Mapping[str, c.PeerConfig] | None = None
+    ) -> None:
+        """setParamsByID names become aliases (llama-swap): they may name no other model, nor a
+        peer's model by its full `peer/model` name (which they would shadow)."""
         owners: dict[str, str] = {}
+        qualified = {
+            f"{peer_id}/{m}": peer_id
+            for peer_id, peer in (peers or {}).items()
+            for m in peer.models
+        }
         for model_id, names in by_id.items():
             for name in names:
                 where = ("models", model_id, "filters", "setParamsByID", name)
@@ -243,6 +251,13 @@ class CrossCheck:
                         f"{owners[name]!r}",
                         key=True,
                     )
+                elif name in qualified:
+                    self.report.error(
+                        where,
+                        f"setParamsByID key {name!r} is the full name of a model on peer "
+                        f"{qualified[name]!r}",
+                        key=True,
+                    )
                 else:
                     owners[name] = model_id
 
@@ -262,8 +277,11 @@ class CrossCheck:
                 )
             for index, alias in enumerate(self.aliases.get(model_id, [])):
                 if alias in self.raw_models:
-                    self.report.error(
-                        (*path, index), f"alias {alias!r} is the id of model {alias!r}"
+                    # llama-swap loads it: a request for the name gets the model of that id.
+                    self.report.warn(
+                        (*path, index),
+                        f"alias {alias!r} is the id of model {alias!r}, which a request for it "
+                        "gets (as in llama-swap): this alias is never used",
                     )
                 elif alias in seen:
                     other = seen[alias]
@@ -278,6 +296,38 @@ class CrossCheck:
                     )
                 else:
                     seen[alias] = model_id
+
+
+def peer_namespace(top: shape.Top, peers: Mapping[str, c.PeerConfig], report: Report) -> None:
+    """A peer model's full name (`peer/model`) is reserved, as in llama-swap: two peers may not
+    both make it, and no selector or profile pin may take it (models, aliases and setParamsByID
+    keys are checked by `CrossCheck`)."""
+    made: dict[str, str] = {}
+    for peer_id, peer in peers.items():
+        for model in peer.models:
+            name = f"{peer_id}/{model}"
+            if name in made and made[name] != peer_id:
+                report.error(
+                    ("peers", peer_id, "models"),
+                    f"peer model name {name!r} is ambiguous between peers {made[name]!r} and "
+                    f"{peer_id!r}",
+                )
+            made.setdefault(name, peer_id)
+    for selector in top.selectors or {}:
+        if selector in made:
+            report.error(
+                ("selectors", selector),
+                f"selector id {selector!r} is the full name of a model on peer {made[selector]!r}",
+                key=True,
+            )
+    for profile_id, profile in (top.profiles or {}).items():
+        for pin in profile.pins or {}:
+            if pin in made:
+                report.error(
+                    ("profiles", profile_id, "pins", pin),
+                    f"pin {pin!r} is the full name of a model on peer {made[pin]!r}",
+                    key=True,
+                )
 
 
 def store_path(top: shape.Top, source: str, report: Report) -> str:

@@ -4,8 +4,9 @@ Each field is converted on its own, so every wrong value in a file is reported, 
 (msgspec stops at one), and a wrong value reads as unset. msgspec's verdict is worded the way the
 config errors always were (`expected an integer, got 'ten'`, `must be at least 0, got -1`). Two
 rules are llama-swap's, not msgspec's: a string field takes any scalar as its text, as Go's YAML
-decoder does (`name: 7` is the name "7"), and a list of strings keeps its good items when some are
-bad, remembering where each was in the file so later checks name the right index.
+decoder does (`name: 7` is the name "7"; with a warning, since it is rarely meant), and a list
+of strings keeps its good items when some are bad, remembering where each was in the file so
+later checks name the right index.
 """
 
 from __future__ import annotations
@@ -142,8 +143,19 @@ class Converter:
         return tuple(kept)
 
     def _scalar(self, raw: Any, annotation: Any, base: Any, where: Path, words: str | None) -> Any:
-        if base is str and not isinstance(raw, dict | list):
-            raw = raw if isinstance(raw, str) else as_text(raw)
+        if base is str and not isinstance(raw, str | dict | list):
+            # Loaded as llama-swap loads it, but rarely meant: `aliases: [1]`, `apiKeys: [1, 2]`.
+            text = as_text(raw)
+            # An API key's value is never shown: warnings end up in logs.
+            secret = where[:1] == ("apiKeys",) or where[-1:] == ("apiKey",)
+            got = "a number or boolean" if secret else describe(raw)
+            shown = "its text" if secret else repr(text)
+            self.report.warn(
+                where,
+                f"expected a string, got {got}: read as {shown}, as llama-swap reads it (quote "
+                "it if that is what you mean)",
+            )
+            raw = text
         if base is float and isinstance(raw, float) and not math.isfinite(raw):
             return self._wrong(where, "a finite number", raw)
         try:

@@ -4,7 +4,15 @@ The config loader reports every problem as `file:line key.path: message`, so it 
 `yaml.safe_load` gives: the line of each key and value, which scalars were written unquoted (an
 `${env.X}` there is re-typed after substitution, as llama-swap's textual substitution would), and
 the unfolded text of folded (`>`) block scalars (so a `\\` at the end of a line in a folded `cmd`
-still joins lines). Composing with the SafeLoader keeps the marks; PyYAML constructs the scalars.
+still joins lines), and the values that hold YAML anchors (so a top-level `defs:` that only holds
+them is known for what it is). Composing with the SafeLoader keeps the marks; PyYAML constructs
+the scalars.
+
+llama-swap replaces `${env.NAME}` in the file's text before it parses the YAML, so a reference
+may stand where YAML's flow syntax would read its braces (`apiKeys: [${env.KEY}]`). Here the
+text is parsed with each such reference's braces swapped for two private-use characters of the
+same length (`ENV_OPEN`, `ENV_CLOSE`; lines and columns stay as written), and every string read
+back gets its braces again; the loader then substitutes the references with their lines known.
 """
 
 from __future__ import annotations
@@ -46,6 +54,9 @@ _KNOWN_TAGS = _CONSTRUCTED_TAGS | {
     f"{_YAML_TAG}{name}" for name in ("map", "seq", "set", "omap", "pairs", "timestamp", "binary")
 }
 _TOKEN = re.compile(r"\$\{[^}]*\}")
+# `${env.NAME}` as llama-swap matches it (macros.py substitutes it after parsing).
+_ENV_TOKEN = re.compile(r"\$\{(env\.[A-Za-z_][A-Za-z0-9_]*)\}")
+ENV_OPEN, ENV_CLOSE = "\ue000", "\ue001"
 
 
 class YamlSyntaxError(Exception):
@@ -78,6 +89,14 @@ class Document:
     # file's lines. Empty for one file: every path is the report's own source.
     origins: dict[Path, str] = field(default_factory=dict)
     file_lines: dict[str, list[str]] = field(default_factory=dict)
+    # Where a value carries a YAML anchor (`&name`): a mapping that holds them is a home for
+    # anchors (llama-swap's tests keep them under `defs:`), not a mistyped key.
+    anchored: set[Path] = field(default_factory=set)
+
+    def holds_anchors(self, path: Path) -> bool:
+        """Whether the value at `path`, or one inside it, carries an anchor."""
+        size = len(path)
+        return any(found[:size] == path for found in self.anchored)
 
     def file_of(self, path: Path) -> str | None:
         """The file the value at `path` (or its nearest ancestor) came from; None: one file."""
@@ -142,14 +161,35 @@ def show_tag(tag: str) -> str:
 class _DepthLimitedLoader(yaml.SafeLoader):
     depth = 0
 
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self.anchored: set[int] = set()  # ids of the nodes written with an anchor
+
     def compose_node(self, parent: Node | None, index: Any) -> Node | None:
         self.depth += 1
         try:
+            event = self.peek_event()
             if self.depth > MAX_DEPTH:
-                raise YamlSyntaxError(self.peek_event().start_mark.line + 1, NESTED_TOO_DEEPLY)
-            return super().compose_node(parent, index)
+                raise YamlSyntaxError(event.start_mark.line + 1, NESTED_TOO_DEEPLY)
+            node = super().compose_node(parent, index)
+            if getattr(event, "anchor", None) and not isinstance(event, yaml.AliasEvent):
+                self.anchored.add(id(node))
+            return node
         finally:
             self.depth -= 1
+
+
+def _protect_env(text: str) -> str:
+    """`${env.NAME}` with its braces swapped for `ENV_OPEN`/`ENV_CLOSE` (same length)."""
+    if "${env." not in text or ENV_OPEN in text or ENV_CLOSE in text:
+        return text
+    return _ENV_TOKEN.sub(lambda m: f"${ENV_OPEN}{m.group(1)}{ENV_CLOSE}", text)
+
+
+def _restore_env(value: str) -> str:
+    if ENV_OPEN not in value:
+        return value
+    return value.replace(f"${ENV_OPEN}", "${").replace(ENV_CLOSE, "}")
 
 
 def resolve_plain(text: str) -> Any:
@@ -171,11 +211,12 @@ def parse(text: str) -> Document:
     loader: yaml.SafeLoader | None = None
     try:
         # The reader already rejects unprintable characters here, before any parsing.
-        loader = _DepthLimitedLoader(text)
+        protected = _protect_env(text)
+        loader = _DepthLimitedLoader(protected)
         root = loader.get_single_node()
         document = Document(None, source_lines=text.splitlines())
         if root is not None:
-            document.data = _Converter(loader, text, document).convert(root, ())
+            document.data = _Converter(loader, protected, document).convert(root, ())
         return document
     except yaml.reader.ReaderError as error:
         line = text.count("\n", 0, max(error.position, 0)) + 1
@@ -201,7 +242,7 @@ def parse(text: str) -> Document:
 
 
 class _Converter:
-    def __init__(self, loader: yaml.SafeLoader, text: str, document: Document) -> None:
+    def __init__(self, loader: _DepthLimitedLoader, text: str, document: Document) -> None:
         self.loader = loader
         self.text = text
         self.document = document
@@ -217,6 +258,8 @@ class _Converter:
                 f"YAML document is too large (over {MAX_VALUES} values with aliases expanded)",
             )
         self.document.value_lines.setdefault(path, node.start_mark.line + 1)
+        if id(node) in self.loader.anchored:
+            self.document.anchored.add(path)
         if node.tag not in _KNOWN_TAGS:
             self.document.problems.append(
                 (
@@ -256,7 +299,7 @@ class _Converter:
                 )
                 continue
             # The key's text as written: a model named `1.0` stays "1.0", not the float 1.0.
-            key = key_node.value
+            key = _restore_env(key_node.value)
             child = (*path, key)
             if key in result and (key not in written or id(key_node) not in own):
                 pass  # a merged value, overridden by what follows
@@ -278,15 +321,15 @@ class _Converter:
             last = min(node.end_mark.line + 1, len(self.document.source_lines))
             self.document.spans[path] = (node.start_mark.line + 1, last)
         if node.tag not in _CONSTRUCTED_TAGS:
-            return node.value
+            return _restore_env(node.value)
         if node.tag == _STR_TAG:
             if node.style is None:
                 self.document.plain_strings.add(path)
             elif node.style == ">":
                 unfolded = self._unfold(node)
                 if unfolded is not None:
-                    self.document.unfolded[path] = unfolded
-            return node.value
+                    self.document.unfolded[path] = _restore_env(unfolded)
+            return _restore_env(node.value)
         try:
             return self.loader.construct_object(node)
         except (yaml.YAMLError, ValueError):

@@ -20,12 +20,35 @@ class GpuProcess(msgspec.Struct, frozen=True):
     used_bytes: int | None  # None where NVML cannot tell (e.g. no permission, WDDM)
 
 
+class GpuTelemetry(msgspec.Struct, frozen=True):
+    """One GPU's figures of the moment, for the performance sampler (`/api/performance`,
+    llama-swap's `llamaswap_gpu_*` series), and the facts `/api/hardware` lists. A figure the
+    device does not report (no fan on a passive card) is 0, as llama-swap reports it."""
+
+    index: int
+    uuid: str
+    name: str
+    temp_c: int = 0
+    vram_temp_c: int = 0
+    gpu_util_pct: float = 0.0
+    mem_used_bytes: int = 0
+    mem_total_bytes: int = 0
+    fan_speed_pct: float = 0.0
+    power_draw_w: float = 0.0
+    vendor: str = ""
+    architecture: str = ""
+    driver_version: str = ""
+    power_limit_w: float = 0.0
+
+
 class GpuBackend(Protocol):
     name: str
 
     def devices(self) -> list[GpuInfo]: ...
 
     def processes(self) -> list[GpuProcess]: ...
+
+    def telemetry(self) -> list[GpuTelemetry]: ...
 
     def close(self) -> None: ...
 
@@ -43,6 +66,9 @@ class NullBackend:
         return []
 
     def processes(self) -> list[GpuProcess]:
+        return []
+
+    def telemetry(self) -> list[GpuTelemetry]:
         return []
 
     def close(self) -> None:

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from ...ipc.model_status import GpuInfo
 from ..errors import GpuError
-from .gpu_backend import GpuProcess
+from .gpu_backend import GpuProcess, GpuTelemetry
 
 CUDA_ENV = "CUDA_VISIBLE_DEVICES"
 GPUS_ENV = "SWAPD_FAKE_GPUS"
@@ -177,6 +177,31 @@ class FakeBackend:
             )
             for i, (name, uuid, total) in enumerate(self._devices)
         ]
+
+    def telemetry(self) -> list[GpuTelemetry]:
+        """Figures that follow what runs on each fake device, as a real one's would: idle, cool
+        and quiet while nothing holds memory there; busy, warmer and drawing more while
+        something does."""
+        out = []
+        for info in self.devices():
+            busy = info.used_bytes > 0
+            out.append(
+                GpuTelemetry(
+                    index=info.index,
+                    uuid=info.uuid,
+                    name=info.name,
+                    temp_c=70 if busy else 35,
+                    gpu_util_pct=100.0 if busy else 0.0,
+                    mem_used_bytes=info.used_bytes,
+                    mem_total_bytes=info.total_bytes,
+                    fan_speed_pct=60.0 if busy else 30.0,
+                    power_draw_w=300.0 if busy else 60.0,
+                    vendor="NVIDIA",
+                    driver_version="fake",
+                    power_limit_w=700.0,
+                )
+            )
+        return out
 
     def close(self) -> None:
         pass

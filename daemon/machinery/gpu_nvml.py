@@ -7,7 +7,7 @@ from typing import Any
 
 from ...ipc.model_status import GpuInfo
 from ..errors import GpuError
-from .gpu_backend import GpuProcess
+from .gpu_backend import GpuProcess, GpuTelemetry
 
 
 def _text(value: str | bytes) -> str:
@@ -105,6 +105,78 @@ class NvmlBackend:
                     used_bytes=None if used is None else int(used),
                 )
         return list(found.values())
+
+    def telemetry(self) -> list[GpuTelemetry]:
+        """Each GPU's figures of the moment (what `nvidia-smi --query-gpu` gives llama-swap's
+        sampler): a figure the device does not report reads 0, and never fails the rest."""
+        nvml = self._nvml
+        driver = self._read(nvml.nvmlSystemGetDriverVersion, "")
+        out = []
+        for index, handle in enumerate(self._handles):
+            mem = self._read(lambda h=handle: nvml.nvmlDeviceGetMemoryInfo(h), None)
+            out.append(
+                GpuTelemetry(
+                    index=index,
+                    uuid=self._uuids[index],
+                    name=self._names[index],
+                    temp_c=int(
+                        self._read(
+                            lambda h=handle: nvml.nvmlDeviceGetTemperature(
+                                h, nvml.NVML_TEMPERATURE_GPU
+                            ),
+                            0,
+                        )
+                    ),
+                    vram_temp_c=self._memory_temperature(handle),
+                    gpu_util_pct=float(
+                        self._read(lambda h=handle: nvml.nvmlDeviceGetUtilizationRates(h).gpu, 0)
+                    ),
+                    mem_used_bytes=int(mem.used) if mem is not None else 0,
+                    mem_total_bytes=int(mem.total) if mem is not None else 0,
+                    fan_speed_pct=float(
+                        self._read(lambda h=handle: nvml.nvmlDeviceGetFanSpeed(h), 0)
+                    ),
+                    power_draw_w=self._read(lambda h=handle: nvml.nvmlDeviceGetPowerUsage(h), 0)
+                    / 1000.0,
+                    vendor="NVIDIA",
+                    architecture=self._architecture(handle),
+                    driver_version=_text(driver),
+                    power_limit_w=self._read(
+                        lambda h=handle: nvml.nvmlDeviceGetEnforcedPowerLimit(h), 0
+                    )
+                    / 1000.0,
+                )
+            )
+        return out
+
+    def _read(self, call: Any, default: Any) -> Any:
+        try:
+            return call()
+        except self._nvml.NVMLError:
+            return default  # not supported on this part, or not permitted: the figure is absent
+
+    def _memory_temperature(self, handle: Any) -> int:
+        nvml = self._nvml
+        values = self._read(
+            lambda: nvml.nvmlDeviceGetFieldValues(handle, [nvml.NVML_FI_DEV_MEMORY_TEMP]), None
+        )
+        if not values or values[0].nvmlReturn != nvml.NVML_SUCCESS:
+            return 0
+        value = values[0]
+        if value.valueType == nvml.NVML_VALUE_TYPE_UNSIGNED_INT:
+            return int(value.value.uiVal)
+        if value.valueType == nvml.NVML_VALUE_TYPE_SIGNED_INT:
+            return int(value.value.siVal)
+        return 0
+
+    def _architecture(self, handle: Any) -> str:
+        nvml = self._nvml
+        code = self._read(lambda: nvml.nvmlDeviceGetArchitecture(handle), None)
+        for name in dir(nvml):
+            if name.startswith("NVML_DEVICE_ARCH_") and getattr(nvml, name) == code:
+                label = name.removeprefix("NVML_DEVICE_ARCH_")
+                return "" if label == "UNKNOWN" else label.capitalize()
+        return ""
 
     def close(self) -> None:
         with self._lock:

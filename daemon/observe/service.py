@@ -35,7 +35,7 @@ from ..config import Config
 from . import activity_query
 from .activity_db import ActivityDB
 from .activity_store import ActivityStore
-from .captures import CaptureCache, CaptureFigures, Secrets, capture_of
+from .captures import CaptureCache, CaptureFigures, Secrets, capture_of, headers_of
 from .intake import record_of
 from .metrics import CONTENT_TYPE, Metrics
 from .request_figures import model_labels
@@ -109,6 +109,8 @@ class Observer:
         # `/api/events` clients by proxy, as their Hellos say: new records are announced and
         # in-flight frames rendered only while some proxy has one.
         self.watchers: dict[str, int] = {}
+        # Awaited before each scrape (the performance sampler starts when someone reads).
+        self.before_scrape: Callable[[], Awaitable[None]] | None = None
 
     def watching(self, proxy_id: str, count: int) -> None:
         if count > 0:
@@ -132,6 +134,8 @@ class Observer:
         )
 
     async def _metrics(self, identity: bytes, message: QueryMetrics) -> None:
+        if self.before_scrape is not None:
+            await self.before_scrape()
         try:
             devices = list(await self.read_gpus())
         except Exception as exc:
@@ -186,7 +190,11 @@ class Observer:
 
     def report(self, message: ActivityReport) -> None:
         if message.started or message.ended:
+            secrets = self.secrets
             for flight in message.started:
+                # Redacted here, as captures are, before any proxy or client sees the entry.
+                flight.req_headers = headers_of(flight.req_headers.items(), secrets)[0]
+                flight.resp_headers = headers_of(flight.resp_headers.items(), secrets)[0]
                 self.in_flight[flight.id] = flight
             for key in message.ended:
                 self.in_flight.pop(key, None)
@@ -194,16 +202,20 @@ class Observer:
         if not message.records:
             return
         clock, proxy_id = message.clock, message.proxy_id
-        stored = self.store.add([record_of(item, clock, proxy_id) for item in message.records])
-        for item, record in zip(message.records, stored, strict=True):
+        records = [record_of(item, clock, proxy_id) for item in message.records]
+        # The activity log holds what llama-swap's holds (`Finished.listed`); /metrics counts all.
+        pairs = zip(message.records, records, strict=True)
+        listed = [(item, record) for item, record in pairs if item.listed]
+        stored = self.store.add([record for _, record in listed])
+        for item, record in listed:
             if item.capture is not None:
                 capture = capture_of(item.capture, record.id, record.req_path, self.secrets)
                 record.has_capture = self.captures.add(capture)
-        if self.db is not None:
+        if self.db is not None and stored:
             self.db.write(stored)
         if self.on_records is not None:
             try:
-                self.on_records(stored)
+                self.on_records(records)
             except Exception:
                 log.exception("counting activity records failed")
         self._publish(stored)

@@ -14,8 +14,9 @@ from ...ipc.event_frames import frame
 from ..context import CTX, ProxyContext
 from ..mirror.state import Routes
 from ..mirror.wait import routes_of
+from ..observe.combined_log import COMBINED_KEY
 from ..observe.events import HUB_KEY, EventHub, LogSink, Subscriber
-from ..observe.log_files import model_log_path, pipe_model, prefixed, tail_of
+from ..observe.log_files import model_log_path, pipe_model
 
 
 async def handle_events(request: web.Request) -> web.StreamResponse:
@@ -41,15 +42,13 @@ async def _stream(
     )
     await response.prepare(request)
     sub = Subscriber()
-    upstream_history = b""
-    for m in routes.table.models:
-        data, _ = await asyncio.to_thread(tail_of, model_log_path(routes.log_dir, m.id))
-        if data:
-            upstream_history += prefixed(m.id, data + b"\n", bytearray())
+    # The models' lines in the order they came (llama-swap's one upstream log), not model by model.
+    upstream_history = await request.app[COMBINED_KEY].upstream_history()
     sub.offer(frame("logData", {"source": "proxy", "data": ctx.logs.history().decode()}))
-    sub.offer(frame("logData", {"source": "upstream", "data": upstream_history.decode()}))
+    upstream_text = upstream_history.decode("utf-8", "replace")
+    sub.offer(frame("logData", {"source": "upstream", "data": upstream_text}))
     sub.offer(frame("modelStatus", hub.model_status()))
-    sub.offer(frame("uiConfig", {}))
+    sub.offer(hub.ui_config_frame())
     sub.offer(hub.profile_frame())
     sub.offer(hub.inflight_snapshot())
     upstream = LogSink(sub, "upstream")

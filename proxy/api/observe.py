@@ -1,5 +1,6 @@
 """The observability routes: `GET /api/metrics/activity`, `GET /api/metrics/stats`,
-`GET /metrics` and `GET /api/captures/{id}`, which the daemon answers (it keeps the activity log,
+`GET /metrics`, `GET /api/captures/{id}`, `GET /api/performance` and `GET /api/hardware`, which
+the daemon answers (it keeps the activity log,
 the captures and every Prometheus figure, so each proxy process gives the same answer: the proxy
 passes the query through and the daemon's document back; a bad parameter is the daemon's 400 in
 the one error shape); `GET /api/inflight` and `POST /api/inflight/{id}/cancel` from the in-flight
@@ -20,7 +21,9 @@ from ...ipc.messages import (
     Error,
     QueryActivity,
     QueryCapture,
+    QueryHardware,
     QueryMetrics,
+    QueryPerformance,
     QueryStats,
     Reply,
     Request,
@@ -49,7 +52,7 @@ async def _ask(request: web.Request, make: Callable[[int], Request]) -> web.Resp
     reply = await ask_daemon(request, make)
     if not isinstance(reply, Document):
         raise ProxyError(502, f"unexpected reply from the daemon: {type(reply).__name__}")
-    response = web.Response(body=reply.body)
+    response = web.Response(body=reply.body, status=reply.status)
     response.headers["Content-Type"] = reply.content_type
     return response
 
@@ -78,6 +81,17 @@ async def handle_metrics(request: web.Request) -> web.Response:
     return await _ask(request, lambda i: QueryMetrics(id=i))
 
 
+async def handle_performance(request: web.Request) -> web.Response:
+    """llama-swap's `/api/performance[?after=RFC3339]`: the daemon's sampler (it starts sampling
+    when someone asks: daemon/observe/performance.py)."""
+    after = request.query.get("after", "")
+    return await _ask(request, lambda i: QueryPerformance(id=i, after=after))
+
+
+async def handle_hardware(request: web.Request) -> web.Response:
+    return await _ask(request, lambda i: QueryHardware(id=i))
+
+
 _encode = msgspec.json.Encoder().encode
 
 
@@ -86,27 +100,18 @@ def _json(data: object) -> web.Response:
 
 
 async def handle_version(request: web.Request) -> web.Response:
-    """llama-swap's `{version, commit, build_date}`; swapd is installed from source, so the
-    commit and build date are not known. While Ollama's API is served (`ollamaAPI`), `version`
-    is the Ollama API version swapd answers in its shapes, which Ollama's clients compare with
-    what they need, and swapd's own is `swapd_version`."""
-    import importlib.metadata  # here, not at start-up: half a megabyte of idle memory
+    """llama-swap's `{version, commit, build_date}` (`ipc/build_info.py`: the commit of the
+    install or checkout, the install's date). While Ollama's API is served (`ollamaAPI`),
+    `version` is the Ollama API version swapd answers in its shapes, which Ollama's clients
+    compare with what they need, and swapd's own is `swapd_version`."""
+    from ...ipc.build_info import build_info  # here, not at start-up: the proxy's idle memory
 
-    try:
-        version = importlib.metadata.version("swapd")
-    except importlib.metadata.PackageNotFoundError:
-        version = "unknown"
+    info = build_info()
     routes = await routes_of(request.app[CTX])
     if routes.table.ollama_api:
-        return _json(
-            {
-                "version": ollama_values.API_VERSION,
-                "swapd_version": version,
-                "commit": "",
-                "build_date": "",
-            }
-        )
-    return _json({"version": version, "commit": "", "build_date": ""})
+        return _json({"version": ollama_values.API_VERSION, "swapd_version": info["version"],
+                      "commit": info["commit"], "build_date": info["build_date"]})  # fmt: skip
+    return _json(info)
 
 
 async def handle_inflight(request: web.Request) -> web.Response:

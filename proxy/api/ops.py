@@ -14,6 +14,7 @@ from ..errors import ProxyError
 from ..mirror.state import Routes
 from ..mirror.wait import routes_of
 from ..observe.events import HUB_KEY
+from ..observe.llama_view import llama_state
 from ..observe.stats import STATS
 from ..routing.decide import model_not_found
 
@@ -49,32 +50,38 @@ async def ttl_left_now(ctx: ProxyContext) -> dict[str, float | None] | None:
 
 
 async def handle_running(request: web.Request) -> web.Response:
-    """Models in any state but `stopped`, as this proxy last heard from the daemon, with the
-    TTL left as the daemon counts it, the GPUs (total, used, free, reserved) as the daemon reads
-    them, and this proxy process's counters under `"proxy"`."""
+    """llama-swap's `/running`: the models whose process is up or on its way up or down, in its
+    states (`llama_view.py`: a failed start is `stopped`, so not listed; `draining` is
+    `stopping`), with its fields (`model`, `state`, `cmd`, `proxy`, `ttl`, `name`,
+    `description`); and swapd's own beside them: `swapd_state`, the TTL left as the daemon counts
+    it, pid, port, GPUs; failed starts under `failed`; the GPUs (total, used, free, reserved) as
+    the daemon reads them; this proxy process's counters under `"proxy"`."""
     ctx = request.app[CTX]
     await routes_of(ctx)
     reply = await daemon_status(ctx)
     ttl_left = None if reply is None else {m.model: m.ttl_left for m in reply.models}
     running = []
+    failed = []
     for rt in sorted(ctx.state.runtimes.values(), key=lambda r: r.id):
-        if rt.state == "stopped":
-            continue
         status = rt.status
+        if rt.state == "failed":
+            failed.append({"model": rt.id, "reason": status.reason, "since": status.since})
+        if llama_state(rt.state) == "stopped":
+            continue
         item: dict[str, object] = {
             "model": rt.id,
-            "state": rt.state,
+            "state": llama_state(rt.state),
+            "cmd": rt.route.cmd,
+            "proxy": rt.base_url,
+            "ttl": rt.route.ttl,
+            "name": rt.route.name or "",
+            "description": rt.route.description or "",
+            "swapd_state": rt.state,
             "pid": status.pid,
             "port": status.port,
-            "ttl": rt.route.ttl,
             "ttl_left": ttl_left.get(rt.id) if ttl_left is not None else status.ttl_left,
-            "proxy": rt.base_url,
             "in_flight": rt.in_flight,
         }
-        if rt.route.name:
-            item["name"] = rt.route.name
-        if rt.route.description:
-            item["description"] = rt.route.description
         if status.reason:
             item["reason"] = status.reason
         # Where it runs and what it holds there (GPU placement by memory, docs/gpus.md).
@@ -96,6 +103,7 @@ async def handle_running(request: web.Request) -> web.Response:
         body=_encode(
             {
                 "running": running,
+                "failed": failed,
                 "lingering": lingering,
                 # Each GPU's memory (NVML) and what placement reserved on it; absent when the
                 # daemon did not answer in time.

@@ -20,17 +20,31 @@ from collections.abc import Callable
 
 from aiohttp import web
 
-from ...ipc.activity import Finished, InFlight, RawCapture
+from ...ipc.activity import FLIGHT_UPDATE_S, Finished, InFlight, RawCapture
 from ...ipc.messages import ActivityReport
 from ..account import TEE, Account, Tail
 from ..mirror.state import ProxyState
 from .captures import capture_of
+from .flights import flight_of, sent_bytes
 
 FLUSH_S = 0.1
 MAX_PENDING = 10_000
 # A body up to this size travels to the daemon as it is (cheaper than looking for counts in it);
 # a larger one only when it has some.
 SMALL = 4096
+
+
+class _Reported:
+    """An in-flight request the daemon heard of, and what it was last told of its response."""
+
+    __slots__ = ("acc", "head", "request", "sent", "told_at")
+
+    def __init__(self, request: web.BaseRequest, acc: Account, told_at: float) -> None:
+        self.request = request
+        self.acc = acc
+        self.sent = sent_bytes(acc)
+        self.head = acc.resp_headers is not None
+        self.told_at = told_at
 
 
 class Recorder:
@@ -45,10 +59,12 @@ class Recorder:
         self._pending: deque[Finished] = deque(maxlen=MAX_PENDING)
         self._timer: asyncio.TimerHandle | None = None
         # In flight, by number: begun and not yet reported, and reported as started (their end
-        # is news). The id (`<proxy_id>-<n>`) is only written for those reported; `cancel`
-        # cancels the request's handler task.
+        # is news, and so are their response's head and bytes). The id (`<proxy_id>-<n>`) is
+        # only written for those reported; `cancel` cancels the request's handler task. A
+        # request outside llama-swap's in-flight view (`Account.listed` False) is never
+        # reported; one whose route is not decided yet waits for the next batch.
         self._new: dict[int, tuple[web.BaseRequest, Account]] = {}
-        self._reported: dict[int, web.BaseRequest] = {}
+        self._reported: dict[int, _Reported] = {}
         self._ended: list[str] = []
         self._count = 0
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -65,11 +81,19 @@ class Recorder:
         if self._timer is None:
             self._arm()
 
-    def _arm(self) -> None:
+    @staticmethod
+    def decide(acc: Account, listed: bool, method: str) -> None:
+        """The route decision says whether llama-swap would show the request (its in-flight
+        table; its activity log for a POST). One it would not log keeps no capture."""
+        acc.listed = listed
+        if not listed or method != "POST":
+            acc.keep = 0
+
+    def _arm(self, delay: float = FLUSH_S) -> None:
         loop = self._loop
         if loop is None:
             loop = self._loop = asyncio.get_running_loop()
-        self._timer = loop.call_later(FLUSH_S, self.flush)
+        self._timer = loop.call_later(delay, self.flush)
 
     def cancel(self, flight: str) -> bool:
         """End request `flight` of this process (`POST /api/inflight/{id}/cancel`): its handler is
@@ -78,7 +102,8 @@ class Recorder:
         if mine != self.proxy_id or not number.isdigit():
             return False
         entry = self._new.get(int(number))
-        request = entry[0] if entry is not None else self._reported.get(int(number))
+        reported = self._reported.get(int(number))
+        request = entry[0] if entry is not None else reported.request if reported else None
         task = request.task if request is not None else None
         if task is None or task.done():
             return False
@@ -118,7 +143,8 @@ class Recorder:
         content_type = acc.content_type or response.content_type
         path = path_of(request)
         capture = None
-        if acc.keep:
+        listed = bool(acc.listed) and request.method == "POST"
+        if acc.keep and listed:
             capture = capture_of(request, response, acc, path)
             if capture is not None:
                 self._capture_bytes += _bodies(capture)
@@ -152,6 +178,7 @@ class Recorder:
                 body,
                 counted,
                 capture,
+                listed,
             )
         )
         if self._timer is None:
@@ -172,40 +199,60 @@ class Recorder:
         report = self.take()
         if report is not None and self.send is not None:
             self.send(report)
+        if self._timer is None and (self._new or self._reported):
+            # Requests under way: their responses' bytes are news, at llama-swap's pace.
+            self._arm(FLIGHT_UPDATE_S)
 
     def take(self) -> ActivityReport | None:
-        """The records waiting, with their token counts, as one report (None: none waiting)."""
+        """The records waiting, with their token counts, and the in-flight news (requests begun,
+        responses under way that sent more, requests ended) as one report (None: none)."""
         if self._timer is not None:
             self._timer.cancel()
         self._timer = None
         pending, self._pending = self._pending, deque(maxlen=MAX_PENDING)
         self._capture_bytes = 0
-        wall = time.time() - (self._loop.time() if self._loop is not None else 0.0)
-        proxy_id = self.proxy_id
-        started = tuple(
-            InFlight(
-                id=f"{proxy_id}-{flight}",
-                timestamp=wall + acc.started,
-                model=acc.model,
-                req_path=path_of(request),
-                method=request.method,
-                remote_ip=request.remote or "",
-                proxy_id=proxy_id,
-            )
-            for flight, (request, acc) in self._new.items()
-        )
-        self._reported.update((flight, entry[0]) for flight, entry in self._new.items())
-        self._new.clear()
+        now = self._loop.time() if self._loop is not None else 0.0
+        wall = time.time() - now
+        started = self._flights(now, wall)
         ended, self._ended = tuple(self._ended), []
         if not pending and not started and not ended:
             return None
         return ActivityReport(
-            proxy_id=proxy_id,
+            proxy_id=self.proxy_id,
             records=tuple(pending),
             started=started,
             ended=ended,
             clock=wall,
         )
+
+    def _flights(self, now: float, wall: float) -> tuple[InFlight, ...]:
+        """Entries for the requests begun since the last report, and again for those reported
+        whose response brought its head or more bytes (each at most every `FLIGHT_UPDATE_S`)."""
+        if not self._new and not self._reported:
+            return ()
+        proxy_id = self.proxy_id
+        out: list[InFlight] = []
+
+        def entry(flight: int, request: web.BaseRequest, acc: Account) -> InFlight:
+            path = path_of(request)
+            return flight_of(flight, request, acc, proxy_id=proxy_id, wall=wall, path=path)
+
+        for flight, rep in self._reported.items():
+            acc = rep.acc
+            if now - rep.told_at < FLIGHT_UPDATE_S:
+                continue
+            sent, head = sent_bytes(acc), acc.resp_headers is not None
+            if sent != rep.sent or head != rep.head:
+                rep.sent, rep.head, rep.told_at = sent, head, now
+                out.append(entry(flight, rep.request, acc))
+        for flight, (request, acc) in list(self._new.items()):
+            if acc.listed is None:
+                continue  # the route is not decided yet
+            del self._new[flight]
+            if acc.listed:
+                out.append(entry(flight, request, acc))
+                self._reported[flight] = _Reported(request, acc, now)
+        return tuple(out)
 
 
 def path_of(request: web.BaseRequest) -> str:

@@ -8,7 +8,10 @@ stat per file, microseconds), so a model line written before a proxy line was lo
 before it; between the proxy's lines a task does the same every `FOLLOW_POLL_S`, so model output
 also streams while the proxy is quiet. Lines are prefixed `[<model id>] `. The models' lines from
 before this process started (each file's last `HISTORY_BYTES`) come first, one model after
-another: they are older than anything this process logged.
+another, the file written to last at the end: they are older than anything this process logged.
+
+The models' lines alone, in the same order, are kept too (`upstream`): the history of
+`/api/events`' `upstream` log, in time order as llama-swap's one upstream log has it.
 
 Files are read on the loop, not in a thread, so that the catch-up before a proxy line is never
 racing a read of the same file; a read takes at most `READ_MAX` (the rest comes next time).
@@ -91,6 +94,19 @@ class CombinedLog(TextRing):
         self._log_dir: str | None = None
         self._task: asyncio.Task[None] | None = None
         self._exit = contextlib.ExitStack()
+        self.upstream = TextRing(HISTORY_BYTES)  # the models' lines only, in the same order
+        self._stepping = asyncio.Lock()  # one look at the table and the files at a time
+
+    async def upstream_history(self) -> bytes:
+        """The models' recent lines in the order they came, up to this moment."""
+        with contextlib.suppress(Exception):
+            await self._step()
+        return self.upstream.history()
+
+    async def _step(self) -> None:
+        async with self._stepping:
+            await self._follow_table()
+            self._catch_up()
 
     def start(self) -> None:
         self._ring += self._hub.history()
@@ -123,12 +139,12 @@ class CombinedLog(TextRing):
             out = prefixed(model_id, data, changed[model_id].pending)
             if out:
                 self.put(out)
+                self.upstream.put(out)
 
     async def _run(self) -> None:
         while True:
             try:
-                await self._follow_table()
-                self._catch_up()
+                await self._step()
             except Exception:  # never let the combined log stop following
                 log.exception("following the model logs failed")
             await asyncio.sleep(FOLLOW_POLL_S)
@@ -144,7 +160,7 @@ class CombinedLog(TextRing):
             self._log_dir = routes.log_dir
         for gone in set(self._files) - set(ids):
             del self._files[gone]
-        seed = bytearray()
+        seeds: list[tuple[float, bytes]] = []
         for model_id in ids:
             if model_id in self._files:
                 continue
@@ -154,12 +170,23 @@ class CombinedLog(TextRing):
                 data = b""
             elif data:
                 ended = data if data.endswith(b"\n") else data + b"\n"
-                seed += prefixed(model_id, ended, bytearray())
+                seeds.append((_modified(path), prefixed(model_id, ended, bytearray())))
             self._files[model_id] = _File(path, end)
-        if seed:
-            # Older than everything this process logged, which the ring already holds.
+        if seeds:
+            # Older than everything this process logged, which the ring already holds; the
+            # model written to last goes last.
+            seed = b"".join(data for _, data in sorted(seeds, key=lambda s: s[0]))
             self._ring[:0] = seed
             self.trim()
+            self.upstream._ring[:0] = seed
+            self.upstream.trim()
+
+
+def _modified(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return 0.0
 
 
 COMBINED_KEY: web.AppKey[CombinedLog] = web.AppKey("swapd_combined_log", CombinedLog)

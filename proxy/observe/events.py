@@ -5,10 +5,13 @@ Each frame is `event:message\\ndata:{"type": T, "data": "<JSON text>"}\\n\\n`, T
 "data"}`), `activity` (llama-swap's `{"id"}` of a new activity record, whose fields the activity
 API gives), `inflight` (`{"operation": "snapshot", "requests"}`, then `upsert` with `request` or
 `remove` with `id`), `swap` (swapd's own: a swap record as `GET /api/swaps` lists them, once its
-episode ended), `uiConfig` (fixed: swapd has no UI settings) and `profileChanged` (`{"active"}`:
-again whenever the daemon's table comes with another active profile, before its `modelStatus`,
-as llama-swap sends them). A new subscriber first gets the log histories, `modelStatus`,
-`uiConfig`, `profileChanged` and the in-flight snapshot.
+episode ended), `uiConfig` (the config's `ui`: `{"activity": {"session_id": [...]}}`) and
+`profileChanged` (`{"active"}`: again whenever the daemon's table comes with another active
+profile, before its `modelStatus`, as llama-swap sends them). A new subscriber first gets the log
+histories, `modelStatus`, `uiConfig`, `profileChanged` and the in-flight snapshot.
+
+`modelStatus` is llama-swap's shape with its states (`llama_view.py`: `failed` reads `stopped`,
+`draining` reads `stopping`), swapd's own state beside each as `swapd_state`.
 
 Activity and in-flight events come from the daemon (`ActivityAdded`, `InFlightChanged`), so they
 cover every proxy process; `logData` with source `proxy` is this process's own log.
@@ -44,6 +47,7 @@ from ...ipc.messages import (
     TableChanged,
 )
 from ..mirror.state import ProxyState
+from .llama_view import model_item
 
 # llama-swap's send buffer; the environment variable (for tests) sets another.
 QUEUE_FRAMES = int(os.environ.get("SWAPD_EVENTS_QUEUE", "") or 1024)
@@ -113,6 +117,7 @@ class EventHub:
         self.lost = 0
         # The active profile last announced (a table change says whether it changed).
         self.active_profile = state.routes.table.active_profile
+        self.session_headers = state.routes.table.session_headers  # the `uiConfig` last sent
 
     @contextlib.contextmanager
     def watched(self) -> Iterator[None]:
@@ -142,17 +147,7 @@ class EventHub:
         table = self.state.routes.table
         for route in sorted(table.models, key=lambda m: m.id):
             rt = self.state.runtimes.get(route.id)
-            item: dict[str, Any] = {
-                "id": route.id,
-                "name": route.name or "",
-                "description": route.description or "",
-                "state": rt.state if rt is not None else "stopped",
-                "unlisted": route.unlisted,
-                "peerID": "",
-            }
-            if route.aliases:
-                item["aliases"] = list(route.aliases)
-            models.append(item)
+            models.append(model_item(route, rt.state if rt is not None else "stopped"))
         for peer in table.peers:
             for name in peer.models:
                 models.append(
@@ -167,8 +162,14 @@ class EventHub:
                 )
         return models
 
+    def ui_config_frame(self) -> bytes:
+        """llama-swap's `uiConfig`: its `ui` section, which its UI reads (the session headers)."""
+        headers = list(self.state.routes.table.session_headers)
+        return frame("uiConfig", {"activity": {"session_id": headers}})
+
     def inflight_snapshot(self) -> bytes:
-        requests = [flight_json(f) for f in self.in_flight.values()]
+        flights = sorted(self.in_flight.values(), key=lambda f: (f.timestamp, f.id))
+        requests = [flight_json(f) for f in flights]
         return frame("inflight", {"operation": "snapshot", "requests": requests})
 
     def profile_frame(self) -> bytes:
@@ -178,6 +179,12 @@ class EventHub:
         active = self.state.routes.table.active_profile
         changed = active != self.active_profile
         self.active_profile = active
+        return changed
+
+    def _ui_changed(self) -> bool:
+        headers = self.state.routes.table.session_headers
+        changed = headers != self.session_headers
+        self.session_headers = headers
         return changed
 
     def snapshot(self, reply: SnapshotReply) -> None:
@@ -201,8 +208,11 @@ class EventHub:
         elif isinstance(event, CancelRequested):
             self.on_cancel(event.id)
         profile_changed = isinstance(event, TableChanged) and self._profile_changed()
+        ui_changed = isinstance(event, TableChanged) and self._ui_changed()
         if not self.subscribers:
             return
+        if ui_changed:  # a reload changed `ui` (llama-swap's clients reconnect after one)
+            self._broadcast(self.ui_config_frame())
         if profile_changed:  # as llama-swap: the profile, then the models
             self._broadcast(self.profile_frame())
         if isinstance(event, StateChanged | TableChanged):

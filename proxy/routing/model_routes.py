@@ -44,6 +44,13 @@ MODEL_ROUTES: tuple[tuple[str, str], ...] = (
 )
 
 _STRIPPED_PREFIXES = ("/v/", "/audioapi/")
+_ROUTE_SET = frozenset(MODEL_ROUTES)
+
+
+def is_model_route(method: str, path: str) -> bool:
+    """Whether `method path` is one of the routes above (llama-swap's in-flight table and
+    activity log take `/upstream/<model>/<path>` only when `<path>` is one)."""
+    return (method, path) in _ROUTE_SET
 
 
 def upstream_path(path: str) -> str:

@@ -12,6 +12,7 @@ _TYPES = {
     ".css": "text/css; charset=utf-8",
     ".js": "text/javascript; charset=utf-8",
     ".svg": "image/svg+xml",
+    ".ico": "image/x-icon",
 }
 
 

@@ -106,6 +106,7 @@ async def relay(
     bodiless = request.method == "HEAD" or status in (204, 304)
     if acc is not None:
         acc.content_type = headers.get("Content-Type", "")
+        acc.resp_headers = headers
     if into is not None:
         return await _stream(request, reply, label, into, None, bodiless, acc)
     if length is not None and length <= SMALL_BODY and not bodiless:

@@ -183,10 +183,15 @@ def test_in_flight_request_cancelled_from_the_page(chromium: Path, stack: Stack)
         ended = threading.Event()
 
         def slow() -> None:
+            # A model route: llama-swap's in-flight table (and so this page's) lists those only.
+            body = {"model": "a", "messages": [], "stream": True, "x_chunks": 400, "x_delay": 0.05}
+            request = urllib.request.Request(
+                stack.url + CHAT,
+                data=json.dumps(body).encode(),
+                headers={"Content-Type": "application/json"},
+            )
             try:
-                with urllib.request.urlopen(
-                    stack.url + "/upstream/a/slow?n=400&delay=0.05", timeout=60
-                ) as response:
+                with urllib.request.urlopen(request, timeout=60) as response:
                     response.read()
             except Exception:
                 pass

@@ -1,7 +1,8 @@
 """The activity log while circusd restarts one of two proxy processes mid-run, against the real
 stack (tests/support/upstreams/fake_model.py stands for llama-server). Clients keep sending
-requests, each on its own connection, each with its own path (`/upstream/m/t/<n>`, which the
-activity record keeps), so every answer a client got can be looked up in the log.
+chat requests, each on its own connection, each with its own tag (the generated tokens the model
+reports, `x_tokens`, which the activity record keeps), so every answer a client got can be looked
+up in the log.
 
 * SIGTERM (how circusd stops or restarts a process): the process stops taking requests, lets
   those in flight finish within its shutdown grace and sends its last batch as it exits: every
@@ -24,6 +25,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -33,6 +35,8 @@ from tests.support.stack import Stack, wait_for
 pytestmark = pytest.mark.processes
 
 CLIENTS = 4
+CHAT = "/v1/chat/completions"
+SLOW = 0  # the tag of the slow client's requests; the others count from 1
 # The slack beyond FLUSH_S for the last batch to leave a killed process (a loaded 2-core box).
 BATCH_SLACK_S = 1.0
 
@@ -43,7 +47,7 @@ class Load:
     def __init__(self, stack: Stack) -> None:
         self.stack = stack
         self.stop = threading.Event()
-        self.answered: dict[str, float] = {}  # path -> monotonic time its answer was read
+        self.answered: dict[str, float] = {}  # tag -> monotonic time its answer was read
         self.slow_answered = 0
         self.failed = 0
         self._lock = threading.Lock()
@@ -58,9 +62,16 @@ class Load:
     def _run(self, index: int) -> None:
         while not self.stop.is_set():
             slow = index == 0  # one client keeps a request in flight most of the time
-            path = "/upstream/m/slow?n=5&delay=0.1" if slow else f"/upstream/m/t/{self._next()}"
+            tag = SLOW if slow else self._next()
+            body = {"model": "m", "messages": [], "x_tokens": tag, "x_delay": 0.5 if slow else 0}
+            request = urllib.request.Request(
+                self.stack.url + CHAT,
+                data=json.dumps(body).encode(),
+                headers={"Content-Type": "application/json"},
+            )
+            path = str(tag)
             try:
-                with urllib.request.urlopen(self.stack.url + path, timeout=30) as resp:
+                with urllib.request.urlopen(request, timeout=30) as resp:
                     resp.read()
                     ok = resp.status == 200
             except (urllib.error.URLError, http.client.HTTPException, OSError):
@@ -87,8 +98,8 @@ class Load:
         wait_for(lambda: len(self.answered) >= count, 30, what=f"{count} answers")
 
 
-def _records(stack: Stack) -> list[dict[str, object]]:
-    rows: list[dict[str, object]] = []
+def _records(stack: Stack) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
     page = 1
     while True:
         with urllib.request.urlopen(
@@ -99,6 +110,10 @@ def _records(stack: Stack) -> list[dict[str, object]]:
         if page >= data["total_pages"]:
             return rows
         page += 1
+
+
+def _tag(record: dict[str, Any]) -> str:
+    return str(record["tokens"]["output_tokens"])
 
 
 def _serving(stack: Stack, pids: list[int]) -> int | None:
@@ -122,7 +137,7 @@ def stack(stack_factory: Callable[..., Stack]) -> Stack:
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["sigterm", "sigkill"])
 def test_no_record_lost_beyond_those_in_flight(stack: Stack, sig: signal.Signals) -> None:
-    urllib.request.urlopen(stack.url + "/upstream/m/t/0", timeout=30).read()  # started
+    urllib.request.urlopen(stack.url + "/upstream/m/", timeout=30).read()  # started
     before = stack.watcher_pids("swapd-proxy")
     assert len(before) == 2
     with Load(stack) as load:
@@ -130,6 +145,7 @@ def test_no_record_lost_beyond_those_in_flight(stack: Stack, sig: signal.Signals
         # The kernel hands each connection to whichever process accepts first: signal one that
         # has served some (its records name its pid), or the test would prove nothing.
         victim = wait_for(lambda: _serving(stack, before), 15, what="a proxy process with records")
+        assert victim is not None
         os.kill(victim, sig)
         killed_at = time.monotonic()
         wait_for(
@@ -146,18 +162,19 @@ def test_no_record_lost_beyond_those_in_flight(stack: Stack, sig: signal.Signals
     # in the lost window too.
     after = killed_at + (BATCH_SLACK_S if sig == signal.SIGKILL else 0.0)
 
-    def settled() -> list[dict[str, object]] | None:
+    def settled() -> list[dict[str, Any]] | None:
         rows = _records(stack)
-        seen = {str(r["req_path"]) for r in rows}
+        seen = {_tag(r) for r in rows}
         if not all(p in seen for p in answered if answered[p] > after):
             return None
-        slow = sum(1 for r in rows if r["req_path"] == "/upstream/m/slow")
+        slow = sum(1 for r in rows if _tag(r) == str(SLOW))
         return rows if sig == signal.SIGKILL or slow >= slow_answered else None
 
     rows = wait_for(settled, 15, what="the records of the answers after the restart")
-    recorded = {str(r["req_path"]) for r in rows if r["resp_status_code"] == 200}
+    assert rows is not None
+    recorded = {_tag(r) for r in rows if r["resp_status_code"] == 200}
     missing = {p for p in answered if p not in recorded}
-    slow_recorded = sum(1 for r in rows if r["req_path"] == "/upstream/m/slow")
+    slow_recorded = len([r for r in rows if _tag(r) == str(SLOW)])
     # The process signalled had served some of them (its id names its pid).
     assert any(f"-{victim}-" in str(r["proxy_id"]) for r in rows)
     if sig == signal.SIGTERM:

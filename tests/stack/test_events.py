@@ -70,6 +70,7 @@ async def test_snapshot_swap_states_activity_inflight(stack: Stack) -> None:
         assert {d["source"] for _, d in first[:2]} == {"proxy", "upstream"}
         status = first[2][1]
         assert [(m["id"], m["state"]) for m in status] == [("a", "stopped"), ("b", "stopped")]
+        assert first[3][1] == {"activity": {"session_id": ["X-Session-ID", "X-Litellm-Session-Id"]}}
         assert first[5][1] == {"operation": "snapshot", "requests": []}
 
         async def chat(model: str, **extra: Any) -> None:
@@ -81,7 +82,9 @@ async def test_snapshot_swap_states_activity_inflight(stack: Stack) -> None:
         await chat("a")
         # b is slow enough to be seen in flight (it waits 1 s before answering).
         slow = asyncio.ensure_future(chat("b", x_delay=1.0))
+        # llama-swap's states, and swapd's own beside them.
         states: dict[str, list[str]] = {"a": ["stopped"], "b": ["stopped"]}
+        own: dict[str, list[str]] = {"a": ["stopped"], "b": ["stopped"]}
         activity: list[dict[str, Any]] = []
         inflight: list[dict[str, Any]] = []
         deadline = time.monotonic() + 30
@@ -89,17 +92,21 @@ async def test_snapshot_swap_states_activity_inflight(stack: Stack) -> None:
             kind, data = await asyncio.wait_for(anext(stream), 30)
             if kind == "modelStatus":
                 for m in data:
-                    if not states[m["id"]] or states[m["id"]][-1] != m["state"]:
+                    if states[m["id"]][-1] != m["state"]:
                         states[m["id"]].append(m["state"])
+                    if own[m["id"]][-1] != m["swapd_state"]:
+                        own[m["id"]].append(m["swapd_state"])
             elif kind == "activity":
                 activity.append(data)
             elif kind == "inflight":
                 inflight.append(data)
         await slow
 
-    # a started, then the swap to b drained and stopped it, and b started.
-    assert states["a"] == ["stopped", "starting", "ready", "draining", "stopping", "stopped"]
-    assert states["b"] == ["stopped", "starting", "ready"]
+    # a started, then the swap to b drained and stopped it, and b started; a drain is
+    # llama-swap's `stopping`.
+    assert own["a"] == ["stopped", "starting", "ready", "draining", "stopping", "stopped"]
+    assert states["a"] == ["stopped", "starting", "ready", "stopping", "stopped"]
+    assert own["b"] == states["b"] == ["stopped", "starting", "ready"]
     # llama-swap's activity event, the id alone; the record is the activity API's.
     assert all(set(a) == {"id"} for a in activity), activity
     assert activity[0]["id"] + 1 == activity[1]["id"]
@@ -174,12 +181,20 @@ def test_a_stalled_subscriber_loses_events_never_slows_requests(small_queue_stac
     try:
         wait_for(lambda: _proxy_events(stack)["subscribers"] == 1, 10, what="the subscriber")
         # The model prints its long tag: each request makes an upstream `logData` event of some
-        # 6 KiB (the activity events, ids alone, are too small to fill the buffers soon).
+        # 6 KiB, which fill the buffers; a chat after each makes an `activity` event (ids alone,
+        # too small to fill them soon; a GET to `/upstream/` is in no activity log, as in
+        # llama-swap's), which is lost once they are full.
         path = "/upstream/a/slow?n=0&delay=0&tag=" + "p" * 6000
+        chat = json.dumps({"model": "a", "messages": []}).encode()
         lost = 0
         for i in range(1000):
             with urllib.request.urlopen(stack.url + path, timeout=10) as resp:
                 assert resp.status == 200 and resp.read() == b""  # n=0: no chunks
+            post = urllib.request.Request(
+                stack.url + CHAT, data=chat, headers={"Content-Type": "application/json"}
+            )
+            with urllib.request.urlopen(post, timeout=10) as resp:
+                assert resp.status == 200
             if i % 10 == 9:
                 lost = _proxy_events(stack)["lost"]
                 if lost:

@@ -60,7 +60,7 @@ def test_watch_config_applies_an_edit_and_refuses_a_broken_one(stack_factory) ->
 
     # A broken edit: refused, the whole report in the log, the old config still serving.
     broken = _config(start, {"a": [], "d": []})
-    broken["models"]["d"]["chekEndpoint"] = "/health"
+    broken["models"]["d"]["concurrencyLimit"] = "many"
     broken["models"]["a"]["ttl"] = -5
     stack.write_config(broken)
     wait_for(
@@ -70,7 +70,7 @@ def test_watch_config_applies_an_edit_and_refuses_a_broken_one(stack_factory) ->
         "the broken edit to be refused",
     )
     output = stack.output()
-    assert "unknown key 'chekEndpoint'; did you mean 'checkEndpoint'?" in output
+    assert "models.d.concurrencyLimit: expected an integer, got 'many'" in output
     assert "models.a.ttl" in output  # every problem, not only the first
     # One log line for the refusal (its problems on the lines under it), no traceback after it.
     assert output.count("reload (file changed) rejected") == 1

@@ -9,11 +9,14 @@ import json
 import urllib.error
 import urllib.request
 from collections.abc import Callable
+from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
 
+from swapd.ipc.build_info import checkout_commit
 from swapd.proxy.dialects.ollama import values as ollama_values
 from tests.support.proxy import local_model, model_log_has, model_ports
 from tests.support.stack import Stack, wait_for
@@ -80,11 +83,11 @@ async def test_list_and_cancel_from_either_process(stack: Stack) -> None:
 
 
 def test_version(stack: Stack) -> None:
-    # llama-swap's fields; with Ollama's API on (the default) `version` is the Ollama API
-    # version swapd answers as, and swapd's own is beside it (off: tests/stack/test_ollama_api.py).
-    assert _get(stack, "/api/version") == {
-        "version": ollama_values.API_VERSION,
-        "swapd_version": "0.1.0",
-        "commit": "",
-        "build_date": "",
-    }
+    """llama-swap's fields: the checkout's commit (these tests run in one), the install's date
+    in RFC 3339. With Ollama's API on (the default) `version` is the Ollama API version swapd
+    answers as, and swapd's own is beside it (off: tests/stack/test_ollama_api.py)."""
+    version = _get(stack, "/api/version")
+    assert version["version"] == ollama_values.API_VERSION
+    assert version["swapd_version"] == "0.1.0"
+    assert version["commit"] == checkout_commit(Path(__file__).resolve())
+    assert datetime.fromisoformat(version["build_date"].replace("Z", "+00:00")).year >= 2024

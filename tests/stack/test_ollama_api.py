@@ -190,7 +190,7 @@ def test_version_and_root_answer_as_ollama_does(stack: Stack) -> None:
     version = json.loads(body)
     assert status == 200
     assert tuple(int(n) for n in version["version"].split(".")) >= (0, 6, 4)
-    assert version["swapd_version"] and version["commit"] == ""
+    assert version["swapd_version"] and version["commit"] and version["build_date"]
 
     status, body = http_get(stack.url + "/")
     assert (status, body) == (200, b"Ollama is running")

@@ -213,8 +213,9 @@ async def test_bad_requests_get_openai_errors(
         async with session.post(stack.url + "/v1/chat/completions", **kwargs) as resp:
             assert resp.status == status
             body = await resp.json()
-    assert set(body) == {"error"}
-    assert {"message", "type", "code"} <= set(body["error"])
+    assert set(body) == {"src", "error"} and body["src"] == "swapd"
+    assert {"message", "type", "param", "code"} <= set(body["error"])
+    assert body["error"]["param"] is None
     assert fragment in body["error"]["message"]
 
 

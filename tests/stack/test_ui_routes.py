@@ -38,17 +38,23 @@ def _chat(stack: Stack, model: str) -> None:
 
 
 def test_redirects_and_static_files(stack: Stack) -> None:
-    for path in ("/upstream", "/ui"):
-        status, headers, _ = call(stack.url + path)
-        assert (status, headers["Location"]) == (302, "/ui/"), path
+    status, headers, _ = call(stack.url + "/ui")
+    assert (status, headers["Location"]) == (302, "/ui/")
     # `/` sends a browser to the page; Ollama's clients get "Ollama is running" there
     # (tests/stack/test_ollama_api.py).
     browser = {"Accept": "text/html,application/xhtml+xml,*/*;q=0.8"}
     status, headers, _ = call(stack.url + "/", headers=browser)
     assert (status, headers["Location"]) == (302, "/ui/")
+    # llama-swap's `GET /upstream` goes to its UI's models page; a page path is the page.
+    status, headers, _ = call(stack.url + "/upstream")
+    assert (status, headers["Location"]) == (302, "/ui/models")
     status, headers, body = call(stack.url + "/ui/")
     assert status == 200 and headers["Content-Type"].startswith("text/html")
     assert b'src="/ui/main.js"' in body
+    assert call(stack.url + "/ui/models")[2] == body
+    status, headers, icon = call(stack.url + "/favicon.ico")
+    assert status == 200 and headers["Content-Type"] == "image/x-icon"
+    assert icon[:4] == b"\x00\x00\x01\x00"  # an ICO file's header
     csp = headers["Content-Security-Policy"]
     assert "default-src 'self'" in csp and "connect-src 'self'" in csp
     status, headers, body = call(stack.url + "/ui/main.js")

@@ -61,3 +61,42 @@ class StubNvml(types.ModuleType):
 
     def nvmlDeviceGetGraphicsRunningProcesses(self, handle: int) -> list[Any]:
         return self._procs(self.graphics[handle])
+
+    # The sampler's figures (`telemetry`): GPU 0 is a passive datacenter card (no fan) whose
+    # memory temperature NVML reports; GPU 1 reports a fan and no memory temperature.
+
+    def nvmlSystemGetDriverVersion(self) -> str:
+        return "560.35.03"
+
+    def nvmlDeviceGetTemperature(self, handle: int, sensor: int) -> int:
+        assert sensor == pynvml.NVML_TEMPERATURE_GPU
+        return 41 + handle
+
+    def nvmlDeviceGetUtilizationRates(self, handle: int) -> Any:
+        return types.SimpleNamespace(gpu=87 if handle == 0 else 0, memory=12)
+
+    def nvmlDeviceGetFanSpeed(self, handle: int) -> int:
+        if handle == 0:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        return 33
+
+    def nvmlDeviceGetPowerUsage(self, handle: int) -> int:
+        return 412_500 if handle == 0 else 16_000  # milliwatts
+
+    def nvmlDeviceGetEnforcedPowerLimit(self, handle: int) -> int:
+        return 700_000 if handle == 0 else 72_000
+
+    def nvmlDeviceGetArchitecture(self, handle: int) -> int:
+        return int(pynvml.NVML_DEVICE_ARCH_HOPPER if handle == 0 else pynvml.NVML_DEVICE_ARCH_ADA)
+
+    def nvmlDeviceGetFieldValues(self, handle: int, fields: list[int]) -> list[Any]:
+        assert fields == [pynvml.NVML_FI_DEV_MEMORY_TEMP]
+        ok = handle == 0
+        value = types.SimpleNamespace(uiVal=52, siVal=52)
+        return [
+            types.SimpleNamespace(
+                nvmlReturn=pynvml.NVML_SUCCESS if ok else pynvml.NVML_ERROR_NOT_SUPPORTED,
+                valueType=pynvml.NVML_VALUE_TYPE_UNSIGNED_INT,
+                value=value,
+            )
+        ]

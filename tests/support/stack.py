@@ -16,6 +16,7 @@ import os
 import random
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -153,9 +154,11 @@ def wait_for(
         time.sleep(interval)
 
 
-def http_get(url: str, timeout: float = 5.0) -> tuple[int, bytes]:
+def http_get(
+    url: str, timeout: float = 5.0, context: ssl.SSLContext | None = None
+) -> tuple[int, bytes]:
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as response:
+        with urllib.request.urlopen(url, timeout=timeout, context=context) as response:
             return response.status, response.read()
     except urllib.error.HTTPError as exc:
         return exc.code, exc.read()
@@ -173,6 +176,8 @@ class Stack:
         env: dict[str, str] | None = None,
         port: int | None = None,
         run_args: tuple[str, ...] = (),
+        tls: tuple[Path, Path] | None = None,
+        llama_swap_flags: bool = False,
     ) -> None:
         # ipc:// paths must stay short (sun_path is 108 bytes), so not under pytest's tmp_path.
         self.base = Path(tempfile.mkdtemp(prefix="swapd-t-", dir="/tmp"))
@@ -182,7 +187,14 @@ class Stack:
         self.config_path = self.workdir / "config.yaml"
         self.write_config(config)
         self.port = port or free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
+        # `tls`: (certificate, key) the proxy serves HTTPS with; `ssl_context` trusts it.
+        self.tls = tls
+        self.ssl_context: ssl.SSLContext | None = None
+        if tls is not None:
+            self.ssl_context = ssl.create_default_context(cafile=str(tls[0]))
+        self.url = f"{'https' if tls else 'http'}://127.0.0.1:{self.port}"
+        # Started as llama-swap is (`-config FILE -listen ADDR`, no sub-command).
+        self.llama_swap_flags = llama_swap_flags
         self.output_path = self.base / "swapd-run.log"
         self.proxy_processes = proxy_processes
         self.run_args = run_args  # more `swapd run` options
@@ -218,6 +230,11 @@ class Stack:
             "--proxy-processes", str(self.proxy_processes),
             *self.run_args,
         ]  # fmt: skip
+        if self.llama_swap_flags:
+            listen = ["-listen", f"127.0.0.1:{self.port}"]
+            argv[3:8] = ["-config", str(self.config_path), *listen]
+        if self.tls is not None:
+            argv += ["--tls-cert-file", str(self.tls[0]), "--tls-key-file", str(self.tls[1])]
         with self.output_path.open("ab") as out:
             self.proc = subprocess.Popen(
                 argv,
@@ -239,7 +256,7 @@ class Stack:
         assert self.proc is not None
         if self.proc.poll() is not None:
             raise AssertionError(f"swapd run exited with {self.proc.returncode}:\n{self.output()}")
-        status, _ = http_get(self.url + "/health", timeout=2.0)
+        status, _ = http_get(self.url + "/health", timeout=2.0, context=self.ssl_context)
         if status != 200:
             return False
         return bool(self.status())
@@ -279,7 +296,7 @@ class Stack:
 
     def get_json(self, path: str, timeout: float = 10.0) -> tuple[int, Any]:
         """(status, JSON body) of a GET of `path` on the proxy, error statuses included."""
-        status, body = http_get(self.url + path, timeout)
+        status, body = http_get(self.url + path, timeout, self.ssl_context)
         return status, json.loads(body)
 
     def status(self, timeout: float = 5.0) -> dict[str, Any]:

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import importlib.metadata
+import re
+from datetime import datetime
 from pathlib import Path
 
 import pytest
 import yaml
 
+from swapd.ipc.build_info import checkout_commit
 from tests.support.cli import CONFIGS, swapd
 
 
@@ -33,12 +36,22 @@ def test_bad_file_exits_1_with_every_error_on_stderr(tmp_path: Path) -> None:
     assert result.returncode == 1
     assert result.stdout == ""
     lines = result.stderr.splitlines()
-    assert lines[0] == f"{config}:4 models.comfyui_auto.ttl: expected an integer, got 'ten'"
+    # An unknown key is a warning (llama-swap ignores it), listed before the errors.
+    assert lines[0] == (
+        f"warning: {config}:5 models.comfyui_auto.chekEndpoint: unknown key 'chekEndpoint'; "
+        "did you mean 'checkEndpoint'? (ignored, as llama-swap ignores it)"
+    )
+    assert lines[1] == f"{config}:4 models.comfyui_auto.ttl: expected an integer, got 'ten'"
+    assert lines[2].startswith(f"{config}:7 upstream.ignorePaths[0]: invalid regular expression")
+    assert lines[3] == f"{config}: 2 errors, config not usable"
+    # --strict: the unknown key is an error among the others, in line order.
+    result = swapd("check-config", "--strict", "-c", str(config))
+    assert result.returncode == 1
+    lines = result.stderr.splitlines()
     assert lines[1] == (
         f"{config}:5 models.comfyui_auto.chekEndpoint: unknown key 'chekEndpoint'; "
         "did you mean 'checkEndpoint'?"
     )
-    assert lines[2].startswith(f"{config}:7 upstream.ignorePaths[0]: invalid regular expression")
     assert lines[3] == f"{config}: 3 errors, config not usable"
 
 
@@ -119,9 +132,15 @@ def test_swapd_python_is_set_as_swapd_run_sets_it(tmp_path: Path) -> None:
 
 
 def test_version_is_llama_swaps_line_with_the_package_version() -> None:
+    """`version: X (commit), built at DATE`: the checkout's commit (this test runs in one) and
+    the install's date, as `GET /api/version` has them."""
     result = swapd("--version")
     version = importlib.metadata.version("swapd")
-    assert (result.returncode, result.stdout) == (
-        0,
-        f"version: {version} (unknown), built at unknown\n",
+    commit = checkout_commit(Path(__file__).resolve())
+    assert result.returncode == 0 and commit
+    line = re.fullmatch(
+        rf"version: {re.escape(version)} \((\w+)\), built at (\S+)\n", result.stdout
     )
+    assert line is not None, result.stdout
+    assert line.group(1) == commit
+    assert datetime.fromisoformat(line.group(2).replace("Z", "+00:00")).year >= 2024

@@ -6,19 +6,19 @@ import textwrap
 
 import pytest
 
-from swapd.daemon.config.loader import ConfigError, ConfigIssue, load_config_text
+from swapd.daemon.config.loader import ConfigError, ConfigIssue, load_text
 
 
-def issues(text: str, source: str = "config.yaml") -> list[ConfigIssue]:
+def issues(text: str, source: str = "config.yaml", *, strict: bool = False) -> list[ConfigIssue]:
     with pytest.raises(ConfigError) as caught:
-        load_config_text(textwrap.dedent(text).lstrip("\n"), source, environ={})
+        load_text(textwrap.dedent(text).lstrip("\n"), source, environ={}, strict=strict)
     error = caught.value
     assert str(error) == "\n".join(str(issue) for issue in error.issues)
     return error.issues
 
 
-def messages(text: str) -> list[str]:
-    return [str(issue) for issue in issues(text)]
+def messages(text: str, *, strict: bool = False) -> list[str]:
+    return [str(issue) for issue in issues(text, strict=strict)]
 
 
 def test_wrong_type_message_has_the_documented_shape() -> None:
@@ -48,7 +48,8 @@ def test_all_errors_are_reported_together_in_line_order() -> None:
             cmd: srv --port ${PORT}
             concurrencyLimit: [1]
         apiKeys: [ok-key, ""]
-        """
+        """,
+        strict=True,
     )
     assert found == [
         "config.yaml:1 healthCheckTimeout: expected an integer, got 'soon'",
@@ -92,13 +93,21 @@ def test_all_errors_are_reported_together_in_line_order() -> None:
         ),
     ],
 )
-def test_unknown_keys_are_errors_with_did_you_mean(text: str, expected: str) -> None:
-    assert any(expected in message for message in messages(text))
+def test_unknown_keys_are_warnings_with_did_you_mean_and_errors_when_strict(
+    text: str, expected: str
+) -> None:
+    """llama-swap ignores a key it does not know, so a config it loads loads here too (issue 25):
+    the key is left out with a warning at its line; `check-config --strict` makes it an error."""
+    loaded = load_text(text, environ={})
+    warnings = [str(w) for w in loaded.warnings]
+    assert any(
+        expected in w and w.endswith("(ignored, as llama-swap ignores it)") for w in warnings
+    )
+    assert any(expected in message for message in messages(text, strict=True))
 
 
 def test_alias_repeating_another_alias_or_a_model_id() -> None:
-    found = messages(
-        """
+    text = """
         models:
           a:
             cmd: srv --port ${PORT}
@@ -107,8 +116,15 @@ def test_alias_repeating_another_alias_or_a_model_id() -> None:
             cmd: srv --port ${PORT}
             aliases: [shared, ""]
         """
-    )
-    assert "config.yaml:4 models.a.aliases[1]: alias 'b' is the id of model 'b'" in found
+    found = messages(text)
+    # llama-swap loads an alias that is another model's id (the id wins): a warning.
+    with pytest.raises(ConfigError) as caught:
+        load_text(textwrap.dedent(text).lstrip("\n"), environ={})
+    assert (
+        "config.yaml:4 models.a.aliases[1]: alias 'b' is the id of model 'b', which a request "
+        "for it gets (as in llama-swap): this alias is never used"
+    ) in [str(w) for w in caught.value.warnings]
+    assert not any("is the id of model" in m for m in found)
     assert (
         "config.yaml:4 models.a.aliases[2]: duplicate alias 'shared': "
         "already an alias of this model" in found
@@ -360,7 +376,6 @@ def test_check_endpoint_and_proxy_shapes() -> None:
           m:
             cmd: srv --port 9
             proxy: ftp://127.0.0.1:9
-            checkEndpoint: health
           n:
             cmd: srv --port 9
             proxy: http://127.0.0.1:99999
@@ -370,11 +385,21 @@ def test_check_endpoint_and_proxy_shapes() -> None:
         "config.yaml:4 models.m.proxy: expected an http:// or https:// URL with a host, "
         "got 'ftp://127.0.0.1:9'" in found
     )
-    assert (
-        "config.yaml:5 models.m.checkEndpoint: expected a path starting with '/' or 'none', "
-        "got 'health'" in found
-    )
-    assert any(m.startswith("config.yaml:8 models.n.proxy: invalid URL") for m in found)
+    assert any(m.startswith("config.yaml:7 models.n.proxy: invalid URL") for m in found)
+
+
+def test_check_endpoint_llama_swap_loads_is_a_warning() -> None:
+    """llama-swap loads a checkEndpoint without its leading '/', or written as a whole URL (its
+    reverse proxy asks the model's upstream for the path): so does swapd, with a warning."""
+    text = "models:\n  m:\n    cmd: srv --port ${PORT}\n    checkEndpoint: %s\n"
+    for written, asked in (("health", "/health"), ("http://elsewhere:9/ready?x=1", "/ready?x=1")):
+        loaded = load_text(text % written, environ={})
+        assert loaded.config.models["m"].check_endpoint == asked
+        [warning] = loaded.warnings
+        assert str(warning).startswith(
+            "config.yaml:4 models.m.checkEndpoint: expected a path starting with '/' or 'none', "
+            f"got {written!r}: asks for {asked!r}"
+        )
 
 
 def test_yaml_syntax_error_has_its_line() -> None:

@@ -70,13 +70,16 @@ def test_filters_rename_strip_and_set_with_dotted_paths() -> None:
 
 
 def test_error_shape() -> None:
+    """OpenAI's error object with `param` null, under llama-swap's `src` marker (its #1038)."""
     error = json.loads(error_body(429, "Too many requests", "concurrency_limit"))
     assert error == {
+        "src": "swapd",
         "error": {
             "message": "Too many requests",
             "type": "rate_limit_error",
+            "param": None,
             "code": "concurrency_limit",
-        }
+        },
     }
     assert json.loads(error_body(504, "slow"))["error"]["code"] == "gateway_timeout"
 

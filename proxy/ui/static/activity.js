@@ -154,7 +154,12 @@ async function cancel(button, id) {
 
 function renderInflight() {
   const body = document.querySelector("#inflight tbody");
-  const flights = [...store.inflight.values()].sort((a, b) => a.timestamp - b.timestamp);
+  const flights = [...store.inflight.values()].sort((a, b) => epoch(a.timestamp) - epoch(b.timestamp));
+  // An entry is upserted again as its response streams (every 250 ms): the rows show nothing
+  // that changes then, so the same requests keep their rows (a Cancel button under the pointer
+  // stays where it is).
+  const shown = [...body.querySelectorAll("tr[data-inflight]")].map((tr) => tr.dataset.inflight);
+  if (shown.length === flights.length && flights.every((f, i) => f.id === shown[i])) return;
   if (flights.length === 0) {
     body.replaceChildren(el("tr", { class: "empty" }, el("td", { colspan: "5", text: "nothing in flight" })));
     return;

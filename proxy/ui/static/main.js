@@ -13,7 +13,8 @@ const hooks = { logs, gpus };
 let shown = null;
 
 function showTab() {
-  const wanted = location.hash.replace("#", "");
+  // `#activity`, or the path llama-swap's UI gives its pages (`/ui/models`: `GET /upstream` goes there).
+  const wanted = location.hash.replace("#", "") || location.pathname.replace(/^\/ui\/?/, "");
   const tab = PAGES.includes(wanted) ? wanted : "models";
   if (tab === shown) return;
   if (shown && hooks[shown] && hooks[shown].hide) hooks[shown].hide();

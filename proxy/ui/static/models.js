@@ -92,7 +92,8 @@ function pinBadge(id) {
 function card(item) {
   const st = modelStatus(item.id);
   const remote = Boolean(item.peerID);
-  let state = item.state || "stopped";
+  // `state` is llama-swap's (its UI reads it); swapd's own (failed, draining) is `swapd_state`.
+  let state = item.swapd_state || item.state || "stopped";
   const detail = st && st.state === state ? st : null;
   const inflight = inflightOf(item.id);
   const facts = [];

@@ -178,6 +178,8 @@ async def _chat(request: web.Request) -> web.StreamResponse:
         return resp
     if delay:
         await asyncio.sleep(delay)
+    # `x_tokens`: the generated tokens it reports (a tag a test finds in the activity record).
+    generated = int(body.get("x_tokens", 3))  # type: ignore[call-overload]
     return web.json_response(
         {
             "id": "chatcmpl-fake",
@@ -193,11 +195,11 @@ async def _chat(request: web.Request) -> web.StreamResponse:
             ],
             "usage": {
                 "prompt_tokens": 1,
-                "completion_tokens": 3,
-                "total_tokens": 4,
+                "completion_tokens": generated,
+                "total_tokens": 1 + generated,
                 "prompt_tokens_details": {"cached_tokens": 0},
             },
-            "timings": _timings(1, 3),
+            "timings": _timings(1, generated),
             "request_body": body,
             "request_headers": dict(request.headers),
             "served_by": _served_by(),
