@@ -64,6 +64,14 @@ def test_load_without_waiting(stack: Stack) -> None:
     assert status == 202
     assert body["msg"] == "loading" and body["model"] == "slow"
     stack.wait_state("slow", "ready")
+    # The proxy answers from its copy of the states, which hears of `ready` a moment later.
+    wait_for(
+        lambda: any(
+            (m["model"], m["swapd_state"]) == ("slow", "ready")
+            for m in stack.get_json("/running")[1]["running"]
+        ),
+        what="the proxy's copy of slow's state",
+    )
     assert post(stack, "/api/models/load/slow?wait=false") == (
         200,
         {"msg": "ok", "model": "slow", "state": "ready"},
