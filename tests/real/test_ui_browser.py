@@ -2,7 +2,7 @@
 (tests/support/realparts/browser.py), against the real stack (circusd, daemon, proxy, fake model
 processes on loopback). Each test reads what the page shows and checks it against the system's own
 interfaces (`swapd status`, `/api/swaps`, `/api/metrics/activity`). Screenshots of every page, at
-desktop and phone width, are saved under the test's tmp_path."""
+desktop and phone width, are saved where tests/support/ui.py's `shots_dir` says."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ import pytest
 
 from tests.support.proxy import local_model, model_ports
 from tests.support.stack import FAKE_MODEL, Stack, wait_for
-from tests.support.ui import DESKTOP, PHONE, call, shoot, tab, ui_page
+from tests.support.ui import DESKTOP, PHONE, call, module_shots, shoot, tab, ui_page
 
 pytestmark = [pytest.mark.processes, pytest.mark.browser]
 
@@ -57,8 +57,8 @@ def stack(chromium: Path) -> Iterator[Stack]:  # no browser, no stack: skipped b
 
 
 @pytest.fixture
-def shots(tmp_path: Path) -> Path:
-    return tmp_path / "shots"
+def shots(request: pytest.FixtureRequest) -> Path:
+    return module_shots(request)
 
 
 def _chat(stack: Stack, model: str, timeout: float = 30.0) -> dict[str, Any]:
@@ -211,7 +211,7 @@ def test_every_page_at_desktop_and_phone_width(chromium: Path, stack: Stack, sho
     for label, viewport in (("desktop", DESKTOP), ("phone", PHONE)):
         with ui_page(chromium, stack.url + "/ui/", viewport=viewport) as page:
             page.wait_for_selector('article[data-model="a"][data-state="ready"]')
-            for name in ("models", "swaps", "logs", "activity"):
+            for name in ("models", "playground", "activity", "swaps", "logs"):
                 tab(page, name)
                 page.wait_for_timeout(300)  # the last rows' highlight fades
                 path = shoot(page, shots, f"{label}-{name}")

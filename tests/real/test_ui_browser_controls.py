@@ -20,7 +20,7 @@ import pytest
 from tests.support.combined_log import served, started
 from tests.support.proxy import local_model, model_ports
 from tests.support.stack import Stack, wait_for
-from tests.support.ui import DESKTOP, PHONE, call, shoot, tab, ui_page
+from tests.support.ui import DESKTOP, PHONE, call, module_shots, shoot, tab, ui_page
 
 pytestmark = [pytest.mark.processes, pytest.mark.browser]
 
@@ -50,8 +50,8 @@ def stack(chromium: Path) -> Iterator[Stack]:  # no browser, no stack: skipped b
 
 
 @pytest.fixture
-def shots(tmp_path: Path) -> Path:
-    return tmp_path / "shots"
+def shots(request: pytest.FixtureRequest) -> Path:
+    return module_shots(request)
 
 
 def _chat(stack: Stack, model: str, text: str = "hi") -> dict[str, Any]:
