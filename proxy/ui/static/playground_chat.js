@@ -145,28 +145,26 @@ export function chat(model) {
     view.node.scrollIntoView({ block: "nearest" });
     controller = new AbortController();
     busy(true);
-    let body;
+    let text = "";
     try {
       const system = options().system.trim();
-      body = {
+      const body = {
         model: picked,
         messages: system ? [{ role: "system", content: system }, ...messages] : [...messages],
         stream: true,
         stream_options: { include_usage: true },
         ...bodyOptions(),
       };
+      ({ text } = await generate("/v1/chat/completions", body, view, controller, (event, whole) => {
+        const choice = event.choices && event.choices[0];
+        if (!choice) return "";
+        return whole ? (choice.message && choice.message.content) || "" : (choice.delta && choice.delta.content) || "";
+      }));
     } catch (err) {
+      // The options could not make a request (extra parameters that are not JSON): nothing sent.
       view.error(err.message);
       view.node.dataset.state = "error";
-      controller = null;
-      busy(false);
-      return;
     }
-    const { text } = await generate("/v1/chat/completions", body, view, controller, (event, whole) => {
-      const choice = event.choices && event.choices[0];
-      if (!choice) return "";
-      return whole ? (choice.message && choice.message.content) || "" : (choice.delta && choice.delta.content) || "";
-    });
     controller = null;
     if (text) messages.push({ role: "assistant", content: text });
     lastAnswer = { view, kept: Boolean(text) };
@@ -237,20 +235,16 @@ export function completion(model) {
     controller = new AbortController();
     goButton.disabled = true;
     stopButton.hidden = false;
-    let body;
     try {
-      body = { model: picked, prompt: text, stream: true, stream_options: { include_usage: true }, ...bodyOptions() };
+      const body = { model: picked, prompt: text, stream: true, stream_options: { include_usage: true }, ...bodyOptions() };
+      await generate("/v1/completions", body, view, controller, (event, whole) => {
+        const choice = event.choices && event.choices[0];
+        return (choice && choice.text) || "";
+      });
     } catch (err) {
       view.error(err.message);
-      controller = null;
-      goButton.disabled = false;
-      stopButton.hidden = true;
-      return;
+      view.node.dataset.state = "error";
     }
-    await generate("/v1/completions", body, view, controller, (event) => {
-      const choice = event.choices && event.choices[0];
-      return (choice && choice.text) || "";
-    });
     controller = null;
     goButton.disabled = false;
     stopButton.hidden = true;

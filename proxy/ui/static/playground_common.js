@@ -39,7 +39,13 @@ export function bodyOptions() {
 function input(key, label, attrs) {
   const node = el(attrs.rows ? "textarea" : "input", {
     ...attrs, "data-option": key, value: attrs.rows ? null : String(options()[key]),
-    oninput: (e) => setOption(key, e.target.value),
+    oninput: (e) => {
+      setOption(key, e.target.value);
+      // The other kinds' panels show the same options.
+      for (const other of document.querySelectorAll(`[data-option="${key}"]`)) {
+        if (other !== e.target) other.value = e.target.value;
+      }
+    },
   });
   if (attrs.rows) node.value = options()[key];
   return el("label", { class: "field" }, label, node);
@@ -77,7 +83,11 @@ export async function errorOf(response) {
 export function timingsLine(s) {
   const parts = [];
   if (s.loading !== null) parts.push(el("span", { "data-role": "loading-time", text: `loading ${seconds(s.loading)}` }));
-  if (s.ttft !== null) parts.push(el("span", { "data-role": "ttft", text: `first token ${seconds(s.ttft)}` }));
+  if (s.ttft !== null) {
+    // After a load, how long the model itself took to its first token says more.
+    const own = s.loading !== null && s.ttft >= s.loading ? `, ${seconds(s.ttft - s.loading)} after loading` : "";
+    parts.push(el("span", { "data-role": "ttft", text: `first token ${seconds(s.ttft)}${own}` }));
+  }
   if (s.tokens !== null) {
     const rate = s.tps !== null ? ` at ${s.tps.toFixed(1)} tok/s` : "";
     parts.push(el("span", {
@@ -89,7 +99,7 @@ export function timingsLine(s) {
   if (s.prompt !== null) {
     const rate = s.promptTps !== null ? ` at ${s.promptTps.toFixed(0)} tok/s` : "";
     const cached = s.cached ? `, ${s.cached} cached` : "";
-    parts.push(el("span", { "data-role": "prompt", text: `prompt ${s.prompt} tokens${rate}${cached}` }));
+    parts.push(el("span", { "data-role": "prompt-tokens", text: `prompt ${s.prompt} tokens${rate}${cached}` }));
   }
   parts.push(el("span", { "data-role": "total", text: `${seconds(s.total)} in all` }));
   return parts.flatMap((p, i) => (i ? [" · ", p] : [p]));
