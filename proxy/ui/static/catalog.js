@@ -1,7 +1,8 @@
 // What `/v1/models` says about each name (the model catalog): names, descriptions, capabilities,
-// context length, aliases, and the selectors, profile pins and peers' models. Read when the event
-// stream (re)connects, and again when a `modelStatus` event shows another set of models or other
-// facts about them (a reload); a state change alone does not change the catalog.
+// context length, aliases, and the selectors, profile pins and peers' models. Read on the first
+// `modelStatus` event of each event-stream connection (every connection starts with one), and
+// again when one shows another set of models or other facts about them (a reload); a state
+// change alone does not change the catalog.
 
 import { getJSON } from "./api.js";
 import * as events from "./events.js";

@@ -72,5 +72,4 @@ if ("scrollRestoration" in history) history.scrollRestoration = "manual";
 route();
 window.addEventListener("load", () => window.scrollTo(0, 0));
 events.on("open", refresh);
-events.on("open", catalog.refresh);
 events.connect(connection);
