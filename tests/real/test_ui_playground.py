@@ -115,6 +115,7 @@ def test_a_chat_streams_with_the_loading_progress_and_its_timings(
         assert (tps.text_content() or "").startswith("5 tokens at 50.0 tok/s")
         assert page.query_selector(f'{ANSWER} [data-role="loading-time"]') is not None
         assert page.query_selector(f'{ANSWER} [data-role="ttft"]') is not None
+        assert page.get_attribute(f'{ANSWER} [data-role="finish"]', "data-finish") == "stop"
         shoot(page, shots, "desktop-playground-chat")
         assert page.errors == []
 
@@ -218,4 +219,27 @@ def test_embeddings_and_transcription_where_the_model_serves_them(
         text = page.wait_for_selector(f'{view} [data-role="text"]')
         assert text.text_content() == "1234 bytes"  # what the fake model received
         shoot(page, shots, "desktop-playground-transcription")
+        assert page.errors == []
+
+
+def test_a_stream_that_ends_without_a_finish_reason_says_so(chromium: Path, stack: Stack) -> None:
+    """A stream cut short (an upstream gone, a shutdown's grace run out) can end like a whole
+    one but with no `finish_reason`: the answer says it may have been cut. The browser answers
+    the chat here (Playwright's route) with such a stream, which no model can be made to send
+    on cue."""
+    chunk = {"id": "c", "object": "chat.completion.chunk", "model": "a"}
+    first = {**chunk, "choices": [{"index": 0, "delta": {"content": "half an"}}]}
+    body = f"data: {json.dumps(first)}\n\n"
+    with ui_page(chromium, stack.url + "/ui/#playground/a") as page:
+        page.wait_for_selector("#conn.live")
+        page.route(
+            "**/v1/chat/completions",
+            lambda route: route.fulfill(body=body, content_type="text/event-stream"),
+        )
+        _ask(page, "hello")
+        page.wait_for_selector(f'{ANSWER}[data-state="done"]')
+        assert page.text_content(f'{ANSWER} [data-role="text"]') == "half an"
+        finish = page.wait_for_selector(f'{ANSWER} [data-role="finish"]')
+        assert finish.get_attribute("data-finish") == ""
+        assert "cut short" in (finish.text_content() or "")
         assert page.errors == []

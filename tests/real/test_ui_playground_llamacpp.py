@@ -101,6 +101,7 @@ def test_a_chat_streams_an_answer_and_shows_its_speed(
         speed = record["tokens"]["tokens_per_second"]
         assert (tps.text_content() or "") == f"{TOKENS} tokens at {speed:.1f} tok/s"
         assert speed > 0
+        assert page.get_attribute(f'{ANSWER} [data-role="finish"]', "data-finish") == "length"
         prompt_tokens = page.text_content(f'{ANSWER} [data-role="prompt-tokens"]') or ""
         assert prompt_tokens.startswith(f"prompt {record['tokens']['input_tokens']} tokens at")
         shoot(page, shots, "desktop-playground-llamacpp-chat")

@@ -34,6 +34,9 @@ let shown = null;
 let shownArg = null;
 
 function route() {
+  // The browser scrolls to an element whose id is the fragment (`#models`, `#activity`, ...):
+  // a page opens at its top instead.
+  window.scrollTo(0, 0);
   let { page, arg } = parse(location.hash);
   if (!PAGES[page]) { page = "models"; arg = ""; }
   if (page === shown && arg === shownArg) return;
@@ -47,14 +50,16 @@ function route() {
   for (const link of document.querySelectorAll(".tabs a")) {
     const active = link.dataset.tab === PAGES[page].tab;
     link.classList.toggle("active", active);
-    if (active) link.setAttribute("aria-current", "page");
-    else link.removeAttribute("aria-current");
+    if (active) {
+      link.setAttribute("aria-current", "page");
+      // At phone width the tabs scroll sideways: the current one is in view.
+      link.scrollIntoView({ block: "nearest", inline: "nearest" });
+    } else {
+      link.removeAttribute("aria-current");
+    }
   }
   const { module } = PAGES[page];
   if (module.show) module.show(arg);
-  // The browser scrolls to an element whose id is the fragment (`#models`, `#activity`, ...):
-  // a page opens at its top instead.
-  window.scrollTo(0, 0);
 }
 
 function connection(live) {

@@ -136,8 +136,6 @@ export function show(arg) {
   }
   fillPicker();
   drawModel();
-  const v = views.get(kind);
-  if (v) v.focus();
 }
 
 export function init() {}

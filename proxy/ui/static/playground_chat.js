@@ -54,6 +54,7 @@ async function generate(path, body, view, controller, pick) {
   view.node.insertBefore(waiting.node, view.content);
   let text = "";
   let ended = "done";
+  let finish = null; // the choice's finish_reason, once one came
   const tokens = () => {
     if (timing.first === null) { waiting.stop(); view.loaded(); view.node.dataset.state = "streaming"; }
     timing.token();
@@ -72,6 +73,8 @@ async function generate(path, body, view, controller, pick) {
       // A server that does not stream answers with the whole thing at once.
       const data = await response.json();
       timing.figures(data);
+      const choice = data.choices && data.choices[0];
+      if (choice && choice.finish_reason) finish = choice.finish_reason;
       const whole = pick(data, true);
       if (whole) { tokens(); text += whole; view.text.textContent = text; }
     } else {
@@ -87,6 +90,8 @@ async function generate(path, body, view, controller, pick) {
           continue;
         }
         timing.figures(event);
+        const reason = event.choices && event.choices[0] && event.choices[0].finish_reason;
+        if (reason) finish = reason;
         if (delta.reasoning_content) { tokens(); view.thinking(delta.reasoning_content); }
         const piece = pick(event, false);
         if (piece) { tokens(); text += piece; view.text.append(piece); }
@@ -106,7 +111,7 @@ async function generate(path, body, view, controller, pick) {
     timing.done();
   }
   view.node.dataset.state = ended;
-  view.timings.replaceChildren(...timingsLine(timing.summary()));
+  view.timings.replaceChildren(...timingsLine(timing.summary(), ended === "done" ? finish || "" : null));
   return { text, ended };
 }
 

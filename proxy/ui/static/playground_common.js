@@ -80,7 +80,10 @@ export async function errorOf(response) {
 }
 
 // "first token 0.42 s · 16 tokens at 48.3 tok/s · prompt 12 tokens at 250 tok/s · 0.8 s in all"
-export function timingsLine(s) {
+// `finish`: the answer's finish_reason (`stop`, `length`, ...), "" when a finished stream carried
+// none (an OpenAI client could not tell such an answer from one cut short), null when it was
+// stopped or failed.
+export function timingsLine(s, finish = null) {
   const parts = [];
   if (s.loading !== null) parts.push(el("span", { "data-role": "loading-time", text: `loading ${seconds(s.loading)}` }));
   if (s.ttft !== null) {
@@ -102,6 +105,12 @@ export function timingsLine(s) {
     parts.push(el("span", { "data-role": "prompt-tokens", text: `prompt ${s.prompt} tokens${rate}${cached}` }));
   }
   parts.push(el("span", { "data-role": "total", text: `${seconds(s.total)} in all` }));
+  if (finish !== null) {
+    parts.push(el("span", {
+      "data-role": "finish", "data-finish": finish,
+      text: finish ? `finished: ${finish}` : "no finish reason: the answer may have been cut short",
+    }));
+  }
   return parts.flatMap((p, i) => (i ? [" · ", p] : [p]));
 }
 
