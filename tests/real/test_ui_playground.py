@@ -208,7 +208,7 @@ def test_embeddings_and_transcription_where_the_model_serves_them(
         assert dims == ["3", "3"]  # the fake model's vectors: [0.1, 0.2, len(input)]
         # A model whose capabilities say it transcribes offers that, and only that.
         page.select_option("#pg-model", "w")
-        page.wait_for_selector('#playground-view [data-kind="transcription"][aria-selected="true"]')
+        page.wait_for_selector('#playground-view [data-kind="transcription"][aria-pressed="true"]')
         assert page.locator(kinds).count() == 1
         view = '#playground-view [data-kind-view="transcription"]'
         page.set_input_files(

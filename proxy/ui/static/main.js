@@ -37,7 +37,9 @@ function route() {
   // The browser scrolls to an element whose id is the fragment (`#models`, `#activity`, ...):
   // a page opens at its top instead.
   window.scrollTo(0, 0);
-  let { page, arg } = parse(location.hash);
+  // `#activity`, or a path as llama-swap's UI names its pages (`/ui/models`), where the proxy
+  // serves the page there.
+  let { page, arg } = parse(location.hash || location.pathname.replace(/^\/ui\/?/, ""));
   if (!PAGES[page]) { page = "models"; arg = ""; }
   if (page === shown && arg === shownArg) return;
   const before = shown ? PAGES[shown].module : null;

@@ -84,7 +84,7 @@ function drawModel() {
   const offered = caps.kinds(entry);
   if (!offered.includes(kind)) kind = offered[0];
   parts.kinds.replaceChildren(...offered.map((k) => el("button", {
-    role: "tab", "data-kind": k, "aria-selected": k === kind ? "true" : "false", text: KINDS[k].label,
+    "data-kind": k, "aria-pressed": k === kind ? "true" : "false", text: KINDS[k].label,
     onclick: () => pickKind(k),
   })));
   for (const [k, v] of views) v.node.hidden = k !== kind;
@@ -113,7 +113,7 @@ function build() {
   built = true;
   parts.picker = el("select", { id: "pg-model", "aria-label": "model", onchange: (e) => pick(e.target.value) });
   parts.about = el("span", { class: "actions", "data-role": "about" });
-  parts.kinds = el("div", { class: "kinds", role: "tablist", "aria-label": "kind of request" });
+  parts.kinds = el("div", { class: "kinds", role: "group", "aria-label": "kind of request" });
   parts.body = el("div", { "data-role": "kind-body" });
   parts.empty = el("p", { class: "hint", text: "no models in the config", hidden: true });
   document.getElementById("playground-view").replaceChildren(

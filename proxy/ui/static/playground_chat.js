@@ -46,6 +46,19 @@ function answerView(model, content = null, text = null) {
   };
 }
 
+// While an answer grows, the page stays at its end if it was there (a reader who scrolled up
+// to read is left where they are).
+function atEnd() {
+  const page = document.scrollingElement;
+  return page.scrollHeight - page.scrollTop - page.clientHeight < 40;
+}
+
+function grow(add) {
+  const stick = atEnd();
+  add();
+  if (stick) document.scrollingElement.scrollTop = document.scrollingElement.scrollHeight;
+}
+
 // Sends one streamed request and draws its answer into `view`; `pick(event)` gives the text
 // a chunk adds. Resolves to the answer's text and how it ended: `done`, `stopped` or `error`.
 async function generate(path, body, view, controller, pick) {
@@ -92,9 +105,9 @@ async function generate(path, body, view, controller, pick) {
         timing.figures(event);
         const reason = event.choices && event.choices[0] && event.choices[0].finish_reason;
         if (reason) finish = reason;
-        if (delta.reasoning_content) { tokens(); view.thinking(delta.reasoning_content); }
+        if (delta.reasoning_content) { tokens(); grow(() => view.thinking(delta.reasoning_content)); }
         const piece = pick(event, false);
-        if (piece) { tokens(); text += piece; view.text.append(piece); }
+        if (piece) { tokens(); text += piece; grow(() => view.text.append(piece)); }
       }
     }
   } catch (err) {
