@@ -112,14 +112,25 @@ def test_models_page_capability_tags_links_and_selectors(chromium: Path, stack: 
 def test_the_model_page_shows_what_swapd_knows(chromium: Path, stack: Stack) -> None:
     _chat(stack, "alpha")  # through the alias: a start of `a`, a request, a swap record
     status = stack.model("a")
+    # The daemon has the request's record (records come in batches, after the answer).
+    (record,) = wait_for(
+        lambda: _get(stack, "/api/metrics/activity?model=a&limit=1")["data"], 15, what="a record"
+    )
     with ui_page(chromium, stack.url + "/ui/#model/a") as page:
         view = "#model-view"
         page.wait_for_selector(f'{view} [data-role="state"]:text("ready")')
-        facts = page.text_content(f'{view} [data-role="facts"]') or ""
-        assert f"pid{status['pid']}" in facts.replace(" ", "")
-        assert "aliasesalpha" in facts.replace(" ", "")
-        assert "32768 tokens (33K)" in facts
-        assert "familyfake" in facts.replace(" ", "")
+        # The facts come from /api/status and /v1/models, read after the first events.
+        page.wait_for_selector(f'{view} [data-role="facts"] .tag[data-cap="context"]')
+
+        def with_pid() -> str | None:
+            text = (page.text_content(f'{view} [data-role="facts"]') or "").replace(" ", "")
+            return text if f"pid{status['pid']}" in text else None
+
+        facts = wait_for(with_pid, 15, what="the pid among the facts")
+        assert facts is not None
+        assert "aliasesalpha" in facts
+        assert "32768tokens(33K)" in facts
+        assert "familyfake" in facts
         caps = page.eval_on_selector_all(
             f'{view} [data-role="facts"] .tag', "els => els.map(e => e.dataset.cap)"
         )
@@ -135,7 +146,6 @@ def test_the_model_page_shows_what_swapd_knows(chromium: Path, stack: Stack) -> 
         )
         assert at_end
         # Its activity: the daemon's totals for it, and the request as a row.
-        record = _get(stack, "/api/metrics/activity?model=a&limit=1")["data"][0]
         page.wait_for_selector(f'{view} [data-role="recent"] tr[data-activity="{record["id"]}"]')
         stats = _get(stack, "/api/metrics/stats?model=a")
         shown = page.text_content(f'{view} [data-total="requests"] dd')

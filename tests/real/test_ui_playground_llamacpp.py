@@ -79,6 +79,7 @@ def test_a_chat_streams_an_answer_and_shows_its_speed(
     assert stack.model(MODEL)["state"] == "stopped"
     with ui_page(chromium, stack.url + f"/ui/#playground/{MODEL}") as page:
         page.wait_for_selector("#conn.live")
+        wait_for(lambda: page.input_value("#pg-model") == MODEL, 15, what="the model picked")
         _options(page, "chat", TOKENS)
         prompt = '#playground-view [data-kind-view="chat"] [data-role="prompt"]'
         page.fill(prompt, "Name a colour.")
@@ -111,6 +112,7 @@ def test_a_chat_streams_an_answer_and_shows_its_speed(
 def test_a_text_completion_streams(chromium: Path, stack: Stack) -> None:
     with ui_page(chromium, stack.url + f"/ui/#playground/{MODEL}") as page:
         page.wait_for_selector("#conn.live")
+        wait_for(lambda: page.input_value("#pg-model") == MODEL, 15, what="the model picked")
         page.click('#playground-view [data-kind="completion"]')
         _options(page, "completion", 8)
         prompt = '#playground-view [data-kind-view="completion"] [data-role="prompt"]'
