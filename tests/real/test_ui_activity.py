@@ -21,7 +21,7 @@ from tests.support.ui import call, module_shots, shoot, ui_page
 pytestmark = [pytest.mark.processes, pytest.mark.browser]
 
 CHAT = "/v1/chat/completions"
-ROWS = "#activity tbody tr[data-activity]"
+ROWS = "#activity-table tbody tr[data-activity]"
 
 
 def _post(stack: Stack, path: str, model: str) -> int:
@@ -124,16 +124,17 @@ def test_sorting_by_a_column(chromium: Path, stack: Stack) -> None:
     by_duration = [r["id"] for r in sorted(records, key=lambda r: (r["duration_ms"], -r["id"]))]
     with ui_page(chromium, stack.url + "/ui/#activity") as page:
         wait_for(lambda: len(_shown_ids(page)) == 7, 15, what="seven rows")
-        page.click('#activity thead button[data-sort="duration"]')
-        assert page.get_attribute('#activity th[data-col="duration"]', "aria-sort") == "ascending"
+        page.click('#activity-table thead button[data-sort="duration"]')
+        duration = '#activity-table th[data-col="duration"]'
+        assert page.get_attribute(duration, "aria-sort") == "ascending"
         assert _shown_ids(page) == by_duration
         # The keyboard sorts too: the header is a button.
-        page.focus('#activity thead button[data-sort="duration"]')
+        page.focus('#activity-table thead button[data-sort="duration"]')
         page.keyboard.press("Enter")
-        assert page.get_attribute('#activity th[data-col="duration"]', "aria-sort") == "descending"
+        assert page.get_attribute(duration, "aria-sort") == "descending"
         descending = [r["id"] for r in sorted(records, key=lambda r: (-r["duration_ms"], -r["id"]))]
         assert _shown_ids(page) == descending
-        page.click('#activity thead button[data-sort="model"]')
+        page.click('#activity-table thead button[data-sort="model"]')
         models = page.eval_on_selector_all(ROWS, "rows => rows.map(r => r.dataset.model)")
         assert models == sorted(models)
         assert page.errors == []
@@ -143,13 +144,13 @@ def test_the_columns_chosen_are_kept(chromium: Path, stack: Stack) -> None:
     records = _records(stack)
     with ui_page(chromium, stack.url + "/ui/#activity") as page:
         wait_for(lambda: len(_shown_ids(page)) == 7, 15, what="seven rows")
-        assert page.query_selector('#activity th[data-col="id"]') is None  # off by default
+        assert page.query_selector('#activity-table th[data-col="id"]') is None  # off by default
         page.click("#activity-tools details.columns > summary")
         page.uncheck('#activity-tools input[data-column="route"]')
         page.check('#activity-tools input[data-column="id"]')
         page.check('#activity-tools input[data-column="bytes"]')
         for _ in range(2):  # as chosen, then after a reload (localStorage)
-            assert page.query_selector('#activity th[data-col="route"]') is None
+            assert page.query_selector('#activity-table th[data-col="route"]') is None
             assert page.query_selector(f'{ROWS} td[data-col="route"]') is None
             ids = page.eval_on_selector_all(
                 f'{ROWS} td[data-col="id"]', "cells => cells.map(c => Number(c.textContent))"

@@ -244,11 +244,11 @@ def test_a_swap_row_shows_the_wait_its_record_carries(chromium: Path, stack: Sta
             ),
         )
         page.goto(stack.url + "/ui/#swaps")
-        row = page.wait_for_selector(f'#swaps tr[data-swap="{waited["id"]}"]')
+        row = page.wait_for_selector(f'#swap-table tr[data-swap="{waited["id"]}"]')
         assert row.query_selector('[data-role="waited"]').text_content() == "request waited 59.3 s"
         others = [s for s in swaps[:-1]]
         for other in others:
-            cell = f'#swaps tr[data-swap="{other["id"]}"] [data-role="waited"]'
+            cell = f'#swap-table tr[data-swap="{other["id"]}"] [data-role="waited"]'
             assert page.query_selector(cell) is None
         assert page.errors == []
 

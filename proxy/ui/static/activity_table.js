@@ -109,7 +109,7 @@ export class ActivityTable {
     this.records = [];
     this.fresh = new Set();
     this.total = 0;
-    this.table = document.getElementById("activity");
+    this.table = document.getElementById("activity-table");
     this.buildTools();
     this.buildHead();
   }

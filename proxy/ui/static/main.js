@@ -34,8 +34,8 @@ let shown = null;
 let shownArg = null;
 
 function route() {
-  // The browser scrolls to an element whose id is the fragment (`#models`, `#activity`, ...):
-  // a page opens at its top instead.
+  // A page opens at its top (no element's id is a page's name, so the fragment names none for
+  // the browser to scroll to).
   window.scrollTo(0, 0);
   // `#activity`, or a path as llama-swap's UI names its pages (`/ui/models`), where the proxy
   // serves the page there.

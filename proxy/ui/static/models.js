@@ -13,7 +13,7 @@ const cards = new Map(); // id -> {node, signature}
 // `GET /api/profiles`, with `active` kept current by `profileChanged` events.
 const profiles = { active: null, list: [] };
 const tails = new Map(); // failed model id -> its log tail (text)
-const root = () => document.getElementById("models");
+const root = () => document.getElementById("model-cards");
 
 function sum(values) {
   return Object.values(values || {}).reduce((a, b) => a + b, 0);

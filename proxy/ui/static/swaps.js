@@ -75,14 +75,14 @@ export function row(r, fresh) {
 
 function render(freshId) {
   for (const fn of subscribers) fn(freshId);
-  const body = document.querySelector("#swaps tbody");
+  const body = document.querySelector("#swap-table tbody");
   const sorted = [...records.values()].sort((a, b) => b.id - a.id).slice(0, MAX_ROWS);
   if (sorted.length === 0) {
     body.replaceChildren(el("tr", { class: "empty" }, el("td", { colspan: "6", text: "no swaps yet" })));
     return;
   }
   body.replaceChildren(...sorted.map((r) => row(r, r.id === freshId)));
-  labelled(document.getElementById("swaps"));
+  labelled(document.getElementById("swap-table"));
 }
 
 async function load() {
