@@ -160,10 +160,13 @@ def test_the_model_page_shows_what_swapd_knows(chromium: Path, stack: Stack) -> 
             "Sleepthis swapd reports no sleep state"
         )
         assert "no busyCheck reading" in (page.text_content(f'{view} [data-role="busy"]') or "")
-        # Unload from its page.
+        # Unload and Load from its page.
         page.click(f'{view} button[data-action="unload"]')
         page.wait_for_selector(f'{view} [data-role="state"]:text("stopped")')
         assert stack.model("a")["state"] == "stopped"
+        page.click(f'{view} button[data-action="load"]')
+        page.wait_for_selector(f'{view} [data-role="state"]:text("ready")')
+        assert stack.model("a")["state"] == "ready"
         assert page.errors == []
 
 

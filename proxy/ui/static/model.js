@@ -4,8 +4,7 @@
 // it was last started with, on swapd's own marker line); its log, streamed; its recent activity
 // with the daemon's totals and speed histograms for it; and its swaps.
 //
-// Slots for what later versions add, each one element with a `data-slot`: `sleep` (its sleep
-// state) and `load` (the Load button, once it is the explicit load of `POST /api/models/load/<id>`).
+// A slot for what a later version adds: `data-slot="sleep"`, the sleep state.
 
 import { captureButton } from "./activity.js";
 import * as stats from "./activity_stats.js";
@@ -101,17 +100,24 @@ function head(item, entry) {
   const st = modelStatus(current);
   const remote = Boolean(item && item.peerID);
   const loaded = ["starting", "ready", "draining", "stopping"].includes(state);
-  const unload = el("button", { "data-action": "unload", disabled: !loaded || remote, text: "Unload" });
-  unload.addEventListener("click", async () => {
-    unload.disabled = true;
-    try {
-      await send("POST", `/api/models/unload/${encode(current)}`);
-    } catch (err) {
-      toast(`unload failed: ${err.message}`);
-    } finally {
-      refresh();
-    }
-  });
+  // Load is the explicit load (it answers once the model is ready, or with why it failed);
+  // Unload answers once it stopped.
+  const button = (action, label, path, disabled) => {
+    const node = el("button", { class: action === "load" ? "primary" : null, "data-action": action, disabled, text: label });
+    node.addEventListener("click", async () => {
+      node.disabled = true;
+      try {
+        await send("POST", path);
+      } catch (err) {
+        toast(`${action} failed: ${err.message}`);
+      } finally {
+        refresh();
+      }
+    });
+    return node;
+  };
+  const load = button("load", "Load", `/api/models/load/${encode(current)}`, loaded);
+  const unload = button("unload", "Unload", `/api/models/unload/${encode(current)}`, !loaded);
   const name = (item && item.name) || (entry && entry.name) || "";
   const description = (item && item.description) || (entry && entry.description) || "";
   fill(
@@ -122,7 +128,7 @@ function head(item, entry) {
     remote ? el("span", { class: "badge remote", text: "remote" }) : null,
     el("span", { class: "grow" }),
     el("a", { href: href("playground", current), "data-action": "playground", text: "Try in the Playground" }),
-    remote ? null : el("span", { "data-slot": "load" }),
+    remote ? null : load,
     remote ? null : unload,
   );
   fill(parts.sub, name && name !== current ? el("strong", { text: name }) : null, description ? ` ${description}` : null);
