@@ -2,7 +2,7 @@
 (tests/support/realparts/browser.py), against the real stack (circusd, daemon, proxy, fake model
 processes on loopback). Each test reads what the page shows and checks it against the system's own
 interfaces (`swapd status`, `/api/swaps`, `/api/metrics/activity`). Screenshots of every page, at
-desktop and phone width, are saved under the test's tmp_path."""
+desktop and phone width, are saved where tests/support/ui.py's `shots_dir` says."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ import pytest
 
 from tests.support.proxy import local_model, model_ports
 from tests.support.stack import FAKE_MODEL, Stack, wait_for
-from tests.support.ui import DESKTOP, PHONE, call, shoot, tab, ui_page
+from tests.support.ui import DESKTOP, PHONE, call, module_shots, shoot, tab, ui_page
 
 pytestmark = [pytest.mark.processes, pytest.mark.browser]
 
@@ -57,8 +57,8 @@ def stack(chromium: Path) -> Iterator[Stack]:  # no browser, no stack: skipped b
 
 
 @pytest.fixture
-def shots(tmp_path: Path) -> Path:
-    return tmp_path / "shots"
+def shots(request: pytest.FixtureRequest) -> Path:
+    return module_shots(request)
 
 
 def _chat(stack: Stack, model: str, timeout: float = 30.0) -> dict[str, Any]:
@@ -114,7 +114,7 @@ def test_a_swap_shows_live_then_in_the_timeline(chromium: Path, stack: Stack, sh
         assert _state_of(page, "a") == "stopped"
         assert done.wait(30)
         tab(page, "swaps")
-        row = page.wait_for_selector('#swaps tr[data-kind="swap"][data-model="b"]')
+        row = page.wait_for_selector('#swap-table tr[data-kind="swap"][data-model="b"]')
         text = row.text_content() or ""
         assert "a → b" in text and "a request for b" in text
         for phase in ("drain", "stop", "start", "health"):
@@ -169,7 +169,7 @@ def test_an_activity_row_with_its_token_speed(chromium: Path, stack: Stack) -> N
         _chat(stack, "a")
         activity = json.loads(call(stack.url + "/api/metrics/activity?limit=1")[2])["data"][0]
         assert activity["tokens"]["tokens_per_second"] > 0
-        row = page.wait_for_selector(f'#activity tr[data-activity="{activity["id"]}"]')
+        row = page.wait_for_selector(f'#activity-table tr[data-activity="{activity["id"]}"]')
         speed = row.query_selector('[data-role="speed"]').text_content() or ""
         assert speed.startswith(f"{activity['tokens']['tokens_per_second']:.1f}")
         assert "a" in (row.text_content() or "") and "200" in (row.text_content() or "")
@@ -211,7 +211,7 @@ def test_every_page_at_desktop_and_phone_width(chromium: Path, stack: Stack, sho
     for label, viewport in (("desktop", DESKTOP), ("phone", PHONE)):
         with ui_page(chromium, stack.url + "/ui/", viewport=viewport) as page:
             page.wait_for_selector('article[data-model="a"][data-state="ready"]')
-            for name in ("models", "swaps", "logs", "activity"):
+            for name in ("models", "playground", "activity", "swaps", "logs"):
                 tab(page, name)
                 page.wait_for_timeout(300)  # the last rows' highlight fades
                 path = shoot(page, shots, f"{label}-{name}")
@@ -275,11 +275,11 @@ def test_gpus_page_shows_memory_and_holders(
     for label, viewport in (("desktop", DESKTOP), ("phone", PHONE)):
         with ui_page(chromium, stack.url + "/ui/#gpus", viewport=viewport) as page:
             page.wait_for_selector("#gpus-tab:not([hidden])")
-            card = f'#gpus article[data-gpu="{gpu0["uuid"]}"]'
+            card = f'#gpu-cards article[data-gpu="{gpu0["uuid"]}"]'
             page.wait_for_selector(f'{card} [data-holder="g"]')
             text = page.text_content(card) or ""  # the card as drawn now, not a first drawing
             assert "2.0 GiB of" in text and "g (ready)" in text
-            assert page.locator("#gpus article").count() == 2
+            assert page.locator("#gpu-cards article").count() == 2
             shoot(page, shots, f"{label}-gpus")
             assert page.errors == []
 
@@ -316,7 +316,7 @@ def test_failed_start_remote_models_and_two_proxy_processes(
             _chat(stack, "ok")
         tab(page, "activity")
         wait_for(
-            lambda: page.locator('#activity tr[data-model="ok"]').count() == 4,
+            lambda: page.locator('#activity-table tr[data-model="ok"]').count() == 4,
             15,
             what="four activity rows for ok",
         )

@@ -20,7 +20,7 @@ import pytest
 from tests.support.combined_log import served, started
 from tests.support.proxy import local_model, model_ports
 from tests.support.stack import Stack, wait_for
-from tests.support.ui import DESKTOP, PHONE, call, shoot, tab, ui_page
+from tests.support.ui import DESKTOP, PHONE, call, module_shots, shoot, tab, ui_page
 
 pytestmark = [pytest.mark.processes, pytest.mark.browser]
 
@@ -50,8 +50,8 @@ def stack(chromium: Path) -> Iterator[Stack]:  # no browser, no stack: skipped b
 
 
 @pytest.fixture
-def shots(tmp_path: Path) -> Path:
-    return tmp_path / "shots"
+def shots(request: pytest.FixtureRequest) -> Path:
+    return module_shots(request)
 
 
 def _chat(stack: Stack, model: str, text: str = "hi") -> dict[str, Any]:
@@ -133,7 +133,7 @@ def test_the_capture_viewer_shows_both_bodies_decoded(
         assert record is not None
         assert record["has_capture"] is True
         button = page.wait_for_selector(
-            f'#activity tr[data-activity="{record["id"]}"] button[data-action="capture"]'
+            f'#activity-table tr[data-activity="{record["id"]}"] button[data-action="capture"]'
         )
         button.click()
         page.wait_for_selector("#capture[open]")
@@ -166,7 +166,8 @@ def test_the_request_log_reads_new_records_a_batch_at_a_time(chromium: Path, sta
     before = _newest(stack)
     assert before is not None
     with ui_page(chromium, stack.url + "/ui/#activity") as page:
-        page.wait_for_selector(f'#activity tr[data-activity="{before["id"]}"]')  # the first read
+        # The first read.
+        page.wait_for_selector(f'#activity-table tr[data-activity="{before["id"]}"]')
         reads: list[str] = []
         page.on("request", lambda r: "/api/metrics/activity" in r.url and reads.append(r.url))
         first, last = before["id"] + 1, before["id"] + 20
@@ -174,10 +175,10 @@ def test_the_request_log_reads_new_records_a_batch_at_a_time(chromium: Path, sta
             _chat(stack, "a", "one of many")
         stored = lambda: (_newest(stack) or {"id": 0})["id"] == last  # noqa: E731
         wait_for(stored, 10, what="the 20 records stored")
-        shown = lambda: page.locator(f'#activity tr[data-activity="{last}"]').count()  # noqa: E731
+        shown = lambda: page.locator(f'#activity-table tr[data-activity="{last}"]').count()  # noqa: E731
         wait_for(lambda: shown() == 1, 15, what="the newest record's row")
         for n in range(first, last + 1):
-            assert page.locator(f'#activity tr[data-activity="{n}"]').count() == 1, n
+            assert page.locator(f'#activity-table tr[data-activity="{n}"]').count() == 1, n
         # 20 events, fewer reads, each of the records after those shown.
         assert 1 <= len(reads) < 20, reads
         assert f"min_id={first}" in reads[0], reads
@@ -196,14 +197,14 @@ def test_the_request_log_is_read_again_when_the_daemon_numbers_from_one_again(
         page.wait_for_selector("#conn.live")
         for _ in range(3):
             _chat(alone, "a")
-        rows = lambda: page.locator("#activity tr[data-activity]").count()  # noqa: E731
+        rows = lambda: page.locator("#activity-table tr[data-activity]").count()  # noqa: E731
         wait_for(lambda: rows() == 3, 15, what="three rows")
         alone.kill_watcher("swapd-daemon", signal.SIGKILL, timeout=15)
         # The proxy's next heartbeat tells the new daemon it has an events client.
         wait_for(lambda: alone.status()["watching"], 10, what="the new daemon told of the page")
         _chat(alone, "a", "after the restart")
         wait_for(lambda: rows() == 1, 15, what="the log read again: one record")
-        assert page.locator('#activity tr[data-activity="1"]').count() == 1
+        assert page.locator('#activity-table tr[data-activity="1"]').count() == 1
         assert page.errors == []
 
 

@@ -1,5 +1,8 @@
 """Helpers of the web UI's browser tests: a Playwright browser on Debian's chromium
-(tests/support/realparts/browser.py), the page of a stack, screenshots, and plain HTTP calls."""
+(tests/support/realparts/browser.py), the page of a stack, screenshots, and plain HTTP calls.
+
+A page's JavaScript errors and its Content-Security-Policy violations are collected in
+`page.errors`; every test asserts that list empty."""
 
 from __future__ import annotations
 
@@ -14,13 +17,40 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.support.realparts import browser as browser_part
+from tests.support.realparts.provision import cache_dir
 
 DESKTOP = {"width": 1280, "height": 800}
 PHONE = {"width": 390, "height": 844}
-PAGES = ("models", "swaps", "logs", "activity", "gpus")
-# Where a run may also leave one set of screenshots for people to look at (optional).
+PAGES = ("models", "playground", "activity", "swaps", "logs", "gpus")
+# Where the screenshots go for people to look at: this, else `ui-shots` in the test cache
+# ($SWAPD_TEST_CACHE, default ~/.cache/swapd-tests), outside the repository either way.
 SHOTS_ENV = "SWAPD_UI_SHOTS_DIR"
+_announced = pytest.StashKey[bool]()
+
+
+def shots_dir(config: pytest.Config) -> Path:
+    """The screenshots' folder; said once per session on the terminal (workers of xdist have
+    none: docs/ui.md names the folder)."""
+    folder = Path(os.environ.get(SHOTS_ENV) or cache_dir() / "ui-shots")
+    folder.mkdir(parents=True, exist_ok=True)
+    if not config.stash.get(_announced, False):
+        config.stash[_announced] = True
+        reporter = config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None:
+            reporter.write_line(f"UI screenshots: {folder}")
+    return folder
+
+
+def module_shots(request: pytest.FixtureRequest) -> Path:
+    """A test module's screenshots: a folder of its own name in `shots_dir`."""
+    return shots_dir(request.config) / request.module.__name__.rsplit(".", 1)[-1]
+
+
+def _csp_violation(message: Any) -> bool:
+    return message.type == "error" and "Content Security Policy" in message.text
 
 
 @contextmanager
@@ -48,6 +78,10 @@ def ui_page(
                 page.set_default_timeout(20_000)
                 errors: list[str] = []
                 page.on("pageerror", lambda exc: errors.append(str(exc)))
+                page.on(
+                    "console",
+                    lambda msg: errors.append(msg.text) if _csp_violation(msg) else None,
+                )
                 page.errors = errors  # type: ignore[attr-defined]
                 if url:
                     page.goto(url)
@@ -67,10 +101,6 @@ def shoot(page: Any, directory: Path, name: str) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / f"{name}.png"
     page.screenshot(path=str(path), full_page=True)
-    extra = os.environ.get(SHOTS_ENV)
-    if extra:
-        Path(extra).mkdir(parents=True, exist_ok=True)
-        shutil.copy(path, Path(extra) / path.name)
     return path
 
 

@@ -1,15 +1,18 @@
 // The Activity page: requests under way (the `inflight` events, every proxy process's) with a
-// cancel button, and the request log, with token counts and speeds; a capture viewer for records
-// that have one. The log is read from `GET /api/metrics/activity`: once when the event stream
-// (re)connects, then the records newer than those shown whenever `activity` events (llama-swap's
-// `{id}`) announce some, at most once every REFRESH_MS, as llama-swap's page does.
+// cancel button, and the request log (activity_table.js: totals, speed histograms, filters,
+// sorting, columns, export); a capture viewer for records that have one. The log is read from
+// `GET /api/metrics/activity`: once when the event stream (re)connects, then the records newer
+// than those shown whenever `activity` events (llama-swap's `{id}`) announce some, at most once
+// every REFRESH_MS, as llama-swap's page does.
 
+import { ActivityTable } from "./activity_table.js";
 import { encode, getJSON, send } from "./api.js";
-import { clock, el, epoch, labelled, ms, seconds, toast } from "./dom.js";
+import { clock, el, epoch, labelled, seconds, toast } from "./dom.js";
 import * as events from "./events.js";
 import { store, subscribe } from "./store.js";
 
-const MAX_ROWS = 300;
+// The newest records read and kept here (the activity API's largest page).
+const MAX_RECORDS = 999;
 const REFRESH_MS = 250;
 const records = new Map();
 let newest = 0; // the newest record read
@@ -17,19 +20,8 @@ let announced = 0; // the newest an `activity` event named
 let previous = 0; // the last `activity` event's id
 let timer = null;
 let reading = false;
-
-function tokens(t) {
-  if (!t) return "–";
-  const a = t.input_tokens >= 0 ? t.input_tokens : "–";
-  const b = t.output_tokens >= 0 ? t.output_tokens : "–";
-  return `${a} / ${b}`;
-}
-
-function speed(t) {
-  if (!t || t.tokens_per_second < 0) return "–";
-  const gen = t.tokens_per_second.toFixed(1);
-  return t.prompt_per_second >= 0 ? `${gen} (prompt ${t.prompt_per_second.toFixed(0)})` : gen;
-}
+let total = 0; // records the daemon keeps in all
+let table = null;
 
 // A body as the capture holds it (base64 in llama-swap's JSON): text when it is UTF-8, pretty
 // when it is JSON, else its size.
@@ -58,7 +50,7 @@ function part(name, title, headers, body) {
   );
 }
 
-async function showCapture(r) {
+export async function showCapture(r) {
   const dialog = document.getElementById("capture");
   const title = document.getElementById("capture-title");
   const body = document.getElementById("capture-body");
@@ -76,51 +68,33 @@ async function showCapture(r) {
   }
 }
 
-function row(r, fresh) {
-  const ok = r.resp_status_code < 400;
-  const capture = r.has_capture
+// The capture column's cell: a button that opens the viewer, where the record has a capture.
+export function captureButton(r) {
+  return r.has_capture
     ? el("button", { "data-action": "capture", text: "capture", onclick: () => showCapture(r) })
     : null;
-  const asked = r.model_asked && r.model_asked !== r.model ? ` (as ${r.model_asked})` : "";
-  return el(
-    "tr",
-    { class: fresh ? "new" : null, "data-activity": r.id, "data-model": r.model },
-    el("td", { text: clock(epoch(r.timestamp)) }),
-    el("td", { class: "wrap", text: `${r.model}${asked}` }),
-    el("td", { text: r.route || "" }),
-    el("td", { class: "wrap", text: `${r.method || ""} ${r.req_path}` }),
-    el("td", { class: ok ? "status-ok" : "status-bad", text: String(r.resp_status_code), title: r.error_msg || null }),
-    el("td", { class: "num", text: ms(r.duration_ms) }),
-    el("td", { class: "num", text: r.wait_ms > 0 ? ms(r.wait_ms) : "–" }),
-    el("td", { class: "num", text: tokens(r.tokens) }),
-    el("td", { class: "num", "data-role": "speed", text: speed(r.tokens) }),
-    el("td", {}, capture),
-  );
 }
 
 function renderActivity(fresh) {
-  const body = document.querySelector("#activity tbody");
-  const sorted = [...records.values()].sort((a, b) => b.id - a.id).slice(0, MAX_ROWS);
-  if (sorted.length === 0) {
-    body.replaceChildren(el("tr", { class: "empty" }, el("td", { colspan: "10", text: "no requests yet" })));
-    return;
-  }
-  body.replaceChildren(...sorted.map((r) => row(r, fresh.has(r.id))));
-  labelled(document.getElementById("activity"));
+  table.update([...records.values()], fresh, total);
 }
 
-// The newest MAX_ROWS records, read `after` the newest shown (0: from scratch).
+// The newest MAX_RECORDS records, read `after` the newest shown (0: from scratch).
 async function read(after) {
   const since = after > 0 ? `&min_id=${after + 1}` : "";
-  const page = await getJSON(`/api/metrics/activity?limit=${MAX_ROWS}${since}`);
-  if (after === 0) records.clear();
+  const page = await getJSON(`/api/metrics/activity?limit=${MAX_RECORDS}${since}`);
+  if (after === 0) {
+    records.clear();
+    total = page.total || 0;
+  }
   const fresh = new Set();
   for (const r of page.data || []) {
+    if (after > 0 && !records.has(r.id)) total += 1;
     records.set(r.id, r);
     if (after > 0) fresh.add(r.id);
     if (r.id > newest) newest = r.id;
   }
-  for (const id of [...records.keys()].sort((a, b) => b - a).slice(MAX_ROWS)) records.delete(id);
+  for (const id of [...records.keys()].sort((a, b) => b - a).slice(MAX_RECORDS)) records.delete(id);
   renderActivity(fresh);
 }
 
@@ -191,7 +165,16 @@ async function load() {
   }
 }
 
+// `#activity/<model>`: the log of that model only (the model filter set).
+export function show(arg) {
+  if (arg) table.setFilter("model", arg);
+}
+
 export function init() {
+  table = new ActivityTable({
+    capture: captureButton,
+    local: (id) => store.table.some((m) => m.id === id && !m.peerID),
+  });
   events.on("activity", (a) => {
     if (!a) return;
     const renumbered = a.id <= previous;

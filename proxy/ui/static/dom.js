@@ -74,3 +74,47 @@ export function labelled(table) {
     [...row.children].forEach((td, i) => { if (names[i]) td.dataset.label = names[i]; });
   }
 }
+
+const SVG = "http://www.w3.org/2000/svg";
+
+// An SVG element (charts), with the same rules as el(): attributes and text, never markup.
+export function svg(tag, attrs = {}, ...children) {
+  const node = document.createElementNS(SVG, tag);
+  for (const [key, value] of Object.entries(attrs)) {
+    if (value === null || value === undefined || value === false) continue;
+    if (key === "text") node.textContent = value;
+    else node.setAttribute(key, String(value));
+  }
+  for (const child of children.flat(Infinity)) {
+    if (child === null || child === undefined || child === false) continue;
+    node.append(child instanceof Node ? child : document.createTextNode(String(child)));
+  }
+  return node;
+}
+
+// Hands `text` to the browser as a file to save (an object URL of a Blob made here: nothing
+// leaves the page).
+export function download(name, type, text) {
+  const url = URL.createObjectURL(new Blob([text], { type }));
+  const link = el("a", { href: url, download: name, hidden: true });
+  document.body.append(link);
+  link.click();
+  link.remove();
+  setTimeout(() => URL.revokeObjectURL(url), 10_000);
+}
+
+export function number(n) {
+  return n === null || n === undefined || Number.isNaN(n) ? "–" : n.toLocaleString("en-US");
+}
+
+// `node.replaceChildren` with el()'s rules for children: nested lists flattened, null and false
+// left out.
+export function fill(node, ...children) {
+  node.replaceChildren(...children.flat(Infinity).filter((c) => c !== null && c !== undefined && c !== false));
+  return node;
+}
+
+// "1 request", "3 requests".
+export function plural(n, one, many = `${one}s`) {
+  return `${number(n)} ${n === 1 ? one : many}`;
+}

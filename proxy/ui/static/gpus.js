@@ -53,7 +53,7 @@ function render() {
   document.getElementById("gpus-tab").hidden = gpus.length === 0;
   const backend = store.status ? store.status.gpu_backend : "";
   document.getElementById("gpu-backend").textContent = backend ? `GPU backend: ${backend}` : "";
-  document.getElementById("gpus").replaceChildren(...gpus.map(card));
+  document.getElementById("gpu-cards").replaceChildren(...gpus.map(card));
 }
 
 export function show() {

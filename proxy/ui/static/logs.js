@@ -2,24 +2,14 @@
 // or `/logs/stream/<model>`, streamed (its history first, then each new line as it is written),
 // ANSI colours rendered, filtered as you type.
 
-import { encode, stream } from "./api.js";
+import { encode } from "./api.js";
 import { el } from "./dom.js";
-import { AnsiState, render as ansi, strip } from "./ansi.js";
+import { LogView, strip } from "./log_view.js";
 import { store, subscribe } from "./store.js";
 
-const MAX_LINES = 5000;
-let lines = [];
-let partial = "";
-let controller = null;
-let state = new AnsiState();
 let filter = "";
 let current = null;
-
-const view = () => document.getElementById("log");
-
-function matches(line) {
-  return !filter || strip(line).toLowerCase().includes(filter);
-}
+let view = null;
 
 const PREFIX = /^\[([^\]]+)\] /;
 
@@ -32,56 +22,9 @@ function source(line) {
   return match;
 }
 
-function append(line) {
-  const match = source(line);
-  const node = match
-    ? el("div", { class: "line", "data-source": match[1] },
-      el("span", { class: "src", text: match[0] }), ansi(line.slice(match[0].length), state))
-    : el("div", { class: "line" }, ansi(line, state));
-  view().append(node);
-}
-
-function redraw() {
-  state = new AnsiState();
-  view().replaceChildren();
-  for (const line of lines) if (matches(line)) append(line);
-  follow();
-}
-
-function follow() {
-  if (document.getElementById("log-follow").checked) {
-    const node = view();
-    node.scrollTop = node.scrollHeight;
-  }
-}
-
-function take(text) {
-  const parts = (partial + text).split("\n");
-  partial = parts.pop();
-  for (const line of parts) {
-    lines.push(line);
-    if (matches(line)) append(line);
-  }
-  if (lines.length > MAX_LINES) {
-    lines = lines.slice(-MAX_LINES);
-    const node = view();
-    while (node.childElementCount > MAX_LINES) node.firstChild.remove();
-  }
-  follow();
-}
-
 function open(which) {
-  if (controller) controller.abort();
-  controller = new AbortController();
   current = which;
-  lines = [];
-  partial = "";
-  redraw();
-  const path = which ? `/logs/stream/${encode(which)}` : "/logs/stream";
-  const mine = controller;
-  stream(path, take, mine.signal).catch((err) => {
-    if (!mine.signal.aborted) take(`\n— log stream ended: ${err.message} —\n`);
-  });
+  view.open(which ? `/logs/stream/${encode(which)}` : "/logs/stream");
 }
 
 function sources() {
@@ -96,19 +39,26 @@ function sources() {
   for (const id of models) select.append(el("option", { value: id, text: `model ${id}` }));
   select.value = want.includes(value) ? value : "";
   // The lines already drawn were drawn without these ids: mark their sources now.
-  if (current === "" || current === "upstream") redraw();
+  if (current === "" || current === "upstream") view.redraw();
 }
 
 export function show() {
   if (current === null) open(document.getElementById("log-source").value);
+  else if (document.getElementById("log-follow").checked) view.toEnd();
 }
 
 export function init() {
+  const follow = document.getElementById("log-follow");
+  view = new LogView(document.getElementById("log"), {
+    follow: () => follow.checked,
+    keep: (line) => !filter || strip(line).toLowerCase().includes(filter),
+    prefix: source,
+  });
   subscribe(sources);
   document.getElementById("log-source").addEventListener("change", (e) => open(e.target.value));
   document.getElementById("log-filter").addEventListener("input", (e) => {
     filter = e.target.value.trim().toLowerCase();
-    redraw();
+    view.redraw();
   });
-  document.getElementById("log-clear").addEventListener("click", () => { lines = []; redraw(); });
+  document.getElementById("log-clear").addEventListener("click", () => view.clear());
 }

@@ -2,15 +2,18 @@
 // active profile (hidden when the proxy has no `/api/profiles`).
 
 import { encode, getJSON, send } from "./api.js";
+import * as caps from "./caps.js";
+import * as catalog from "./catalog.js";
 import { bytes, el, now, seconds, toast } from "./dom.js";
 import * as events from "./events.js";
+import { modelHref } from "./nav.js";
 import { inflightOf, modelStatus, refresh, store, subscribe } from "./store.js";
 
 const cards = new Map(); // id -> {node, signature}
 // `GET /api/profiles`, with `active` kept current by `profileChanged` events.
 const profiles = { active: null, list: [] };
 const tails = new Map(); // failed model id -> its log tail (text)
-const root = () => document.getElementById("models");
+const root = () => document.getElementById("model-cards");
 
 function sum(values) {
   return Object.values(values || {}).reduce((a, b) => a + b, 0);
@@ -38,24 +41,39 @@ function memory(st) {
   return parts.join(", ");
 }
 
+// How many lines of a failed model's log its card shows, and how long to gather the history:
+// the stream's history may come in several chunks, and an empty log sends none.
+const TAIL_LINES = 40;
+const HISTORY_QUIET_MS = 300;
+const EMPTY_LOG_MS = 3000;
+
+// The newest lines of the model's log: the history `/logs/stream/<model>` starts with, read until
+// the stream goes quiet (the live lines after it are not wanted here).
 async function loadTail(id) {
   if (tails.has(id)) return;
   tails.set(id, "");
   const controller = new AbortController();
-  // An empty log sends no history: give up on it rather than wait for a line.
-  const timer = setTimeout(() => controller.abort(), 3000);
+  let text = "";
+  let timer = setTimeout(() => controller.abort(), EMPTY_LOG_MS);
   try {
-    // The stream's first chunk is the history; nothing else is wanted here.
     const response = await fetch(`/logs/stream/${encode(id)}`, { signal: controller.signal });
-    const { value } = await response.body.getReader().read();
-    const text = new TextDecoder().decode(value || new Uint8Array());
-    tails.set(id, text.split("\n").filter((l) => l.trim()).slice(-15).join("\n"));
+    const reader = response.body.getReader();
+    const decoder = new TextDecoder();
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) break;
+      text += decoder.decode(value, { stream: true });
+      clearTimeout(timer);
+      timer = setTimeout(() => controller.abort(), HISTORY_QUIET_MS);
+    }
   } catch (err) {
-    tails.set(id, controller.signal.aborted ? "(its log is empty)" : `(no log: ${err.message})`);
+    if (!controller.signal.aborted) text = `(no log: ${err.message})`;
   } finally {
     clearTimeout(timer);
     controller.abort();
   }
+  const lines = text.split("\n").filter((l) => l.trim());
+  tails.set(id, lines.length ? lines.slice(-TAIL_LINES).join("\n") : "(its log is empty)");
   render();
 }
 
@@ -140,13 +158,14 @@ function card(item) {
     el(
       "div",
       { class: "card-head" },
-      el("span", { class: "name", text: item.id }),
+      el("a", { class: "name", href: modelHref(item.id), title: "its page", text: item.id }),
       el("span", { class: `badge state-${state}`, "data-role": "state", text: state }),
       remote ? el("span", { class: "badge remote", text: "remote" }) : null,
       pinBadge(item.id),
     ),
     item.name && item.name !== item.id ? el("div", { class: "desc", text: item.name }) : null,
     item.description ? el("div", { class: "desc", text: item.description }) : null,
+    caps.tags(catalog.entry(item.id)),
     el("dl", { class: "facts" }, facts),
     detail && detail.reason && (failed || state === "stopped")
       ? el("div", { class: failed ? "reason" : "desc", "data-role": "reason", text: detail.reason })
@@ -159,12 +178,16 @@ function card(item) {
 function signature(item) {
   const st = modelStatus(item.id);
   const pin = [profiles.active, pinOf(item.id)];
-  return JSON.stringify([item, st, inflightOf(item.id), tails.get(item.id), st ? store.fetchedAt : 0, pin]);
+  const listed = catalog.entry(item.id);
+  return JSON.stringify([
+    item, st, inflightOf(item.id), tails.get(item.id), st ? store.fetchedAt : 0, pin, listed,
+  ]);
 }
 
 export function render() {
   const container = root();
   const seen = new Set();
+  const drawn = [];
   let previous = null;
   for (const item of store.table) {
     seen.add(item.id);
@@ -174,6 +197,7 @@ export function render() {
       const node = card(item);
       if (entry) entry.node.replaceWith(node);
       entry = { node, signature: sig };
+      drawn.push(node);
       cards.set(item.id, entry);
     }
     const expected = previous ? previous.nextSibling : container.firstChild;
@@ -183,6 +207,16 @@ export function render() {
   for (const [id, entry] of cards) {
     if (!seen.has(id)) { entry.node.remove(); cards.delete(id); }
   }
+  // A failed model's log opens at its newest line (the cause is usually last), once in the page.
+  for (const node of drawn) {
+    const tail = node.querySelector("pre.tail");
+    if (tail) tail.scrollTop = tail.scrollHeight;
+  }
+}
+
+export function show() {
+  // Drawn while the page was hidden, a tail could not be scrolled: open each at its newest line.
+  for (const tail of root().querySelectorAll("pre.tail")) tail.scrollTop = tail.scrollHeight;
 }
 
 function tick() {
@@ -231,6 +265,7 @@ async function loadProfiles() {
 
 export function init() {
   subscribe(render);
+  catalog.subscribe(render);
   setInterval(tick, 1000);
   document.getElementById("unload-all").addEventListener("click", (e) =>
     act(e.currentTarget, "unload all", "/api/models/unload"));

@@ -18,7 +18,14 @@ const subscribers = [];
 let fetching = null;
 let again = false;
 
-export function subscribe(fn) { subscribers.push(fn); }
+// `fn(store)` on every change; the answer stops it.
+export function subscribe(fn) {
+  subscribers.push(fn);
+  return () => {
+    const at = subscribers.indexOf(fn);
+    if (at >= 0) subscribers.splice(at, 1);
+  };
+}
 
 function changed() { for (const fn of subscribers) fn(store); }
 
@@ -46,6 +53,16 @@ export function refresh() {
 export function modelStatus(id) {
   if (!store.status) return null;
   return store.status.models.find((m) => m.model === id) || null;
+}
+
+// A model's state as swapd names it. `modelStatus` items carry llama-swap's `state` (which has no
+// `failed` or `draining`) and, where the proxy sends it, swapd's own as `swapd_state`.
+export function stateOf(item) {
+  return (item && (item.swapd_state || item.state)) || "stopped";
+}
+
+export function tableItem(id) {
+  return store.table.find((m) => m.id === id) || null;
 }
 
 export function inflightOf(id) {

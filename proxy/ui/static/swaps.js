@@ -8,6 +8,11 @@ import * as events from "./events.js";
 const MAX_ROWS = 200;
 const PHASES = ["drain", "stop", "start", "health"];
 const records = new Map(); // id -> record
+const subscribers = [];
+
+// The records read so far (the model pages show theirs), and a call on every change.
+export function all() { return [...records.values()]; }
+export function subscribe(fn) { subscribers.push(fn); }
 
 function what(r) {
   if (r.kind === "swap") return `${r.evicted.join(", ")} → ${r.model}`;
@@ -46,7 +51,15 @@ function phases(r) {
   return el("div", { class: "phase-cell" }, bar, el("div", { class: "phase-text", text: text.join(" · ") || "–" }));
 }
 
-function row(r, fresh) {
+// How long the request behind a start or swap waited for it (`waited`, seconds), where the
+// record carries it: a swap that waited for a busy model took far longer for its client than
+// its phases add up to.
+function waited(r) {
+  if (typeof r.waited !== "number" || r.waited <= 0) return null;
+  return el("span", { class: "sub", "data-role": "waited", text: `request waited ${seconds(r.waited)}` });
+}
+
+export function row(r, fresh) {
   const bad = r.result !== "ok";
   return el(
     "tr",
@@ -55,20 +68,21 @@ function row(r, fresh) {
     el("td", { class: "wrap", text: what(r) }),
     el("td", { class: "wrap", text: cause(r) }),
     el("td", {}, phases(r)),
-    el("td", { class: "num", text: seconds(r.ended - r.began) }),
+    el("td", { class: "num" }, seconds(r.ended - r.began), waited(r)),
     el("td", { class: `wrap ${bad ? "status-bad" : "status-ok"}`, text: bad ? `${r.result}: ${r.reason}` : "ok" }),
   );
 }
 
 function render(freshId) {
-  const body = document.querySelector("#swaps tbody");
+  for (const fn of subscribers) fn(freshId);
+  const body = document.querySelector("#swap-table tbody");
   const sorted = [...records.values()].sort((a, b) => b.id - a.id).slice(0, MAX_ROWS);
   if (sorted.length === 0) {
     body.replaceChildren(el("tr", { class: "empty" }, el("td", { colspan: "6", text: "no swaps yet" })));
     return;
   }
   body.replaceChildren(...sorted.map((r) => row(r, r.id === freshId)));
-  labelled(document.getElementById("swaps"));
+  labelled(document.getElementById("swap-table"));
 }
 
 async function load() {

@@ -1,0 +1,17 @@
+// Addresses inside the page: `#<page>` or `#<page>/<argument>` (a model id, URL-encoded: ids may
+// hold `/ : .`). main.js routes them; page modules link with these.
+
+export function href(page, arg) {
+  return arg === undefined || arg === null || arg === "" ? `#${page}` : `#${page}/${encodeURIComponent(arg)}`;
+}
+
+export function parse(hash) {
+  const text = hash.replace(/^#/, "");
+  const cut = text.indexOf("/");
+  if (cut < 0) return { page: text, arg: "" };
+  let arg = text.slice(cut + 1);
+  try { arg = decodeURIComponent(arg); } catch { /* a hand-typed %: keep it as it is */ }
+  return { page: text.slice(0, cut), arg };
+}
+
+export const modelHref = (id) => href("model", id);
