@@ -22,7 +22,7 @@ import logging
 import time
 
 from ..ipc.timings import ACTIVITY_INTERVAL_S
-from .errors import ProxyError
+from .errors import TooManyRequests
 from .mirror.link import DaemonLink
 from .mirror.state import ModelRuntime, ProxyState
 
@@ -31,8 +31,8 @@ log = logging.getLogger(__name__)
 _STOPPED_STATES = frozenset({"stopping", "stopped", "failed"})
 
 
-def too_many_requests() -> ProxyError:
-    return ProxyError(429, "Too many requests", "concurrency_limit", headers={"Retry-After": "1"})
+def too_many_requests() -> TooManyRequests:
+    return TooManyRequests("Too many requests", headers={"Retry-After": "1"})
 
 
 class Admission:

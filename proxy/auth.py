@@ -14,7 +14,7 @@ import hmac
 
 from aiohttp import web
 
-from .errors import ProxyError
+from .errors import BadRequest, Unauthorized
 
 REALM = 'Basic realm="swapd"'
 UNAUTHORIZED = "unauthorized: invalid or missing API key"
@@ -49,7 +49,7 @@ def check_single_credentials(request: web.Request) -> None:
     headers = request.headers
     for name in ("Authorization", "x-api-key"):
         if len(headers.getall(name, ())) > 1:
-            raise ProxyError(400, f"more than one {name} header: ambiguous credentials")
+            raise BadRequest(f"more than one {name} header: ambiguous credentials")
 
 
 def check_api_key(request: web.Request, keys: tuple[bytes, ...]) -> None:
@@ -69,5 +69,5 @@ def key_ok(presented: bytes | None, keys: tuple[bytes, ...]) -> bool:
     return ok
 
 
-def unauthorized() -> ProxyError:
-    return ProxyError(401, UNAUTHORIZED, "unauthorized", headers={"WWW-Authenticate": REALM})
+def unauthorized() -> Unauthorized:
+    return Unauthorized(UNAUTHORIZED, headers={"WWW-Authenticate": REALM})

@@ -29,7 +29,7 @@ from . import loading
 from .account import ACCOUNT, Account
 from .context import CTX, ProxyContext
 from .dialects.way import Reader
-from .errors import ProxyError
+from .errors import BadGateway, ProxyError, Refused
 from .mirror.state import ModelRuntime
 from .mirror.wait import routes_of
 from .observe.activity import RECORDER
@@ -39,7 +39,7 @@ from .routing import decide
 from .routing.body import RequestModel, filter_json, read_model, replace_span
 from .routing.model_routes import is_model_route
 from .upstream.address import UpstreamAddress
-from .upstream.forward import Refused, ReplyRewrite, forward, outgoing
+from .upstream.forward import ReplyRewrite, forward, outgoing
 from .upstream.websocket import is_websocket, relay_websocket
 
 # How long a request that got `Ready` for a model this process still sees draining waits for the
@@ -335,7 +335,7 @@ async def _serve_peer(
         return await forward(request, acc, ctx.aiohttp, out, label, rewrite=rewrite)
     except ProxyError as exc:
         if exc.status == 502:
-            raise ProxyError(502, f"peer proxy error: {exc.message}") from exc
+            raise BadGateway(f"peer proxy error: {exc.message}") from exc
         raise
 
 

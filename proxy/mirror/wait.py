@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 
 from ..context import ProxyContext
-from ..errors import ProxyError
+from ..errors import Unavailable
 from .state import Routes
 
 FIRST_TABLE_WAIT_S = 30.0
@@ -18,7 +18,7 @@ async def routes_of(ctx: ProxyContext) -> Routes:
         try:
             await asyncio.wait_for(state.synced.wait(), FIRST_TABLE_WAIT_S)
         except TimeoutError as exc:
-            raise ProxyError(
-                503, "the swapd daemon has not sent its routing table yet; retry shortly"
+            raise Unavailable(
+                "the swapd daemon has not sent its routing table yet; retry shortly",
             ) from exc
     return state.routes

@@ -15,7 +15,8 @@ from typing import Protocol
 
 from httptools import HttpParserError, HttpParserUpgrade, HttpResponseParser
 
-from .response import UpstreamError, UpstreamResponse
+from ..errors import HeadTooLarge, OutOfStep, UpstreamError
+from .response import UpstreamResponse
 
 
 class ConnPool(Protocol):
@@ -48,15 +49,6 @@ def head_error(error: BaseException) -> UpstreamError:
     if isinstance(error, OSError):
         return UpstreamError(str(error))
     return UpstreamError(f"malformed response: {error}")
-
-
-class _OutOfStep(Exception):
-    """Bytes from the upstream that answer no request: the connection cannot be trusted."""
-
-
-class _HeadTooLarge(UpstreamError):
-    def __init__(self) -> None:
-        super().__init__(f"response head larger than {MAX_HEAD} bytes")
 
 
 class UpstreamConn(asyncio.Protocol):
@@ -127,19 +119,19 @@ class UpstreamConn(asyncio.Protocol):
             return
         except HttpParserError as exc:
             cause = exc.__context__  # what a callback raised
-            self._fail(cause if isinstance(cause, _OutOfStep | _HeadTooLarge) else exc)
+            self._fail(cause if isinstance(cause, OutOfStep | HeadTooLarge) else exc)
             return
         if self.head_waiter is not None:
             self.head_read += len(data)
         if self.head_waiter is not None and self.head_read > MAX_HEAD:
             # A head still incomplete after more than the limit (llhttp reports a header only
             # once it is whole; complete ones are counted in the callbacks, whatever the reads).
-            self._fail(_HeadTooLarge())
+            self._fail(HeadTooLarge(MAX_HEAD))
 
     # --- httptools callbacks ----------------------------------------------------------------------
     def on_message_begin(self) -> None:
         if self.response is None or self.response.done:
-            raise _OutOfStep("upstream sent bytes that answer no request")
+            raise OutOfStep("upstream sent bytes that answer no request")
         self.in_head = True
         self.reason = b""
         self.raw_headers = []
@@ -147,7 +139,7 @@ class UpstreamConn(asyncio.Protocol):
     def _count_head(self, size: int) -> None:
         self.head_size += size
         if self.head_size > MAX_HEAD:
-            raise _HeadTooLarge()
+            raise HeadTooLarge(MAX_HEAD)
 
     def on_status(self, reason: bytes) -> None:
         self._count_head(len(reason))
@@ -200,7 +192,7 @@ class UpstreamConn(asyncio.Protocol):
     def on_body(self, body: bytes) -> None:
         response = self.response
         if response is None or response.done:
-            raise _OutOfStep("upstream sent a body that answers no request")
+            raise OutOfStep("upstream sent a body that answers no request")
         response._feed(body)
 
     def on_message_complete(self) -> None:

@@ -20,10 +20,10 @@ from collections.abc import Awaitable, Callable, Mapping
 from aiohttp import web
 
 from ..account import Account
-from ..errors import ProxyError
+from ..errors import BadGateway, Refused, UpstreamError, UpstreamRefused
 from .address import UpstreamAddress
 from .relay import HOP_BY_HOP, relay
-from .transport import Outgoing, Reply, Transport, UpstreamError, UpstreamRefused
+from .transport import Outgoing, Reply, Transport
 
 _FORWARDED = frozenset({b"x-forwarded-for", b"x-forwarded-host", b"x-forwarded-proto"})
 REQUEST_DROP = (
@@ -102,14 +102,10 @@ def outgoing(
     return out
 
 
-class Refused(ProxyError):
-    """The 502 of an upstream whose port refused the connection: no byte of the request was
-    sent, so it may be sent again where there is reason to think the model is back."""
-
-
-def unreachable(label: str, exc: UpstreamError) -> ProxyError:
-    kind = Refused if isinstance(exc, UpstreamRefused) else ProxyError
-    return kind(502, f"upstream {label} is not reachable: {exc}")
+def unreachable(label: str, exc: UpstreamError) -> BadGateway:
+    """The transport's failure before a response head, as the client's 502 says it."""
+    kind = Refused if isinstance(exc, UpstreamRefused) else BadGateway
+    return kind(f"upstream {label} is not reachable: {exc}")
 
 
 async def forward(

@@ -22,11 +22,12 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from ...ipc.routing_table import Timeouts
+from ..errors import HeadTimeout, UpstreamError, UpstreamRefused
 from .conn import UpstreamConn
-from .response import UpstreamBroken, UpstreamError, UpstreamRefused, UpstreamResponse
-from .timeouts import HeadTimeout, expired, head_within, set_keepalive
+from .response import UpstreamResponse
+from .timeouts import expired, head_within, set_keepalive
 
-__all__ = ["UpstreamBroken", "UpstreamError", "UpstreamPool", "UpstreamRefused", "UpstreamResponse"]
+__all__ = ["UpstreamPool", "UpstreamResponse"]
 
 _IDLE_PER_HOST = 256
 

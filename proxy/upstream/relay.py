@@ -22,8 +22,8 @@ from aiohttp import web
 from multidict import CIMultiDict
 
 from ..account import Account, Tail
-from ..errors import ProxyError
-from .transport import Reply, UpstreamBroken
+from ..errors import BadGateway, UpstreamBroken
+from .transport import Reply
 
 log = logging.getLogger(__name__)
 
@@ -58,8 +58,8 @@ def end_streams() -> None:
         reply.close()
 
 
-def broke_off(label: str, exc: BaseException) -> ProxyError:
-    return ProxyError(502, f"upstream {label} failed mid-response: {exc!r}")
+def broke_off(label: str, exc: BaseException) -> BadGateway:
+    return BadGateway(f"upstream {label} failed mid-response: {exc!r}")
 
 
 def response_headers(reply: Reply) -> CIMultiDict[str]:

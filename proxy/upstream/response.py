@@ -10,20 +10,9 @@ from collections import deque
 from collections.abc import AsyncIterator
 from typing import Protocol
 
+from ..errors import UpstreamBroken
+
 _HIGH_WATER = 1024 * 1024  # pause reading the upstream past this much undelivered body
-
-
-class UpstreamError(Exception):
-    """The upstream failed before sending a complete response head."""
-
-
-class UpstreamRefused(UpstreamError):
-    """Nothing listens on the upstream's port (the connection was refused): no byte of the
-    request was sent."""
-
-
-class UpstreamBroken(Exception):
-    """The upstream broke off the response body."""
 
 
 class _Connection(Protocol):

@@ -10,14 +10,9 @@ import contextlib
 import socket
 from typing import Protocol, TypeVar
 
-from .response import UpstreamError
+from ..errors import HeadTimeout
 
 T = TypeVar("T")
-
-
-class HeadTimeout(UpstreamError):
-    """No response head within `timeouts.responseHeader` of the request being sent (never
-    retried on another connection: the upstream may be working on it)."""
 
 
 class _Idle(Protocol):

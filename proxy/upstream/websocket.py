@@ -16,7 +16,7 @@ from aiohttp import WSMsgType, web
 from multidict import CIMultiDict
 from yarl import URL
 
-from ..errors import ProxyError
+from ..errors import BadGateway, ProxyError
 from .address import UpstreamAddress
 from .forward import upstream_headers
 
@@ -161,12 +161,12 @@ async def relay_websocket(
     except aiohttp.WSServerHandshakeError as exc:
         status = exc.status if 400 <= exc.status < 500 else 502
         raise ProxyError(
-            status, f"upstream {label} refused the websocket: {exc.status} {exc.message}"
+            f"upstream {label} refused the websocket: {exc.status} {exc.message}", status=status
         ) from exc
     except aiohttp.ClientConnectorError as exc:
-        raise ProxyError(502, f"upstream {label} is not reachable: {exc.os_error}") from exc
+        raise BadGateway(f"upstream {label} is not reachable: {exc.os_error}") from exc
     except (aiohttp.ClientError, TimeoutError) as exc:
-        raise ProxyError(502, f"upstream {label} websocket failed: {exc!r}") from exc
+        raise BadGateway(f"upstream {label} websocket failed: {exc!r}") from exc
 
     client = web.WebSocketResponse(
         protocols=(upstream.protocol,) if upstream.protocol else (),

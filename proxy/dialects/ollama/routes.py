@@ -27,7 +27,7 @@ from ....ipc.states import LOADED_STATES
 from ... import pipeline
 from ...api import ops
 from ...context import CTX, ProxyContext
-from ...errors import ProxyError
+from ...errors import NotFound, ProxyError
 from ...mirror.state import Routes
 from ...mirror.wait import routes_of
 from ...observe.stats import STATS
@@ -126,7 +126,7 @@ async def handle_show(request: web.Request) -> web.Response:
     asked = requests.model_of(doc)
     name = values.resolve(routes, asked)
     if not values.known(routes, name):
-        raise ProxyError(404, f"model '{asked}' not found")
+        raise NotFound(f"model '{asked}' not found")
     pinned = routes.pins.get(name)
     return _json(listing.show(routes.model(pinned or name)), request)
 
@@ -139,7 +139,7 @@ async def handle_refused(request: web.Request) -> web.Response:
         "/api/copy": "copying",
         "/api/delete": "deleting",
     }.get(request.path, "uploading")
-    raise ProxyError(501, _REFUSED.format(what=what))
+    raise ProxyError(_REFUSED.format(what=what), status=501)
 
 
 # --------------------------------------------------------------------------------------------------
