@@ -150,7 +150,8 @@ def make_app(*, run_dir: Path, processes: int = 1, proxy_id: str | None = None) 
         event_hub.on_cancel = RECORDER.cancel
         link.watching = lambda: event_hub.watchers
         event_hub.on_watchers = link.hello_soon
-        sync = StateSync(state, link, endpoints.events, context=context, hub=event_hub)
+        state.changes.listen(access_log.config_applied)
+        sync = StateSync(state, link, endpoints.events, context=context)
         app[SYNC_KEY] = sync
         sync.start()
         combined = app[COMBINED_KEY] = CombinedLog(hub, state)

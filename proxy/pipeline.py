@@ -18,7 +18,6 @@ are `app.front` and `access_log.py`, around every route):
 
 from __future__ import annotations
 
-import asyncio
 import urllib.parse
 from collections.abc import Awaitable, Callable
 
@@ -29,11 +28,10 @@ from . import loading
 from .account import ACCOUNT, Account
 from .context import CTX, ProxyContext
 from .dialects.way import Reader
-from .errors import BadGateway, ProxyError, Refused
+from .errors import BadGateway, ProxyError, Refused, Unavailable
 from .mirror.state import ModelRuntime
 from .mirror.wait import routes_of
 from .observe.activity import RECORDER
-from .observe.events import HUB_KEY
 from .observe.stats import STATS
 from .routing import decide
 from .routing.body import RequestModel, filter_json, read_model, replace_span
@@ -42,10 +40,13 @@ from .upstream.address import UpstreamAddress
 from .upstream.forward import ReplyRewrite, forward, outgoing
 from .upstream.websocket import is_websocket, relay_websocket
 
-# How long a request that got `Ready` for a model this process still sees draining waits for the
-# event stream to catch up before asking again (the reply and the broadcast travel on different
-# sockets, so either may arrive first).
-_DRAIN_RECHECK_S = 0.02
+# How long a request that got `Ready` for a model this process still sees draining waits for
+# the mirror to show the model's new run (the reply and the broadcasts travel on different
+# sockets, so either may arrive first; the events follow within milliseconds). Past it, the mirror
+# is taken at its word, the model being drained (again): the request asks the daemon once more,
+# which queues it behind that drain. The `_CATCH_UP_TRIES`th such `Ready` is answered 503.
+_CATCH_UP_S = 1.0
+_CATCH_UP_TRIES = 3
 # How long a request refused by a model taken as ready waits to hear from the daemon that the
 # model stopped, before it is answered with the 502.
 _REFUSED_WAIT_S = 5.0
@@ -197,7 +198,7 @@ async def _serve_local(
                 STATS.refused_ready += 1
                 admission.end(rt)  # not in flight while it waits: it holds up no drain
                 admitted = False
-                if not await _heard_stopped(request, rt):
+                if not await _heard_stopped(ctx, rt):
                     raise
             address = await _admit(ctx, acc, rt)
             admitted = True
@@ -215,27 +216,11 @@ async def _serve_local(
         admission.release(rt)
 
 
-async def _heard_stopped(request: web.Request, rt: ModelRuntime) -> bool:
+async def _heard_stopped(ctx: ProxyContext, rt: ModelRuntime) -> bool:
     """Whether the daemon's word that `rt` is no longer ready reaches this process within
-    `_REFUSED_WAIT_S` (it sees a model's exit at once, and through circus within a second)."""
-    if not rt.hot:
-        return True
-    heard = asyncio.Event()
-    listeners = request.app[HUB_KEY].state_listeners
-
-    def listener() -> None:
-        if not rt.hot:  # at the change itself: a restart may make it ready again soon after
-            heard.set()
-
-    listeners.add(listener)
-    try:
-        async with asyncio.timeout(_REFUSED_WAIT_S):
-            await heard.wait()
-        return True
-    except TimeoutError:
-        return False
-    finally:
-        listeners.discard(listener)
+    `_REFUSED_WAIT_S` (it sees a model's exit at once, and through circus within a second).
+    Taken at the change itself: a restart may make it ready again soon after."""
+    return await ctx.state.changes.until(lambda: not rt.hot, _REFUSED_WAIT_S)
 
 
 async def _admit(
@@ -249,21 +234,34 @@ async def _admit(
     STATS.waited_for_start += 1
     loop = ctx.loop
     started = loop.time()
+
+    def may_serve() -> bool:
+        return rt.drain_epoch is None or rt.hot
+
     try:
-        while True:
+        for _ in range(_CATCH_UP_TRIES):
             ensure = ctx.link.ensure(rt.id)
             reply = await (progress.wait(ensure) if progress is not None else ensure)
             if isinstance(reply, Error):
                 raise ProxyError.from_reply(reply)
-            if rt.drain_epoch is None or rt.hot:
-                # Between the check and begin() nothing can run: a Draining that arrives later
-                # sees this request in flight and waits for it.
-                ctx.admission.begin(rt)
-                upstream = reply.upstream
-                if upstream and upstream.rstrip("/") != rt.base_url:
-                    return UpstreamAddress.parse(upstream)
-                return rt.address
-            await asyncio.sleep(_DRAIN_RECHECK_S)
+            if not may_serve():
+                # Not a poll: woken by the change that shows the model's new run.
+                caught_up = ctx.state.changes.until(may_serve, _CATCH_UP_S)
+                await (progress.wait(caught_up) if progress is not None else caught_up)
+                if not may_serve():  # the bound passed, or a drain came in the meantime
+                    continue
+            # Between the check and begin() nothing can run: a Draining that arrives later sees
+            # this request in flight and waits for it.
+            ctx.admission.begin(rt)
+            upstream = reply.upstream
+            if upstream and upstream.rstrip("/") != rt.base_url:
+                return UpstreamAddress.parse(upstream)
+            return rt.address
+        raise Unavailable(
+            f"the daemon has {rt.id} ready, but this proxy's copy of its state still shows it "
+            f"being drained ({_CATCH_UP_TRIES} answers, {_CATCH_UP_S:g} s each); retry shortly",
+            code="state_out_of_step",
+        )
     finally:
         acc.waited = loop.time() - started
 

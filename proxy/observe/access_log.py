@@ -31,8 +31,10 @@ from aiohttp import web
 from aiohttp.abc import AbstractAccessLogger
 
 from ...ipc import log_time
+from ...ipc.messages import SnapshotReply, TableChanged
 from ...ipc.routing_table import RoutingTable
 from ..account import ACCOUNT, Account
+from ..mirror.changes import Applied
 from .activity import RECORDER
 from .log_hub import LogHub
 from .stats import STATS
@@ -42,6 +44,13 @@ PATH_LIMIT = 200
 FLUSH_S = 0.1
 FLUSH_BYTES = 64 * 1024
 _NONE = Account()
+
+
+def config_applied(applied: Applied) -> None:
+    """A listener of the mirror's changes: a snapshot's or a new table's config followed."""
+    message = applied.message
+    if isinstance(message, SnapshotReply | TableChanged):
+        follow_config(message.table)
 
 
 def follow_config(table: RoutingTable) -> None:
