@@ -29,14 +29,16 @@ _HOP = {"connection", "keep-alive", "transfer-encoding", "content-length"}
 def switch_off(stages: set[str]) -> None:
     from swapd.proxy import dispatch, pipeline
     from swapd.proxy.context import CTX
-    from swapd.proxy.mirror import sync as state_sync
     from swapd.proxy.observe import access_log
     from swapd.proxy.routing.body import RequestModel
     from swapd.proxy.upstream import forward
 
     if "access" in stages:
-        access_log.BATCH.on = False
-        access_log.follow_config = state_sync.follow_config = lambda level: None  # type: ignore
+
+        def never(lines: access_log.AccessLines, table: Any) -> None:
+            lines.on = False
+
+        access_log.AccessLines.follow = never  # type: ignore[method-assign]
 
     if "front" in stages:
 

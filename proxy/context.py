@@ -1,6 +1,7 @@
-"""The per-process objects every handler needs, stored on the app under `CTX`.
+"""The per-process objects every handler needs, stored on the app under `CTX`: everything a
+proxy holds lives here (made by `app.make_app` at start-up), none of it in module globals.
 
-Other proxy modules get them with `request.app[CTX]`.
+Route handlers get it with `request.app[CTX]`; the pipeline is handed it (`pipeline.py`).
 """
 
 from __future__ import annotations
@@ -15,8 +16,12 @@ from aiohttp import web
 from .admission import Admission
 from .mirror.link import DaemonLink
 from .mirror.state import ProxyState
+from .observe.access_log import AccessLines
+from .observe.activity import Recorder
 from .observe.log_hub import LogHub
+from .observe.stats import Stats
 from .upstream.pool import UpstreamPool
+from .upstream.relay import Streams
 from .upstream.transport import AiohttpTransport, LeanTransport
 
 
@@ -30,6 +35,12 @@ class ProxyContext:
     session: aiohttp.ClientSession
     pool: UpstreamPool
     logs: LogHub
+    # The accounting stage's: the activity recorder, the access lines, the counters.
+    recorder: Recorder
+    lines: AccessLines
+    # The responses streaming now, and their capture tees' budget (the recorder's too).
+    streams: Streams
+    stats: Stats = field(default_factory=Stats)
     lean: LeanTransport = field(init=False)
     aiohttp: AiohttpTransport = field(init=False)
     # Set on SIGTERM (server.py): new requests get 503 and `Connection: close`.

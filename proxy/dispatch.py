@@ -28,7 +28,7 @@ from . import pipeline
 from .app import guard
 from .context import CTX
 from .errors import error_response
-from .observe.stats import STATS
+from .observe.stats import Stats
 
 AppHandler = Callable[[web.BaseRequest], Awaitable[web.StreamResponse]]
 
@@ -74,7 +74,7 @@ class Dispatch:
         path = raw if "?" not in raw and "%" not in raw and raw[:1] == "/" else None
         info = self._routes.get((request.method, path or request.rel_url.path_safe))
         if hdrs.EXPECT in request.headers:
-            return unmet_expectation(request) or await self._to_app(request)
+            return unmet_expectation(request, self._ctx.stats) or await self._to_app(request)
         if info is None:
             return await self._to_app(request)
         # What Application._handle does once its router has matched.
@@ -82,14 +82,14 @@ class Dispatch:
         return await guard(self._ctx, request, pipeline.handle_model_route, model_route=True)
 
 
-def unmet_expectation(request: web.BaseRequest) -> web.Response | None:
+def unmet_expectation(request: web.BaseRequest, stats: Stats) -> web.Response | None:
     """A 417 for an `Expect` other than `100-continue` (the only expectation HTTP defines), in
     the one error shape and without the value, which may be any bytes; None for `100-continue`
-    and for an HTTP/1.0 request, whose server ignores `Expect`."""
+    and for an HTTP/1.0 request, whose server ignores `Expect`. `stats`: the proxy's counters."""
     if request.version < HttpVersion11:
         return None
     values = request.headers.getall(hdrs.EXPECT)
     if all(value.lower() == "100-continue" for value in values):
         return None
-    STATS.refused += 1
+    stats.refused += 1
     return error_response(417, 'expectation failed: only "Expect: 100-continue" is supported')

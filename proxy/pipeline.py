@@ -31,8 +31,6 @@ from .dialects.way import Reader
 from .errors import BadGateway, ProxyError, Refused, Unavailable
 from .mirror.state import ModelRuntime
 from .mirror.wait import routes_of
-from .observe.activity import RECORDER
-from .observe.stats import STATS
 from .routing import decide
 from .routing.body import RequestModel, filter_json, read_model, replace_span
 from .routing.model_routes import is_model_route
@@ -82,9 +80,10 @@ def _pipeline(
         acc = request[ACCOUNT] = Account()
         acc.started = ctx.loop.time()
         acc.route = route
-        RECORDER.begin(request, acc)
+        recorder = ctx.recorder
+        recorder.begin(request, acc)
         if route != "upstream":  # `/upstream/` is listed by the path below its model
-            RECORDER.decide(acc, route == "model", request.method)
+            recorder.decide(acc, route == "model", request.method)
         try:
             state = ctx.state
             routes = state.routes if state.synced.is_set() else await routes_of(ctx)
@@ -116,14 +115,14 @@ def _pipeline(
                 return web.Response(status=decision.status, headers={"Location": decision.location})
             if route == "upstream":
                 below = decision.path_qs.partition("?")[0]
-                RECORDER.decide(acc, is_model_route(request.method, below), request.method)
+                recorder.decide(acc, is_model_route(request.method, below), request.method)
             if decision.peer is not None:
                 return await _serve_peer(request, ctx, acc, decision, found, rewrite)
             assert decision.route is not None
             rt = runtimes[decision.route.id]
             return await _serve_local(request, ctx, acc, rt, decision, found, rewrite)
         finally:
-            RECORDER.end(acc)
+            recorder.end(acc)
 
     handle.__name__ = handle.__qualname__ = f"handle_{route}"
     return handle
@@ -158,9 +157,10 @@ async def _serve_local(
     rewrite: ReplyRewrite | None = None,
 ) -> web.StreamResponse:
     acc.model = rt.id
+    stats = ctx.stats
     body, plain, path_qs = _body(found, decision)
     if not decision.admitted:
-        STATS.outside_admission += 1
+        stats.outside_admission += 1
         return await _send(
             request, ctx, acc, rt, rt.address, path_qs, body, plain, decision, None, rewrite
         )
@@ -171,10 +171,10 @@ async def _serve_local(
         progress = loading.Progress(request, ctx, rt, acc.asked or rt.id)
     try:
         # A ready model is admitted at once (no await); any other waits for the daemon.
-        STATS.forwarded += 1
+        stats.forwarded += 1
         hot = rt.hot
         if hot:
-            STATS.served_without_ipc += 1
+            stats.served_without_ipc += 1
             admission.begin(rt)
             address = rt.address
         else:
@@ -195,7 +195,7 @@ async def _serve_local(
                 # (which starts it again), and is sent once more.
                 if not hot:
                     raise
-                STATS.refused_ready += 1
+                stats.refused_ready += 1
                 admission.end(rt)  # not in flight while it waits: it holds up no drain
                 admitted = False
                 if not await _heard_stopped(ctx, rt):
@@ -231,7 +231,7 @@ async def _admit(
 ) -> UpstreamAddress:
     """Wait until `rt`'s model may serve and count the request in flight; the caller ends it.
     With `progress`, the wait streams loading progress to the client."""
-    STATS.waited_for_start += 1
+    ctx.stats.waited_for_start += 1
     loop = ctx.loop
     started = loop.time()
 
@@ -281,7 +281,7 @@ async def _send(
 ) -> web.StreamResponse:
     host = address.hostport if rt.route.host_header == "upstream" else None
     if decision.websocket:
-        STATS.websockets += 1
+        ctx.stats.websockets += 1
         ignored_in = rt if not decision.admitted else None
         return await relay_websocket(
             request, ctx, address, path_qs, rt.id, host=host, ignored_in=ignored_in
@@ -289,7 +289,9 @@ async def _send(
     out = outgoing(request, address, path_qs, host=host, body=body, plain=plain)
     out.timeouts = rt.route.timeouts
     transport = ctx.lean if address.lean else ctx.aiohttp
-    return await forward(request, acc, transport, out, rt.id, into=into, rewrite=rewrite)
+    return await forward(
+        request, acc, transport, out, rt.id, ctx.streams, into=into, rewrite=rewrite
+    )
 
 
 # --------------------------------------------------------------------------------------------------
@@ -311,7 +313,7 @@ async def _serve_peer(
     peer = target_.peer
     acc.model = f"{peer.id}/{target_.model}"
     acc.route = "peer"
-    STATS.peer += 1
+    ctx.stats.peer += 1
     body, plain, path_qs = _body(found, decision)
     keys = (
         {"Authorization": f"Bearer {peer.api_key}", "x-api-key": peer.api_key}
@@ -321,7 +323,7 @@ async def _serve_peer(
     host = target_.address.hostport
     label = f"peer {peer.id}"
     if decision.websocket:
-        STATS.websockets += 1
+        ctx.stats.websockets += 1
         return await relay_websocket(
             request, ctx, target_.address, path_qs, label, host=host, replace_headers=keys
         )
@@ -330,7 +332,7 @@ async def _serve_peer(
     )
     out.timeouts = peer.timeouts
     try:
-        return await forward(request, acc, ctx.aiohttp, out, label, rewrite=rewrite)
+        return await forward(request, acc, ctx.aiohttp, out, label, ctx.streams, rewrite=rewrite)
     except ProxyError as exc:
         if exc.status == 502:
             raise BadGateway(f"peer proxy error: {exc.message}") from exc

@@ -35,9 +35,8 @@ from .context import ProxyContext
 from .dispatch import Dispatch
 from .errors import error_response
 from .observe.access_log import LOGGER as ACCESS_LOGGER
-from .observe.access_log import AccessLog
-from .observe.stats import STATS
-from .upstream.relay import end_streams
+from .observe.access_log import access_logger
+from .observe.stats import Stats
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +50,6 @@ _FINAL_FLUSH_S = 2.0
 HANDLER_ARGS: dict[str, Any] = {
     "keepalive_timeout": KEEPALIVE_S,
     "access_log": ACCESS_LOGGER,
-    "access_log_class": AccessLog,
     "max_line_size": MAX_LINE,
     "max_field_size": MAX_LINE,
     "max_headers": 128,
@@ -81,10 +79,11 @@ def fault_of(exc: BaseException | None) -> str:
 class SwapdRequestHandler(RequestHandler):
     """aiohttp's connection handler, with the bounded head time and quiet bad requests."""
 
-    __slots__ = ("_head_timer",)
+    __slots__ = ("_head_timer", "_stats")
 
-    def __init__(self, manager: web.Server, **kwargs: Any) -> None:
+    def __init__(self, manager: web.Server, stats: Stats, **kwargs: Any) -> None:
         super().__init__(manager, **kwargs)
+        self._stats = stats
         self._head_timer: asyncio.TimerHandle | None = None
 
     def data_received(self, data: bytes) -> None:
@@ -109,7 +108,7 @@ class SwapdRequestHandler(RequestHandler):
         waiter = self._waiter
         if waiter is None or waiter.done() or self._messages or self.transport is None:
             return
-        STATS.bad_requests += 1
+        self._stats.bad_requests += 1
         log.debug("request head not complete after %.0f s; closing the connection", HEAD_TIMEOUT_S)
         body = error_response(408, "request head not received in time").body
         assert isinstance(body, bytes)
@@ -128,7 +127,7 @@ class SwapdRequestHandler(RequestHandler):
     ) -> web.StreamResponse:
         if status >= 500:
             return super().handle_error(request, status, exc, message)
-        STATS.bad_requests += 1
+        self._stats.bad_requests += 1
         fault = fault_of(exc)
         # The exception's own text may quote the offending bytes (a header with a key in it).
         log.debug("bad request from %s: %s (%s)", request.remote, fault, type(exc).__name__)
@@ -161,15 +160,19 @@ async def serve(
     assert manager is not None
     # Model requests go straight to the pipeline, the rest to the Application (dispatch.py).
     manager.request_handler = Dispatch(app, manager.request_handler)
+    ctx: ProxyContext = ctx_of(app)
+    args = {
+        **HANDLER_ARGS,
+        "access_log_class": access_logger(ctx.stats, ctx.recorder, ctx.lines),
+    }
     loop = asyncio.get_running_loop()
     server = await create_server(
-        lambda: SwapdRequestHandler(manager, loop=loop, **HANDLER_ARGS)  # type: ignore[arg-type]
+        lambda: SwapdRequestHandler(manager, ctx.stats, loop=loop, **args)  # type: ignore[arg-type]
     )
     try:
         await stop.wait()
     finally:
         server.close()
-        ctx: ProxyContext = ctx_of(app)
         await _drain(ctx, grace)
         await runner.cleanup()
 
@@ -183,6 +186,6 @@ async def _drain(ctx: ProxyContext, grace: float) -> None:
         await asyncio.wait_for(ctx.idle.wait(), grace)
     if ctx.active > 0:
         log.info("grace over: ending %d response(s) still under way", ctx.active)
-        end_streams()
+        ctx.streams.end()
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(ctx.idle.wait(), _FINAL_FLUSH_S)

@@ -32,7 +32,6 @@ from ..context import CTX
 from ..dialects.ollama import values as ollama_values
 from ..errors import BadGateway, BadRequest, NotFound, ProxyError, Unavailable
 from ..mirror.wait import routes_of
-from ..observe.activity import RECORDER
 from ..observe.events import HUB_KEY
 
 
@@ -122,9 +121,10 @@ async def handle_inflight(request: web.Request) -> web.Response:
 
 async def handle_cancel(request: web.Request) -> web.Response:
     flight = request.match_info["id"]
-    if not RECORDER.cancel(flight):
+    ctx = request.app[CTX]
+    if not ctx.recorder.cancel(flight):
         if flight not in request.app[HUB_KEY].in_flight:
             raise NotFound("inflight request not found")
         # Another proxy process serves it: the daemon passes the cancel on to every proxy.
-        request.app[CTX].link.cast_soon(CancelInFlight(id=flight))
+        ctx.link.cast_soon(CancelInFlight(id=flight))
     return _json({"msg": "ok"})

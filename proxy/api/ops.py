@@ -15,7 +15,6 @@ from ..mirror.state import Routes
 from ..mirror.wait import routes_of
 from ..observe.events import HUB_KEY
 from ..observe.llama_view import llama_state
-from ..observe.stats import STATS
 from ..routing.decide import model_not_found
 
 # How long `/running` waits for the daemon's `Status` before it answers from its own copy.
@@ -108,7 +107,7 @@ async def handle_running(request: web.Request) -> web.Response:
                 # Each GPU's memory (NVML) and what placement reserved on it; absent when the
                 # daemon did not answer in time.
                 **({"gpus": msgspec.to_builtins(reply.gpus)} if reply is not None else {}),
-                "proxy": {**STATS.as_dict(), "events": request.app[HUB_KEY].counters()},
+                "proxy": {**ctx.stats.as_dict(), "events": request.app[HUB_KEY].counters()},
             }
         ),
         content_type="application/json",

@@ -22,7 +22,7 @@ from aiohttp import web
 from ..account import Account
 from ..errors import BadGateway, Refused, UpstreamError, UpstreamRefused
 from .address import UpstreamAddress
-from .relay import HOP_BY_HOP, relay
+from .relay import HOP_BY_HOP, Streams, relay
 from .transport import Outgoing, Reply, Transport
 
 _FORWARDED = frozenset({b"x-forwarded-for", b"x-forwarded-host", b"x-forwarded-proto"})
@@ -114,14 +114,16 @@ async def forward(
     transport: Transport,
     out: Outgoing,
     label: str,
+    streams: Streams,
     *,
     into: web.StreamResponse | None = None,
     rewrite: ReplyRewrite | None = None,
 ) -> web.StreamResponse:
     """Send `out` and relay the answer; `acc` is the request's account (the time to the
-    upstream's head goes in it); `label` names the upstream in error messages; `into`: a
-    response already sent (a loading stream) the answer's body continues; `rewrite`: a
-    dialect's rewrite of the answer (the relay carries what it makes)."""
+    upstream's head goes in it); `label` names the upstream in error messages; `streams`: the
+    proxy's streaming replies (relay.py); `into`: a response already sent (a loading stream)
+    the answer's body continues; `rewrite`: a dialect's rewrite of the answer (the relay
+    carries what it makes)."""
     try:
         reply = await transport.send(out)
     except UpstreamError as exc:
@@ -130,6 +132,6 @@ async def forward(
     try:
         if rewrite is not None:
             reply = await rewrite(reply, acc)  # closing it closes the upstream's
-        return await relay(request, reply, label, acc, into=into)
+        return await relay(request, reply, label, acc, streams, into=into)
     finally:
         reply.close()
