@@ -11,6 +11,7 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import TypeVar
 
 import zmq.asyncio
 from aiohttp import web
@@ -40,6 +41,7 @@ from .observe.combined_log import COMBINED_KEY, CombinedLog
 from .observe.log_hub import LogHub
 from .origin_check import check_origin
 from .routing.model_routes import MODEL_ROUTES
+from .stages import Stages
 from .upstream.pool import UpstreamPool
 from .upstream.relay import Streams
 from .upstream.transport import make_session
@@ -47,6 +49,7 @@ from .upstream.transport import make_session
 log = logging.getLogger(__name__)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+R = TypeVar("R", bound=web.BaseRequest)
 
 _OPEN_PATHS = frozenset({"/health", "/wol-health", "/favicon.ico"})
 _CORS_METHODS = "GET, POST, PUT, PATCH, DELETE, OPTIONS"
@@ -57,7 +60,7 @@ _TOKEN_CHARS = frozenset(
 SYNC_KEY: web.AppKey[StateSync] = web.AppKey("swapd_proxy_sync", StateSync)
 
 
-def _preflight(request: web.Request) -> web.Response:
+def _preflight(request: web.BaseRequest) -> web.Response:
     asked = request.headers.get("Access-Control-Request-Headers", "")
     names = [n.strip() for n in asked.split(",") if n.strip() and set(n.strip()) <= _TOKEN_CHARS]
     return web.Response(
@@ -77,7 +80,11 @@ async def front(request: web.Request, handler: Handler) -> web.StreamResponse:
 
 
 async def guard(
-    ctx: ProxyContext, request: web.Request, handler: Handler, *, model_route: bool = False
+    ctx: ProxyContext,
+    request: R,
+    handler: Callable[[R], Awaitable[web.StreamResponse]],
+    *,
+    model_route: bool = False,
 ) -> web.StreamResponse:
     """The front checks, then `handler`: the one first stage, whichever way a request came in
     (the Application's middleware `front`, or `dispatch.Dispatch` for model requests).
@@ -123,7 +130,16 @@ async def guard(
         ctx.leave()
 
 
-def make_app(*, run_dir: Path, processes: int = 1, proxy_id: str | None = None) -> web.Application:
+def make_app(
+    *,
+    run_dir: Path,
+    processes: int = 1,
+    proxy_id: str | None = None,
+    stages: Stages | None = None,
+) -> web.Application:
+    """The proxy's application; its context is made at start-up. `stages`: a benchmark's
+    stand-ins for some stages of the pipeline (stages.py); swapd never passes any."""
+    stages = stages or Stages()
     # The body limit applies where a body is read (body.py), not here: passthrough bodies stream.
     app = web.Application(middlewares=[front], client_max_size=1024**4)
 
@@ -136,7 +152,7 @@ def make_app(*, run_dir: Path, processes: int = 1, proxy_id: str | None = None) 
         logging.getLogger().addHandler(hub)
         tee = TeeBudget()
         recorder = Recorder(link.proxy_id, link.cast_soon, state, tee)
-        lines = AccessLines(hub)
+        lines = AccessLines(hub, enabled=stages.access_lines)
         app[CTX] = ProxyContext(
             run_dir=run_dir,
             processes=processes,
@@ -149,6 +165,7 @@ def make_app(*, run_dir: Path, processes: int = 1, proxy_id: str | None = None) 
             recorder=recorder,
             lines=lines,
             streams=Streams(tee),
+            stages=stages,
         )
         event_hub = app[events.HUB_KEY] = events.EventHub(state)
         event_hub.on_cancel = recorder.cancel

@@ -7,6 +7,7 @@ Route handlers get it with `request.app[CTX]`; the pipeline is handed it (`pipel
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -20,6 +21,9 @@ from .observe.access_log import AccessLines
 from .observe.activity import Recorder
 from .observe.log_hub import LogHub
 from .observe.stats import Stats
+from .routing.body import RequestModel, read_model
+from .stages import Stages
+from .upstream.forward import HeaderLines, upstream_headers
 from .upstream.pool import UpstreamPool
 from .upstream.relay import Streams
 from .upstream.transport import AiohttpTransport, LeanTransport
@@ -41,6 +45,10 @@ class ProxyContext:
     # The responses streaming now, and their capture tees' budget (the recorder's too).
     streams: Streams
     stats: Stats = field(default_factory=Stats)
+    # What a benchmark puts in place of some stages (stages.py); swapd's own when not set.
+    stages: Stages = field(default_factory=Stages)
+    read_model: Callable[[web.BaseRequest], Awaitable[RequestModel]] = field(init=False)
+    upstream_headers: HeaderLines = field(init=False)
     lean: LeanTransport = field(init=False)
     aiohttp: AiohttpTransport = field(init=False)
     # Set on SIGTERM (server.py): new requests get 503 and `Connection: close`.
@@ -63,6 +71,8 @@ class ProxyContext:
     def __post_init__(self) -> None:
         self.lean = LeanTransport(self.pool)
         self.aiohttp = AiohttpTransport(self.session)
+        self.read_model = self.stages.read_model or read_model
+        self.upstream_headers = self.stages.upstream_headers or upstream_headers
 
 
 CTX: web.AppKey[ProxyContext] = web.AppKey("swapd_proxy", ProxyContext)

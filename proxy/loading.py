@@ -37,7 +37,7 @@ class _Stream(msgspec.Struct):
 _decode_stream = msgspec.json.Decoder(_Stream).decode
 
 
-def wanted(request: web.Request, rt: ModelRuntime, found: RequestModel | None) -> bool:
+def wanted(request: web.BaseRequest, rt: ModelRuntime, found: RequestModel | None) -> bool:
     if not rt.route.send_loading_state or request.method != "POST":
         return False
     if not request.path.startswith("/v1/chat/completions"):
@@ -51,7 +51,7 @@ def wanted(request: web.Request, rt: ModelRuntime, found: RequestModel | None) -
 
 
 class Progress:
-    def __init__(self, request: web.Request, ctx: ProxyContext, rt: ModelRuntime, name: str):
+    def __init__(self, request: web.BaseRequest, ctx: ProxyContext, rt: ModelRuntime, name: str):
         self.request = request
         self.ctx = ctx
         self.rt = rt

@@ -75,7 +75,7 @@ def same_origin(origin: str, host: str) -> bool:
     return theirs == ours
 
 
-def check_origin(request: web.Request) -> None:
+def check_origin(request: web.BaseRequest) -> None:
     method, path = request.method, request.path
     own_change = guarded(method, path)
     if not own_change and not _unload_by_get(method, path):

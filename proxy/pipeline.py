@@ -32,7 +32,7 @@ from .errors import BadGateway, ProxyError, Refused, Unavailable
 from .mirror.state import ModelRuntime
 from .mirror.wait import routes_of
 from .routing import decide
-from .routing.body import RequestModel, filter_json, read_model, replace_span
+from .routing.body import RequestModel, filter_json, replace_span
 from .routing.model_routes import is_model_route
 from .upstream.address import UpstreamAddress
 from .upstream.forward import ReplyRewrite, forward, outgoing
@@ -50,7 +50,7 @@ _CATCH_UP_TRIES = 3
 _REFUSED_WAIT_S = 5.0
 
 
-def target(request: web.Request) -> tuple[str, str]:
+def target(request: web.BaseRequest) -> tuple[str, str]:
     """(raw path, `?query` or ""), exactly as sent. An absolute-form target
     (`POST http://host/v1/... HTTP/1.1`, RFC 9112 §3.2.2) counts by its path and query."""
     raw = request.raw_path
@@ -62,20 +62,26 @@ def target(request: web.Request) -> tuple[str, str]:
     return path, sep + query
 
 
+Serve = Callable[[ProxyContext, web.BaseRequest], Awaitable[web.StreamResponse]]
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
 def _pipeline(
     decide_for: Callable[..., decide.Decision],
     route: str,
     *,
     by_body: bool = False,
     dialect: Reader | None = None,
-) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
-    """The pipeline's handler for one kind of route: `decide_for` decides it, `route` names it
-    in the activity log, `by_body`: the model is named in the body or query; `dialect`: another
-    API's request, which that dialect reads into the model's own (`dialects/way.py`). Made once
-    per kind (a request's way in is then one coroutine, not a wrapper around one)."""
+) -> Serve:
+    """The pipeline for one kind of route: `decide_for` decides it, `route` names it in the
+    activity log, `by_body`: the model is named in the body or query; `dialect`: another API's
+    request, which that dialect reads into the model's own (`dialects/way.py`). Made once per
+    kind (a request's way in is then one coroutine, not a wrapper around one). It is handed the
+    proxy's context and never asks the request for its app: `dispatch.py` hands it requests that
+    have none (aiohttp's `BaseRequest` has no `app`, so a type check holds every stage to that).
+    A dialect's routes are the Application's, whose requests have one."""
 
-    async def handle(request: web.Request) -> web.StreamResponse:
-        ctx = request.app[CTX]
+    async def serve(ctx: ProxyContext, request: web.BaseRequest) -> web.StreamResponse:
         # Set once here and handed down: every stage after this one gets it as an argument.
         acc = request[ACCOUNT] = Account()
         acc.started = ctx.loop.time()
@@ -90,10 +96,11 @@ def _pipeline(
             rewrite = None
             found: RequestModel | None
             if dialect is not None:
+                assert isinstance(request, web.Request)  # the Application's (see above)
                 way = await dialect(request)
                 found, path, query, rewrite = way.found, way.path, way.query, way.reply
             else:
-                found = await read_model(request) if by_body else None
+                found = await ctx.read_model(request) if by_body else None
                 path, query = target(request)
             if found is not None and found.name:
                 acc.asked = acc.model = found.name
@@ -124,23 +131,36 @@ def _pipeline(
         finally:
             recorder.end(acc)
 
-    handle.__name__ = handle.__qualname__ = f"handle_{route}"
+    serve.__name__ = serve.__qualname__ = f"serve_{route}"
+    return serve
+
+
+def _handler(serve: Serve) -> Handler:
+    """The Application's route handler for `serve` (its requests know their app)."""
+
+    async def handle(request: web.Request) -> web.StreamResponse:
+        return await serve(request.app[CTX], request)
+
+    handle.__name__ = handle.__qualname__ = serve.__name__.replace("serve_", "handle_")
     return handle
 
 
-def dialect_handler(
-    dialect: Reader, name: str
-) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
-    """The pipeline's handler for another API's model route (`dialects/`): `dialect` reads the
-    request into the model's own; the rest is a model request's way."""
-    handle = _pipeline(decide.for_model, "model", dialect=dialect)
+def dialect_handler(dialect: Reader, name: str) -> Handler:
+    """The Application's handler for another API's model route (`dialects/`): `dialect` reads
+    the request into the model's own; the rest is a model request's way."""
+    handle = _handler(_pipeline(decide.for_model, "model", dialect=dialect))
     handle.__name__ = handle.__qualname__ = f"handle_{name}"
     return handle
 
 
-handle_model_route = _pipeline(decide.for_model, "model", by_body=True)
-handle_upstream = _pipeline(decide.for_upstream, "upstream")
-handle_comfyui = _pipeline(decide.for_comfyui, "comfyui")
+serve_model = _pipeline(decide.for_model, "model", by_body=True)
+serve_upstream = _pipeline(decide.for_upstream, "upstream")
+serve_comfyui = _pipeline(decide.for_comfyui, "comfyui")
+# The route table's: `dispatch.py` serves the model routes itself (`serve_model`), save a
+# request with `Expect` or an escaped path, which comes this way.
+handle_model_route = _handler(serve_model)
+handle_upstream = _handler(serve_upstream)
+handle_comfyui = _handler(serve_comfyui)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -148,7 +168,7 @@ handle_comfyui = _pipeline(decide.for_comfyui, "comfyui")
 
 
 async def _serve_local(
-    request: web.Request,
+    request: web.BaseRequest,
     ctx: ProxyContext,
     acc: Account,
     rt: ModelRuntime,
@@ -267,7 +287,7 @@ async def _admit(
 
 
 async def _send(
-    request: web.Request,
+    request: web.BaseRequest,
     ctx: ProxyContext,
     acc: Account,
     rt: ModelRuntime,
@@ -286,7 +306,9 @@ async def _send(
         return await relay_websocket(
             request, ctx, address, path_qs, rt.id, host=host, ignored_in=ignored_in
         )
-    out = outgoing(request, address, path_qs, host=host, body=body, plain=plain)
+    out = outgoing(
+        request, address, path_qs, host=host, body=body, plain=plain, lines=ctx.upstream_headers
+    )
     out.timeouts = rt.route.timeouts
     transport = ctx.lean if address.lean else ctx.aiohttp
     return await forward(
@@ -299,7 +321,7 @@ async def _send(
 
 
 async def _serve_peer(
-    request: web.Request,
+    request: web.BaseRequest,
     ctx: ProxyContext,
     acc: Account,
     decision: decide.Serve,
@@ -328,7 +350,14 @@ async def _serve_peer(
             request, ctx, target_.address, path_qs, label, host=host, replace_headers=keys
         )
     out = outgoing(
-        request, target_.address, path_qs, host=host, body=body, plain=plain, replace=keys
+        request,
+        target_.address,
+        path_qs,
+        host=host,
+        body=body,
+        plain=plain,
+        replace=keys,
+        lines=ctx.upstream_headers,
     )
     out.timeouts = peer.timeouts
     try:

@@ -50,10 +50,12 @@ _NONE = Account()
 
 
 class AccessLines:
-    """The access lines waiting to be written, and how they are written (the config's)."""
+    """The access lines waiting to be written, and how they are written (the config's).
+    `enabled` False: none at all, whatever the config says (a benchmark's `stages.Stages`)."""
 
-    def __init__(self, hub: LogHub | None = None) -> None:
+    def __init__(self, hub: LogHub | None = None, *, enabled: bool = True) -> None:
         self.hub = hub
+        self.enabled = enabled
         self._stream: list[str] = []
         self._ring: list[str] = []
         self._size = 0
@@ -61,7 +63,7 @@ class AccessLines:
         self._second = -1
         self._stamps = ("", "")
         self._prefix = f" INFO swapd-proxy[{os.getpid()}] {LOGGER.name}: "
-        self.on = True  # the config's logLevel lets INFO through (follow)
+        self.on = enabled  # the config's logLevel lets INFO through (follow)
         # `logTimeFormat` (ipc/log_time.py); stamp None: swapd's own, cached per second.
         self.time_format: str | None = None
         self.stamp: Callable[[int], str] | None = None
@@ -75,7 +77,7 @@ class AccessLines:
     def follow(self, table: RoutingTable) -> None:
         """The config's `logLevel` (the access lines are INFO, so `warn` and `error` turn them
         off) and `logTimeFormat` (the stamp of every line the proxy logs)."""
-        self.on = table.log_level in ("debug", "info")
+        self.on = self.enabled and table.log_level in ("debug", "info")
         if table.log_time_format != self.time_format:
             self.flush()  # the lines waiting keep the stamp they were made with
             self.time_format = table.log_time_format

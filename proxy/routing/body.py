@@ -68,7 +68,7 @@ class RequestModel:
     rewritten: bool = False
 
 
-async def read_body(request: web.Request, limit: int = MAX_BODY_BYTES) -> bytes:
+async def read_body(request: web.BaseRequest, limit: int = MAX_BODY_BYTES) -> bytes:
     """The body as the client sent it, never more than `limit` bytes read (413 past it)."""
     length = request.content_length
     if length is not None:
@@ -85,7 +85,7 @@ async def read_body(request: web.Request, limit: int = MAX_BODY_BYTES) -> bytes:
     return b"".join(chunks)
 
 
-def content_codings(request: web.Request) -> list[str]:
+def content_codings(request: web.BaseRequest) -> list[str]:
     """The request's `Content-Encoding` codings, in the order they were applied."""
     headers = request.headers
     if "Content-Encoding" not in headers:
@@ -120,7 +120,7 @@ def decode_body(raw: bytes, codings: list[str], limit: int = MAX_BODY_BYTES) -> 
     return data
 
 
-async def read_decoded(request: web.Request) -> tuple[bytes, bytes]:
+async def read_decoded(request: web.BaseRequest) -> tuple[bytes, bytes]:
     """(the decoded body, the body as sent): both bounded by `MAX_BODY_BYTES`."""
     raw = await read_body(request)
     codings = content_codings(request)
@@ -135,7 +135,7 @@ def _too_large(limit: int) -> ProxyError:
     )
 
 
-async def read_model(request: web.Request) -> RequestModel:
+async def read_model(request: web.BaseRequest) -> RequestModel:
     ctype = request.headers.get("Content-Type", "")
     if request.method not in ("GET", "HEAD") and request.body_exists:
         if "json" in ctype:
@@ -191,7 +191,7 @@ def too_deep() -> BadRequest:
     return BadRequest("malformed JSON body: nested too deeply")
 
 
-def _query_model(request: web.Request) -> str:
+def _query_model(request: web.BaseRequest) -> str:
     return _model_name(request.query.get("model"))
 
 

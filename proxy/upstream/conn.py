@@ -107,7 +107,7 @@ class UpstreamConn(asyncio.Protocol):
         if response is not None and not response.done:
             # httptools has no end-of-input call: a body without Content-Length or chunked
             # framing ends here by definition; any other ends too early.
-            response._finish(None if self.until_close else error)
+            response.finish(None if self.until_close else error)
 
     def data_received(self, data: bytes) -> None:
         self.received_any = True
@@ -193,7 +193,7 @@ class UpstreamConn(asyncio.Protocol):
         response = self.response
         if response is None or response.done:
             raise OutOfStep("upstream sent a body that answers no request")
-        response._feed(body)
+        response.feed(body)
 
     def on_message_complete(self) -> None:
         if self.interim:
@@ -205,7 +205,7 @@ class UpstreamConn(asyncio.Protocol):
     def _complete(self) -> None:
         response, self.response = self.response, None
         if response is not None:
-            response._finish()
+            response.finish()
         if self.keep_alive and not self.closed:
             self.resume()
             self.pool.release(self)
@@ -218,7 +218,7 @@ class UpstreamConn(asyncio.Protocol):
             waiter.set_exception(head_error(error))
         response = self.response
         if response is not None and not response.done:
-            response._finish(error)
+            response.finish(error)
         self.abort()
 
     def begin(self, head_request: bool) -> UpstreamResponse:

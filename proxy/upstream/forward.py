@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Mapping
+from typing import Protocol
 
 from aiohttp import web
 
@@ -38,7 +39,21 @@ _ENCODING = b"content-encoding"
 ReplyRewrite = Callable[[Reply, Account], Awaitable[Reply]]
 
 
-def _drop_set(request: web.Request, drop: frozenset[bytes]) -> frozenset[bytes]:
+class HeaderLines(Protocol):
+    """What makes the header lines for the upstream (`upstream_headers`; a benchmark's stand-in,
+    `stages.Stages`)."""
+
+    def __call__(
+        self,
+        request: web.BaseRequest,
+        host: str | None,
+        *,
+        drop: frozenset[bytes] = ...,
+        replace: Mapping[str, str] | None = ...,
+    ) -> list[tuple[bytes, bytes]]: ...
+
+
+def _drop_set(request: web.BaseRequest, drop: frozenset[bytes]) -> frozenset[bytes]:
     """`drop` and the names the client's `Connection` header lists (hop-by-hop too)."""
     for value in request.headers.getall("Connection", ()):
         drop = drop | {t.strip().lower().encode("latin-1") for t in value.split(",")}
@@ -46,7 +61,7 @@ def _drop_set(request: web.Request, drop: frozenset[bytes]) -> frozenset[bytes]:
 
 
 def upstream_headers(
-    request: web.Request,
+    request: web.BaseRequest,
     host: str | None,
     *,
     drop: frozenset[bytes] = frozenset(),
@@ -79,7 +94,7 @@ def upstream_headers(
 
 
 def outgoing(
-    request: web.Request,
+    request: web.BaseRequest,
     address: UpstreamAddress,
     path_qs: str,
     *,
@@ -87,12 +102,13 @@ def outgoing(
     body: bytes | None = None,
     plain: bool = False,
     replace: Mapping[str, str] | None = None,
+    lines: HeaderLines = upstream_headers,
 ) -> Outgoing:
     """The request for `address` at `path_qs`. `body`: bytes the pipeline read (None: stream what
     arrives); `plain`: those bytes are a decoded rewrite, so the client's Content-Encoding no
-    longer describes them."""
+    longer describes them; `lines`: what makes its header lines (the context's)."""
     drop = frozenset({_ENCODING}) if plain else frozenset()
-    headers = upstream_headers(request, host, drop=drop, replace=replace)
+    headers = lines(request, host, drop=drop, replace=replace)
     out = Outgoing(request.method, address, address.base + path_qs, headers)
     if body is not None:
         out.body = body
@@ -109,7 +125,7 @@ def unreachable(label: str, exc: UpstreamError) -> BadGateway:
 
 
 async def forward(
-    request: web.Request,
+    request: web.BaseRequest,
     acc: Account,
     transport: Transport,
     out: Outgoing,

@@ -95,7 +95,7 @@ _FRAMING = frozenset({"chunked", "identity", ""})
 
 
 async def relay(
-    request: web.Request,
+    request: web.BaseRequest,
     reply: Reply,
     label: str,
     acc: Account | None,
@@ -134,7 +134,7 @@ async def relay(
 
 
 async def _stream(
-    request: web.Request,
+    request: web.BaseRequest,
     reply: Reply,
     label: str,
     response: web.StreamResponse,

@@ -58,14 +58,14 @@ class UpstreamResponse:
         self.error: Exception | None = None
 
     # called by the connection
-    def _feed(self, data: bytes) -> None:
+    def feed(self, data: bytes) -> None:
         self._parts.append(data)
         self._size += len(data)
         if self._size > _HIGH_WATER:
             self._conn.pause()
         self._wake()
 
-    def _finish(self, error: Exception | None = None) -> None:
+    def finish(self, error: Exception | None = None) -> None:
         self.done = True
         self.error = error
         self._wake()

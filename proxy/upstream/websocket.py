@@ -42,7 +42,7 @@ INTERNAL_ERROR = 1011
 AnyWS = web.WebSocketResponse | aiohttp.ClientWebSocketResponse
 
 
-def is_websocket(request: web.Request) -> bool:
+def is_websocket(request: web.BaseRequest) -> bool:
     """llama-swap's detection: `Connection` has the token `upgrade`, `Upgrade` has `websocket`
     (case-insensitive, comma lists and repeated headers accepted); and, as RFC 6455 says, only a
     GET upgrades (a POST that asks to is an ordinary POST, its Upgrade dropped as hop-by-hop)."""
@@ -122,7 +122,7 @@ async def _pump(src: AnyWS, dst: AnyWS) -> None:
 
 
 async def relay_websocket(
-    request: web.Request,
+    request: web.BaseRequest,
     ctx: ProxyContext,
     address: UpstreamAddress,
     path_qs: str,
