@@ -1,19 +1,24 @@
 """The request pipeline for every route that forwards: model routes, `/upstream/`, `/comfyui/`.
 
 A request's way, top to bottom (the API key check and the access log, the first and last stages,
-are `app.front` and `access_log.py`, around every route):
+are `app.guard` and `observe/access_log.py`, around every route):
 
-1. keys (`app.front`)
-2. the route decision: the model named (body or query, bounded: `body.py`), then `decide.py`,
-   a pure function of method, path, headers, model and routing table -> serve, refuse, redirect
+1. keys (`app.guard`)
+2. the route decision: the model named (body or query, bounded: `routing/body.py`), then
+   `routing/decide.py`, a pure function of method, path, headers, model and routing table ->
+   serve, refuse, redirect
 3. admission (`admission.py`): the per-model limit (429); a ready model is served at once with no
    IPC, any other waits for the daemon's `Ensure` (a start, a swap, a drain) as long as the client
    stays; ignored paths and websockets of a ready model skip admission
-4. forward (`forward.py`): the client's request, Host and body as sent, on the lean pool for
-   `http://` upstreams or aiohttp's client for the rest (`upstream.py`)
-5. relay (`relay.py`, `websocket.py`)
-6. accounting: in-flight counts and TTL activity (`admission.py`), counters (`stats.py`), the
-   access line (`access_log.py`)
+4. forward (`upstream/forward.py`): the client's request, Host and body as sent, on the lean pool
+   for `http://` upstreams or aiohttp's client for the rest (`upstream/transport.py`)
+5. relay (`upstream/relay.py`, `upstream/websocket.py`)
+6. accounting: in-flight counts and TTL activity (`admission.py`), the counters and the activity
+   recorder (`ctx.stats`, `ctx.recorder`), the access line (`observe/access_log.py`)
+
+Every stage is handed the proxy's context (`context.ProxyContext`) and the request as aiohttp's
+`BaseRequest`; nothing here imports the observability folder (`observe/`): what the request path
+records it records through the context.
 """
 
 from __future__ import annotations
@@ -302,9 +307,9 @@ async def _send(
     host = address.hostport if rt.route.host_header == "upstream" else None
     if decision.websocket:
         ctx.stats.websockets += 1
-        ignored_in = rt if not decision.admitted else None
+        ignored_in = rt.ignored_ws if not decision.admitted else None
         return await relay_websocket(
-            request, ctx, address, path_qs, rt.id, host=host, ignored_in=ignored_in
+            request, ctx.session, address, path_qs, rt.id, host=host, ignored_in=ignored_in
         )
     out = outgoing(
         request, address, path_qs, host=host, body=body, plain=plain, lines=ctx.upstream_headers
@@ -347,7 +352,7 @@ async def _serve_peer(
     if decision.websocket:
         ctx.stats.websockets += 1
         return await relay_websocket(
-            request, ctx, target_.address, path_qs, label, host=host, replace_headers=keys
+            request, ctx.session, target_.address, path_qs, label, host=host, replace_headers=keys
         )
     out = outgoing(
         request,

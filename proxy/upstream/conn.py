@@ -1,4 +1,4 @@
-"""One connection of the lean upstream pool (`upstream_client.py`): an asyncio protocol, and the
+"""One connection of the lean upstream pool (`pool.py`): an asyncio protocol, and the
 llhttp (httptools) callbacks that parse the responses read from it into `UpstreamResponse`s.
 
 A response head is limited to `MAX_HEAD` bytes however it arrives (counted in llhttp's callbacks,
@@ -20,7 +20,7 @@ from .response import UpstreamResponse
 
 
 class ConnPool(Protocol):
-    """What a connection tells its pool (`upstream_client.UpstreamPool`)."""
+    """What a connection tells its pool (`pool.UpstreamPool`)."""
 
     def release(self, conn: UpstreamConn) -> None:
         """A response ended and the connection may be used again."""

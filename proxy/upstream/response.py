@@ -1,4 +1,4 @@
-"""One response from the lean upstream client (`upstream_client.py`): its head, and its body
+"""One response from the lean upstream client (`pool.py`): its head, and its body
 handed over as it arrives, with read flow control (past `_HIGH_WATER` undelivered bytes the
 connection stops being read, until the relay takes them) so a slow client slows the upstream
 instead of filling memory."""

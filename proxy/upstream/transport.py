@@ -1,7 +1,7 @@
 """The one small interface every HTTP exchange with an upstream goes through, and its two
 transports (as httpx's transports share one):
 
-* `LeanTransport`: the llhttp keep-alive pool (`upstream_client.UpstreamPool`) for plain `http://`
+* `LeanTransport`: the llhttp keep-alive pool (`pool.UpstreamPool`) for plain `http://`
   upstreams, local models' usually;
 * `AiohttpTransport`: aiohttp's client, for `https://` and for peers.
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from typing import TYPE_CHECKING
 
 import aiohttp
 from aiohttp import WSMsgType, web
@@ -19,10 +18,6 @@ from yarl import URL
 from ..errors import BadGateway, ProxyError
 from .address import UpstreamAddress
 from .forward import upstream_headers
-
-if TYPE_CHECKING:
-    from ..context import ProxyContext
-    from ..mirror.state import ModelRuntime
 
 log = logging.getLogger(__name__)
 
@@ -123,19 +118,21 @@ async def _pump(src: AnyWS, dst: AnyWS) -> None:
 
 async def relay_websocket(
     request: web.BaseRequest,
-    ctx: ProxyContext,
+    session: aiohttp.ClientSession,
     address: UpstreamAddress,
     path_qs: str,
     label: str,
     *,
     host: str | None,
-    ignored_in: ModelRuntime | None = None,
+    ignored_in: set[object] | None = None,
     replace_headers: dict[str, str] | None = None,
 ) -> web.StreamResponse:
     """Relay the websocket `request` to `address` at `path_qs` (raw path and query).
 
     `host`: the Host for the handshake (None: the client's, as for HTTP; forward.py).
-    `ignored_in`: the model of an ignored websocket, which is closed when that model stops.
+    `session`: the proxy's aiohttp client session.
+    `ignored_in`: an ignored websocket's model's set of them (`ModelRuntime.ignored_ws`): it is
+    closed when that model stops.
     `replace_headers`: headers set on the upstream handshake over the client's (a peer's key).
     """
     protocols = [
@@ -149,7 +146,7 @@ async def relay_websocket(
         for k, v in upstream_headers(request, host, drop=_WS_DROP, replace=replace_headers)
     )
     try:
-        upstream = await ctx.session.ws_connect(
+        upstream = await session.ws_connect(
             _ws_url(address, path_qs),
             protocols=protocols,
             headers=headers,
@@ -182,10 +179,10 @@ async def relay_websocket(
         raise
     relay = WebSocketRelay(client, upstream)
     if ignored_in is not None:
-        ignored_in.ignored_ws.add(relay)
+        ignored_in.add(relay)
     try:
         await relay.run()
     finally:
         if ignored_in is not None:
-            ignored_in.ignored_ws.discard(relay)
+            ignored_in.discard(relay)
     return client
