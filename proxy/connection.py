@@ -3,7 +3,7 @@ each request head and quiet bad requests (`server.py` makes one per connection).
 
 * A request head must arrive within `head_timeout` (`HEAD_TIMEOUT_S`) of its first byte, or the
   connection gets a 408 and is closed. Bytes begin a head when they arrive while no request of
-  the connection is being handled (`Dispatch` tells the connection, `began`/`ended`) and the
+  the connection is being handled (`Dispatch` tells the connection: `handling`, `body`) and the
   last one's body has all arrived (what comes after a response whose handler did not read its
   body is that body, which aiohttp reads and drops). One timer per connection, armed when a
   head begins and none is, looks at the head's deadline when it fires and arms again for a
@@ -59,13 +59,13 @@ class SwapdRequestHandler(web.RequestHandler):
     """aiohttp's connection handler, with the bounded head time and quiet bad requests."""
 
     __slots__ = (
-        "_body",
-        "_busy",
         "_clock",
-        "_head_since",
         "_head_timeout",
         "_head_timer",
         "_stats",
+        "body",
+        "handling",
+        "head_since",
     )
 
     def __init__(
@@ -82,39 +82,32 @@ class SwapdRequestHandler(web.RequestHandler):
         self._clock = loop
         self._head_timeout = head_timeout
         self._head_timer: asyncio.TimerHandle | None = None
-        self._head_since = 0.0  # loop time of the first byte of a head under way; 0: none
-        self._busy = False  # a request of this connection is being handled
-        self._body: StreamReader | None = None  # the last request's body
+        # Loop time of the first byte of a head under way (0: none); `Dispatch` sets it to 0 when
+        # the head is complete, and (attributes, not calls: every request sets them) whether a
+        # request of this connection is being handled, and the last request's body.
+        self.head_since = 0.0
+        self.handling = False
+        self.body: StreamReader | None = None
 
     # --- the head's clock ---------------------------------------------------------------------
-    def began(self, body: StreamReader) -> None:
-        """A request's head is complete and its handling begins (`Dispatch`)."""
-        self._busy = True
-        self._head_since = 0.0
-        self._body = body
-
-    def ended(self) -> None:
-        """The request's handler is done (what it did not read of its body may still come)."""
-        self._busy = False
-
     def data_received(self, data: bytes) -> None:
         # Asked before aiohttp takes the bytes: the last body may be complete after them.
         # (aiohttp calls it with no bytes too, when it takes up bytes it held back.)
-        body = self._body
-        head = bool(data) and not (
-            self._busy or self._head_since or (body is not None and not body.is_eof())
-        )
+        head = data and not self.handling and not self.head_since
+        if head:
+            body = self.body
+            head = body is None or body.is_eof()
         super().data_received(data)
         if not head:  # a head's clock already runs, or a request or its body is under way
             return
-        self._head_since = now = self._clock.time()
+        self.head_since = now = self._clock.time()
         if self._head_timer is None:
             self._head_timer = self._clock.call_at(now + self._head_timeout, self._head_deadline)
 
     def _head_deadline(self) -> None:
         self._head_timer = None
-        since = self._head_since
-        if self._busy or not since or self.transport is None:
+        since = self.head_since
+        if self.handling or not since or self.transport is None:
             return  # no head under way: the next one arms the timer again
         left = since + self._head_timeout - self._clock.time()
         if left > 0:  # a later head than the one the timer was armed for
@@ -136,7 +129,7 @@ class SwapdRequestHandler(web.RequestHandler):
         if self._head_timer is not None:
             self._head_timer.cancel()
             self._head_timer = None
-        self._body = None
+        self.body = None
         super().connection_lost(exc)
 
     # --- bad requests ---------------------------------------------------------------------------

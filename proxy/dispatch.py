@@ -77,7 +77,10 @@ class Dispatch:
     async def __call__(self, request: web.BaseRequest) -> web.StreamResponse:
         # Every connection is one of server.py's.
         conn: SwapdRequestHandler = request.protocol  # type: ignore[assignment]
-        conn.began(request.content)
+        # Its head is complete: the head's clock stops (connection.py).
+        conn.handling = True
+        conn.head_since = 0.0
+        conn.body = request.content
         try:
             raw = request.raw_path
             # The table's paths have no `%` and no query: a raw path with either (or an
@@ -90,7 +93,7 @@ class Dispatch:
                 return await self._to_app(request)
             return await self._guard(self._ctx, request, self._serve, model_route=True)
         finally:
-            conn.ended()
+            conn.handling = False  # what it did not read of its body may still come
 
 
 def unmet_expectation(request: web.BaseRequest, stats: Stats) -> web.Response | None:
