@@ -46,5 +46,12 @@ The top: ingress and the pipeline.
   `/running`, unloading; `events`: `/api/events`; `observe`: activity, metrics, captures,
   in-flight, version; `logs`: `/logs`; `profiles`: `/api/profiles`; `ui_routes`: the web UI.
 
+`dialects/`: other APIs, through the one pipeline.
+* `way`: what a dialect hands the pipeline (its reader's `Way`); `paths`: the dialects' paths the
+  front checks know; `llamacpp_router`: llama.cpp's router API; `ollama/`: Ollama's API
+  (`routes`: its routes; `requests`: its requests as the model's own; `relaying`, `streams`,
+  `replies`: the model's answers as Ollama's; `listing`: `/api/tags`, `/api/ps`, `/api/show`;
+  `values`: names, durations, `keep_alive`).
+
 `ui/`: the web UI's static files; `assets`: read once and kept in memory.
 """

@@ -19,7 +19,18 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     "upstream": ("ipc", "errors", "account"),
     "mirror": ("ipc", "errors", "routing.matching", "upstream.address"),
     "observe": ("ipc", "account", "mirror"),
-    "api": ("ipc", "context", "errors", "mirror", "observe", "routing", "ui"),
+    "api": ("ipc", "context", "errors", "mirror", "observe", "routing", "ui", "dialects"),
+    "dialects": (
+        "ipc",
+        "context",
+        "errors",
+        "account",
+        "mirror",
+        "routing",
+        "upstream",
+        "pipeline",
+        "api",
+    ),
     "ui": (),
 }
 # The request path: what runs for every forwarded request between the front checks and the

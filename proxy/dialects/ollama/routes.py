@@ -30,7 +30,6 @@ from ...context import CTX, ProxyContext
 from ...errors import NotFound, ProxyError
 from ...mirror.state import Routes
 from ...mirror.wait import routes_of
-from ...observe.stats import Stats
 from ...routing import decide
 from ...routing.body import RequestModel, read_decoded
 from ..paths import OLLAMA_MODEL_ROUTES
@@ -55,8 +54,8 @@ def served(routes: Routes) -> bool:
     return routes.table.ollama_api
 
 
-def _error(exc: ProxyError, stats: Stats) -> web.Response:
-    stats.refused += 1
+def _error(exc: ProxyError, ctx: ProxyContext) -> web.Response:
+    ctx.stats.refused += 1
     headers = dict(exc.headers) if exc.headers else None
     return web.Response(
         status=exc.status,
@@ -89,7 +88,7 @@ def _ollama(handler: Handler) -> Handler:
             await _routes(request)
             return await handler(request)
         except ProxyError as exc:
-            return _error(exc, request.app[CTX].stats)
+            return _error(exc, request.app[CTX])
 
     handle.__name__ = handle.__qualname__ = handler.__name__
     return handle
