@@ -36,10 +36,11 @@ The top: ingress and the pipeline.
   `wait`: waiting for the first table.
 
 `observe/`: observability.
-* `activity`: the activity records and in-flight reports sent to the daemon; `captures`: a
-  request's capture; `access_log`: the access line and the accounting stage's logger; `stats`:
-  the counters; `events`: the `/api/events` hub; `log_hub`: the proxy's own log ring;
-  `log_files`: the models' log files; `combined_log`: the `/logs` stream of both.
+* `activity`: the activity records and in-flight reports sent to the daemon; `flights`: a
+  request's in-flight entry; `captures`: a request's capture; `access_log`: the access line and
+  the accounting stage's logger; `stats`: the counters; `events`: the `/api/events` hub;
+  `llama_view`: model states as llama-swap's clients read them; `log_hub`: the proxy's own log
+  ring; `log_files`: the models' log files; `combined_log`: the `/logs` stream of both.
 
 `api/`: route handlers of swapd's own endpoints.
 * `models`: `/v1/models`; `capabilities`: a model's capabilities there; `ops`: `/health`,

@@ -18,7 +18,7 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     "routing": ("ipc", "errors", "mirror"),
     "upstream": ("ipc", "errors", "account"),
     "mirror": ("ipc", "errors", "routing.matching", "upstream.address"),
-    "observe": ("ipc", "account", "mirror"),
+    "observe": ("ipc", "account", "mirror", "api.capabilities"),
     "api": ("ipc", "context", "errors", "mirror", "observe", "routing", "ui", "dialects"),
     "dialects": (
         "ipc",
@@ -55,10 +55,12 @@ def _imports(path: Path) -> set[str]:
         if node.level - 1 > len(package):  # above the proxy: `...ipc`
             found.add(".".join(["ipc", *(node.module or "").split(".")[1:]]).rstrip("."))
             continue
-        if node.module:
-            found.add(".".join([*base, node.module]))
-        else:
-            found.update(".".join([*base, alias.name]) for alias in node.names)
+        module = [*base, *(node.module.split(".") if node.module else [])]
+        for alias in node.names:
+            # `from ..api import capabilities` imports the module `api.capabilities`.
+            below = PROXY.joinpath(*module, alias.name)
+            is_module = below.with_suffix(".py").exists() or below.is_dir()
+            found.add(".".join([*module, alias.name] if is_module else module))
     return found
 
 
