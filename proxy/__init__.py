@@ -1,24 +1,58 @@
 """swapd proxy: the aiohttp front on the listen port (`python -m swapd.proxy`).
 
-Module map (docs/architecture.md, "The proxy's request pipeline"):
+Module map, by folder (docs/architecture.md, "Inside the proxy", says what each folder may
+import; tests/unit/test_proxy_layout.py holds the code to both):
+
+The top: ingress and the pipeline.
 * `__main__`: process entry (circus fd or `--listen`), event loop, signals.
-* `server`: aiohttp's server as a proxy facing any client needs it (limits, head timeout, quiet
-  bad requests) and the shutdown grace.
-* `app`: app factory, route table, the `front` middleware (shutdown 503, CORS preflight,
-  credentials, API keys, errors).
+* `server`: aiohttp's server as a proxy facing any client needs it (limits) and the shutdown
+  grace; `connection`: one client connection (the head's time bound, quiet bad requests);
+  `dispatch`: which way a request comes in (model routes straight to the pipeline).
+* `app`: app factory, route table, the front checks (`guard`: shutdown 503, CORS preflight,
+  credentials, API keys, errors); `auth`: API keys; `origin_check`: cross-site refusals.
 * `pipeline`: the forwarding routes, stage by stage: route decision -> admission -> forward ->
-  relay -> accounting.
-* `decide`: the route decision, a pure function; `matching`: linear-time path patterns;
-  `comfyui`, `model_routes`: the rules and routes they decide over.
-* `body`: the request's model (JSON, multipart, form, query), bounded reads, filters.
-* `forward`: what goes upstream (headers, Host, X-Forwarded-*, body); `upstream`: the one
-  upstream interface and its transports (`upstream_client`: the lean pool, `upstream_conn`: one
-  of its connections; aiohttp's client);
-  `relay`: the response relay; `websocket`: the websocket relay.
-* `admission`: concurrency limit (429), in-flight counts, drains, rate-limited activity.
-* `state`, `address`: the mirror of the daemon's routing table and model states;
-  `state_sync`: keeps it in step (SUB + Snapshot, Hello); `daemon_link`: requests and casts.
-* `stats`, `access_log`: the counters and the access line.
-* `models_list`, `ops`, `logs`, `log_hub`, `auth`, `errors`, `sync_wait`, `context`: one route
-  family or concern each.
+  relay -> accounting; `admission`: concurrency limit (429), in-flight counts, drains,
+  rate-limited activity; `loading`: loading progress streamed while a model starts;
+  `account`: what the accounting stage learns about a request (and the capture tee).
+* `context`: everything one proxy holds, made at start-up; `errors`: the one error tree and
+  error shape; `stages`: a benchmark's stand-ins for stages.
+
+`routing/`: the route decision, pure functions.
+* `decide`: the decision; `body`: the request's model (JSON, multipart, form, query), bounded
+  reads, filters; `model_routes`: the routes dispatched by `model`; `comfyui`: the `/comfyui/`
+  rules; `selectors`: selector strategies; `matching`: linear-time path patterns.
+
+`upstream/`: forwarding.
+* `forward`: what goes upstream (headers, Host, X-Forwarded-*, body); `transport`: the one
+  upstream interface and its two transports (the lean pool, aiohttp's client); `pool`: the
+  lean keep-alive pool; `conn`: one of its connections and its parsing; `response`: one of its
+  responses; `timeouts`: the model's `timeouts` on the pool; `address`: an upstream's parsed
+  address; `relay`: the response relay (and the replies streaming now); `websocket`: the
+  websocket relay.
+
+`mirror/`: the copy of the daemon's state.
+* `state`: the routing table and every model's state; `changes`: its one state-change channel;
+  `sync`: keeps it in step (SUB + Snapshot, Hello); `link`: requests and casts to the daemon;
+  `wait`: waiting for the first table.
+
+`observe/`: observability.
+* `activity`: the activity records and in-flight reports sent to the daemon; `flights`: a
+  request's in-flight entry; `captures`: a request's capture; `access_log`: the access line and
+  the accounting stage's logger; `stats`: the counters; `events`: the `/api/events` hub;
+  `llama_view`: model states as llama-swap's clients read them; `log_hub`: the proxy's own log
+  ring; `log_files`: the models' log files; `combined_log`: the `/logs` stream of both.
+
+`api/`: route handlers of swapd's own endpoints.
+* `models`: `/v1/models`; `capabilities`: a model's capabilities there; `ops`: `/health`,
+  `/running`, unloading; `events`: `/api/events`; `observe`: activity, metrics, captures,
+  in-flight, version; `logs`: `/logs`; `profiles`: `/api/profiles`; `ui_routes`: the web UI.
+
+`dialects/`: other APIs, through the one pipeline.
+* `way`: what a dialect hands the pipeline (its reader's `Way`); `paths`: the dialects' paths the
+  front checks know; `llamacpp_router`: llama.cpp's router API; `ollama/`: Ollama's API
+  (`routes`: its routes; `requests`: its requests as the model's own; `relaying`, `streams`,
+  `replies`: the model's answers as Ollama's; `listing`: `/api/tags`, `/api/ps`, `/api/show`;
+  `values`: names, durations, `keep_alive`).
+
+`ui/`: the web UI's static files; `assets`: read once and kept in memory.
 """

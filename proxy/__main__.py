@@ -26,6 +26,7 @@ from pathlib import Path
 from .app import make_app
 from .context import CTX
 from .server import serve
+from .stages import Stages
 
 
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -69,8 +70,8 @@ def _split_host_port(value: str) -> tuple[str, int]:
     return (host.strip("[]") or "0.0.0.0"), int(port)
 
 
-async def _serve(args: argparse.Namespace) -> None:
-    app = make_app(run_dir=args.run_dir, processes=max(1, args.processes))
+async def _serve(args: argparse.Namespace, stages: Stages | None) -> None:
+    app = make_app(run_dir=args.run_dir, processes=max(1, args.processes), stages=stages)
     loop = asyncio.get_running_loop()
     tls = _tls(args)
 
@@ -98,7 +99,8 @@ def _raise_fd_limit() -> None:
             resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, stages: Stages | None = None) -> int:
+    """`stages`: a benchmark's stand-ins for some stages (stages.py); `python -m` passes none."""
     args = _parse_args(argv)
     _raise_fd_limit()
     logging.basicConfig(
@@ -107,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
         stream=sys.stderr,
     )
     with asyncio.Runner(loop_factory=_loop_factory()) as runner:
-        runner.run(_serve(args))
+        runner.run(_serve(args, stages))
     return 0
 
 

@@ -5,7 +5,9 @@ way through the pipeline: set by the stages that know it, read once when the res
 SSE chunks are where OpenAI `usage` and llama.cpp `timings` arrive. For a capture
 (`captureBuffer`) it keeps every chunk relayed while they add up to at most `keep` bytes, and
 goes back to the last bytes only once they do not (the capture is then dropped, as llama-swap
-drops one larger than its buffer): the client gets each chunk as it comes either way.
+drops one larger than its buffer): the client gets each chunk as it comes either way. What the
+tees of the responses streaming at once hold is bounded by their process's `TeeBudget`, and a
+tee gives its share back when its stream ends, however it ends (`Tail.close`, in the relay).
 """
 
 from __future__ import annotations
@@ -23,28 +25,30 @@ TAIL_BYTES = 16 * 1024
 
 
 class TeeBudget:
-    """What this process's tees hold at once, across every response streaming now: at most
-    `limit` bytes (`captureBuffer`). A tee that would go past it lets go of its capture."""
+    """What one proxy's tees hold at once, across every response streaming now: at most `limit`
+    bytes (`captureBuffer`). A tee that would go past it lets go of its capture."""
 
     __slots__ = ("held", "limit")
 
-    def __init__(self) -> None:
+    def __init__(self, limit: int = 0) -> None:
         self.held = 0
-        self.limit = 0
-
-
-TEE = TeeBudget()
+        self.limit = limit
 
 
 class Tail:
-    __slots__ = ("chunks", "keep", "size", "teed", "total")
+    """`budget`: the process's tee budget, which a capture (`keep` > 0) counts against."""
 
-    def __init__(self, keep: int = 0) -> None:
+    __slots__ = ("budget", "chunks", "keep", "size", "teed", "total")
+
+    def __init__(self, keep: int = 0, budget: TeeBudget | None = None) -> None:
+        if keep > 0 and budget is None:
+            raise ValueError("a capturing tail needs the tee budget it counts against")
         self.chunks: deque[bytes] = deque()
         self.size = 0
         self.total = 0  # every byte fed: the streamed body's length
         self.keep = keep  # capturing while total <= keep
-        self.teed = 0  # what this tee counts in TEE.held
+        self.budget = budget
+        self.teed = 0  # what this tee counts in its budget's `held`
 
     def feed(self, chunk: bytes) -> None:
         chunks = self.chunks
@@ -52,9 +56,11 @@ class Tail:
         self.size += len(chunk)
         self.total += len(chunk)
         if self.total <= self.keep:
+            budget = self.budget
+            assert budget is not None
             self.teed += len(chunk)
-            TEE.held += len(chunk)
-            if TEE.held <= TEE.limit:
+            budget.held += len(chunk)
+            if budget.held <= budget.limit:
                 return
             self.release()  # the process's tees are full: this capture goes
         elif self.teed:
@@ -69,17 +75,19 @@ class Tail:
         """Every byte fed, when they fit in `keep`; None otherwise."""
         return b"".join(self.chunks) if self.total <= self.keep else None
 
+    def close(self) -> None:
+        """The stream ended, however it ended (a client gone, a cancel, the upstream breaking
+        off): what the tee held no longer counts against the budget; a capture it kept stays
+        readable (`whole`) for the accounting stage."""
+        if self.teed:
+            assert self.budget is not None
+            self.budget.held -= self.teed
+            self.teed = 0
+
     def release(self) -> None:
         """Stop capturing: what the tee held no longer counts against the budget."""
-        TEE.held -= self.teed
-        self.teed = 0
+        self.close()
         self.keep = -1
-
-    def __del__(self) -> None:
-        # A response that never reached the accounting stage (its client went away) gives its
-        # share back all the same.
-        if self.teed:
-            self.release()
 
 
 @dataclass(slots=True)

@@ -22,7 +22,8 @@ import logging
 import time
 
 from ..ipc.timings import ACTIVITY_INTERVAL_S
-from .errors import ProxyError
+from .errors import TooManyRequests
+from .mirror.changes import Applied
 from .mirror.link import DaemonLink
 from .mirror.state import ModelRuntime, ProxyState
 
@@ -31,8 +32,8 @@ log = logging.getLogger(__name__)
 _STOPPED_STATES = frozenset({"stopping", "stopped", "failed"})
 
 
-def too_many_requests() -> ProxyError:
-    return ProxyError(429, "Too many requests", "concurrency_limit", headers={"Retry-After": "1"})
+def too_many_requests() -> TooManyRequests:
+    return TooManyRequests("Too many requests", headers={"Retry-After": "1"})
 
 
 class Admission:
@@ -40,8 +41,7 @@ class Admission:
         self._state = state
         self._link = link
         self._loop = asyncio.get_running_loop()
-        state.on_draining = self._on_draining
-        state.on_state = self._on_state
+        state.changes.listen(self._applied)
 
     # --- the 429 counter -------------------------------------------------------------------------
     @staticmethod
@@ -87,11 +87,21 @@ class Admission:
         rt.activity_sent_in_flight = rt.in_flight
         self._link.activity(rt.id, rt.in_flight, rt.last_activity)
 
-    # --- drains ----------------------------------------------------------------------------------
-    def _on_draining(self, rt: ModelRuntime, epoch: int) -> None:
-        log.info("draining %s (epoch %d): %d request(s) in flight", rt.id, epoch, rt.in_flight)
-        if rt.in_flight == 0:
-            self._ack(rt)
+    # --- the daemon's changes: drains, stops ---------------------------------------------------
+    def _applied(self, applied: Applied) -> None:
+        drain = applied.draining
+        if drain is not None and drain.drain_epoch is not None:
+            log.info(
+                "draining %s (epoch %d): %d request(s) in flight",
+                drain.id,
+                drain.drain_epoch,
+                drain.in_flight,
+            )
+            if drain.in_flight == 0:
+                self._ack(drain)
+        for rt, old in applied.models:
+            if rt.state != old:
+                self._stopped(rt)
 
     def _ack(self, rt: ModelRuntime) -> None:
         assert rt.drain_epoch is not None
@@ -99,7 +109,8 @@ class Admission:
         log.info("drained %s (epoch %d)", rt.id, rt.drain_epoch)
         self._link.drained(rt.id, rt.drain_epoch)
 
-    def _on_state(self, rt: ModelRuntime, old: str) -> None:
+    @staticmethod
+    def _stopped(rt: ModelRuntime) -> None:
         if rt.state in _STOPPED_STATES and rt.ignored_ws:
             # Ignored websockets hold nothing back; they end with their model.
             for ws in list(rt.ignored_ws):

@@ -11,6 +11,7 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import TypeVar
 
 import zmq.asyncio
 from aiohttp import web
@@ -18,6 +19,7 @@ from aiohttp import web
 from ..ipc.client import DaemonClient
 from ..ipc.endpoints import Endpoints
 from . import pipeline
+from .account import TeeBudget
 from .admission import Admission
 from .api import events as events_api
 from .api import logs, ops, profiles, ui_routes
@@ -32,19 +34,22 @@ from .mirror.link import DaemonLink
 from .mirror.state import ProxyState
 from .mirror.sync import StateSync
 from .mirror.wait import routes_of
-from .observe import access_log, events
-from .observe.activity import RECORDER
+from .observe import events
+from .observe.access_log import AccessLines
+from .observe.activity import Recorder
 from .observe.combined_log import COMBINED_KEY, CombinedLog
 from .observe.log_hub import LogHub
-from .observe.stats import STATS
 from .origin_check import check_origin
 from .routing.model_routes import MODEL_ROUTES
+from .stages import Stages
 from .upstream.pool import UpstreamPool
+from .upstream.relay import Streams
 from .upstream.transport import make_session
 
 log = logging.getLogger(__name__)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+R = TypeVar("R", bound=web.BaseRequest)
 
 _OPEN_PATHS = frozenset({"/health", "/wol-health", "/favicon.ico"})
 _CORS_METHODS = "GET, POST, PUT, PATCH, DELETE, OPTIONS"
@@ -55,7 +60,7 @@ _TOKEN_CHARS = frozenset(
 SYNC_KEY: web.AppKey[StateSync] = web.AppKey("swapd_proxy_sync", StateSync)
 
 
-def _preflight(request: web.Request) -> web.Response:
+def _preflight(request: web.BaseRequest) -> web.Response:
     asked = request.headers.get("Access-Control-Request-Headers", "")
     names = [n.strip() for n in asked.split(",") if n.strip() and set(n.strip()) <= _TOKEN_CHARS]
     return web.Response(
@@ -75,7 +80,11 @@ async def front(request: web.Request, handler: Handler) -> web.StreamResponse:
 
 
 async def guard(
-    ctx: ProxyContext, request: web.Request, handler: Handler, *, model_route: bool = False
+    ctx: ProxyContext,
+    request: R,
+    handler: Callable[[R], Awaitable[web.StreamResponse]],
+    *,
+    model_route: bool = False,
 ) -> web.StreamResponse:
     """The front checks, then `handler`: the one first stage, whichever way a request came in
     (the Application's middleware `front`, or `dispatch.Dispatch` for model requests).
@@ -85,7 +94,7 @@ async def guard(
     that look at the path are skipped for them (`tests/unit/test_proxy_dispatch.py` holds the table
     to that)."""
     if ctx.closing:
-        STATS.refused += 1
+        ctx.stats.refused += 1
         response = error_response(503, "swapd is shutting down", "shutting_down")
         response.force_close()
         return response
@@ -106,7 +115,7 @@ async def guard(
             check_origin(request)
         return await handler(request)
     except ProxyError as exc:
-        STATS.refused += 1
+        ctx.stats.refused += 1
         return exc.response()
     except web.HTTPException as exc:
         if exc.status >= 400 and exc.text and not exc.content_type.endswith("json"):
@@ -121,7 +130,16 @@ async def guard(
         ctx.leave()
 
 
-def make_app(*, run_dir: Path, processes: int = 1, proxy_id: str | None = None) -> web.Application:
+def make_app(
+    *,
+    run_dir: Path,
+    processes: int = 1,
+    proxy_id: str | None = None,
+    stages: Stages | None = None,
+) -> web.Application:
+    """The proxy's application; its context is made at start-up. `stages`: a benchmark's
+    stand-ins for some stages of the pipeline (stages.py); swapd never passes any."""
+    stages = stages or Stages()
     # The body limit applies where a body is read (body.py), not here: passthrough bodies stream.
     app = web.Application(middlewares=[front], client_max_size=1024**4)
 
@@ -132,10 +150,9 @@ def make_app(*, run_dir: Path, processes: int = 1, proxy_id: str | None = None) 
         link = DaemonLink(DaemonClient(endpoints.daemon, context=context), state, proxy_id)
         hub = LogHub()
         logging.getLogger().addHandler(hub)
-        access_log.BATCH.hub = hub
-        RECORDER.proxy_id = link.proxy_id
-        RECORDER.send = link.cast_soon
-        RECORDER.state = state
+        tee = TeeBudget()
+        recorder = Recorder(link.proxy_id, link.cast_soon, state, tee)
+        lines = AccessLines(hub, enabled=stages.access_lines)
         app[CTX] = ProxyContext(
             run_dir=run_dir,
             processes=processes,
@@ -145,12 +162,17 @@ def make_app(*, run_dir: Path, processes: int = 1, proxy_id: str | None = None) 
             session=make_session(),
             pool=UpstreamPool(),
             logs=hub,
+            recorder=recorder,
+            lines=lines,
+            streams=Streams(tee),
+            stages=stages,
         )
         event_hub = app[events.HUB_KEY] = events.EventHub(state)
-        event_hub.on_cancel = RECORDER.cancel
+        event_hub.on_cancel = recorder.cancel
         link.watching = lambda: event_hub.watchers
         event_hub.on_watchers = link.hello_soon
-        sync = StateSync(state, link, endpoints.events, context=context, hub=event_hub)
+        state.changes.listen(lines.applied)
+        sync = StateSync(state, link, endpoints.events, context=context)
         app[SYNC_KEY] = sync
         sync.start()
         combined = app[COMBINED_KEY] = CombinedLog(hub, state)
@@ -161,16 +183,16 @@ def make_app(*, run_dir: Path, processes: int = 1, proxy_id: str | None = None) 
         await app[COMBINED_KEY].close()
         await app[SYNC_KEY].close()
         ctx = app[CTX]
-        RECORDER.send = None
-        report = RECORDER.take()
+        ctx.recorder.send = None
+        report = ctx.recorder.take()
         if report is not None:  # the last batch, before the link closes
             with contextlib.suppress(Exception):
                 await ctx.link.client.cast(report)
         await ctx.session.close()
         ctx.pool.close()
         ctx.link.close()
-        access_log.BATCH.flush()
-        access_log.BATCH.hub = None
+        ctx.lines.flush()
+        ctx.lines.hub = None
         logging.getLogger().removeHandler(ctx.logs)
 
     app.on_startup.append(startup)

@@ -14,13 +14,13 @@ import hmac
 
 from aiohttp import web
 
-from .errors import ProxyError
+from .errors import BadRequest, Unauthorized
 
 REALM = 'Basic realm="swapd"'
 UNAUTHORIZED = "unauthorized: invalid or missing API key"
 
 
-def presented_key(request: web.Request) -> bytes | None:
+def presented_key(request: web.BaseRequest) -> bytes | None:
     headers = request.headers
     return key_from(headers.get("Authorization", ""), headers.get("x-api-key"))
 
@@ -43,16 +43,16 @@ def key_from(authorization: str, x_api_key: str | None) -> bytes | None:
     return x_api_key.encode() if x_api_key else None
 
 
-def check_single_credentials(request: web.Request) -> None:
+def check_single_credentials(request: web.BaseRequest) -> None:
     """400 for a request with more than one `Authorization` or `x-api-key` header, on every
     route: servers disagree on which of several counts (first or last), so none does."""
     headers = request.headers
     for name in ("Authorization", "x-api-key"):
         if len(headers.getall(name, ())) > 1:
-            raise ProxyError(400, f"more than one {name} header: ambiguous credentials")
+            raise BadRequest(f"more than one {name} header: ambiguous credentials")
 
 
-def check_api_key(request: web.Request, keys: tuple[bytes, ...]) -> None:
+def check_api_key(request: web.BaseRequest, keys: tuple[bytes, ...]) -> None:
     """Raise 401 unless `request` carries one of `keys` (no-op when `keys` is empty)."""
     if not keys:
         return
@@ -69,5 +69,5 @@ def key_ok(presented: bytes | None, keys: tuple[bytes, ...]) -> bool:
     return ok
 
 
-def unauthorized() -> ProxyError:
-    return ProxyError(401, UNAUTHORIZED, "unauthorized", headers={"WWW-Authenticate": REALM})
+def unauthorized() -> Unauthorized:
+    return Unauthorized(UNAUTHORIZED, headers={"WWW-Authenticate": REALM})

@@ -1,11 +1,13 @@
-"""The per-process objects every handler needs, stored on the app under `CTX`.
+"""The per-process objects every handler needs, stored on the app under `CTX`: everything a
+proxy holds lives here (made by `app.make_app` at start-up), none of it in module globals.
 
-Other proxy modules get them with `request.app[CTX]`.
+Route handlers get it with `request.app[CTX]`; the pipeline is handed it (`pipeline.py`).
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -15,8 +17,15 @@ from aiohttp import web
 from .admission import Admission
 from .mirror.link import DaemonLink
 from .mirror.state import ProxyState
+from .observe.access_log import AccessLines
+from .observe.activity import Recorder
 from .observe.log_hub import LogHub
+from .observe.stats import Stats
+from .routing.body import RequestModel, read_model
+from .stages import Stages
+from .upstream.forward import HeaderLines, upstream_headers
 from .upstream.pool import UpstreamPool
+from .upstream.relay import Streams
 from .upstream.transport import AiohttpTransport, LeanTransport
 
 
@@ -30,6 +39,16 @@ class ProxyContext:
     session: aiohttp.ClientSession
     pool: UpstreamPool
     logs: LogHub
+    # The accounting stage's: the activity recorder, the access lines, the counters.
+    recorder: Recorder
+    lines: AccessLines
+    # The responses streaming now, and their capture tees' budget (the recorder's too).
+    streams: Streams
+    stats: Stats = field(default_factory=Stats)
+    # What a benchmark puts in place of some stages (stages.py); swapd's own when not set.
+    stages: Stages = field(default_factory=Stages)
+    read_model: Callable[[web.BaseRequest], Awaitable[RequestModel]] = field(init=False)
+    upstream_headers: HeaderLines = field(init=False)
     lean: LeanTransport = field(init=False)
     aiohttp: AiohttpTransport = field(init=False)
     # Set on SIGTERM (server.py): new requests get 503 and `Connection: close`.
@@ -52,6 +71,8 @@ class ProxyContext:
     def __post_init__(self) -> None:
         self.lean = LeanTransport(self.pool)
         self.aiohttp = AiohttpTransport(self.session)
+        self.read_model = self.stages.read_model or read_model
+        self.upstream_headers = self.stages.upstream_headers or upstream_headers
 
 
 CTX: web.AppKey[ProxyContext] = web.AppKey("swapd_proxy", ProxyContext)

@@ -1,24 +1,30 @@
 """Which way a request comes in: the handler of aiohttp's low-level server (`web.Server`).
 
 A model request (the method and path of a plain route whose handler is the pipeline's
-`handle_model_route`, with no `Expect` header) goes straight to `app.guard` and the pipeline; every
-other request goes to the `web.Application` as before (its router, its middleware `front`, which
-runs the same `guard`). Nothing is decided twice: the table is read from the Application's own
-router once it is set up, so a route added there is found there, and the front checks are one
-function both ways call.
+`handle_model_route`, with no `Expect` header) goes straight to `app.guard` and the pipeline
+(`pipeline.serve_model`, handed the proxy's context); every other request goes to the
+`web.Application` as before (its router, its middleware `front`, which runs the same `guard`).
+Nothing is decided twice: the table is read from the Application's own router once it is set
+up, so a route added there is found there, and the front checks are one function both ways
+call.
 
 Why: the Application's dispatch (resolving the route, building and freezing its match info, the
 middleware chain) costs a few microseconds per request that a table lookup does not, on the
-requests whose rate matters most. A model request still gets what the Application would give it:
-the route's match info (shared, frozen, with the app, so `request.app` and `request.match_info`
-answer as usual). `Expect: 100-continue` goes the Application's way, which answers it; any
-other expectation is answered here, 417 (RFC 9110 §10.1.1), before the Application's default
-expect handler, which echoes the value into a text body and, for a value that is not UTF-8,
-failed with a 500 and a traceback.
+requests whose rate matters most. A model request served this way has no match info and so no
+`request.app`: the pipeline never asks for it (it takes the context as an argument and the
+request as aiohttp's `BaseRequest`, which has no `app`, so the type check holds it to that).
+`Expect: 100-continue` goes the Application's way, which answers it; any other expectation is
+answered here, 417 (RFC 9110 §10.1.1), before the Application's default expect handler, which
+echoes the value into a text body and, for a value that is not UTF-8, failed with a 500 and a
+traceback.
+
+Every request, either way, tells its connection when its handling begins and ends: the head's
+clock (`connection.py`).
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Awaitable, Callable
 
 from aiohttp import hdrs, web
@@ -26,18 +32,19 @@ from aiohttp.http import HttpVersion11
 
 from . import pipeline
 from .app import guard
-from .context import CTX
+from .connection import SwapdRequestHandler
+from .context import ProxyContext
 from .errors import error_response
-from .observe.stats import STATS
+from .observe.stats import Stats
 
 AppHandler = Callable[[web.BaseRequest], Awaitable[web.StreamResponse]]
 
 
-def model_routes(app: web.Application) -> dict[tuple[str, str], web.UrlMappingMatchInfo]:
-    """(method, path) -> frozen match info, for every plain route the pipeline's model handler
-    serves. Where the router has more than one route for a method and path, the first registered
-    wins, as in its own resolution (and a `*` route takes every method of its path)."""
-    table: dict[tuple[str, str], web.UrlMappingMatchInfo] = {}
+def model_routes(app: web.Application) -> dict[tuple[str, str], web.AbstractRoute]:
+    """(method, path) -> route, for every plain route the pipeline's model handler serves.
+    Where the router has more than one route for a method and path, the first registered wins,
+    as in its own resolution (and a `*` route takes every method of its path)."""
+    table: dict[tuple[str, str], web.AbstractRoute] = {}
     taken: set[tuple[str, str]] = set()
     for route in app.router.routes():  # in registration order
         resource = route.resource
@@ -49,47 +56,54 @@ def model_routes(app: web.Application) -> dict[tuple[str, str], web.UrlMappingMa
         taken.add((route.method, path))
         if route.handler is not pipeline.handle_model_route or route.method == hdrs.METH_ANY:
             continue
-        info = web.UrlMappingMatchInfo({}, route)
-        info.add_app(app)
-        info.freeze()
-        table[(route.method, path)] = info
+        table[(route.method, path)] = route
     return table
 
 
 class Dispatch:
     """`web.Server`'s request handler: model requests to the pipeline, the rest to `to_app`
-    (the Application's own handler)."""
+    (the Application's own handler). A benchmark's stand-ins for the front checks and the
+    model routes' pipeline (`ctx.stages`) are taken here, once."""
 
-    __slots__ = ("_ctx", "_routes", "_to_app")
+    __slots__ = ("_ctx", "_guard", "_routes", "_serve", "_to_app")
 
-    def __init__(self, app: web.Application, to_app: AppHandler) -> None:
-        self._ctx = app[CTX]
+    def __init__(self, ctx: ProxyContext, app: web.Application, to_app: AppHandler) -> None:
+        self._ctx = ctx
         self._to_app = to_app
-        self._routes = model_routes(app)
+        self._routes = frozenset(model_routes(app))
+        self._guard = ctx.stages.front or guard
+        self._serve = functools.partial(ctx.stages.model_route or pipeline.serve_model, ctx)
 
-    async def __call__(self, request: web.Request) -> web.StreamResponse:  # type: ignore[override]
-        raw = request.raw_path
-        # The table's paths have no `%` and no query: a raw path with either (or an absolute-form
-        # target) is looked up as the router would, by its decoded path.
-        path = raw if "?" not in raw and "%" not in raw and raw[:1] == "/" else None
-        info = self._routes.get((request.method, path or request.rel_url.path_safe))
-        if hdrs.EXPECT in request.headers:
-            return unmet_expectation(request) or await self._to_app(request)
-        if info is None:
-            return await self._to_app(request)
-        # What Application._handle does once its router has matched.
-        request._match_info = info
-        return await guard(self._ctx, request, pipeline.handle_model_route, model_route=True)
+    async def __call__(self, request: web.BaseRequest) -> web.StreamResponse:
+        # Every connection is one of server.py's.
+        conn: SwapdRequestHandler = request.protocol  # type: ignore[assignment]
+        # Its head is complete: the head's clock stops (connection.py).
+        conn.handling = True
+        conn.head_since = 0.0
+        conn.body = request.content
+        try:
+            raw = request.raw_path
+            # The table's paths have no `%` and no query: a raw path with either (or an
+            # absolute-form target) is looked up as the router would, by its decoded path.
+            path = raw if "?" not in raw and "%" not in raw and raw[:1] == "/" else None
+            key = (request.method, path or request.rel_url.path_safe)
+            if hdrs.EXPECT in request.headers:
+                return unmet_expectation(request, self._ctx.stats) or await self._to_app(request)
+            if key not in self._routes:
+                return await self._to_app(request)
+            return await self._guard(self._ctx, request, self._serve, model_route=True)
+        finally:
+            conn.handling = False  # what it did not read of its body may still come
 
 
-def unmet_expectation(request: web.BaseRequest) -> web.Response | None:
+def unmet_expectation(request: web.BaseRequest, stats: Stats) -> web.Response | None:
     """A 417 for an `Expect` other than `100-continue` (the only expectation HTTP defines), in
     the one error shape and without the value, which may be any bytes; None for `100-continue`
-    and for an HTTP/1.0 request, whose server ignores `Expect`."""
+    and for an HTTP/1.0 request, whose server ignores `Expect`. `stats`: the proxy's counters."""
     if request.version < HttpVersion11:
         return None
     values = request.headers.getall(hdrs.EXPECT)
     if all(value.lower() == "100-continue" for value in values):
         return None
-    STATS.refused += 1
+    stats.refused += 1
     return error_response(417, 'expectation failed: only "Expect: 100-continue" is supported')

@@ -1,10 +1,34 @@
-"""The one error shape the proxy answers with: OpenAI's `{"error": {"message", "type", "param",
-"code"}}` (`param` null), under llama-swap's `"src"` marker (its #1038), which tells an error swapd
-made from one an upstream sent: `{"src": "swapd", "error": {...}}`.
+"""Every error the proxy raises, in one tree, and the one error shape it answers with: OpenAI's
+`{"error": {"message", "type", "param", "code"}}` (`param` null), under llama-swap's `"src"` marker
+(its #1038), which tells an error swapd made from one an upstream sent:
+`{"src": "swapd", "error": {...}}`.
 
-Upstream error responses are passed through untouched; only errors swapd itself generates use this.
-`ProxyError` is an `ipc.errors.Failure` (the daemon's `EnsureError` is another), and the status ->
-(type, default code) mapping happens here only, in `kind_of`.
+Hierarchy (each an `ipc.errors.Failure`, as the daemon's are, so every one carries the HTTP status
+and `code` its client is answered with; one argument order for all: the message, then keywords):
+
+    Failure (ipc.errors)
+    └── ProxyError                   any status (`status=`); a daemon's `Error` reply (`from_reply`)
+        ├── BadRequest               400 bad_request        (a body, a query, credentials, a form)
+        ├── Unauthorized             401 unauthorized       (the API key; `WWW-Authenticate`)
+        ├── Forbidden                403 forbidden          (a cross-site state change)
+        ├── NotFound                 404 not_found
+        ├── TooManyRequests          429 concurrency_limit  (the model's share of its limit)
+        ├── Unavailable              503 service_unavailable
+        └── BadGateway               502 bad_gateway        an upstream failed the request
+            ├── Refused              nothing listens on its port: no byte of the request was
+            │                        sent, so it may be sent again (`pipeline._serve_local`)
+            ├── UpstreamError        the transport's: nothing usable came before the response
+            │   │                    head (`forward.py` words it for the client, naming the
+            │   │                    upstream, as `BadGateway` or `Refused`)
+            │   ├── UpstreamRefused  the connection was refused
+            │   ├── HeadTimeout      no head within `timeouts.responseHeader` (never retried)
+            │   └── HeadTooLarge     a head over `conn.MAX_HEAD` bytes
+            ├── UpstreamBroken       the upstream broke off the response body (the relay ends
+            │                        the response as HTTP allows)
+            └── OutOfStep            bytes that answer no request: the connection is dropped
+
+Upstream error responses are passed through untouched; only errors swapd itself generates use
+this shape. The status -> (type, default code) mapping happens here only, in `kind_of`.
 """
 
 from __future__ import annotations
@@ -16,6 +40,29 @@ from aiohttp import web
 
 from ..ipc.errors import Failure
 from ..ipc.messages import Error
+
+__all__ = [
+    "SRC",
+    "BadGateway",
+    "BadRequest",
+    "Failure",
+    "Forbidden",
+    "HeadTimeout",
+    "HeadTooLarge",
+    "NotFound",
+    "OutOfStep",
+    "ProxyError",
+    "Refused",
+    "TooManyRequests",
+    "Unauthorized",
+    "Unavailable",
+    "UpstreamBroken",
+    "UpstreamError",
+    "UpstreamRefused",
+    "error_body",
+    "error_response",
+    "kind_of",
+]
 
 # Status -> (type, default code), as llama-swap's envelope does (reference §6).
 _KINDS: dict[int, tuple[str, str]] = {
@@ -80,26 +127,101 @@ def error_response(
 
 
 class ProxyError(Failure):
-    """Raised anywhere below a handler; `app.py`'s middleware turns it into `error_response`."""
+    """Raised anywhere below a handler; `app.guard` answers it with `response()`.
+
+    `status`: the class's own unless given; `code`: the class's own, else the status's default
+    (`kind_of`); `headers`: set on the error response (`Retry-After`, `WWW-Authenticate`)."""
+
+    default_status = 500
+    default_code = ""  # the status's own (`kind_of`)
 
     def __init__(
         self,
-        status: int,
         message: str,
-        code: str | None = None,
         *,
+        status: int | None = None,
+        code: str | None = None,
         headers: Mapping[str, str] | None = None,
         log_tail: Sequence[str] = (),
     ) -> None:
-        super().__init__(message, status=status, code=code or kind_of(status)[1], log_tail=log_tail)
+        status = self.default_status if status is None else status
+        code = code or self.default_code or kind_of(status)[1]
+        super().__init__(message, status=status, code=code, log_tail=log_tail)
         self.headers = headers
 
     @classmethod
     def from_reply(cls, reply: Error) -> ProxyError:
         """A daemon's `Error` reply, raised again on this side."""
-        return cls(reply.status, reply.message, reply.code, log_tail=reply.log_tail)
+        return cls(reply.message, status=reply.status, code=reply.code, log_tail=reply.log_tail)
 
     def response(self) -> web.Response:
         return error_response(
             self.status, self.message, self.code, headers=self.headers, log_tail=self.log_tail
         )
+
+
+class BadRequest(ProxyError):
+    default_status = 400
+
+
+class Unauthorized(ProxyError):
+    default_status = 401
+
+
+class Forbidden(ProxyError):
+    default_status = 403
+
+
+class NotFound(ProxyError):
+    default_status = 404
+
+
+class TooManyRequests(ProxyError):
+    default_status = 429
+    default_code = "concurrency_limit"
+
+
+class Unavailable(ProxyError):
+    default_status = 503
+
+
+class BadGateway(ProxyError):
+    """An upstream (a model's server, or a peer) failed the request."""
+
+    default_status = 502
+
+
+class Refused(BadGateway):
+    """The 502 of an upstream whose port refused the connection: no byte of the request was
+    sent, so it may be sent again where there is reason to think the model is back."""
+
+
+class UpstreamError(BadGateway):
+    """The upstream failed before sending a complete response head (the transport's words;
+    `forward.unreachable` says which upstream)."""
+
+
+class UpstreamRefused(UpstreamError):
+    """Nothing listens on the upstream's port (the connection was refused): no byte of the
+    request was sent."""
+
+
+class HeadTimeout(UpstreamError):
+    """No response head within `timeouts.responseHeader` of the request being sent (never
+    retried on another connection: the upstream may be working on it)."""
+
+
+class HeadTooLarge(UpstreamError):
+    """A response head larger than the lean pool takes (`conn.MAX_HEAD`)."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"response head larger than {limit} bytes")
+
+
+class UpstreamBroken(BadGateway):
+    """The upstream broke off the response body."""
+
+
+class OutOfStep(BadGateway):
+    """Bytes from the upstream that answer no request: the connection cannot be trusted (raised
+    in llhttp's callbacks; the exchange fails with it)."""

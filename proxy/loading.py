@@ -20,8 +20,8 @@ from aiohttp import web
 from ..ipc.states import HEALTH_CHECK_REASON
 from .context import ProxyContext
 from .errors import ProxyError, error_body
+from .mirror.changes import Applied
 from .mirror.state import ModelRuntime
-from .observe.events import HUB_KEY
 from .routing.body import RequestModel
 
 T = TypeVar("T")
@@ -37,7 +37,7 @@ class _Stream(msgspec.Struct):
 _decode_stream = msgspec.json.Decoder(_Stream).decode
 
 
-def wanted(request: web.Request, rt: ModelRuntime, found: RequestModel | None) -> bool:
+def wanted(request: web.BaseRequest, rt: ModelRuntime, found: RequestModel | None) -> bool:
     if not rt.route.send_loading_state or request.method != "POST":
         return False
     if not request.path.startswith("/v1/chat/completions"):
@@ -51,12 +51,11 @@ def wanted(request: web.Request, rt: ModelRuntime, found: RequestModel | None) -
 
 
 class Progress:
-    def __init__(self, request: web.Request, ctx: ProxyContext, rt: ModelRuntime, name: str):
+    def __init__(self, request: web.BaseRequest, ctx: ProxyContext, rt: ModelRuntime, name: str):
         self.request = request
         self.ctx = ctx
         self.rt = rt
         self.name = name  # as the client asked (the chunks' `model`)
-        self.ctx_listeners = request.app[HUB_KEY].state_listeners
         self.response: web.StreamResponse | None = None
         self._began = 0.0
         self._phase = ""
@@ -77,8 +76,13 @@ class Progress:
         assert self.response is not None
         await self.response.write(self._chunk(text))
 
+    def _applied(self, applied: Applied) -> None:
+        """A listener of the mirror's changes: a model's status changed."""
+        if applied.models:
+            self._changed()
+
     def _changed(self) -> None:
-        """A model's state changed: note the phase now (several may pass between two writes)."""
+        """Note the phase now (several may pass between two writes)."""
         phase = self.phase()
         if phase != self._phase:
             self._phase = phase
@@ -89,8 +93,8 @@ class Progress:
     async def wait(self, waiting: Awaitable[T]) -> T:
         """Await `waiting` (the daemon's answer), streaming progress meanwhile."""
         task = asyncio.ensure_future(waiting)
-        listeners = self.ctx_listeners
-        listeners.add(self._changed)
+        changes = self.ctx.state.changes
+        changes.listen(self._applied)
         try:
             if self.response is None:
                 self._began = asyncio.get_running_loop().time()
@@ -122,7 +126,7 @@ class Progress:
                 if not done:
                     await self._say(".")
         finally:
-            listeners.discard(self._changed)
+            changes.forget(self._applied)
             task.cancel()
 
     def phase(self) -> str:

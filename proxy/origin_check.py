@@ -26,7 +26,7 @@ from urllib.parse import urlsplit
 from aiohttp import web
 
 from .dialects.paths import OLLAMA_MODEL_ROUTES, ROUTER_CHANGES
-from .errors import ProxyError
+from .errors import Forbidden
 
 _CHANGING = frozenset({"POST", "PUT", "DELETE", "PATCH"})
 
@@ -75,7 +75,7 @@ def same_origin(origin: str, host: str) -> bool:
     return theirs == ours
 
 
-def check_origin(request: web.Request) -> None:
+def check_origin(request: web.BaseRequest) -> None:
     method, path = request.method, request.path
     own_change = guarded(method, path)
     if not own_change and not _unload_by_get(method, path):
@@ -83,11 +83,10 @@ def check_origin(request: web.Request) -> None:
     headers = request.headers
     site = headers.get("Sec-Fetch-Site")
     if site is not None and site.strip().lower() not in _OWN_SITE:
-        raise ProxyError(
-            403,
+        raise Forbidden(
             f"cross-site request refused: Sec-Fetch-Site {site[:40]!r} (only same-origin "
             "requests may change swapd's state from a browser)",
-            "cross_origin",
+            code="cross_origin",
         )
     if not own_change:
         return  # GET /unload: a GET's Origin, where a browser sends one, says nothing more
@@ -96,9 +95,8 @@ def check_origin(request: web.Request) -> None:
         return
     host = headers.get("Host", "")
     if not same_origin(origin, host):
-        raise ProxyError(
-            403,
+        raise Forbidden(
             f"cross-origin request refused: Origin {origin[:200]!r} is not this host "
             f"({host[:200]!r})",
-            "cross_origin",
+            code="cross_origin",
         )

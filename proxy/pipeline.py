@@ -1,24 +1,28 @@
 """The request pipeline for every route that forwards: model routes, `/upstream/`, `/comfyui/`.
 
 A request's way, top to bottom (the API key check and the access log, the first and last stages,
-are `app.front` and `access_log.py`, around every route):
+are `app.guard` and `observe/access_log.py`, around every route):
 
-1. keys (`app.front`)
-2. the route decision: the model named (body or query, bounded: `body.py`), then `decide.py`,
-   a pure function of method, path, headers, model and routing table -> serve, refuse, redirect
+1. keys (`app.guard`)
+2. the route decision: the model named (body or query, bounded: `routing/body.py`), then
+   `routing/decide.py`, a pure function of method, path, headers, model and routing table ->
+   serve, refuse, redirect
 3. admission (`admission.py`): the per-model limit (429); a ready model is served at once with no
    IPC, any other waits for the daemon's `Ensure` (a start, a swap, a drain) as long as the client
    stays; ignored paths and websockets of a ready model skip admission
-4. forward (`forward.py`): the client's request, Host and body as sent, on the lean pool for
-   `http://` upstreams or aiohttp's client for the rest (`upstream.py`)
-5. relay (`relay.py`, `websocket.py`)
-6. accounting: in-flight counts and TTL activity (`admission.py`), counters (`stats.py`), the
-   access line (`access_log.py`)
+4. forward (`upstream/forward.py`): the client's request, Host and body as sent, on the lean pool
+   for `http://` upstreams or aiohttp's client for the rest (`upstream/transport.py`)
+5. relay (`upstream/relay.py`, `upstream/websocket.py`)
+6. accounting: in-flight counts and TTL activity (`admission.py`), the counters and the activity
+   recorder (`ctx.stats`, `ctx.recorder`), the access line (`observe/access_log.py`)
+
+Every stage is handed the proxy's context (`context.ProxyContext`) and the request as aiohttp's
+`BaseRequest`; nothing here imports the observability folder (`observe/`): what the request path
+records it records through the context.
 """
 
 from __future__ import annotations
 
-import asyncio
 import urllib.parse
 from collections.abc import Awaitable, Callable
 
@@ -29,29 +33,29 @@ from . import loading
 from .account import ACCOUNT, Account
 from .context import CTX, ProxyContext
 from .dialects.way import Reader
-from .errors import ProxyError
+from .errors import BadGateway, ProxyError, Refused, Unavailable
 from .mirror.state import ModelRuntime
 from .mirror.wait import routes_of
-from .observe.activity import RECORDER
-from .observe.events import HUB_KEY
-from .observe.stats import STATS
 from .routing import decide
-from .routing.body import RequestModel, filter_json, read_model, replace_span
+from .routing.body import RequestModel, filter_json, replace_span
 from .routing.model_routes import is_model_route
 from .upstream.address import UpstreamAddress
-from .upstream.forward import Refused, ReplyRewrite, forward, outgoing
+from .upstream.forward import ReplyRewrite, forward, outgoing
 from .upstream.websocket import is_websocket, relay_websocket
 
-# How long a request that got `Ready` for a model this process still sees draining waits for the
-# event stream to catch up before asking again (the reply and the broadcast travel on different
-# sockets, so either may arrive first).
-_DRAIN_RECHECK_S = 0.02
+# How long a request that got `Ready` for a model this process still sees draining waits for
+# the mirror to show the model's new run (the reply and the broadcasts travel on different
+# sockets, so either may arrive first; the events follow within milliseconds). Past it, the mirror
+# is taken at its word, the model being drained (again): the request asks the daemon once more,
+# which queues it behind that drain. The `_CATCH_UP_TRIES`th such `Ready` is answered 503.
+_CATCH_UP_S = 1.0
+_CATCH_UP_TRIES = 3
 # How long a request refused by a model taken as ready waits to hear from the daemon that the
 # model stopped, before it is answered with the 502.
 _REFUSED_WAIT_S = 5.0
 
 
-def target(request: web.Request) -> tuple[str, str]:
+def target(request: web.BaseRequest) -> tuple[str, str]:
     """(raw path, `?query` or ""), exactly as sent. An absolute-form target
     (`POST http://host/v1/... HTTP/1.1`, RFC 9112 §3.2.2) counts by its path and query."""
     raw = request.raw_path
@@ -63,37 +67,45 @@ def target(request: web.Request) -> tuple[str, str]:
     return path, sep + query
 
 
+Serve = Callable[[ProxyContext, web.BaseRequest], Awaitable[web.StreamResponse]]
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
 def _pipeline(
     decide_for: Callable[..., decide.Decision],
     route: str,
     *,
     by_body: bool = False,
     dialect: Reader | None = None,
-) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
-    """The pipeline's handler for one kind of route: `decide_for` decides it, `route` names it
-    in the activity log, `by_body`: the model is named in the body or query; `dialect`: another
-    API's request, which that dialect reads into the model's own (`dialects/way.py`). Made once
-    per kind (a request's way in is then one coroutine, not a wrapper around one)."""
+) -> Serve:
+    """The pipeline for one kind of route: `decide_for` decides it, `route` names it in the
+    activity log, `by_body`: the model is named in the body or query; `dialect`: another API's
+    request, which that dialect reads into the model's own (`dialects/way.py`). Made once per
+    kind (a request's way in is then one coroutine, not a wrapper around one). It is handed the
+    proxy's context and never asks the request for its app: `dispatch.py` hands it requests that
+    have none (aiohttp's `BaseRequest` has no `app`, so a type check holds every stage to that).
+    A dialect's routes are the Application's, whose requests have one."""
 
-    async def handle(request: web.Request) -> web.StreamResponse:
-        ctx = request.app[CTX]
+    async def serve(ctx: ProxyContext, request: web.BaseRequest) -> web.StreamResponse:
         # Set once here and handed down: every stage after this one gets it as an argument.
         acc = request[ACCOUNT] = Account()
         acc.started = ctx.loop.time()
         acc.route = route
-        RECORDER.begin(request, acc)
+        recorder = ctx.recorder
+        recorder.begin(request, acc)
         if route != "upstream":  # `/upstream/` is listed by the path below its model
-            RECORDER.decide(acc, route == "model", request.method)
+            recorder.decide(acc, route == "model", request.method)
         try:
             state = ctx.state
             routes = state.routes if state.synced.is_set() else await routes_of(ctx)
             rewrite = None
             found: RequestModel | None
             if dialect is not None:
+                assert isinstance(request, web.Request)  # the Application's (see above)
                 way = await dialect(request)
                 found, path, query, rewrite = way.found, way.path, way.query, way.reply
             else:
-                found = await read_model(request) if by_body else None
+                found = await ctx.read_model(request) if by_body else None
                 path, query = target(request)
             if found is not None and found.name:
                 acc.asked = acc.model = found.name
@@ -115,32 +127,45 @@ def _pipeline(
                 return web.Response(status=decision.status, headers={"Location": decision.location})
             if route == "upstream":
                 below = decision.path_qs.partition("?")[0]
-                RECORDER.decide(acc, is_model_route(request.method, below), request.method)
+                recorder.decide(acc, is_model_route(request.method, below), request.method)
             if decision.peer is not None:
                 return await _serve_peer(request, ctx, acc, decision, found, rewrite)
             assert decision.route is not None
             rt = runtimes[decision.route.id]
             return await _serve_local(request, ctx, acc, rt, decision, found, rewrite)
         finally:
-            RECORDER.end(acc)
+            recorder.end(acc)
 
-    handle.__name__ = handle.__qualname__ = f"handle_{route}"
+    serve.__name__ = serve.__qualname__ = f"serve_{route}"
+    return serve
+
+
+def _handler(serve: Serve) -> Handler:
+    """The Application's route handler for `serve` (its requests know their app)."""
+
+    async def handle(request: web.Request) -> web.StreamResponse:
+        return await serve(request.app[CTX], request)
+
+    handle.__name__ = handle.__qualname__ = serve.__name__.replace("serve_", "handle_")
     return handle
 
 
-def dialect_handler(
-    dialect: Reader, name: str
-) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
-    """The pipeline's handler for another API's model route (`dialects/`): `dialect` reads the
-    request into the model's own; the rest is a model request's way."""
-    handle = _pipeline(decide.for_model, "model", dialect=dialect)
+def dialect_handler(dialect: Reader, name: str) -> Handler:
+    """The Application's handler for another API's model route (`dialects/`): `dialect` reads
+    the request into the model's own; the rest is a model request's way."""
+    handle = _handler(_pipeline(decide.for_model, "model", dialect=dialect))
     handle.__name__ = handle.__qualname__ = f"handle_{name}"
     return handle
 
 
-handle_model_route = _pipeline(decide.for_model, "model", by_body=True)
-handle_upstream = _pipeline(decide.for_upstream, "upstream")
-handle_comfyui = _pipeline(decide.for_comfyui, "comfyui")
+serve_model = _pipeline(decide.for_model, "model", by_body=True)
+serve_upstream = _pipeline(decide.for_upstream, "upstream")
+serve_comfyui = _pipeline(decide.for_comfyui, "comfyui")
+# The route table's: `dispatch.py` serves the model routes itself (`serve_model`), save a
+# request with `Expect` or an escaped path, which comes this way.
+handle_model_route = _handler(serve_model)
+handle_upstream = _handler(serve_upstream)
+handle_comfyui = _handler(serve_comfyui)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -148,7 +173,7 @@ handle_comfyui = _pipeline(decide.for_comfyui, "comfyui")
 
 
 async def _serve_local(
-    request: web.Request,
+    request: web.BaseRequest,
     ctx: ProxyContext,
     acc: Account,
     rt: ModelRuntime,
@@ -157,9 +182,10 @@ async def _serve_local(
     rewrite: ReplyRewrite | None = None,
 ) -> web.StreamResponse:
     acc.model = rt.id
+    stats = ctx.stats
     body, plain, path_qs = _body(found, decision)
     if not decision.admitted:
-        STATS.outside_admission += 1
+        stats.outside_admission += 1
         return await _send(
             request, ctx, acc, rt, rt.address, path_qs, body, plain, decision, None, rewrite
         )
@@ -170,10 +196,10 @@ async def _serve_local(
         progress = loading.Progress(request, ctx, rt, acc.asked or rt.id)
     try:
         # A ready model is admitted at once (no await); any other waits for the daemon.
-        STATS.forwarded += 1
+        stats.forwarded += 1
         hot = rt.hot
         if hot:
-            STATS.served_without_ipc += 1
+            stats.served_without_ipc += 1
             admission.begin(rt)
             address = rt.address
         else:
@@ -194,10 +220,10 @@ async def _serve_local(
                 # (which starts it again), and is sent once more.
                 if not hot:
                     raise
-                STATS.refused_ready += 1
+                stats.refused_ready += 1
                 admission.end(rt)  # not in flight while it waits: it holds up no drain
                 admitted = False
-                if not await _heard_stopped(request, rt):
+                if not await _heard_stopped(ctx, rt):
                     raise
             address = await _admit(ctx, acc, rt)
             admitted = True
@@ -215,27 +241,11 @@ async def _serve_local(
         admission.release(rt)
 
 
-async def _heard_stopped(request: web.Request, rt: ModelRuntime) -> bool:
+async def _heard_stopped(ctx: ProxyContext, rt: ModelRuntime) -> bool:
     """Whether the daemon's word that `rt` is no longer ready reaches this process within
-    `_REFUSED_WAIT_S` (it sees a model's exit at once, and through circus within a second)."""
-    if not rt.hot:
-        return True
-    heard = asyncio.Event()
-    listeners = request.app[HUB_KEY].state_listeners
-
-    def listener() -> None:
-        if not rt.hot:  # at the change itself: a restart may make it ready again soon after
-            heard.set()
-
-    listeners.add(listener)
-    try:
-        async with asyncio.timeout(_REFUSED_WAIT_S):
-            await heard.wait()
-        return True
-    except TimeoutError:
-        return False
-    finally:
-        listeners.discard(listener)
+    `_REFUSED_WAIT_S` (it sees a model's exit at once, and through circus within a second).
+    Taken at the change itself: a restart may make it ready again soon after."""
+    return await ctx.state.changes.until(lambda: not rt.hot, _REFUSED_WAIT_S)
 
 
 async def _admit(
@@ -246,30 +256,43 @@ async def _admit(
 ) -> UpstreamAddress:
     """Wait until `rt`'s model may serve and count the request in flight; the caller ends it.
     With `progress`, the wait streams loading progress to the client."""
-    STATS.waited_for_start += 1
+    ctx.stats.waited_for_start += 1
     loop = ctx.loop
     started = loop.time()
+
+    def may_serve() -> bool:
+        return rt.drain_epoch is None or rt.hot
+
     try:
-        while True:
+        for _ in range(_CATCH_UP_TRIES):
             ensure = ctx.link.ensure(rt.id)
             reply = await (progress.wait(ensure) if progress is not None else ensure)
             if isinstance(reply, Error):
                 raise ProxyError.from_reply(reply)
-            if rt.drain_epoch is None or rt.hot:
-                # Between the check and begin() nothing can run: a Draining that arrives later
-                # sees this request in flight and waits for it.
-                ctx.admission.begin(rt)
-                upstream = reply.upstream
-                if upstream and upstream.rstrip("/") != rt.base_url:
-                    return UpstreamAddress.parse(upstream)
-                return rt.address
-            await asyncio.sleep(_DRAIN_RECHECK_S)
+            if not may_serve():
+                # Not a poll: woken by the change that shows the model's new run.
+                caught_up = ctx.state.changes.until(may_serve, _CATCH_UP_S)
+                await (progress.wait(caught_up) if progress is not None else caught_up)
+                if not may_serve():  # the bound passed, or a drain came in the meantime
+                    continue
+            # Between the check and begin() nothing can run: a Draining that arrives later sees
+            # this request in flight and waits for it.
+            ctx.admission.begin(rt)
+            upstream = reply.upstream
+            if upstream and upstream.rstrip("/") != rt.base_url:
+                return UpstreamAddress.parse(upstream)
+            return rt.address
+        raise Unavailable(
+            f"the daemon has {rt.id} ready, but this proxy's copy of its state still shows it "
+            f"being drained ({_CATCH_UP_TRIES} answers, {_CATCH_UP_S:g} s each); retry shortly",
+            code="state_out_of_step",
+        )
     finally:
         acc.waited = loop.time() - started
 
 
 async def _send(
-    request: web.Request,
+    request: web.BaseRequest,
     ctx: ProxyContext,
     acc: Account,
     rt: ModelRuntime,
@@ -283,15 +306,19 @@ async def _send(
 ) -> web.StreamResponse:
     host = address.hostport if rt.route.host_header == "upstream" else None
     if decision.websocket:
-        STATS.websockets += 1
-        ignored_in = rt if not decision.admitted else None
+        ctx.stats.websockets += 1
+        ignored_in = rt.ignored_ws if not decision.admitted else None
         return await relay_websocket(
-            request, ctx, address, path_qs, rt.id, host=host, ignored_in=ignored_in
+            request, ctx.session, address, path_qs, rt.id, host=host, ignored_in=ignored_in
         )
-    out = outgoing(request, address, path_qs, host=host, body=body, plain=plain)
+    out = outgoing(
+        request, address, path_qs, host=host, body=body, plain=plain, lines=ctx.upstream_headers
+    )
     out.timeouts = rt.route.timeouts
     transport = ctx.lean if address.lean else ctx.aiohttp
-    return await forward(request, acc, transport, out, rt.id, into=into, rewrite=rewrite)
+    return await forward(
+        request, acc, transport, out, rt.id, ctx.streams, into=into, rewrite=rewrite
+    )
 
 
 # --------------------------------------------------------------------------------------------------
@@ -299,7 +326,7 @@ async def _send(
 
 
 async def _serve_peer(
-    request: web.Request,
+    request: web.BaseRequest,
     ctx: ProxyContext,
     acc: Account,
     decision: decide.Serve,
@@ -313,7 +340,7 @@ async def _serve_peer(
     peer = target_.peer
     acc.model = f"{peer.id}/{target_.model}"
     acc.route = "peer"
-    STATS.peer += 1
+    ctx.stats.peer += 1
     body, plain, path_qs = _body(found, decision)
     keys = (
         {"Authorization": f"Bearer {peer.api_key}", "x-api-key": peer.api_key}
@@ -323,19 +350,26 @@ async def _serve_peer(
     host = target_.address.hostport
     label = f"peer {peer.id}"
     if decision.websocket:
-        STATS.websockets += 1
+        ctx.stats.websockets += 1
         return await relay_websocket(
-            request, ctx, target_.address, path_qs, label, host=host, replace_headers=keys
+            request, ctx.session, target_.address, path_qs, label, host=host, replace_headers=keys
         )
     out = outgoing(
-        request, target_.address, path_qs, host=host, body=body, plain=plain, replace=keys
+        request,
+        target_.address,
+        path_qs,
+        host=host,
+        body=body,
+        plain=plain,
+        replace=keys,
+        lines=ctx.upstream_headers,
     )
     out.timeouts = peer.timeouts
     try:
-        return await forward(request, acc, ctx.aiohttp, out, label, rewrite=rewrite)
+        return await forward(request, acc, ctx.aiohttp, out, label, ctx.streams, rewrite=rewrite)
     except ProxyError as exc:
         if exc.status == 502:
-            raise ProxyError(502, f"peer proxy error: {exc.message}") from exc
+            raise BadGateway(f"peer proxy error: {exc.message}") from exc
         raise
 
 

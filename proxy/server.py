@@ -2,17 +2,14 @@
 
 * Its request handler is `dispatch.Dispatch`: model requests straight to the pipeline, every
   other request to the `web.Application`.
-
+* Each connection is a `connection.SwapdRequestHandler`: the bounded head time (408) and quiet
+  bad requests (400, counted in `stats.bad_requests`).
 * Request bodies are not decompressed (`auto_decompress=False`): they go upstream as sent.
 * Request lines and header fields are limited to 8190 bytes each, 128 header lines (aiohttp's
   defaults, nginx's order of size); a whole request head must arrive within `HEAD_TIMEOUT_S`
   of its first byte (`$SWAPD_PROXY_HEAD_TIMEOUT_S`, default 10 s), or the connection gets a 408
   and is closed; an idle kept-alive connection is closed after `KEEPALIVE_S`
   (`$SWAPD_PROXY_KEEPALIVE_S`, default 75 s, nginx's).
-* A request the parser rejects is a client's mistake: it gets a 400 in the OpenAI error shape
-  with a fixed message per kind of fault (never the offending bytes, which may hold a key), one
-  DEBUG log line naming the kind, and a count in `stats.bad_requests`; never an ERROR
-  traceback. An exception in swapd's own code is still a 500 with its traceback logged.
 * Shutdown (SIGTERM), contract C2: stop accepting; new requests on kept-alive connections get
   503 and `Connection: close` (`app.front`); requests under way run for up to the grace; then
   every response still streaming is ended as an upstream that broke off would end it (chunked:
@@ -28,22 +25,17 @@ import logging
 import os
 from typing import Any
 
-from aiohttp import http_exceptions, web
-from aiohttp.web_protocol import RequestHandler
+from aiohttp import web
 
+from .connection import MAX_LINE, SwapdRequestHandler
 from .context import ProxyContext
 from .dispatch import Dispatch
-from .errors import error_response
 from .observe.access_log import LOGGER as ACCESS_LOGGER
-from .observe.access_log import AccessLog
-from .observe.stats import STATS
-from .upstream.relay import end_streams
+from .observe.access_log import access_logger
 
 log = logging.getLogger(__name__)
 
 KEEPALIVE_S = float(os.environ.get("SWAPD_PROXY_KEEPALIVE_S", "75"))
-HEAD_TIMEOUT_S = float(os.environ.get("SWAPD_PROXY_HEAD_TIMEOUT_S", "10"))
-MAX_LINE = 8190
 GC_YOUNG_THRESHOLD = 20_000
 # After the grace, how long ended streams get to write their last bytes before the rest is cut.
 _FINAL_FLUSH_S = 2.0
@@ -51,92 +43,12 @@ _FINAL_FLUSH_S = 2.0
 HANDLER_ARGS: dict[str, Any] = {
     "keepalive_timeout": KEEPALIVE_S,
     "access_log": ACCESS_LOGGER,
-    "access_log_class": AccessLog,
     "max_line_size": MAX_LINE,
     "max_field_size": MAX_LINE,
     "max_headers": 128,
     "auto_decompress": False,
     "lingering_time": 2.0,
 }
-
-_FAULTS: tuple[tuple[type[BaseException], str], ...] = (
-    (http_exceptions.LineTooLong, f"request line or header field longer than {MAX_LINE} bytes"),
-    (http_exceptions.BadHttpMethod, "malformed request method"),
-    (http_exceptions.BadStatusLine, "malformed request line"),
-    (http_exceptions.InvalidURLError, "malformed request target"),
-    (http_exceptions.InvalidHeader, "malformed header field"),
-    (http_exceptions.TransferEncodingError, "malformed chunked body"),
-    (http_exceptions.ContentLengthError, "malformed or conflicting Content-Length"),
-    (http_exceptions.BadHttpMessage, "malformed request"),
-)
-
-
-def fault_of(exc: BaseException | None) -> str:
-    for kind, text in _FAULTS:
-        if isinstance(exc, kind):
-            return text
-    return "malformed request"
-
-
-class SwapdRequestHandler(RequestHandler):
-    """aiohttp's connection handler, with the bounded head time and quiet bad requests."""
-
-    __slots__ = ("_head_timer",)
-
-    def __init__(self, manager: web.Server, **kwargs: Any) -> None:
-        super().__init__(manager, **kwargs)
-        self._head_timer: asyncio.TimerHandle | None = None
-
-    def data_received(self, data: bytes) -> None:
-        super().data_received(data)
-        waiter = self._waiter
-        if waiter is not None and not waiter.done() and not self._messages:
-            # Bytes of a request head that is not complete yet: its clock starts now.
-            if self._head_timer is None:
-                self._head_timer = self._loop.call_later(HEAD_TIMEOUT_S, self._head_too_slow)
-        elif self._head_timer is not None:
-            self._head_timer.cancel()
-            self._head_timer = None
-
-    def connection_lost(self, exc: BaseException | None) -> None:
-        if self._head_timer is not None:
-            self._head_timer.cancel()
-            self._head_timer = None
-        super().connection_lost(exc)
-
-    def _head_too_slow(self) -> None:
-        self._head_timer = None
-        waiter = self._waiter
-        if waiter is None or waiter.done() or self._messages or self.transport is None:
-            return
-        STATS.bad_requests += 1
-        log.debug("request head not complete after %.0f s; closing the connection", HEAD_TIMEOUT_S)
-        body = error_response(408, "request head not received in time").body
-        assert isinstance(body, bytes)
-        self.transport.write(
-            b"HTTP/1.1 408 Request Timeout\r\nContent-Type: application/json\r\n"
-            b"Connection: close\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
-        )
-        self.force_close()
-
-    def handle_error(
-        self,
-        request: web.BaseRequest,
-        status: int = 500,
-        exc: BaseException | None = None,
-        message: str | None = None,
-    ) -> web.StreamResponse:
-        if status >= 500:
-            return super().handle_error(request, status, exc, message)
-        STATS.bad_requests += 1
-        fault = fault_of(exc)
-        # The exception's own text may quote the offending bytes (a header with a key in it).
-        log.debug("bad request from %s: %s (%s)", request.remote, fault, type(exc).__name__)
-        if request.writer.output_size > 0:
-            raise ConnectionError("response already under way")
-        response = error_response(status, fault)
-        response.force_close()
-        return response
 
 
 async def serve(
@@ -159,17 +71,21 @@ async def serve(
     gc.set_threshold(GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])
     manager = runner.server
     assert manager is not None
+    ctx: ProxyContext = ctx_of(app)
     # Model requests go straight to the pipeline, the rest to the Application (dispatch.py).
-    manager.request_handler = Dispatch(app, manager.request_handler)
+    manager.request_handler = Dispatch(ctx, app, manager.request_handler)
+    args = {
+        **HANDLER_ARGS,
+        "access_log_class": access_logger(ctx.stats, ctx.recorder, ctx.lines),
+    }
     loop = asyncio.get_running_loop()
     server = await create_server(
-        lambda: SwapdRequestHandler(manager, loop=loop, **HANDLER_ARGS)  # type: ignore[arg-type]
+        lambda: SwapdRequestHandler(manager, ctx.stats, loop=loop, **args)  # type: ignore[arg-type]
     )
     try:
         await stop.wait()
     finally:
         server.close()
-        ctx: ProxyContext = ctx_of(app)
         await _drain(ctx, grace)
         await runner.cleanup()
 
@@ -183,6 +99,6 @@ async def _drain(ctx: ProxyContext, grace: float) -> None:
         await asyncio.wait_for(ctx.idle.wait(), grace)
     if ctx.active > 0:
         log.info("grace over: ending %d response(s) still under way", ctx.active)
-        end_streams()
+        ctx.streams.end()
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(ctx.idle.wait(), _FINAL_FLUSH_S)

@@ -20,7 +20,7 @@ import contextlib
 from aiohttp import web
 
 from ..context import CTX
-from ..errors import ProxyError
+from ..errors import BadRequest
 from ..mirror.wait import routes_of
 from ..observe.combined_log import COMBINED_KEY
 from ..observe.log_files import model_log_path, pipe_model
@@ -43,7 +43,7 @@ async def handle_stream(request: web.Request) -> web.StreamResponse:
     elif which not in ("", "proxy"):
         route = routes.model(which)
         if route is None:
-            raise ProxyError(400, "invalid logger. Use 'proxy', 'upstream' or a model's ID")
+            raise BadRequest("invalid logger. Use 'proxy', 'upstream' or a model's ID")
         models = [(route.id, False)]
 
     response = web.StreamResponse(

@@ -30,9 +30,8 @@ from ...ipc.messages import (
 )
 from ..context import CTX
 from ..dialects.ollama import values as ollama_values
-from ..errors import ProxyError
+from ..errors import BadGateway, BadRequest, NotFound, ProxyError, Unavailable
 from ..mirror.wait import routes_of
-from ..observe.activity import RECORDER
 from ..observe.events import HUB_KEY
 
 
@@ -42,7 +41,7 @@ async def ask_daemon(request: web.Request, make: Callable[[int], Request]) -> Re
     try:
         reply = await request.app[CTX].link.request(make, timeout=10.0)
     except DaemonUnavailable as exc:
-        raise ProxyError(503, "the daemon did not answer", "daemon_unavailable") from exc
+        raise Unavailable("the daemon did not answer", code="daemon_unavailable") from exc
     if isinstance(reply, Error):
         raise ProxyError.from_reply(reply)
     return reply
@@ -51,7 +50,7 @@ async def ask_daemon(request: web.Request, make: Callable[[int], Request]) -> Re
 async def _ask(request: web.Request, make: Callable[[int], Request]) -> web.Response:
     reply = await ask_daemon(request, make)
     if not isinstance(reply, Document):
-        raise ProxyError(502, f"unexpected reply from the daemon: {type(reply).__name__}")
+        raise BadGateway(f"unexpected reply from the daemon: {type(reply).__name__}")
     response = web.Response(body=reply.body, status=reply.status)
     response.headers["Content-Type"] = reply.content_type
     return response
@@ -73,7 +72,7 @@ async def handle_capture(request: web.Request) -> web.Response:
     try:
         capture = int(raw)
     except ValueError:
-        raise ProxyError(400, "invalid capture ID") from None
+        raise BadRequest("invalid capture ID") from None
     return await _ask(request, lambda i: QueryCapture(id=i, capture=capture))
 
 
@@ -122,9 +121,10 @@ async def handle_inflight(request: web.Request) -> web.Response:
 
 async def handle_cancel(request: web.Request) -> web.Response:
     flight = request.match_info["id"]
-    if not RECORDER.cancel(flight):
+    ctx = request.app[CTX]
+    if not ctx.recorder.cancel(flight):
         if flight not in request.app[HUB_KEY].in_flight:
-            raise ProxyError(404, "inflight request not found")
+            raise NotFound("inflight request not found")
         # Another proxy process serves it: the daemon passes the cancel on to every proxy.
-        request.app[CTX].link.cast_soon(CancelInFlight(id=flight))
+        ctx.link.cast_soon(CancelInFlight(id=flight))
     return _json({"msg": "ok"})

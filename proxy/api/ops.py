@@ -10,12 +10,11 @@ from aiohttp import web
 from ...ipc.messages import Error, Ok, Status, StatusReply
 from ...ipc.routing_table import RouteModel
 from ..context import CTX, ProxyContext
-from ..errors import ProxyError
+from ..errors import BadGateway, BadRequest, NotFound, ProxyError
 from ..mirror.state import Routes
 from ..mirror.wait import routes_of
 from ..observe.events import HUB_KEY
 from ..observe.llama_view import llama_state
-from ..observe.stats import STATS
 from ..routing.decide import model_not_found
 
 # How long `/running` waits for the daemon's `Status` before it answers from its own copy.
@@ -108,7 +107,7 @@ async def handle_running(request: web.Request) -> web.Response:
                 # Each GPU's memory (NVML) and what placement reserved on it; absent when the
                 # daemon did not answer in time.
                 **({"gpus": msgspec.to_builtins(reply.gpus)} if reply is not None else {}),
-                "proxy": {**STATS.as_dict(), "events": request.app[HUB_KEY].counters()},
+                "proxy": {**ctx.stats.as_dict(), "events": request.app[HUB_KEY].counters()},
             }
         ),
         content_type="application/json",
@@ -121,7 +120,7 @@ async def unload(ctx: ProxyContext, model: str | None) -> None:
     if isinstance(reply, Error):
         raise ProxyError.from_reply(reply)
     if not isinstance(reply, Ok):
-        raise ProxyError(502, f"unexpected reply from the daemon: {type(reply).__name__}")
+        raise BadGateway(f"unexpected reply from the daemon: {type(reply).__name__}")
 
 
 async def handle_unload_all(request: web.Request) -> web.Response:
@@ -149,11 +148,10 @@ def local_model(routes: Routes, name: str, *, pinned: bool = False) -> RouteMode
     if route is not None:
         return route
     if name in routes.peers:
-        raise ProxyError(404, f"no local server found for requested model {name}")
+        raise NotFound(f"no local server found for requested model {name}")
     selector = routes.selectors.get(name)
     if selector is not None:
-        raise ProxyError(
-            400,
+        raise BadRequest(
             f"{name} is a selector, which picks a model per request: name one of "
             f"{', '.join(selector.targets)}",
         )
@@ -168,7 +166,7 @@ async def handle_load(request: web.Request) -> web.Response:
     routes = await routes_of(ctx)
     wait = request.query.get("wait", "true").strip().lower()
     if wait not in _YES | _NO:
-        raise ProxyError(400, f"wait must be true or false, got {wait[:20]!r}")
+        raise BadRequest(f"wait must be true or false, got {wait[:20]!r}")
     route = local_model(routes, request.match_info["model"], pinned=True)
     rt = ctx.state.runtimes.get(route.id)
     if wait in _NO and (rt is None or not rt.hot):

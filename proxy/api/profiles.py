@@ -15,7 +15,7 @@ from aiohttp import web
 
 from ...ipc.messages import Error, SetProfile
 from ..context import CTX
-from ..errors import ProxyError
+from ..errors import BadRequest, ProxyError
 from ..mirror.wait import routes_of
 
 # How long a PUT waits for the event stream to bring the table the daemon just published.
@@ -44,14 +44,14 @@ async def handle_set_active(request: web.Request) -> web.Response:
     try:
         body = json.loads(await request.read())
     except (ValueError, UnicodeDecodeError):
-        raise ProxyError(400, "invalid profile request") from None
+        raise BadRequest("invalid profile request") from None
     if not isinstance(body, dict):
-        raise ProxyError(400, "invalid profile request")
+        raise BadRequest("invalid profile request")
     if "name" not in body:
-        raise ProxyError(400, "profile name is required")
+        raise BadRequest("profile name is required")
     name = body["name"]
     if name is not None and not isinstance(name, str):
-        raise ProxyError(400, "profile name must be a string or null")
+        raise BadRequest("profile name must be a string or null")
     name = name or None
     reply = await ctx.link.request(lambda i: SetProfile(id=i, name=name))
     if isinstance(reply, Error):

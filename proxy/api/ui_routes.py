@@ -17,7 +17,7 @@ from aiohttp import web
 
 from ...ipc.messages import Document, QuerySwaps, Status, StatusReply
 from ...ipc.status_doc import status_json
-from ..errors import ProxyError
+from ..errors import BadGateway, NotFound
 from ..ui import assets
 from .observe import ask_daemon
 
@@ -53,7 +53,7 @@ async def handle_asset(request: web.Request) -> web.StreamResponse:
 def _serve(request: web.Request, name: str) -> web.StreamResponse:
     asset = assets.get(name)
     if asset is None:
-        raise ProxyError(404, f"no such UI file: {name}")
+        raise NotFound(f"no such UI file: {name}")
     if request.headers.get("If-None-Match") == asset.etag:
         return web.Response(status=304, headers={**_HEADERS, "ETag": asset.etag})
     return web.Response(
@@ -70,14 +70,14 @@ async def handle_favicon(request: web.Request) -> web.StreamResponse:
 async def handle_status(request: web.Request) -> web.Response:
     reply = await ask_daemon(request, lambda i: Status(id=i))
     if not isinstance(reply, StatusReply):
-        raise ProxyError(502, f"unexpected reply from the daemon: {type(reply).__name__}")
+        raise BadGateway(f"unexpected reply from the daemon: {type(reply).__name__}")
     return web.Response(body=_encode(status_json(reply)), content_type="application/json")
 
 
 async def handle_swaps(request: web.Request) -> web.Response:
     reply = await ask_daemon(request, lambda i: QuerySwaps(id=i))
     if not isinstance(reply, Document):
-        raise ProxyError(502, f"unexpected reply from the daemon: {type(reply).__name__}")
+        raise BadGateway(f"unexpected reply from the daemon: {type(reply).__name__}")
     return web.Response(body=reply.body, content_type=reply.content_type)
 
 

@@ -25,7 +25,7 @@ from ...ipc.states import LOADED_STATES, SERVING_STATES
 from .. import pipeline
 from ..api import ops
 from ..context import CTX
-from ..errors import ProxyError
+from ..errors import BadRequest
 from ..mirror.wait import routes_of
 from ..routing.body import RequestModel, read_decoded
 from .way import Way
@@ -44,10 +44,10 @@ async def _named(request: web.Request) -> str:
     try:
         doc = msgspec.json.decode(decoded) if decoded.strip() else {}
     except msgspec.DecodeError as exc:
-        raise ProxyError(400, f"invalid JSON body: {exc}") from exc
+        raise BadRequest(f"invalid JSON body: {exc}") from exc
     name = doc.get("model") if isinstance(doc, dict) else None
     if not isinstance(name, str) or not name:
-        raise ProxyError(400, 'model name is missing from the request: send {"model": "<id>"}')
+        raise BadRequest('model name is missing from the request: send {"model": "<id>"}')
     return name
 
 
@@ -57,7 +57,7 @@ async def handle_load(request: web.Request) -> web.Response:
     route = ops.local_model(routes, await _named(request), pinned=True)
     rt = ctx.state.runtimes.get(route.id)
     if rt is not None and rt.hot:
-        raise ProxyError(400, f"model {route.id} is already loaded")
+        raise BadRequest(f"model {route.id} is already loaded")
     ops.load_soon(ctx, route.id)
     return _success()
 
@@ -68,7 +68,7 @@ async def handle_unload(request: web.Request) -> web.Response:
     route = ops.local_model(routes, await _named(request))
     rt = ctx.state.runtimes.get(route.id)
     if rt is None or rt.state not in LOADED_STATES:
-        raise ProxyError(400, f"model {route.id} is not loaded")
+        raise BadRequest(f"model {route.id} is not loaded")
     await ops.unload(ctx, route.id)
     return _success()
 
@@ -93,8 +93,7 @@ async def handle_props(request: web.Request) -> web.StreamResponse:
         request[_ONE] = running[0]
         return await _props_of_one(request)
     if running:
-        raise ProxyError(
-            400,
+        raise BadRequest(
             f"several models are running ({', '.join(running)}): name one with ?model=",
         )
     # No model runs: what llama.cpp's router answers for itself (its web UI reads `role`).

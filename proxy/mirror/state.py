@@ -8,7 +8,8 @@ route a request to a ready model without any IPC:
 * `ModelRuntime`: one per model id, mutable, carried across table generations: the daemon's state
   and upstream plus this process's own counters (reserved, in flight, pending drain).
 
-`state_sync.StateSync` feeds it from the daemon's events.
+`sync.StateSync` feeds it from the daemon's events; once each is applied, the mirror tells its
+listeners (`changes.py`, `ProxyState.changes`).
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ import asyncio
 import logging
 import math
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ...ipc import aliases
@@ -26,6 +26,7 @@ from ...ipc.model_status import ModelStatus
 from ...ipc.routing_table import RouteModel, RoutePeer, RouteSelector, RoutingTable
 from ..routing.matching import compile_path_pattern
 from ..upstream.address import NOWHERE, UpstreamAddress
+from .changes import Applied, Changes
 
 log = logging.getLogger(__name__)
 
@@ -153,9 +154,10 @@ class ProxyState:
         # Resolved (and replaced) whenever the daemon instance changes, so requests waiting on a
         # reply from a daemon that died can resend it.
         self.instance_changed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        # Hooks set by admission.py (drain acks, ignored websockets): called after each change.
-        self.on_draining: Callable[[ModelRuntime, int], None] = lambda rt, epoch: None
-        self.on_state: Callable[[ModelRuntime, str], None] = lambda rt, old: None
+        # Told of every message once it is applied: the one way a change reaches anyone.
+        self.changes = Changes()
+        # The models whose state the message being applied set, with their states before.
+        self._models_set: list[tuple[ModelRuntime, str]] = []
         self.updated_at = 0.0
 
     # ---------------------------------------------------------------------------------------------
@@ -188,20 +190,26 @@ class ProxyState:
                 self._set_state(rt, "stopped")
         self.synced.set()
         self.updated_at = time.time()
+        self._tell(reply)
 
     def apply_event(self, event: Event) -> None:
+        draining = None
         if isinstance(event, StateChanged):
             self._apply_status(event.status)
         elif isinstance(event, TableChanged):
             self._apply_table(event.table)
         elif isinstance(event, Draining):
-            rt = self.runtimes.get(event.model)
-            if rt is not None:
-                rt.drain_epoch = event.epoch
-                rt.drain_acked = False
-                self.on_draining(rt, event.epoch)
+            draining = self.runtimes.get(event.model)
+            if draining is not None:
+                draining.drain_epoch = event.epoch
+                draining.drain_acked = False
         self.seq = event.seq
         self.updated_at = time.time()
+        self._tell(event, draining)
+
+    def _tell(self, message: Event | SnapshotReply, draining: ModelRuntime | None = None) -> None:
+        models, self._models_set = tuple(self._models_set), []
+        self.changes.tell(Applied(message, models, draining))
 
     def _apply_table(self, table: RoutingTable) -> None:
         self.routes = Routes(table)
@@ -240,5 +248,4 @@ class ProxyState:
         if state in ("starting", "ready") and old not in ("starting", "ready"):
             # A new run of the model: a drain of the previous run no longer applies.
             rt.drain_epoch = None
-        if old != state:
-            self.on_state(rt, old)
+        self._models_set.append((rt, old))

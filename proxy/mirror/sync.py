@@ -2,7 +2,7 @@
 
 SUB to the daemon's events, a `Snapshot` to start from, events applied in `seq` order; a gap, a new
 daemon `instance` or a (re)connect of the event socket triggers a fresh snapshot. It also sends the
-`Hello` heartbeat.
+`Hello` heartbeat. Whoever must act on what it applies listens to the mirror (`changes.py`).
 """
 
 from __future__ import annotations
@@ -15,10 +15,8 @@ import zmq
 import zmq.asyncio
 
 from ...ipc import codec
-from ...ipc.messages import Snapshot, SnapshotReply, TableChanged
+from ...ipc.messages import Snapshot, SnapshotReply
 from ...ipc.timings import HEARTBEAT_S
-from ..observe.access_log import follow_config
-from ..observe.events import EventHub
 from .link import DaemonLink
 from .state import ProxyState
 
@@ -35,10 +33,8 @@ class StateSync:
         events_endpoint: str,
         *,
         context: zmq.asyncio.Context,
-        hub: EventHub | None = None,
     ) -> None:
         self._state = state
-        self._hub = hub
         self._link = link
         self._sub = context.socket(zmq.SUB)
         self._sub.setsockopt(zmq.LINGER, 0)
@@ -77,9 +73,6 @@ class StateSync:
                 continue
             if isinstance(reply, SnapshotReply):
                 self._state.apply_snapshot(reply)
-                if self._hub is not None:
-                    self._hub.snapshot(reply)
-                follow_config(reply.table)
                 log.info(
                     "routing table generation %d from daemon %s (seq %d)",
                     reply.table.generation,
@@ -132,10 +125,6 @@ class StateSync:
             if event.seq <= state.seq:
                 continue  # already contained in the snapshot
             state.apply_event(event)
-            if self._hub is not None:
-                self._hub.event(event)
-            if isinstance(event, TableChanged):
-                follow_config(event.table)
 
     async def _heartbeat(self) -> None:
         while True:

@@ -4,21 +4,28 @@ briefly instead of answering 404 for every model."""
 from __future__ import annotations
 
 import asyncio
+from typing import Protocol
 
-from ..context import ProxyContext
-from ..errors import ProxyError
-from .state import Routes
+from ..errors import Unavailable
+from .state import ProxyState, Routes
 
 FIRST_TABLE_WAIT_S = 30.0
 
 
-async def routes_of(ctx: ProxyContext) -> Routes:
+class _Holder(Protocol):
+    """What holds the mirror: the proxy's context."""
+
+    @property
+    def state(self) -> ProxyState: ...
+
+
+async def routes_of(ctx: _Holder) -> Routes:
     state = ctx.state
     if not state.synced.is_set():
         try:
             await asyncio.wait_for(state.synced.wait(), FIRST_TABLE_WAIT_S)
         except TimeoutError as exc:
-            raise ProxyError(
-                503, "the swapd daemon has not sent its routing table yet; retry shortly"
+            raise Unavailable(
+                "the swapd daemon has not sent its routing table yet; retry shortly",
             ) from exc
     return state.routes

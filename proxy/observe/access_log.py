@@ -1,7 +1,7 @@
 """The access log: one INFO line per request, from the `swapd.proxy.access` logger, in the proxy's
 log stream (stderr, which circus keeps, and `/logs/stream/proxy`), written once the response is
-complete; on at the config's `logLevel` info or debug (`follow_config`), off at warn and error.
-The stamp is `logTimeFormat`'s when the config sets one (`ipc/log_time.py`).
+complete; on at the config's `logLevel` info or debug (`AccessLines.follow`), off at warn and
+error. The stamp is `logTimeFormat`'s when the config sets one (`ipc/log_time.py`).
 
     2026-12-01 08:16:51,123 INFO swapd-proxy[4242] swapd.proxy.access: 127.0.0.1
         "POST /v1/chat/completions" 200 1234B 12.3ms model=alpha waited=0.0ms    (one line)
@@ -10,12 +10,15 @@ The path is logged without its query (a `?token=` link must not end up in a log)
 `PATH_LIMIT` characters; headers, keys and bodies never are. A model name (it comes from the
 client's body) with a control character in it is written escaped, as Python's `ascii` writes it,
 so no client can start a log line of its own. `waited` is the time the request spent
-waiting for the daemon (a start, a swap, a drain). Every request also counts in `stats.STATS`.
+waiting for the daemon (a start, a swap, a drain). Every request also counts in its proxy's
+`Stats` (`stats.py`).
 
 A line per request through `logging` (a record, two formatters, a write to the pipe that circusd
 reads) cost more than the rest of a request to a ready model. So the lines are formatted here, in
 the stream's format, and written in batches: at most every `FLUSH_S`, or once `FLUSH_BYTES` are
-waiting, one write to stderr and one to the `/logs` ring.
+waiting, one write to stderr and one to the `/logs` ring (`AccessLines`, one per proxy, in its
+context). aiohttp makes an access logger per connection from a class: `access_logger` makes that
+class for one proxy's counters, recorder and lines.
 """
 
 from __future__ import annotations
@@ -31,11 +34,13 @@ from aiohttp import web
 from aiohttp.abc import AbstractAccessLogger
 
 from ...ipc import log_time
+from ...ipc.messages import SnapshotReply, TableChanged
 from ...ipc.routing_table import RoutingTable
 from ..account import ACCOUNT, Account
-from .activity import RECORDER
+from ..mirror.changes import Applied
+from .activity import Recorder
 from .log_hub import LogHub
-from .stats import STATS
+from .stats import Stats
 
 LOGGER = logging.getLogger("swapd.proxy.access")
 PATH_LIMIT = 200
@@ -44,20 +49,13 @@ FLUSH_BYTES = 64 * 1024
 _NONE = Account()
 
 
-def follow_config(table: RoutingTable) -> None:
-    """The config's `logLevel` (the access lines are INFO, so `warn` and `error` turn them off)
-    and `logTimeFormat` (the stamp of every line the proxy logs)."""
-    BATCH.on = table.log_level in ("debug", "info")
-    if table.log_time_format != BATCH.time_format:
-        BATCH.flush()  # the lines waiting keep the stamp they were made with
-        BATCH.time_format = table.log_time_format
-        BATCH.stamp = log_time.stamper(table.log_time_format)
-        log_time.restamp(table.log_time_format)
+class AccessLines:
+    """The access lines waiting to be written, and how they are written (the config's).
+    `enabled` False: none at all, whatever the config says (a benchmark's `stages.Stages`)."""
 
-
-class _Batch:
-    def __init__(self) -> None:
-        self.hub: LogHub | None = None
+    def __init__(self, hub: LogHub | None = None, *, enabled: bool = True) -> None:
+        self.hub = hub
+        self.enabled = enabled
         self._stream: list[str] = []
         self._ring: list[str] = []
         self._size = 0
@@ -65,10 +63,26 @@ class _Batch:
         self._second = -1
         self._stamps = ("", "")
         self._prefix = f" INFO swapd-proxy[{os.getpid()}] {LOGGER.name}: "
-        self.on = True  # the config's logLevel lets INFO through (follow_config)
+        self.on = enabled  # the config's logLevel lets INFO through (follow)
         # `logTimeFormat` (ipc/log_time.py); stamp None: swapd's own, cached per second.
         self.time_format: str | None = None
         self.stamp: Callable[[int], str] | None = None
+
+    def applied(self, applied: Applied) -> None:
+        """A listener of the mirror's changes: a snapshot's or a new table's config followed."""
+        message = applied.message
+        if isinstance(message, SnapshotReply | TableChanged):
+            self.follow(message.table)
+
+    def follow(self, table: RoutingTable) -> None:
+        """The config's `logLevel` (the access lines are INFO, so `warn` and `error` turn them
+        off) and `logTimeFormat` (the stamp of every line the proxy logs)."""
+        self.on = self.enabled and table.log_level in ("debug", "info")
+        if table.log_time_format != self.time_format:
+            self.flush()  # the lines waiting keep the stamp they were made with
+            self.time_format = table.log_time_format
+            self.stamp = log_time.stamper(table.log_time_format)
+            log_time.restamp(table.log_time_format)
 
     def add(self, message: str) -> None:
         if self.stamp is not None:
@@ -113,30 +127,35 @@ class _Batch:
             self.hub.feed(ring.encode())
 
 
-BATCH = _Batch()
+def access_logger(
+    stats: Stats, recorder: Recorder, lines: AccessLines
+) -> type[AbstractAccessLogger]:
+    """The accounting stage, as the access logger class aiohttp makes one of per connection
+    (`access_log_class`), for one proxy's counters, activity recorder and access lines."""
 
+    class AccessLog(AbstractAccessLogger):
+        def log(self, request: web.BaseRequest, response: web.StreamResponse, time: float) -> None:
+            stats.requests += 1
+            account = request.get(ACCOUNT, _NONE)
+            if account.route:
+                recorder.note(request, response, account)
+            if not lines.on:
+                return
+            path = request.rel_url.raw_path
+            if len(path) > PATH_LIMIT:
+                path = path[:PATH_LIMIT] + "..."
+            model = account.model
+            if not model.isprintable():
+                # A name from a client's body: a newline in it must not start a line of its own.
+                model = ascii(model)
+            lines.add(
+                f'{request.remote or "-"} "{request.method} {path}" {response.status} '
+                f"{response.body_length}B {time * 1000:.1f}ms model={model} "
+                f"waited={account.waited * 1000:.1f}ms"
+            )
 
-class AccessLog(AbstractAccessLogger):
-    def log(self, request: web.BaseRequest, response: web.StreamResponse, time: float) -> None:
-        STATS.requests += 1
-        account = request.get(ACCOUNT, _NONE)
-        if account.route:
-            RECORDER.note(request, response, account)
-        if not BATCH.on:
-            return
-        path = request.rel_url.raw_path
-        if len(path) > PATH_LIMIT:
-            path = path[:PATH_LIMIT] + "..."
-        model = account.model
-        if not model.isprintable():
-            # A name from a client's body: a newline in it must not start a line of its own.
-            model = ascii(model)
-        BATCH.add(
-            f'{request.remote or "-"} "{request.method} {path}" {response.status} '
-            f"{response.body_length}B {time * 1000:.1f}ms model={model} "
-            f"waited={account.waited * 1000:.1f}ms"
-        )
+        @property
+        def enabled(self) -> bool:
+            return True
 
-    @property
-    def enabled(self) -> bool:
-        return True
+    return AccessLog

@@ -7,7 +7,8 @@ answers (docs/architecture.md, "Observability with N proxies").
 Per request this costs one array-like struct (`Finished`: the figures the pipeline has at hand)
 and an append; the daemon, which handles every record anyway, turns it into the record it keeps,
 parses the token counts from the small body or the stream's tail sent with it, and redacts and
-sizes the capture (daemon/observe/intake.py, captures.py).
+sizes the capture (daemon/observe/intake.py, captures.py). One `Recorder` per proxy, in its
+context (`ctx.recorder`).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from aiohttp import web
 
 from ...ipc.activity import FLIGHT_UPDATE_S, Finished, InFlight, RawCapture
 from ...ipc.messages import ActivityReport
-from ..account import TEE, Account, Tail
+from ..account import Account, Tail, TeeBudget
 from ..mirror.state import ProxyState
 from .captures import capture_of
 from .flights import flight_of, sent_bytes
@@ -48,10 +49,21 @@ class _Reported:
 
 
 class Recorder:
-    def __init__(self) -> None:
-        self.send: Callable[[ActivityReport], None] | None = None
-        self.proxy_id = ""
-        self.state: ProxyState | None = None  # for the table's `captureBuffer`
+    """`send`: how a report reaches the daemon (None: the proxy is closing); `state`: the mirror,
+    for the table's `captureBuffer`; `tee`: the budget the relay's tees count against, whose
+    limit is that `captureBuffer`."""
+
+    def __init__(
+        self,
+        proxy_id: str,
+        send: Callable[[ActivityReport], None] | None,
+        state: ProxyState,
+        tee: TeeBudget,
+    ) -> None:
+        self.send = send
+        self.proxy_id = proxy_id
+        self.state = state
+        self.tee = tee
         # Off: no activity records, so no request figures in /metrics and no activity or
         # in-flight events (the benchmark's baseline; operators who want none of it).
         self.enabled = os.environ.get("SWAPD_PROXY_ACTIVITY", "1") != "0"
@@ -75,8 +87,7 @@ class Recorder:
         if not self.enabled or self.send is None:
             return
         self._count = acc.flight = count = self._count + 1
-        if self.state is not None:
-            TEE.limit = acc.keep = self.state.routes.table.capture_bytes
+        self.tee.limit = acc.keep = self.state.routes.table.capture_bytes
         self._new[count] = (request, acc)
         if self._timer is None:
             self._arm()
@@ -289,6 +300,3 @@ def counted_part(tail: Tail, content_type: str) -> bytes | None:
     if first < 0:
         return None
     return data[data.rfind(b"\n", 0, first) + 1 :] if stream else data
-
-
-RECORDER = Recorder()

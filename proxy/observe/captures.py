@@ -6,7 +6,7 @@ What is captured: the request body as the client sent it when the pipeline read 
 model (model routes; `/upstream/` and `/comfyui/` bodies stream through unread, so their
 `req_body` is null), and the response body as relayed, teed chunk by chunk (`account.Tail`),
 never held back from the client; the tees of all the responses streaming at once in a process
-hold at most `captureBuffer` between them (`account.TEE`). A failed response (status other than
+hold at most `captureBuffer` between them (`TeeBudget`). A failed response (status other than
 200) keeps the request only, as llama-swap's does. A capture larger than `captureBuffer` is not
 kept at all. The capture travels to the daemon with its record's batch; the daemon keeps them
 all within `captureBuffer` in total, oldest evicted first (docs/endpoints.md, "Captures").

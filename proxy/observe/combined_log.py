@@ -176,10 +176,8 @@ class CombinedLog(TextRing):
             # Older than everything this process logged, which the ring already holds; the
             # model written to last goes last.
             seed = b"".join(data for _, data in sorted(seeds, key=lambda s: s[0]))
-            self._ring[:0] = seed
-            self.trim()
-            self.upstream._ring[:0] = seed
-            self.upstream.trim()
+            self.seed(seed)
+            self.upstream.seed(seed)
 
 
 def _modified(path: Path) -> float:

@@ -46,6 +46,7 @@ from ...ipc.messages import (
     SwapRecorded,
     TableChanged,
 )
+from ..mirror.changes import Applied
 from ..mirror.state import ProxyState
 from .llama_view import model_item
 
@@ -97,14 +98,13 @@ class LogSink:
 
 
 class EventHub:
-    """Fed by `StateSync` (snapshots and the daemon's events); fans out to subscribers."""
+    """Told of every message the mirror applies (snapshots and the daemon's events: a listener
+    of `state.changes`); fans out to subscribers."""
 
     def __init__(self, state: ProxyState) -> None:
         self.state = state
         self.subscribers: set[Subscriber] = set()
         self.in_flight: dict[str, InFlight] = {}
-        # Told after every model state change (loading streams, `loading.py`).
-        self.state_listeners: set[Callable[[], None]] = set()
         # Told of `CancelRequested` (the recorder ends the request if it is this process's).
         self.on_cancel: Callable[[str], object] = lambda _id: None
         # `/api/events` clients connected (from before their snapshot is sent), and who is told
@@ -118,6 +118,14 @@ class EventHub:
         # The active profile last announced (a table change says whether it changed).
         self.active_profile = state.routes.table.active_profile
         self.session_headers = state.routes.table.session_headers  # the `uiConfig` last sent
+        state.changes.listen(self._applied)
+
+    def _applied(self, applied: Applied) -> None:
+        message = applied.message
+        if isinstance(message, SnapshotReply):
+            self.snapshot(message)
+        else:
+            self.event(message)
 
     @contextlib.contextmanager
     def watched(self) -> Iterator[None]:
@@ -202,10 +210,7 @@ class EventHub:
                 self.in_flight[flight.id] = flight
             for key in event.removes:
                 self.in_flight.pop(key, None)
-        if isinstance(event, StateChanged):
-            for listener in list(self.state_listeners):
-                listener()
-        elif isinstance(event, CancelRequested):
+        if isinstance(event, CancelRequested):
             self.on_cancel(event.id)
         profile_changed = isinstance(event, TableChanged) and self._profile_changed()
         ui_changed = isinstance(event, TableChanged) and self._ui_changed()

@@ -35,6 +35,11 @@ class TextRing:
     def history(self) -> bytes:
         return bytes(self._ring)
 
+    def seed(self, data: bytes) -> None:
+        """Text older than everything the ring holds, put before it (nobody is told)."""
+        self._ring[:0] = data
+        self.trim()
+
     @contextlib.contextmanager
     def subscribe(self, queue: asyncio.Queue[bytes]) -> Iterator[None]:
         self._subscribers.add(queue)

@@ -1,6 +1,6 @@
 """This proxy process's counters: how its requests were served, for operators and for tests (which
 observe the pipeline through these, never through log lines). `GET /running` shows them under
-`"proxy"` (docs/endpoints.md).
+`"proxy"` (docs/endpoints.md). One `Stats` per proxy, in its context (`ctx.stats`).
 """
 
 from __future__ import annotations
@@ -34,6 +34,3 @@ class Stats:
 
     def as_dict(self) -> dict[str, int]:
         return {"pid": os.getpid(), **asdict(self)}
-
-
-STATS = Stats()

@@ -32,7 +32,7 @@ from aiohttp import web
 from aiohttp.helpers import parse_mimetype
 from aiohttp.multipart import parse_content_disposition
 
-from ..errors import ProxyError
+from ..errors import BadRequest, ProxyError
 
 MAX_BODY_BYTES = int(float(os.environ.get("SWAPD_PROXY_MAX_BODY_MB", "64")) * 1024 * 1024)
 
@@ -68,7 +68,7 @@ class RequestModel:
     rewritten: bool = False
 
 
-async def read_body(request: web.Request, limit: int = MAX_BODY_BYTES) -> bytes:
+async def read_body(request: web.BaseRequest, limit: int = MAX_BODY_BYTES) -> bytes:
     """The body as the client sent it, never more than `limit` bytes read (413 past it)."""
     length = request.content_length
     if length is not None:
@@ -85,7 +85,7 @@ async def read_body(request: web.Request, limit: int = MAX_BODY_BYTES) -> bytes:
     return b"".join(chunks)
 
 
-def content_codings(request: web.Request) -> list[str]:
+def content_codings(request: web.BaseRequest) -> list[str]:
     """The request's `Content-Encoding` codings, in the order they were applied."""
     headers = request.headers
     if "Content-Encoding" not in headers:
@@ -104,22 +104,23 @@ def decode_body(raw: bytes, codings: list[str], limit: int = MAX_BODY_BYTES) -> 
             wbits = zlib.MAX_WBITS  # zlib-wrapped, as RFC 9110 defines it
         else:
             raise ProxyError(
-                415, f"Content-Encoding {coding} is not supported here (gzip and deflate are)"
+                f"Content-Encoding {coding} is not supported here (gzip and deflate are)",
+                status=415,
             )
         inflate = zlib.decompressobj(wbits)
         try:
             out = inflate.decompress(data, limit + 1)
         except zlib.error as exc:
-            raise ProxyError(400, f"the request body is not valid {coding} data") from exc
+            raise BadRequest(f"the request body is not valid {coding} data") from exc
         if len(out) > limit or inflate.unconsumed_tail:
             raise _too_large(limit)
         if not inflate.eof:
-            raise ProxyError(400, f"the request body is truncated {coding} data")
+            raise BadRequest(f"the request body is truncated {coding} data")
         data = out
     return data
 
 
-async def read_decoded(request: web.Request) -> tuple[bytes, bytes]:
+async def read_decoded(request: web.BaseRequest) -> tuple[bytes, bytes]:
     """(the decoded body, the body as sent): both bounded by `MAX_BODY_BYTES`."""
     raw = await read_body(request)
     codings = content_codings(request)
@@ -128,13 +129,13 @@ async def read_decoded(request: web.Request) -> tuple[bytes, bytes]:
 
 def _too_large(limit: int) -> ProxyError:
     return ProxyError(
-        413,
         f"request body larger than {limit // (1024 * 1024)} MiB; the model must be read from it "
         "(raise SWAPD_PROXY_MAX_BODY_MB, or send ?model= with a non-JSON, non-form body)",
+        status=413,
     )
 
 
-async def read_model(request: web.Request) -> RequestModel:
+async def read_model(request: web.BaseRequest) -> RequestModel:
     ctype = request.headers.get("Content-Type", "")
     if request.method not in ("GET", "HEAD") and request.body_exists:
         if "json" in ctype:
@@ -148,13 +149,13 @@ async def read_model(request: web.Request) -> RequestModel:
             body, raw = await read_decoded(request)
             boundary = parse_mimetype(ctype).parameters.get("boundary", "")
             if not boundary:
-                raise ProxyError(400, "could not parse multipart form: no boundary")
+                raise BadRequest("could not parse multipart form: no boundary")
             span = multipart_field(body, boundary.encode("latin-1"), "model")
             if span is not None:
                 try:
                     name = body[span[0] : span[1]].decode()
                 except UnicodeDecodeError as exc:
-                    raise ProxyError(400, "the form field model is not UTF-8") from exc
+                    raise BadRequest("the form field model is not UTF-8") from exc
                 return RequestModel(
                     _model_name(name), "multipart", body, boundary.encode(), span, raw
                 )
@@ -166,7 +167,7 @@ async def read_model(request: web.Request) -> RequestModel:
             try:
                 fields = urllib.parse.parse_qs(body.decode(), strict_parsing=False)
             except UnicodeDecodeError as exc:
-                raise ProxyError(400, "could not parse the urlencoded form: not UTF-8") from exc
+                raise BadRequest("could not parse the urlencoded form: not UTF-8") from exc
             values = fields.get("model")
             name = values[0] if values else _query_model(request)
             return RequestModel(_model_name(name), "form", body, raw=raw)
@@ -178,27 +179,27 @@ def json_model(body: bytes) -> RequestModel:
     try:
         model = _model_decoder.decode(body).model
     except msgspec.ValidationError as exc:
-        raise ProxyError(400, f"the JSON body must be an object: {exc}") from exc
+        raise BadRequest(f"the JSON body must be an object: {exc}") from exc
     except msgspec.DecodeError as exc:
-        raise ProxyError(400, f"malformed JSON body: {exc}") from exc
+        raise BadRequest(f"malformed JSON body: {exc}") from exc
     except RecursionError as exc:
         raise too_deep() from exc
     return RequestModel(_model_name(model), "json", body)
 
 
-def too_deep() -> ProxyError:
-    return ProxyError(400, "malformed JSON body: nested too deeply")
+def too_deep() -> BadRequest:
+    return BadRequest("malformed JSON body: nested too deeply")
 
 
-def _query_model(request: web.Request) -> str:
+def _query_model(request: web.BaseRequest) -> str:
     return _model_name(request.query.get("model"))
 
 
 def _model_name(value: object) -> str:
     if value is None or value == "":
-        raise ProxyError(400, NO_MODEL)
+        raise BadRequest(NO_MODEL)
     if not isinstance(value, str):
-        raise ProxyError(400, f'"model" must be a string, got {type(value).__name__}')
+        raise BadRequest(f'"model" must be a string, got {type(value).__name__}')
     return value
 
 
@@ -209,12 +210,12 @@ def _model_name(value: object) -> str:
 def multipart_field(body: bytes, boundary: bytes, name: str) -> tuple[int, int] | None:
     """The byte span of form field `name`'s value in a multipart body (RFC 7578), or None.
 
-    Raises `ProxyError(400)` for a body that is not a well-formed multipart document.
+    Raises `BadRequest` for a body that is not a well-formed multipart document.
     """
     delimiter = b"--" + boundary
     pos = body.find(delimiter)
     if pos < 0:
-        raise ProxyError(400, "could not parse multipart form: boundary not found")
+        raise BadRequest("could not parse multipart form: boundary not found")
     found: tuple[int, int] | None = None
     while True:
         pos += len(delimiter)
@@ -238,7 +239,7 @@ def multipart_field(body: bytes, boundary: bytes, name: str) -> tuple[int, int] 
                     if params.get("name") == name:
                         found = (head_end + 4, next_delim)
         pos = next_delim + 2
-    raise ProxyError(400, "could not parse multipart form: truncated or malformed body")
+    raise BadRequest("could not parse multipart form: truncated or malformed body")
 
 
 def replace_span(body: bytes, span: tuple[int, int], value: str) -> bytes:
@@ -268,7 +269,7 @@ def filter_json(
     except RecursionError as exc:
         raise too_deep() from exc
     if not isinstance(doc, dict):
-        raise ProxyError(400, "the JSON body must be an object")
+        raise BadRequest("the JSON body must be an object")
     if model is not None:
         doc["model"] = model
     for key in strip:

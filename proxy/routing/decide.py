@@ -76,7 +76,7 @@ class Refuse:
     code: str | None = None
 
     def error(self) -> ProxyError:
-        return ProxyError(self.status, self.message, self.code)
+        return ProxyError(self.message, status=self.status, code=self.code)
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,4 +1,4 @@
-"""One connection of the lean upstream pool (`upstream_client.py`): an asyncio protocol, and the
+"""One connection of the lean upstream pool (`pool.py`): an asyncio protocol, and the
 llhttp (httptools) callbacks that parse the responses read from it into `UpstreamResponse`s.
 
 A response head is limited to `MAX_HEAD` bytes however it arrives (counted in llhttp's callbacks,
@@ -15,11 +15,12 @@ from typing import Protocol
 
 from httptools import HttpParserError, HttpParserUpgrade, HttpResponseParser
 
-from .response import UpstreamError, UpstreamResponse
+from ..errors import HeadTooLarge, OutOfStep, UpstreamError
+from .response import UpstreamResponse
 
 
 class ConnPool(Protocol):
-    """What a connection tells its pool (`upstream_client.UpstreamPool`)."""
+    """What a connection tells its pool (`pool.UpstreamPool`)."""
 
     def release(self, conn: UpstreamConn) -> None:
         """A response ended and the connection may be used again."""
@@ -48,15 +49,6 @@ def head_error(error: BaseException) -> UpstreamError:
     if isinstance(error, OSError):
         return UpstreamError(str(error))
     return UpstreamError(f"malformed response: {error}")
-
-
-class _OutOfStep(Exception):
-    """Bytes from the upstream that answer no request: the connection cannot be trusted."""
-
-
-class _HeadTooLarge(UpstreamError):
-    def __init__(self) -> None:
-        super().__init__(f"response head larger than {MAX_HEAD} bytes")
 
 
 class UpstreamConn(asyncio.Protocol):
@@ -115,7 +107,7 @@ class UpstreamConn(asyncio.Protocol):
         if response is not None and not response.done:
             # httptools has no end-of-input call: a body without Content-Length or chunked
             # framing ends here by definition; any other ends too early.
-            response._finish(None if self.until_close else error)
+            response.finish(None if self.until_close else error)
 
     def data_received(self, data: bytes) -> None:
         self.received_any = True
@@ -127,19 +119,19 @@ class UpstreamConn(asyncio.Protocol):
             return
         except HttpParserError as exc:
             cause = exc.__context__  # what a callback raised
-            self._fail(cause if isinstance(cause, _OutOfStep | _HeadTooLarge) else exc)
+            self._fail(cause if isinstance(cause, OutOfStep | HeadTooLarge) else exc)
             return
         if self.head_waiter is not None:
             self.head_read += len(data)
         if self.head_waiter is not None and self.head_read > MAX_HEAD:
             # A head still incomplete after more than the limit (llhttp reports a header only
             # once it is whole; complete ones are counted in the callbacks, whatever the reads).
-            self._fail(_HeadTooLarge())
+            self._fail(HeadTooLarge(MAX_HEAD))
 
     # --- httptools callbacks ----------------------------------------------------------------------
     def on_message_begin(self) -> None:
         if self.response is None or self.response.done:
-            raise _OutOfStep("upstream sent bytes that answer no request")
+            raise OutOfStep("upstream sent bytes that answer no request")
         self.in_head = True
         self.reason = b""
         self.raw_headers = []
@@ -147,7 +139,7 @@ class UpstreamConn(asyncio.Protocol):
     def _count_head(self, size: int) -> None:
         self.head_size += size
         if self.head_size > MAX_HEAD:
-            raise _HeadTooLarge()
+            raise HeadTooLarge(MAX_HEAD)
 
     def on_status(self, reason: bytes) -> None:
         self._count_head(len(reason))
@@ -200,8 +192,8 @@ class UpstreamConn(asyncio.Protocol):
     def on_body(self, body: bytes) -> None:
         response = self.response
         if response is None or response.done:
-            raise _OutOfStep("upstream sent a body that answers no request")
-        response._feed(body)
+            raise OutOfStep("upstream sent a body that answers no request")
+        response.feed(body)
 
     def on_message_complete(self) -> None:
         if self.interim:
@@ -213,7 +205,7 @@ class UpstreamConn(asyncio.Protocol):
     def _complete(self) -> None:
         response, self.response = self.response, None
         if response is not None:
-            response._finish()
+            response.finish()
         if self.keep_alive and not self.closed:
             self.resume()
             self.pool.release(self)
@@ -226,7 +218,7 @@ class UpstreamConn(asyncio.Protocol):
             waiter.set_exception(head_error(error))
         response = self.response
         if response is not None and not response.done:
-            response._finish(error)
+            response.finish(error)
         self.abort()
 
     def begin(self, head_request: bool) -> UpstreamResponse:

@@ -16,14 +16,15 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Mapping
+from typing import Protocol
 
 from aiohttp import web
 
 from ..account import Account
-from ..errors import ProxyError
+from ..errors import BadGateway, Refused, UpstreamError, UpstreamRefused
 from .address import UpstreamAddress
-from .relay import HOP_BY_HOP, relay
-from .transport import Outgoing, Reply, Transport, UpstreamError, UpstreamRefused
+from .relay import HOP_BY_HOP, Streams, relay
+from .transport import Outgoing, Reply, Transport
 
 _FORWARDED = frozenset({b"x-forwarded-for", b"x-forwarded-host", b"x-forwarded-proto"})
 REQUEST_DROP = (
@@ -38,7 +39,21 @@ _ENCODING = b"content-encoding"
 ReplyRewrite = Callable[[Reply, Account], Awaitable[Reply]]
 
 
-def _drop_set(request: web.Request, drop: frozenset[bytes]) -> frozenset[bytes]:
+class HeaderLines(Protocol):
+    """What makes the header lines for the upstream (`upstream_headers`; a benchmark's stand-in,
+    `stages.Stages`)."""
+
+    def __call__(
+        self,
+        request: web.BaseRequest,
+        host: str | None,
+        *,
+        drop: frozenset[bytes] = ...,
+        replace: Mapping[str, str] | None = ...,
+    ) -> list[tuple[bytes, bytes]]: ...
+
+
+def _drop_set(request: web.BaseRequest, drop: frozenset[bytes]) -> frozenset[bytes]:
     """`drop` and the names the client's `Connection` header lists (hop-by-hop too)."""
     for value in request.headers.getall("Connection", ()):
         drop = drop | {t.strip().lower().encode("latin-1") for t in value.split(",")}
@@ -46,7 +61,7 @@ def _drop_set(request: web.Request, drop: frozenset[bytes]) -> frozenset[bytes]:
 
 
 def upstream_headers(
-    request: web.Request,
+    request: web.BaseRequest,
     host: str | None,
     *,
     drop: frozenset[bytes] = frozenset(),
@@ -79,7 +94,7 @@ def upstream_headers(
 
 
 def outgoing(
-    request: web.Request,
+    request: web.BaseRequest,
     address: UpstreamAddress,
     path_qs: str,
     *,
@@ -87,12 +102,13 @@ def outgoing(
     body: bytes | None = None,
     plain: bool = False,
     replace: Mapping[str, str] | None = None,
+    lines: HeaderLines = upstream_headers,
 ) -> Outgoing:
     """The request for `address` at `path_qs`. `body`: bytes the pipeline read (None: stream what
     arrives); `plain`: those bytes are a decoded rewrite, so the client's Content-Encoding no
-    longer describes them."""
+    longer describes them; `lines`: what makes its header lines (the context's)."""
     drop = frozenset({_ENCODING}) if plain else frozenset()
-    headers = upstream_headers(request, host, drop=drop, replace=replace)
+    headers = lines(request, host, drop=drop, replace=replace)
     out = Outgoing(request.method, address, address.base + path_qs, headers)
     if body is not None:
         out.body = body
@@ -102,30 +118,28 @@ def outgoing(
     return out
 
 
-class Refused(ProxyError):
-    """The 502 of an upstream whose port refused the connection: no byte of the request was
-    sent, so it may be sent again where there is reason to think the model is back."""
-
-
-def unreachable(label: str, exc: UpstreamError) -> ProxyError:
-    kind = Refused if isinstance(exc, UpstreamRefused) else ProxyError
-    return kind(502, f"upstream {label} is not reachable: {exc}")
+def unreachable(label: str, exc: UpstreamError) -> BadGateway:
+    """The transport's failure before a response head, as the client's 502 says it."""
+    kind = Refused if isinstance(exc, UpstreamRefused) else BadGateway
+    return kind(f"upstream {label} is not reachable: {exc}")
 
 
 async def forward(
-    request: web.Request,
+    request: web.BaseRequest,
     acc: Account,
     transport: Transport,
     out: Outgoing,
     label: str,
+    streams: Streams,
     *,
     into: web.StreamResponse | None = None,
     rewrite: ReplyRewrite | None = None,
 ) -> web.StreamResponse:
     """Send `out` and relay the answer; `acc` is the request's account (the time to the
-    upstream's head goes in it); `label` names the upstream in error messages; `into`: a
-    response already sent (a loading stream) the answer's body continues; `rewrite`: a
-    dialect's rewrite of the answer (the relay carries what it makes)."""
+    upstream's head goes in it); `label` names the upstream in error messages; `streams`: the
+    proxy's streaming replies (relay.py); `into`: a response already sent (a loading stream)
+    the answer's body continues; `rewrite`: a dialect's rewrite of the answer (the relay
+    carries what it makes)."""
     try:
         reply = await transport.send(out)
     except UpstreamError as exc:
@@ -134,6 +148,6 @@ async def forward(
     try:
         if rewrite is not None:
             reply = await rewrite(reply, acc)  # closing it closes the upstream's
-        return await relay(request, reply, label, acc, into=into)
+        return await relay(request, reply, label, acc, streams, into=into)
     finally:
         reply.close()

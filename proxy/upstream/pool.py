@@ -1,4 +1,4 @@
-"""A lean HTTP/1.1 client for local `http://` upstreams (`upstream.LeanTransport`).
+"""A lean HTTP/1.1 client for local `http://` upstreams (`transport.LeanTransport`).
 
 aiohttp's client is general (cookies, redirects, tracing, auth, proxies, ...) and costs most of the
 proxy's CPU per request; this one does only what a reverse proxy needs: pooled keep-alive
@@ -6,8 +6,8 @@ connections per upstream, the request head and a bytes body in one write (or a s
 chunked, with write flow control), and the body handed over as it arrives, with read flow control
 so a slow client slows the upstream instead of filling memory. Parsing the response (status line,
 headers, content-length, chunked or until-close framing, trailers) is llhttp's, through httptools.
-Websockets, TLS and peers use aiohttp. One connection and its parsing is `upstream_conn.py`'s; a
-response head is limited to `upstream_conn.MAX_HEAD` bytes however it arrives.
+Websockets, TLS and peers use aiohttp. One connection and its parsing is `conn.py`'s; a
+response head is limited to `conn.MAX_HEAD` bytes however it arrives.
 
 A kept-alive connection the upstream closed while idle is retried once on a fresh one when nothing
 of the response had arrived (the usual keep-alive race); anything else surfaces as
@@ -22,11 +22,12 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from ...ipc.routing_table import Timeouts
+from ..errors import HeadTimeout, UpstreamError, UpstreamRefused
 from .conn import UpstreamConn
-from .response import UpstreamBroken, UpstreamError, UpstreamRefused, UpstreamResponse
-from .timeouts import HeadTimeout, expired, head_within, set_keepalive
+from .response import UpstreamResponse
+from .timeouts import expired, head_within, set_keepalive
 
-__all__ = ["UpstreamBroken", "UpstreamError", "UpstreamPool", "UpstreamRefused", "UpstreamResponse"]
+__all__ = ["UpstreamPool", "UpstreamResponse"]
 
 _IDLE_PER_HOST = 256
 

@@ -11,7 +11,7 @@ The rules, in one place:
 * an upstream that breaks off before a small body is complete is a 502; one that breaks off a
   streamed body ends it the only ways HTTP allows: a chunked body with its terminating chunk, one
   of fixed length by closing the connection short of it. The shutdown grace ends what still
-  streams the same way (`end_streams`).
+  streams the same way (`Streams.end`).
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ import logging
 from aiohttp import web
 from multidict import CIMultiDict
 
-from ..account import Account, Tail
-from ..errors import ProxyError
-from .transport import Reply, UpstreamBroken
+from ..account import Account, Tail, TeeBudget
+from ..errors import BadGateway, UpstreamBroken
+from .transport import Reply
 
 log = logging.getLogger(__name__)
 
@@ -44,22 +44,28 @@ HOP_BY_HOP = frozenset(
 RESPONSE_DROP = HOP_BY_HOP | {"content-length"}
 SMALL_BODY = 256 * 1024
 
-# Replies being streamed to a client now, in this process.
-_STREAMING: set[Reply] = set()
-_ended = False
+
+class Streams:
+    """The replies one proxy is streaming to its clients now, and the budget their capture tees
+    share (`captureBuffer`): in its context (`ctx.streams`)."""
+
+    __slots__ = ("ended", "replies", "tee")
+
+    def __init__(self, tee: TeeBudget) -> None:
+        self.replies: set[Reply] = set()
+        self.tee = tee
+        self.ended = False
+
+    def end(self) -> None:
+        """End every streamed response (the shutdown grace is over): each relay sees its
+        upstream break off and ends its response cleanly."""
+        self.ended = True
+        for reply in list(self.replies):
+            reply.close()
 
 
-def end_streams() -> None:
-    """End every streamed response (the shutdown grace is over): each relay sees its upstream
-    break off and ends its response cleanly."""
-    global _ended
-    _ended = True
-    for reply in list(_STREAMING):
-        reply.close()
-
-
-def broke_off(label: str, exc: BaseException) -> ProxyError:
-    return ProxyError(502, f"upstream {label} failed mid-response: {exc!r}")
+def broke_off(label: str, exc: BaseException) -> BadGateway:
+    return BadGateway(f"upstream {label} failed mid-response: {exc!r}")
 
 
 def response_headers(reply: Reply) -> CIMultiDict[str]:
@@ -89,17 +95,19 @@ _FRAMING = frozenset({"chunked", "identity", ""})
 
 
 async def relay(
-    request: web.Request,
+    request: web.BaseRequest,
     reply: Reply,
     label: str,
     acc: Account | None,
+    streams: Streams,
     *,
     into: web.StreamResponse | None = None,
 ) -> web.StreamResponse:
     """Write `reply` back to `request`'s client by the rules above; closes nothing itself (the
     caller closes `reply`). `acc`: the request's account, for what the accounting stage reads
-    (None: nothing kept). `into`: a response whose head is already sent (a loading stream):
-    the reply's body continues it, its status and headers are lost."""
+    (None: nothing kept). `streams`: the proxy's, which a streamed reply joins while it streams.
+    `into`: a response whose head is already sent (a loading stream): the reply's body
+    continues it, its status and headers are lost."""
     status = reply.status
     headers = response_headers(reply)
     length = reply.content_length
@@ -108,7 +116,7 @@ async def relay(
         acc.content_type = headers.get("Content-Type", "")
         acc.resp_headers = headers
     if into is not None:
-        return await _stream(request, reply, label, into, None, bodiless, acc)
+        return await _stream(request, reply, label, into, None, bodiless, acc, streams)
     if length is not None and length <= SMALL_BODY and not bodiless:
         try:
             data = await reply.read()
@@ -122,32 +130,33 @@ async def relay(
     if length is not None:
         response.content_length = length
     await response.prepare(request)
-    return await _stream(request, reply, label, response, length, bodiless, acc)
+    return await _stream(request, reply, label, response, length, bodiless, acc, streams)
 
 
 async def _stream(
-    request: web.Request,
+    request: web.BaseRequest,
     reply: Reply,
     label: str,
     response: web.StreamResponse,
     length: int | None,
     bodiless: bool,
     acc: Account | None,
+    streams: Streams,
 ) -> web.StreamResponse:
     if bodiless:
         await response.write_eof()
         return response
-    _STREAMING.add(reply)
+    streams.replies.add(reply)
     tail = None
     if acc is not None:
-        tail = acc.tail = Tail(acc.keep)
+        tail = acc.tail = Tail(acc.keep, streams.tee)
     try:
         async for chunk in reply.iter_chunks():
             if tail is not None:
                 tail.feed(chunk)
             await response.write(chunk)
     except UpstreamBroken as exc:
-        if _ended:
+        if streams.ended:
             log.info("shutting down: ended a response from %s", label)
         else:
             log.warning("upstream %s broke off a response: %s", label, exc)
@@ -157,6 +166,8 @@ async def _stream(
             request.transport.close()
         return response
     finally:
-        _STREAMING.discard(reply)
+        streams.replies.discard(reply)
+        if tail is not None:
+            tail.close()  # the tee's share, given back however the stream ended
     await response.write_eof()
     return response

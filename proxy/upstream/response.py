@@ -1,4 +1,4 @@
-"""One response from the lean upstream client (`upstream_client.py`): its head, and its body
+"""One response from the lean upstream client (`pool.py`): its head, and its body
 handed over as it arrives, with read flow control (past `_HIGH_WATER` undelivered bytes the
 connection stops being read, until the relay takes them) so a slow client slows the upstream
 instead of filling memory."""
@@ -10,20 +10,9 @@ from collections import deque
 from collections.abc import AsyncIterator
 from typing import Protocol
 
+from ..errors import UpstreamBroken
+
 _HIGH_WATER = 1024 * 1024  # pause reading the upstream past this much undelivered body
-
-
-class UpstreamError(Exception):
-    """The upstream failed before sending a complete response head."""
-
-
-class UpstreamRefused(UpstreamError):
-    """Nothing listens on the upstream's port (the connection was refused): no byte of the
-    request was sent."""
-
-
-class UpstreamBroken(Exception):
-    """The upstream broke off the response body."""
 
 
 class _Connection(Protocol):
@@ -69,14 +58,14 @@ class UpstreamResponse:
         self.error: Exception | None = None
 
     # called by the connection
-    def _feed(self, data: bytes) -> None:
+    def feed(self, data: bytes) -> None:
         self._parts.append(data)
         self._size += len(data)
         if self._size > _HIGH_WATER:
             self._conn.pause()
         self._wake()
 
-    def _finish(self, error: Exception | None = None) -> None:
+    def finish(self, error: Exception | None = None) -> None:
         self.done = True
         self.error = error
         self._wake()

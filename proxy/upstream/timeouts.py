@@ -1,4 +1,4 @@
-"""How the lean pool (upstream_client.py) applies a model's `timeouts` (llama-swap's keys, as Go's
+"""How the lean pool (`pool.py`) applies a model's `timeouts` (llama-swap's keys, as Go's
 http.Transport reads them): `connect` bounds the TCP connect, `keepalive` sets TCP keep-alive
 probes, `responseHeader` bounds the wait for the response head once the request is sent, and
 `idleConn` bounds how long a kept-alive connection sits unused in the pool."""
@@ -10,14 +10,9 @@ import contextlib
 import socket
 from typing import Protocol, TypeVar
 
-from .response import UpstreamError
+from ..errors import HeadTimeout
 
 T = TypeVar("T")
-
-
-class HeadTimeout(UpstreamError):
-    """No response head within `timeouts.responseHeader` of the request being sent (never
-    retried on another connection: the upstream may be working on it)."""
 
 
 class _Idle(Protocol):

@@ -1,7 +1,7 @@
 """The one small interface every HTTP exchange with an upstream goes through, and its two
 transports (as httpx's transports share one):
 
-* `LeanTransport`: the llhttp keep-alive pool (`upstream_client.UpstreamPool`) for plain `http://`
+* `LeanTransport`: the llhttp keep-alive pool (`pool.UpstreamPool`) for plain `http://`
   upstreams, local models' usually;
 * `AiohttpTransport`: aiohttp's client, for `https://` and for peers.
 
@@ -24,9 +24,9 @@ from multidict import CIMultiDict
 from yarl import URL
 
 from ...ipc.routing_table import Timeouts
+from ..errors import HeadTimeout, UpstreamBroken, UpstreamError, UpstreamRefused
 from .address import UpstreamAddress
-from .pool import UpstreamBroken, UpstreamError, UpstreamPool, UpstreamRefused
-from .timeouts import HeadTimeout
+from .pool import UpstreamPool
 
 __all__ = [
     "AiohttpTransport",
@@ -34,9 +34,6 @@ __all__ = [
     "Outgoing",
     "Reply",
     "Transport",
-    "UpstreamBroken",
-    "UpstreamError",
-    "UpstreamRefused",
     "make_session",
 ]
 

@@ -9,20 +9,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from typing import TYPE_CHECKING
 
 import aiohttp
 from aiohttp import WSMsgType, web
 from multidict import CIMultiDict
 from yarl import URL
 
-from ..errors import ProxyError
+from ..errors import BadGateway, ProxyError
 from .address import UpstreamAddress
 from .forward import upstream_headers
-
-if TYPE_CHECKING:
-    from ..context import ProxyContext
-    from ..mirror.state import ModelRuntime
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +37,7 @@ INTERNAL_ERROR = 1011
 AnyWS = web.WebSocketResponse | aiohttp.ClientWebSocketResponse
 
 
-def is_websocket(request: web.Request) -> bool:
+def is_websocket(request: web.BaseRequest) -> bool:
     """llama-swap's detection: `Connection` has the token `upgrade`, `Upgrade` has `websocket`
     (case-insensitive, comma lists and repeated headers accepted); and, as RFC 6455 says, only a
     GET upgrades (a POST that asks to is an ordinary POST, its Upgrade dropped as hop-by-hop)."""
@@ -122,20 +117,22 @@ async def _pump(src: AnyWS, dst: AnyWS) -> None:
 
 
 async def relay_websocket(
-    request: web.Request,
-    ctx: ProxyContext,
+    request: web.BaseRequest,
+    session: aiohttp.ClientSession,
     address: UpstreamAddress,
     path_qs: str,
     label: str,
     *,
     host: str | None,
-    ignored_in: ModelRuntime | None = None,
+    ignored_in: set[object] | None = None,
     replace_headers: dict[str, str] | None = None,
 ) -> web.StreamResponse:
     """Relay the websocket `request` to `address` at `path_qs` (raw path and query).
 
     `host`: the Host for the handshake (None: the client's, as for HTTP; forward.py).
-    `ignored_in`: the model of an ignored websocket, which is closed when that model stops.
+    `session`: the proxy's aiohttp client session.
+    `ignored_in`: an ignored websocket's model's set of them (`ModelRuntime.ignored_ws`): it is
+    closed when that model stops.
     `replace_headers`: headers set on the upstream handshake over the client's (a peer's key).
     """
     protocols = [
@@ -149,7 +146,7 @@ async def relay_websocket(
         for k, v in upstream_headers(request, host, drop=_WS_DROP, replace=replace_headers)
     )
     try:
-        upstream = await ctx.session.ws_connect(
+        upstream = await session.ws_connect(
             _ws_url(address, path_qs),
             protocols=protocols,
             headers=headers,
@@ -161,12 +158,12 @@ async def relay_websocket(
     except aiohttp.WSServerHandshakeError as exc:
         status = exc.status if 400 <= exc.status < 500 else 502
         raise ProxyError(
-            status, f"upstream {label} refused the websocket: {exc.status} {exc.message}"
+            f"upstream {label} refused the websocket: {exc.status} {exc.message}", status=status
         ) from exc
     except aiohttp.ClientConnectorError as exc:
-        raise ProxyError(502, f"upstream {label} is not reachable: {exc.os_error}") from exc
+        raise BadGateway(f"upstream {label} is not reachable: {exc.os_error}") from exc
     except (aiohttp.ClientError, TimeoutError) as exc:
-        raise ProxyError(502, f"upstream {label} websocket failed: {exc!r}") from exc
+        raise BadGateway(f"upstream {label} websocket failed: {exc!r}") from exc
 
     client = web.WebSocketResponse(
         protocols=(upstream.protocol,) if upstream.protocol else (),
@@ -182,10 +179,10 @@ async def relay_websocket(
         raise
     relay = WebSocketRelay(client, upstream)
     if ignored_in is not None:
-        ignored_in.ignored_ws.add(relay)
+        ignored_in.add(relay)
     try:
         await relay.run()
     finally:
         if ignored_in is not None:
-            ignored_in.ignored_ws.discard(relay)
+            ignored_in.discard(relay)
     return client

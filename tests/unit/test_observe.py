@@ -21,7 +21,7 @@ from swapd.daemon.observe.captures import Capture, CaptureCache
 from swapd.daemon.observe.request_figures import FOLD, SECONDS, SPEEDS, RequestFigures
 from swapd.ipc.activity import ActivityRecord, Tokens
 from swapd.ipc.event_frames import activity_frames, frame
-from swapd.proxy.account import TAIL_BYTES, TEE, Tail
+from swapd.proxy.account import TAIL_BYTES, Tail, TeeBudget
 
 
 def _record(i: int, model: str = "m", **kw: object) -> ActivityRecord:
@@ -175,8 +175,8 @@ def test_capture_cache_bounds_and_eviction() -> None:
 
 
 def test_tail_keeps_everything_within_the_capture_bound() -> None:
-    TEE.limit = 150_000
-    tail = Tail(keep=100_000)
+    tee = TeeBudget(150_000)
+    tail = Tail(keep=100_000, budget=tee)
     chunks = [bytes([i % 256]) * 1000 for i in range(100)]
     for chunk in chunks:
         tail.feed(chunk)
@@ -184,21 +184,26 @@ def test_tail_keeps_everything_within_the_capture_bound() -> None:
     tail.feed(b"!")  # one byte past the bound: the capture is let go, the tail stays
     assert tail.whole() is None
     assert tail.size < TAIL_BYTES + 1000 and tail.data() == (b"".join(chunks) + b"!")[-TAIL_BYTES:]
-    assert TEE.held == 0
+    assert tee.held == 0
 
 
 def test_tees_share_one_budget() -> None:
-    TEE.limit = 150_000
-    first, second = Tail(keep=100_000), Tail(keep=100_000)
+    tee = TeeBudget(150_000)
+    first, second = Tail(keep=100_000, budget=tee), Tail(keep=100_000, budget=tee)
     first.feed(b"a" * 100_000)
     second.feed(b"b" * 40_000)
-    assert TEE.held == 140_000
+    assert tee.held == 140_000
     second.feed(b"b" * 20_000)  # 160 000 held: past the process's budget, this capture goes
-    assert second.whole() is None and TEE.held == 100_000
+    assert second.whole() is None and tee.held == 100_000
     assert first.whole() == b"a" * 100_000
     first.release()
-    assert TEE.held == 0
-    third = Tail(keep=100_000)
+    assert tee.held == 0
+    third = Tail(keep=100_000, budget=tee)
     third.feed(b"c" * 10)
-    del third  # a response that never reached the accounting stage gives its share back
-    assert TEE.held == 0
+    # Its stream ended (the relay closes every tail, however it ends): the share goes back at
+    # once, whether or not the response reaches the accounting stage; what it kept stays.
+    third.close()
+    assert tee.held == 0
+    assert third.whole() == b"c" * 10
+    with pytest.raises(ValueError):
+        Tail(keep=1)  # a capture counts against a budget, always

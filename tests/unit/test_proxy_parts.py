@@ -14,11 +14,17 @@ from multidict import CIMultiDict
 
 from swapd.ipc.routing_table import RouteModel, RoutePeer, RoutingTable
 from swapd.proxy.auth import check_api_key, presented_key
-from swapd.proxy.errors import ProxyError, error_body
+from swapd.proxy.errors import (
+    ProxyError,
+    UpstreamBroken,
+    UpstreamError,
+    UpstreamRefused,
+    error_body,
+)
 from swapd.proxy.mirror.state import Routes, per_process_limit
 from swapd.proxy.routing.body import filter_json, multipart_field, replace_span
 from swapd.proxy.upstream import conn as upstream_conn
-from swapd.proxy.upstream.pool import UpstreamBroken, UpstreamError, UpstreamPool, UpstreamRefused
+from swapd.proxy.upstream.pool import UpstreamPool
 
 # ------------------------------------------------------------------------------------------------
 # body

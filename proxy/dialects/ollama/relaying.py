@@ -15,11 +15,11 @@ import msgspec
 from ....ipc.messages import KeepAlive
 from ...account import Account
 from ...context import ProxyContext
-from ...errors import ProxyError
+from ...errors import BadGateway, UpstreamBroken
 from ...routing.body import MAX_BODY_BYTES
 from ...upstream.forward import ReplyRewrite
 from ...upstream.relay import broke_off
-from ...upstream.transport import Reply, UpstreamBroken
+from ...upstream.transport import Reply
 from . import replies
 from .requests import Translated
 from .streams import StreamTranslator
@@ -133,7 +133,7 @@ def rewrite_for(
         try:
             doc: Any = _decode(body)
         except msgspec.DecodeError as exc:
-            raise ProxyError(502, f"upstream {acc.model} answered with no JSON: {exc}") from exc
+            raise BadGateway(f"upstream {acc.model} answered with no JSON: {exc}") from exc
         out = replies.whole(
             translated.kind, translated.completion, translated.asked, doc, clock, translated.single
         )
@@ -153,7 +153,7 @@ async def _read(reply: Reply, label: str) -> bytes:
         async for chunk in reply.iter_chunks():
             size += len(chunk)
             if size > MAX_BODY_BYTES:
-                raise ProxyError(502, f"upstream {label} answered more than {MAX_BODY_BYTES} bytes")
+                raise BadGateway(f"upstream {label} answered more than {MAX_BODY_BYTES} bytes")
             parts.append(chunk)
     except UpstreamBroken as exc:
         raise broke_off(label, exc) from exc

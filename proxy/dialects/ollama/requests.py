@@ -24,7 +24,7 @@ from typing import Any, Literal
 
 import msgspec
 
-from ...errors import ProxyError
+from ...errors import BadRequest
 from . import values
 
 Kind = Literal["chat", "generate", "embed", "embeddings"]
@@ -88,16 +88,16 @@ def parse(raw: bytes) -> dict[str, Any]:
     try:
         doc = _decode(raw) if raw.strip() else {}
     except msgspec.DecodeError as exc:
-        raise ProxyError(400, f"invalid JSON body: {exc}") from exc
+        raise BadRequest(f"invalid JSON body: {exc}") from exc
     if not isinstance(doc, dict):
-        raise ProxyError(400, "the request body must be a JSON object")
+        raise BadRequest("the request body must be a JSON object")
     return doc
 
 
 def model_of(doc: dict[str, Any]) -> str:
     name = doc.get("model") or doc.get("name")  # `name`: Ollama's older field
     if not isinstance(name, str) or not name:
-        raise ProxyError(400, "model is required")
+        raise BadRequest("model is required")
     return name
 
 
@@ -127,7 +127,7 @@ def _stream(doc: dict[str, Any]) -> bool:
     if stream is None:
         return True
     if not isinstance(stream, bool):
-        raise ProxyError(400, f"stream must be true or false, got {stream!r}")
+        raise BadRequest(f"stream must be true or false, got {stream!r}")
     return stream
 
 
@@ -146,7 +146,7 @@ def _common(doc: dict[str, Any], body: dict[str, Any], stream: bool) -> None:
             "json_schema": {"name": "response", "schema": fmt, "strict": True},
         }
     elif fmt not in (None, ""):
-        raise ProxyError(400, f'format must be "json" or a JSON schema, got {fmt!r}')
+        raise BadRequest(f'format must be "json" or a JSON schema, got {fmt!r}')
     think = doc.get("think")
     if isinstance(think, bool):
         body["chat_template_kwargs"] = {"enable_thinking": think}
@@ -163,7 +163,7 @@ def options(given: object) -> dict[str, Any]:
     if given is None:
         return {}
     if not isinstance(given, dict):
-        raise ProxyError(400, "options must be a JSON object")
+        raise BadRequest("options must be a JSON object")
     out: dict[str, Any] = {}
     for key, value in given.items():
         if not isinstance(key, str) or key in _LOAD_TIME or value is None:
@@ -180,13 +180,13 @@ def _chat(doc: dict[str, Any], asked: str, name: str) -> Translated:
     stream = _stream(doc)
     given = doc.get("messages")
     if given is not None and not isinstance(given, list):
-        raise ProxyError(400, "messages must be a list")
+        raise BadRequest("messages must be a list")
     body: dict[str, Any] = {"model": name, "messages": messages(given or [])}
     _common(doc, body, stream)
     tools = doc.get("tools")
     if tools:
         if not isinstance(tools, list):
-            raise ProxyError(400, "tools must be a list")
+            raise BadRequest("tools must be a list")
         body["tools"] = [{"type": "function", **t} if isinstance(t, dict) else t for t in tools]
     return Translated("chat", asked, name, CHAT_PATH, body, stream, empty=not given)
 
@@ -195,7 +195,7 @@ def _generate(doc: dict[str, Any], asked: str, name: str) -> Translated:
     stream = _stream(doc)
     prompt = doc.get("prompt") or ""
     if not isinstance(prompt, str):
-        raise ProxyError(400, "prompt must be a string")
+        raise BadRequest("prompt must be a string")
     images = doc.get("images") or []
     suffix = doc.get("suffix")
     empty = not prompt and not images
@@ -221,14 +221,14 @@ def _embed(kind: Kind, doc: dict[str, Any], asked: str, name: str) -> Translated
     if kind == "embeddings":
         text = doc.get("prompt")
         if not isinstance(text, str):
-            raise ProxyError(400, "prompt must be a string")
+            raise BadRequest("prompt must be a string")
         body: dict[str, Any] = {"model": name, "input": text}
         return Translated(kind, asked, name, EMBEDDINGS_PATH, body, single=True)
     given = doc.get("input")
     if isinstance(given, str):
         given = [given]
     if not isinstance(given, list) or not all(isinstance(t, str) for t in given):
-        raise ProxyError(400, "input must be a string or a list of strings")
+        raise BadRequest("input must be a string or a list of strings")
     body = {"model": name, "input": given}
     if isinstance(doc.get("dimensions"), int):
         body["dimensions"] = doc["dimensions"]
@@ -247,10 +247,10 @@ def messages(given: list[Any]) -> list[dict[str, Any]]:
     counter = 0
     for item in given:
         if not isinstance(item, dict):
-            raise ProxyError(400, "each message must be a JSON object")
+            raise BadRequest("each message must be a JSON object")
         role = item.get("role")
         if not isinstance(role, str):
-            raise ProxyError(400, "each message needs a role")
+            raise BadRequest("each message needs a role")
         content = item.get("content")
         message: dict[str, Any] = {"role": role, "content": content if content is not None else ""}
         images = item.get("images")
@@ -264,7 +264,7 @@ def messages(given: list[Any]) -> list[dict[str, Any]]:
             message["tool_calls"] = []
             for call in calls:
                 if not isinstance(call, dict):
-                    raise ProxyError(400, "each tool call must be a JSON object")
+                    raise BadRequest("each tool call must be a JSON object")
                 function = call.get("function") or {}
                 call_id = call["id"] if isinstance(call.get("id"), str) else f"call_{counter}"
                 counter += 1
@@ -304,13 +304,13 @@ def _answer(open_calls: list[tuple[str, str]], tool_name: object) -> str | None:
 
 def _with_images(content: object, images: object) -> list[dict[str, Any]]:
     if not isinstance(images, list):
-        raise ProxyError(400, "images must be a list of base64 strings")
+        raise BadRequest("images must be a list of base64 strings")
     parts: list[dict[str, Any]] = []
     if isinstance(content, str) and content:
         parts.append({"type": "text", "text": content})
     for image in images:
         if not isinstance(image, str):
-            raise ProxyError(400, "images must be a list of base64 strings")
+            raise BadRequest("images must be a list of base64 strings")
         url = image if image.startswith("data:") else f"data:{_image_type(image)};base64,{image}"
         parts.append({"type": "image_url", "image_url": {"url": url}})
     return parts
@@ -320,7 +320,7 @@ def _image_type(data: str) -> str:
     try:
         head = base64.b64decode(data[:64] + "=" * (-len(data[:64]) % 4), validate=False)
     except (binascii.Error, ValueError) as exc:
-        raise ProxyError(400, "an image is not valid base64") from exc
+        raise BadRequest("an image is not valid base64") from exc
     for magic, kind in _IMAGE_TYPES:
         if head.startswith(magic):
             return kind

@@ -27,10 +27,9 @@ from ....ipc.states import LOADED_STATES
 from ... import pipeline
 from ...api import ops
 from ...context import CTX, ProxyContext
-from ...errors import ProxyError
+from ...errors import NotFound, ProxyError
 from ...mirror.state import Routes
 from ...mirror.wait import routes_of
-from ...observe.stats import STATS
 from ...routing import decide
 from ...routing.body import RequestModel, read_decoded
 from ..paths import OLLAMA_MODEL_ROUTES
@@ -55,8 +54,8 @@ def served(routes: Routes) -> bool:
     return routes.table.ollama_api
 
 
-def _error(exc: ProxyError) -> web.Response:
-    STATS.refused += 1
+def _error(exc: ProxyError, ctx: ProxyContext) -> web.Response:
+    ctx.stats.refused += 1
     headers = dict(exc.headers) if exc.headers else None
     return web.Response(
         status=exc.status,
@@ -89,7 +88,7 @@ def _ollama(handler: Handler) -> Handler:
             await _routes(request)
             return await handler(request)
         except ProxyError as exc:
-            return _error(exc)
+            return _error(exc, request.app[CTX])
 
     handle.__name__ = handle.__qualname__ = handler.__name__
     return handle
@@ -126,7 +125,7 @@ async def handle_show(request: web.Request) -> web.Response:
     asked = requests.model_of(doc)
     name = values.resolve(routes, asked)
     if not values.known(routes, name):
-        raise ProxyError(404, f"model '{asked}' not found")
+        raise NotFound(f"model '{asked}' not found")
     pinned = routes.pins.get(name)
     return _json(listing.show(routes.model(pinned or name)), request)
 
@@ -139,7 +138,7 @@ async def handle_refused(request: web.Request) -> web.Response:
         "/api/copy": "copying",
         "/api/delete": "deleting",
     }.get(request.path, "uploading")
-    raise ProxyError(501, _REFUSED.format(what=what))
+    raise ProxyError(_REFUSED.format(what=what), status=501)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -8,7 +8,7 @@ import re
 import time
 from datetime import UTC, datetime
 
-from ...errors import ProxyError
+from ...errors import BadRequest
 from ...mirror.state import Routes
 
 # The Ollama API version whose shapes swapd answers (`GET /api/version` while `ollamaAPI` is on):
@@ -94,9 +94,8 @@ def _duration(text: str) -> float:
     return sign * total
 
 
-def _bad_keep_alive(value: object) -> ProxyError:
-    return ProxyError(
-        400,
+def _bad_keep_alive(value: object) -> BadRequest:
+    return BadRequest(
         f'invalid keep_alive {value!r}: expected seconds or a duration such as "5m", '
         '"1h30m", "0" (unload after this answer) or "-1" (keep loaded)',
     )

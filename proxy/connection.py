@@ -1,0 +1,153 @@
+"""One client connection: aiohttp's connection handler (`RequestHandler`), with a bounded time for
+each request head and quiet bad requests (`server.py` makes one per connection).
+
+* A request head must arrive within `head_timeout` (`HEAD_TIMEOUT_S`) of its first byte, or the
+  connection gets a 408 and is closed. Bytes begin a head when they arrive while no request of
+  the connection is being handled (`Dispatch` tells the connection: `handling`, `body`) and the
+  last one's body has all arrived (what comes after a response whose handler did not read its
+  body is that body, which aiohttp reads and drops). One timer per connection, armed when a
+  head begins and none is, looks at the head's deadline when it fires and arms again for a
+  later head: a kept-alive connection costs a timer every `head_timeout` at most, not one per
+  request.
+* A request the parser rejects is a client's mistake: a 400 in the OpenAI error shape with a
+  fixed message per kind of fault (never the offending bytes, which may hold a key), one DEBUG
+  log line naming the kind, and a count in `stats.bad_requests`; never an ERROR traceback. An
+  exception in swapd's own code is still a 500 with its traceback logged.
+
+Only aiohttp's public names are used (`data_received`, `connection_lost`, `handle_error`,
+`force_close`, `transport`, a request's `protocol` and `content`): its private state changes
+from release to release.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from typing import Any
+
+from aiohttp import StreamReader, http_exceptions, web
+
+from .errors import error_response
+from .observe.stats import Stats
+
+log = logging.getLogger(__name__)
+
+HEAD_TIMEOUT_S = float(os.environ.get("SWAPD_PROXY_HEAD_TIMEOUT_S", "10"))
+MAX_LINE = 8190
+
+_FAULTS: tuple[tuple[type[BaseException], str], ...] = (
+    (http_exceptions.LineTooLong, f"request line or header field longer than {MAX_LINE} bytes"),
+    (http_exceptions.BadHttpMethod, "malformed request method"),
+    (http_exceptions.BadStatusLine, "malformed request line"),
+    (http_exceptions.InvalidURLError, "malformed request target"),
+    (http_exceptions.InvalidHeader, "malformed header field"),
+    (http_exceptions.TransferEncodingError, "malformed chunked body"),
+    (http_exceptions.ContentLengthError, "malformed or conflicting Content-Length"),
+    (http_exceptions.BadHttpMessage, "malformed request"),
+)
+
+
+def fault_of(exc: BaseException | None) -> str:
+    for kind, text in _FAULTS:
+        if isinstance(exc, kind):
+            return text
+    return "malformed request"
+
+
+class SwapdRequestHandler(web.RequestHandler):
+    """aiohttp's connection handler, with the bounded head time and quiet bad requests."""
+
+    __slots__ = (
+        "_clock",
+        "_head_timeout",
+        "_head_timer",
+        "_stats",
+        "body",
+        "handling",
+        "head_since",
+    )
+
+    def __init__(
+        self,
+        manager: web.Server,
+        stats: Stats,
+        *,
+        loop: asyncio.AbstractEventLoop,
+        head_timeout: float = HEAD_TIMEOUT_S,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(manager, loop=loop, **kwargs)
+        self._stats = stats
+        self._clock = loop
+        self._head_timeout = head_timeout
+        self._head_timer: asyncio.TimerHandle | None = None
+        # Loop time of the first byte of a head under way (0: none); `Dispatch` sets it to 0 when
+        # the head is complete, and (attributes, not calls: every request sets them) whether a
+        # request of this connection is being handled, and the last request's body.
+        self.head_since = 0.0
+        self.handling = False
+        self.body: StreamReader | None = None
+
+    # --- the head's clock ---------------------------------------------------------------------
+    def data_received(self, data: bytes) -> None:
+        # Asked before aiohttp takes the bytes: the last body may be complete after them.
+        # (aiohttp calls it with no bytes too, when it takes up bytes it held back.)
+        head = data and not self.handling and not self.head_since
+        if head:
+            body = self.body
+            head = body is None or body.is_eof()
+        super().data_received(data)
+        if not head:  # a head's clock already runs, or a request or its body is under way
+            return
+        self.head_since = now = self._clock.time()
+        if self._head_timer is None:
+            self._head_timer = self._clock.call_at(now + self._head_timeout, self._head_deadline)
+
+    def _head_deadline(self) -> None:
+        self._head_timer = None
+        since = self.head_since
+        if self.handling or not since or self.transport is None:
+            return  # no head under way: the next one arms the timer again
+        left = since + self._head_timeout - self._clock.time()
+        if left > 0:  # a later head than the one the timer was armed for
+            self._head_timer = self._clock.call_later(left, self._head_deadline)
+            return
+        self._stats.bad_requests += 1
+        log.debug(
+            "request head not complete after %.0f s; closing the connection", self._head_timeout
+        )
+        body = error_response(408, "request head not received in time").body
+        assert isinstance(body, bytes)
+        self.transport.write(
+            b"HTTP/1.1 408 Request Timeout\r\nContent-Type: application/json\r\n"
+            b"Connection: close\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
+        )
+        self.force_close()
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
+        self.body = None
+        super().connection_lost(exc)
+
+    # --- bad requests ---------------------------------------------------------------------------
+    def handle_error(
+        self,
+        request: web.BaseRequest,
+        status: int = 500,
+        exc: BaseException | None = None,
+        message: str | None = None,
+    ) -> web.StreamResponse:
+        if status >= 500:
+            return super().handle_error(request, status, exc, message)
+        self._stats.bad_requests += 1
+        fault = fault_of(exc)
+        # The exception's own text may quote the offending bytes (a header with a key in it).
+        log.debug("bad request from %s: %s (%s)", request.remote, fault, type(exc).__name__)
+        if request.writer.output_size > 0:
+            raise ConnectionError("response already under way")
+        response = error_response(status, fault)
+        response.force_close()
+        return response
