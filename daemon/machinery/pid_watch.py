@@ -28,7 +28,12 @@ async def wait_exit(pid: int) -> None:
         return
     loop = asyncio.get_running_loop()
     done = loop.create_future()
-    loop.add_reader(fd, lambda: done.done() or done.set_result(None))
+
+    def readable() -> None:
+        if not done.done():
+            done.set_result(None)
+
+    loop.add_reader(fd, readable)
     try:
         await done
     finally:
