@@ -107,7 +107,7 @@ class Model(Section, frozen=True):
     vram: Any = None
     # client: the client's Host goes upstream (the default); upstream: the upstream's host:port.
     host_header: Literal["client", "upstream"] | None = None
-    # A preset name or a mapping; its own keys are checked where it is read (busy_check.py).
+    # A preset name or a mapping; its own keys are checked where it is read (busy_check_fields.py).
     busy_check: Any = None
     compat: Compat | None = None
     filters: ModelFilters | None = None

@@ -12,10 +12,6 @@ import contextlib
 import os
 
 
-class ProcessGone(Exception):
-    pass
-
-
 async def wait_exit(pid: int) -> None:
     """Return when `pid` has exited (at once if it is already gone)."""
     try:
