@@ -1,20 +1,30 @@
 """The scheduler with placement by memory (`gpus: auto`): the fake Effects of test_scheduler.py,
 whose GPU reading is one 10 GiB GPU on which every occupant holds its footprint, and the real
-eviction policy (no NVML, no processes)."""
+eviction policy (no NVML, no processes); and a slow GPU reading, through the daemon's own
+readings and GPU ledger over the fake backend, that holds up no other swap."""
 
 from __future__ import annotations
 
 import asyncio
 import functools
+import threading
 from collections.abc import Sequence
+from pathlib import Path
 
 import msgspec
 
+from swapd.daemon.busy_checks import BusyChecks
 from swapd.daemon.config import Config, ModelConfig
+from swapd.daemon.gpu_ledger import GpuLedger
+from swapd.daemon.machinery.footprints import Footprints
+from swapd.daemon.machinery.gpu_fake import FakeBackend, fake_uuid
 from swapd.daemon.policy.eviction.choose import choose
 from swapd.daemon.policy.eviction.contract import GpuRoom, Occupant
 from swapd.daemon.policy.eviction.memory_fit import GIB, Gpu
+from swapd.daemon.policy.proxies import ProxyRegistry
 from swapd.daemon.policy.scheduler import Scheduler
+from swapd.daemon.readings import DaemonReadings
+from swapd.ipc.model_status import GpuInfo
 from tests.support.models import model
 from tests.support.scheduler import FakeEffects, Handle
 
@@ -104,5 +114,56 @@ def test_a_model_that_is_not_placed_by_memory_sees_placed_ones_where_they_run() 
         await sched.ensure("a")  # placed on gpu-0
         await sched.ensure("pinned")  # GPU 1: disjoint, so `a` keeps running
         assert effects.running == {"a", "pinned"}
+
+    asyncio.run(run())
+
+
+class SlowBackend(FakeBackend):
+    """The fake GPU backend standing for NVML, whose first reading takes a second (a loaded
+    machine's NVML call and /proc walk), or less when the test lets it go (`done`)."""
+
+    def __init__(self, proc: Path, order: list[str]) -> None:
+        super().__init__([("Fake 0", fake_uuid(0), 10 * GIB)], proc=proc)
+        self.order = order
+        self.reading = threading.Event()
+        self.done = threading.Event()
+
+    def devices(self) -> list[GpuInfo]:
+        if not self.reading.is_set():  # the first reading only
+            self.reading.set()
+            self.done.wait(1.0)
+            self.order.append("reading done")
+        return super().devices()
+
+
+def test_a_slow_gpu_reading_does_not_hold_up_another_models_swap(tmp_path: Path) -> None:
+    """While a placement by memory reads the GPUs (NVML and /proc, in a thread, before it
+    decides), another model's swap decides, starts it and answers its waiter: nothing waits for
+    the reading. (The scheduler once read the GPUs while holding the lock every decision and
+    wake-up takes, so the other model was ready only after the reading.)"""
+
+    async def run() -> None:
+        proc = tmp_path / "proc"
+        proc.mkdir()
+        order: list[str] = []
+        backend = SlowBackend(proc, order)
+        # b runs on no GPU (`gpus: []`): the two share nothing, so neither evicts the other.
+        config = Config(
+            models={"slow": model("slow", gpus_auto=True, vram=(GIB,)), "b": model("b", gpus=())}
+        )
+        effects = FakeEffects(config)
+        readings = DaemonReadings(
+            ProxyRegistry(), BusyChecks(), GpuLedger(backend, Footprints(None))
+        )
+        policies = functools.partial(choose, by_memory=True)
+        sched = Scheduler(config, effects, readings, choose_policy=policies)
+        placing = asyncio.create_task(sched.ensure("slow"))
+        await asyncio.to_thread(backend.reading.wait, 10)  # the reading is under way
+        await sched.ensure("b")
+        order.append("b ready")
+        backend.done.set()
+        await placing
+        assert order == ["b ready", "reading done"]
+        assert effects.log == [("start", "b"), ("start", "slow")]
 
     asyncio.run(run())
