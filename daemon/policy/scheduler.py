@@ -5,8 +5,8 @@ publisher in the daemon; a fake in the unit tests), `Readings` (what it reads of
 it decides) and an eviction policy (`eviction/contract.py`, chosen per config by
 `eviction/choose.py`). It owns every model's lifecycle state: stopped -> starting -> ready ->
 draining -> stopping -> stopped, plus failed. Its parts: the models' records (`model_table.py`),
-the swaps under way (`swap_queue.py`, each a `swap.Swap` in an explicit phase) and the stops
-(`stops.py`).
+the swaps under way (`swap_queue.py`, each a `swap.Swap` in an explicit phase), the starts
+(`starts.py`) and the stops (`stops.py`); `room.py` builds what the policy is shown.
 
 The decision tree. For each `ensure(model_id)` (a name is resolved to its id once, where the
 request enters the daemon):
@@ -55,34 +55,30 @@ from typing import Any, Generic
 import msgspec
 
 from ...ipc.causes import StopCause
-from ...ipc.states import LOADED_STATES, ModelState
+from ...ipc.states import ModelState
 from ..config import Config, ModelConfig
 from ..errors import (
-    BackingOff,
     EnsureError,
     ModelNotFound,
     ModelUnloaded,
     NoGpuRoom,
     ShuttingDown,
-    StartFailed,
 )
+from . import room
 from .changes import Changes
 from .eviction.choose import choose
-from .eviction.contract import Ask, EvictionPolicy, MakeRoom, Occupant, Refuse, Room, Wait
+from .eviction.contract import EvictionPolicy, MakeRoom, Occupant, Refuse, Room, Wait
 from .eviction.preemption import COLLATE_WINDOW
 from .model_table import ModelTable
 from .records import Effects, H, ModelRecord, Readings, Stop
+from .starts import BACKOFF_AFTER, BACKOFF_BASE, BACKOFF_MAX, Starts
 from .stops import Stops
-from .swap import Abort, Claim, Phase, Start, Swap, Waits, retrieve
+from .swap import Abort, Claim, Phase, Swap, Waits, retrieve
 from .swap_queue import SwapQueue
 
 __all__ = ["BACKOFF_AFTER", "BACKOFF_BASE", "BACKOFF_MAX", "EnsureError", "Scheduler"]
 
 log = logging.getLogger("swapd.scheduler")
-
-BACKOFF_AFTER = 3
-BACKOFF_BASE = 5.0
-BACKOFF_MAX = 300.0
 
 Chooser = Callable[[Config], EvictionPolicy]
 
@@ -104,13 +100,13 @@ class Scheduler(Generic[H]):
         self.choose_policy = choose_policy
         self.policy = choose_policy(config)
         self.clock = clock
-        self.backoff_base = backoff_base
         self.collate_window = collate_window
         self.shutting_down = False
         self.changes = Changes()
         self.models: ModelTable[H] = ModelTable(config, effects)
         self.swaps: SwapQueue[H] = SwapQueue()
         self.stops: Stops[H] = Stops(self.models, effects, self.swaps, self.changes)
+        self.starts: Starts[H] = Starts(self.models, effects, clock, backoff_base)
 
     @property
     def config(self) -> Config:
@@ -161,7 +157,7 @@ class Scheduler(Generic[H]):
         swap = self.swaps.get(model_id)
         if swap is None:
             # 5.
-            self._check_backoff(rec)
+            self.starts.check_backoff(rec)
             # 6.
             loop = asyncio.get_running_loop()
             priority = self.config.priority.get(model_id, 0)
@@ -173,16 +169,6 @@ class Scheduler(Generic[H]):
 
     def _taken_down(self, model_id: str) -> bool:
         return self.stops.under_way(model_id) or self.swaps.evicting(model_id)
-
-    def _check_backoff(self, rec: ModelRecord[H]) -> None:
-        if rec.failures < BACKOFF_AFTER:
-            return
-        wait = rec.retry_at - self.clock()
-        if wait > 0:
-            raise BackingOff(
-                f"model {rec.id} failed to start {rec.failures} times in a row; backing off, "
-                f"next try in {wait:.0f}s (last error: {rec.reason})",
-            )
 
     # ------------------------------------------------------------------------------- a swap
 
@@ -215,7 +201,7 @@ class Scheduler(Generic[H]):
     ) -> H | None:
         """A process found starting: its handle once healthy; None when it was not (the swap
         goes on as any other, for the same waiters)."""
-        handle = await self._start(swap, self.config.models[swap.target], adopting)
+        handle = await self.starts.start(swap, self.config.models[swap.target], adopting)
         if handle is not None and swap.phase is Phase.RESTARTING:
             # A reload changed the definition just as the adopted process became healthy.
             await self.stops.stop(swap.target, Stop(StopCause.RELOAD))
@@ -248,7 +234,7 @@ class Scheduler(Generic[H]):
                 raise ModelNotFound(f"no local model {target!r}")
             if claim.gpus is not None:
                 model = msgspec.structs.replace(model, gpus=claim.gpus)
-            handle = await self._start(swap, model)
+            handle = await self.starts.start(swap, model)
             self._check_aborted(swap)  # unloaded just as it became ready: the unload stops it
             if swap.phase is not Phase.RESTARTING:
                 assert handle is not None  # None only for an aborted start, which raised above
@@ -288,7 +274,7 @@ class Scheduler(Generic[H]):
             model = self.config.models.get(target)
             gpus = None
             if model is not None and self.policy.reads_gpus(model):
-                gpus = await self.readings.gpus(model, self._occupants(target))
+                gpus = await self.readings.gpus(model, list(self._occupants(target).values()))
             # 8.
             self._check_aborted(swap)
             model = self.config.models.get(target)
@@ -302,7 +288,7 @@ class Scheduler(Generic[H]):
             # 10.
             now = self.clock()
             decision = self.policy.decide(
-                self._ask(swap, model, now), Room(self._by_id(self._occupants(target)), gpus)
+                room.ask(swap, model, now, self.collate_window), Room(self._occupants(target), gpus)
             )
             waits.decision = decision
             self.effects.decided(model, decision)
@@ -331,26 +317,14 @@ class Scheduler(Generic[H]):
             swap.claimed(Claim(decision.stop, decision.placement))
             return None
 
-    def _ask(self, swap: Swap[H], model: ModelConfig, now: float) -> Ask:
-        waits = swap.waits
-        return Ask(
-            target=model,
-            now=now,
-            queued_at=swap.turn.queued_at,
-            collate_window=self.collate_window,
-            yielded_at=waits.yielded_at if waits is not None else None,
-            asked=dict(waits.asked) if waits is not None else {},
-            room_since=waits.room_since if waits is not None else None,
-        )
-
     def _ahead_in_conflict(self, swap: Swap[H], mine: MakeRoom) -> str | None:
         """A swap ahead in the queue that may begin now and conflicts with `swap`'s claim."""
         for other in self.swaps.ahead(swap):
             model = self.config.models.get(other.target)
             if model is None or self.policy.reads_gpus(model):
                 continue
-            ask = self._ask(other, model, self.clock())
-            theirs = self.policy.decide(ask, Room(self._by_id(self._occupants(other.target))))
+            ask = room.ask(other, model, self.clock(), self.collate_window)
+            theirs = self.policy.decide(ask, Room(self._occupants(other.target)))
             if not isinstance(theirs, MakeRoom):
                 continue
             if self.stops.under_way(other.target) or self.swaps.collides(other.target, theirs.stop):
@@ -381,121 +355,20 @@ class Scheduler(Generic[H]):
         finally:
             reading.cancel()
 
-    def _occupants(self, target: str | None) -> list[Occupant]:
-        """Every model with a process, and the targets of claimed swaps (placed, maybe not
-        started yet), as the eviction policy sees them; never `target`."""
-        config = self.config
-        result: list[Occupant] = []
-        seen = {target}
-        for swap in self.swaps.claims():
-            model = config.models.get(swap.target)
-            if swap.target in seen or model is None:
-                continue
-            seen.add(swap.target)
-            assert swap.claim is not None
-            if swap.claim.gpus is not None:
-                model = msgspec.structs.replace(model, gpus=swap.claim.gpus)
-            result.append(self._occupant(swap.target, model, ModelState.STARTING, None))
-        for rec in self.records.values():
-            if rec.id in seen or rec.state not in LOADED_STATES:
-                continue
-            model = config.models.get(rec.id)
-            placed = rec.model.gpus if rec.model is not None else None
-            if model is not None and model.gpus_auto and placed is not None:
-                model = msgspec.structs.replace(model, gpus=placed)
-            result.append(self._occupant(rec.id, model, rec.state, rec.handle))
-        return result
-
-    def _occupant(
-        self, model_id: str, model: ModelConfig | None, state: ModelState, handle: H | None
-    ) -> Occupant:
-        activity = self.readings.activity(model_id)
-        started = handle.started_at if handle is not None else 0.0
-        return Occupant(
-            model_id,
-            model,
-            state,
-            pid=handle.pid if handle is not None else None,
-            in_flight=activity.in_flight,
-            busy=self.readings.busy(model_id) if state == ModelState.READY else None,
-            last_use=max(activity.last, started),
+    def _occupants(self, target: str | None) -> dict[str, Occupant]:
+        return room.occupants(
+            self.config, self.swaps.claims(), self.records.values(), self.readings, target
         )
-
-    @staticmethod
-    def _by_id(occupants: Iterable[Occupant]) -> dict[str, Occupant]:
-        return {o.id: o for o in occupants}
 
     def occupants(self) -> list[Occupant]:
         """Every model with a process or a claimed start (for the GPU footprints' samples)."""
-        return self._occupants(None)
+        return list(self._occupants(None).values())
 
     def _check_aborted(self, swap: Swap[H]) -> None:
         if swap.abort is not None:
             raise swap.abort.error
         if self.shutting_down:
             raise ShuttingDown()
-
-    async def _start(
-        self,
-        swap: Swap[H],
-        model: ModelConfig,
-        adopting: Coroutine[object, object, H | None] | None = None,
-    ) -> H | None:
-        """Start `model` (or wait for a process found starting to become healthy: `adopting`);
-        None when an unload, a shutdown or a reload aborted the start, or the adoption failed."""
-        rec = self.record(model.id)
-        if rec.state == ModelState.READY:
-            if adopting is not None:
-                adopting.close()
-            return rec.handle
-        rec.adopted = adopting is not None
-        self.models.set(rec, ModelState.STARTING, "adopting" if adopting is not None else "")
-        starter = adopting if adopting is not None else self._start_effect(model)
-        swap.starting(Start(model, asyncio.get_running_loop().create_task(starter)))
-        assert swap.start is not None
-        try:
-            handle = await swap.start.task
-        except asyncio.CancelledError:
-            this = asyncio.current_task()
-            aborted = swap.phase in (Phase.ABORTED, Phase.RESTARTING)
-            if not aborted or (this is not None and this.cancelling()):
-                self.models.set(
-                    rec, ModelState.STOPPED, "start cancelled", Stop(StopCause.SHUTDOWN)
-                )
-                raise
-            # The start cleaned up after itself (its process is stopped).
-            rec.handle = None
-            why = Stop(swap.abort.cause if swap.abort is not None else StopCause.RELOAD)
-            self.models.set(rec, ModelState.STOPPED, f"start aborted: {why.text}", why)
-            return None
-        except Exception as exc:
-            rec.handle = None
-            rec.failures += 1
-            if rec.failures >= BACKOFF_AFTER:
-                delay = min(self.backoff_base * 2 ** (rec.failures - BACKOFF_AFTER), BACKOFF_MAX)
-                rec.retry_at = self.clock() + delay
-            if isinstance(exc, EnsureError):
-                self.models.set(rec, ModelState.FAILED, exc.message)
-                raise
-            # A bug in the machinery: still an answer to the waiters, never a hang.
-            error = StartFailed(f"{type(exc).__name__}: {exc}")
-            self.models.set(rec, ModelState.FAILED, error.message)
-            raise error from exc
-        finally:
-            swap.started()
-        if handle is None:  # the adopted process did not become healthy (and was stopped)
-            unhealthy = Stop(StopCause.UNHEALTHY)
-            self.models.set(rec, ModelState.STOPPED, unhealthy.text, unhealthy)
-            return None
-        rec.handle = handle
-        rec.model = model
-        rec.failures = 0
-        rec.retry_at = 0.0
-        self.models.set(rec, ModelState.READY, "adopted" if adopting is not None else "")
-        return handle
-
-    async def _start_effect(self, model: ModelConfig) -> H | None:
-        return await self.effects.start(model)
 
     # ------------------------------------------------------------------------- stop, unload
 
@@ -544,11 +417,7 @@ class Scheduler(Generic[H]):
 
     def adopt(self, model: ModelConfig, handle: H) -> None:
         """A process that already runs (found in circusd after a daemon restart) is ready."""
-        rec = self.record(model.id)
-        rec.handle = handle
-        rec.model = model
-        rec.adopted = True
-        self.models.set(rec, ModelState.READY, "adopted")
+        self.starts.adopted(model, handle)
 
     def adopt_when_healthy(
         self, model: ModelConfig, waiting: Coroutine[object, object, H | None]
@@ -563,26 +432,9 @@ class Scheduler(Generic[H]):
         swap.task = loop.create_task(self._run(swap, waiting))
 
     def process_exited(self, model_id: str, pid: int, exit_code: int | None) -> bool:
-        """A ready model's process died on its own. Returns True when it was one of ours.
-
-        Its state becomes `stopped` (the next request starts it again); the leftover watcher is
-        cleaned up like a stop, and a new start of the model waits for that.
-        """
-        rec = self.records.get(model_id)
-        if rec is None or rec.handle is None or rec.handle.pid != pid:
-            return False
-        if rec.state != ModelState.READY or self.stops.stopping(model_id):
-            return False
-        if self.shutting_down:
-            return False
-        said = f"exit code {exit_code}" if exit_code is not None else "unknown exit code"
-        crash = Stop(StopCause.CRASH, detail=f"process {pid} exited on its own ({said})")
-        log.warning("%s: %s", model_id, crash.text)
-        handle, model = rec.handle, rec.model
-        rec.handle = None
-        self.models.set(rec, ModelState.STOPPED, crash.text, crash)
-        self.stops.clean_up(model_id, handle, model)
-        return True
+        """A ready model's process died on its own. Returns True when it was one of ours (then
+        it is `stopped`, and the next request starts it again)."""
+        return not self.shutting_down and self.stops.exited(model_id, pid, exit_code)
 
     async def shutdown(self) -> None:
         """Refuse new ensures; waiting ones get 503 at once. Starts under way go on (the next

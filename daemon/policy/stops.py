@@ -1,7 +1,7 @@
 """Stopping models, the scheduler's second half: one stop per model (a drain, then the process
 taken down), joined by whoever else wants it stopped; collation, which takes a model back from a
-swap's drain when a request for it comes first; and the cleanup after a process that exited on
-its own.
+swap's drain when a request for it comes first; and a process that exited on its own (a crash),
+cleaned up like a stop.
 
 A stop that a swap began is collatable: within that swap's collation window a request for the
 model cancels the drain, the model serves again, and the swap queues again (`take_back`). Only
@@ -17,6 +17,7 @@ import logging
 from collections import Counter
 from typing import Generic
 
+from ...ipc.causes import StopCause
 from ...ipc.states import LOADED_STATES, ModelState
 from ..config import ModelConfig
 from .changes import Changes
@@ -152,9 +153,25 @@ class Stops(Generic[H]):
 
     # ---------------------------------------------------------------------------- cleanup
 
-    def clean_up(self, model_id: str, handle: H, model: ModelConfig | None) -> None:
-        """A process that exited on its own: its leftover watcher is removed like a stop, and a
-        new start of the model waits for that."""
+    def exited(self, model_id: str, pid: int, exit_code: int | None) -> bool:
+        """A ready model's process `pid` died on its own: True when it was its own (then it is
+        `stopped`, and its leftover watcher is cleaned up like a stop; a new start of the model
+        waits for that)."""
+        rec = self.models.records.get(model_id)
+        if rec is None or rec.handle is None or rec.handle.pid != pid:
+            return False
+        if rec.state != ModelState.READY or model_id in self._stops:
+            return False
+        said = f"exit code {exit_code}" if exit_code is not None else "unknown exit code"
+        crash = Stop(StopCause.CRASH, detail=f"process {pid} exited on its own ({said})")
+        log.warning("%s: %s", model_id, crash.text)
+        handle, model = rec.handle, rec.model
+        rec.handle = None
+        self.models.set(rec, ModelState.STOPPED, crash.text, crash)
+        self._clean_up(model_id, handle, model)
+        return True
+
+    def _clean_up(self, model_id: str, handle: H, model: ModelConfig | None) -> None:
 
         async def cleanup() -> None:
             try:
