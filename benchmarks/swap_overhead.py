@@ -142,6 +142,25 @@ async def floor(
             await proc.wait()
 
 
+async def swap_phases(session: aiohttp.ClientSession, base: str, last: int) -> str:
+    """The medians of the last `last` swaps' phases, from swapd's own swap log (`/api/swaps`):
+    drain and stop of the model swapped out, start (spawn until circus runs the process), health
+    (until the first 200), and the whole record (the first drain to ready)."""
+    async with session.get(f"{base}/api/swaps") as resp:
+        if resp.status != 200:
+            return f"(no swap log: HTTP {resp.status})"
+        records = [r for r in (await resp.json())["swaps"] if r["kind"] == "swap"][-last:]
+    if not records:
+        return "(no swap recorded)"
+    names = ("drain", "stop", "start", "health")
+    parts = [
+        f"{n} {statistics.median(r['phases'].get(n, 0.0) for r in records) * 1e3:.1f}"
+        for n in names
+    ]
+    whole = statistics.median(r["ended"] - r["began"] for r in records)
+    return ", ".join(parts) + f"; the whole swap {whole * 1e3:.1f} ms"
+
+
 def ms(seconds: float) -> str:
     return f"{seconds * 1e3:7.1f} ms"
 
@@ -191,6 +210,10 @@ async def main() -> int:
                         stops.append(stopped)
                     else:
                         swaps[name].append(await through_swapd(to_swapd, stacks[name].url, model))
+            phases = {
+                name: await swap_phases(to_swapd, swapd.url, args.rounds)
+                for name, swapd in stacks.items()
+            }
         for name, swapd in stacks.items():
             code = swapd.stop()
             if code != 0:
@@ -218,6 +241,7 @@ async def main() -> int:
             f"{name}: overhead minus the floor's stop time:          median "
             f"{ms(statistics.median(beyond))}"
         )
+        print(f"{name}: where a swap's time goes (its swap log, medians): {phases[name]}")
         if name == "swapd":
             target = statistics.median(pairs) <= 0.020
     print(f"per round (ms): {' / '.join(names)} / floor / stop")

@@ -18,6 +18,8 @@ Pure, like the policies that call it.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from ....ipc.timings import REPORT_GRACE
 from .contract import Ask, Hold, MakeRoom, Room, Wait
 
@@ -27,8 +29,14 @@ BUSY_POLL = 0.1
 
 
 def make_room(stop: frozenset[str], ask: Ask, room: Room) -> MakeRoom | Wait:
-    """Both rules, in order, for a policy that names `stop`."""
-    return collation_wait(stop, ask, room) or busy_check_wait(stop, ask, room)
+    """Both rules, in order, for a policy that names `stop`. While collation waits, the busy
+    models the swap already waits for stay held, and none is read again yet."""
+    checked = busy_check_wait(stop, ask, room)
+    waiting = collation_wait(stop, ask, room)
+    if waiting is None:
+        return checked
+    holding = checked.holding if isinstance(checked, Wait) else {}
+    return replace(waiting, holding=holding)
 
 
 def collation_wait(stop: frozenset[str], ask: Ask, room: Room) -> Wait | None:
@@ -58,15 +66,17 @@ def busy_check_wait(stop: frozenset[str], ask: Ask, room: Room) -> MakeRoom | Wa
         and o.model.busy_check is not None
     ]
     unasked = frozenset(o.id for o in checked if o.id not in ask.asked)
-    if unasked:
-        return Wait(f"reading the busy check of {', '.join(sorted(unasked))}", check=unasked)
-    busy = [o for o in checked if o.busy is not None and o.busy.busy]
+    busy = [o for o in checked if o.busy is not None and o.busy.busy and o.id in ask.asked]
     holding = {}
     for o in busy:
         assert o.model is not None and o.model.busy_check is not None
         at_most = o.model.busy_check.swap_wait
         if ask.now < ask.asked[o.id] + at_most:
             holding[o.id] = Hold(ask.asked[o.id] + at_most, at_most)
+    if unasked:
+        # Those it waits for already stay held while the new ones are read.
+        reason = f"reading the busy check of {', '.join(sorted(unasked))}"
+        return Wait(reason, check=unasked, holding=holding)
     if holding:
         until = min(hold.until for hold in holding.values())
         return Wait(f"busy: {', '.join(sorted(holding))}", until=until, holding=holding)
