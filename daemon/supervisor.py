@@ -124,17 +124,18 @@ class Daemon:
         lifecycle = self.lifecycle
         self.exits = ExitWatch(lifecycle.watchers, self._exited)
         self.busy = BusyChecks(self._busy_changed, session=lambda: lifecycle.session)
-        self.statuses = StatusView(self.registry, lifecycle, self.busy.board, self.ledger)
+        board = self.busy.board
+        statuses = self.statuses = StatusView(self.registry, lifecycle, board, self.ledger)
         effects = DaemonEffects(
             lifecycle,
             self.registry,
             self.exits,
             publisher=publisher,
-            status_of=self.statuses.of,
+            status_of=statuses.of,
             phases=phases,
             metrics=self.metrics,
             swap_log=self.swap_log,
-            board=self.busy.board,
+            board=board,
             ledger=self.ledger,
         )
         # The eviction policy is chosen for each config (here and at every reload) by `choose`.
@@ -151,7 +152,7 @@ class Daemon:
             config,
             self.instance,
             self.endpoint,
-            lambda: self.statuses.all(scheduler.states(), scheduler.config.models),
+            lambda: statuses.all(scheduler.states(), scheduler.config.models),
             lambda: gpu_ledger.gpu_devices(backend, ledger, scheduler.loaded()),
             metrics=self.metrics,
             before_scrape=self.host.before_scrape,
