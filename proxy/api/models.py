@@ -74,10 +74,10 @@ def _selector_entry(
     return item
 
 
-def status_value(state: str) -> str:
+def status_value(state: ModelState) -> str:
     """`status.value` in llama.cpp's router's words: `loading` while it starts, `loaded` while
     a process serves (or is being stopped), `unloaded` otherwise."""
-    if state == "starting":
+    if state == ModelState.STARTING:
         return "loading"
     return "loaded" if state in LOADED_STATES else "unloaded"
 
