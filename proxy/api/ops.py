@@ -9,6 +9,7 @@ from aiohttp import web
 
 from ...ipc.messages import Error, Ok, Status, StatusReply
 from ...ipc.routing_table import RouteModel
+from ...ipc.states import ModelState
 from ..context import CTX, ProxyContext
 from ..errors import BadGateway, BadRequest, NotFound, ProxyError
 from ..mirror.state import Routes
