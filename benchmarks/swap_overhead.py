@@ -8,9 +8,17 @@ The time the floor's process then takes to exit on SIGTERM is reported too: swap
 the previous model, which the floor does not include.
 
     python benchmarks/swap_overhead.py [--rounds 20] [--upstream demo|fake_model]
+        [--health-delay SECONDS] [--before DIR]
 
 `--upstream fake_model` uses the test suite's upstream (tests/support/upstreams/fake_model.py),
 which exits through the interpreter's full teardown (~30 ms here) where the demo server skips it.
+`--health-delay 1.6` (fake_model only) makes each upstream answer 503 on /health for that long
+after it listens, as a model that loads its weights does: the swap then spends its time in the
+health check, polled in the same steps the floor polls in.
+
+`--before DIR` runs a second swapd from an older tree beside this one, in the same rounds
+(`DIR/swapd/...` first on `PYTHONPATH`; make one with `mkdir -p DIR/swapd && git archive REV |
+tar -x -C DIR/swapd`): the overhead before and after a change, from one run on one machine.
 
 Target: median overhead (swap - floor) <= 20 ms.
 """
@@ -19,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import shlex
@@ -68,6 +77,15 @@ models:
 def config_text(upstream: list[str]) -> str:
     argv = [a.replace("{port}", "${PORT}").replace("{model}", "${MODEL_ID}") for a in upstream]
     return CONFIG.format(start=free_port(consecutive=2), cmd=shlex.join(argv))
+
+
+def upstream_argv(name: str, health_delay: float) -> list[str]:
+    argv = list(UPSTREAMS[name])
+    if health_delay:
+        if name != "fake_model":
+            raise SystemExit("--health-delay needs --upstream fake_model")
+        argv += ["--health-delay", f"{health_delay:g}"]
+    return argv
 
 
 def body(model: str) -> dict[str, object]:
@@ -124,6 +142,25 @@ async def floor(
             await proc.wait()
 
 
+async def swap_phases(session: aiohttp.ClientSession, base: str, last: int) -> str:
+    """The medians of the last `last` swaps' phases, from swapd's own swap log (`/api/swaps`):
+    drain and stop of the model swapped out, start (spawn until circus runs the process), health
+    (until the first 200), and the whole record (the first drain to ready)."""
+    async with session.get(f"{base}/api/swaps") as resp:
+        if resp.status != 200:
+            return f"(no swap log: HTTP {resp.status})"
+        records = [r for r in (await resp.json())["swaps"] if r["kind"] == "swap"][-last:]
+    if not records:
+        return "(no swap recorded)"
+    names = ("drain", "stop", "start", "health")
+    parts = [
+        f"{n} {statistics.median(r['phases'].get(n, 0.0) for r in records) * 1e3:.1f}"
+        for n in names
+    ]
+    whole = statistics.median(r["ended"] - r["began"] for r in records)
+    return ", ".join(parts) + f"; the whole swap {whole * 1e3:.1f} ms"
+
+
 def ms(seconds: float) -> str:
     return f"{seconds * 1e3:7.1f} ms"
 
@@ -133,16 +170,23 @@ async def main() -> int:
     parser.add_argument("--rounds", type=int, default=20, help="swaps to time (default 20)")
     parser.add_argument("--warmup", type=int, default=4)
     parser.add_argument("--upstream", choices=sorted(UPSTREAMS), default="demo")
+    parser.add_argument("--health-delay", type=float, default=0.0)
+    parser.add_argument("--before", type=Path, help="an older tree to measure beside this one")
     args = parser.parse_args()
 
-    upstream = UPSTREAMS[args.upstream]
-    config = config_text(upstream)
+    upstream = upstream_argv(args.upstream, args.health_delay)
     models = ["bench-a", "bench-b"]
-    swaps: list[float] = []
+    names = ["swapd"] if args.before is None else ["swapd", "before"]
+    swaps: dict[str, list[float]] = {name: [] for name in names}
     floors: list[float] = []
     stops: list[float] = []
-    with RunningSwapd(config) as swapd:
-        print(f"swapd {swapd.url} (run dir {swapd.run_dir})")
+    with contextlib.ExitStack() as running:
+        stacks = {"swapd": running.enter_context(RunningSwapd(config_text(upstream)))}
+        if args.before is not None:
+            env = {**os.environ, "PYTHONPATH": str(args.before.resolve())}
+            stacks["before"] = running.enter_context(RunningSwapd(config_text(upstream), env=env))
+        for name, swapd in stacks.items():
+            print(f"{name}: {swapd.url} (run dir {swapd.run_dir})")
         # Fresh connections each request on the floor; the swapd client keeps its connection to
         # the proxy, as any real client would.
         async with (
@@ -150,39 +194,60 @@ async def main() -> int:
             aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True)) as direct,
         ):
             for i in range(args.warmup):
-                await through_swapd(to_swapd, swapd.url, models[i % 2])
+                for swapd in stacks.values():
+                    await through_swapd(to_swapd, swapd.url, models[i % 2])
                 await floor(direct, upstream, models[i % 2])
             for i in range(args.rounds):
                 model = models[i % 2]
-                # Alternate which of the pair goes first, so drift in the machine's load
-                # (a shared 2-core box) does not favour either side.
-                if i % 4 < 2:
-                    swaps.append(await through_swapd(to_swapd, swapd.url, model))
-                    answered, stopped = await floor(direct, upstream, model)
-                else:
-                    answered, stopped = await floor(direct, upstream, model)
-                    swaps.append(await through_swapd(to_swapd, swapd.url, model))
-                floors.append(answered)
-                stops.append(stopped)
-        code = swapd.stop()
-        if code != 0:
-            print(f"warning: swapd exited with {code}; log:\n{swapd.log.read_text()[-3000:]}")
+                # Alternate which goes first, so drift in the machine's load (a shared 2-core
+                # box) does not favour any of them.
+                order = [*names, "floor"]
+                order = order[i % len(order) :] + order[: i % len(order)]
+                for name in order:
+                    if name == "floor":
+                        answered, stopped = await floor(direct, upstream, model)
+                        floors.append(answered)
+                        stops.append(stopped)
+                    else:
+                        swaps[name].append(await through_swapd(to_swapd, stacks[name].url, model))
+            phases = {
+                name: await swap_phases(to_swapd, swapd.url, args.rounds)
+                for name, swapd in stacks.items()
+            }
+        for name, swapd in stacks.items():
+            code = swapd.stop()
+            if code != 0:
+                print(f"warning: {name} exited with {code}; log:\n{swapd.log.read_text()[-3000:]}")
 
-    pairs = [s - f for s, f in zip(swaps, floors, strict=True)]
-    beyond_stop = [s - f - st for s, f, st in zip(swaps, floors, stops, strict=True)]
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())
-    print(f"upstream {args.upstream}: {args.rounds} swaps (after {args.warmup} warm-up)")
+    delay = f", health after {args.health_delay:g}s" if args.health_delay else ""
+    print(f"upstream {args.upstream}{delay}: {args.rounds} swaps (after {args.warmup} warm-up)")
     print(f"load average at the end (1/5/15 min): {load} on {os.cpu_count()} CPUs")
-    print(f"through swapd (stop other + start + request): median {ms(statistics.median(swaps))}")
     print(f"floor (spawn + 5 ms health polls + request):   median {ms(statistics.median(floors))}")
     print(f"floor's own SIGTERM -> exit:                    median {ms(statistics.median(stops))}")
-    print(f"overhead per request (swap - floor):           median {ms(statistics.median(pairs))}")
-    beyond = statistics.median(beyond_stop)
-    print(f"overhead minus the floor's stop time:          median {ms(beyond)}")
-    print("per round (ms): swap / floor / stop")
-    for s, f, st in zip(swaps, floors, stops, strict=True):
-        print(f"  {s * 1e3:7.1f} {f * 1e3:7.1f} {st * 1e3:7.1f}")
-    target = statistics.median(pairs) <= 0.020
+    target = True
+    for name in names:
+        pairs = [s - f for s, f in zip(swaps[name], floors, strict=True)]
+        beyond = [s - f - st for s, f, st in zip(swaps[name], floors, stops, strict=True)]
+        print(
+            f"{name}: through swapd (stop other + start + request): median "
+            f"{ms(statistics.median(swaps[name]))}"
+        )
+        print(
+            f"{name}: overhead per request (swap - floor):           median "
+            f"{ms(statistics.median(pairs))}"
+        )
+        print(
+            f"{name}: overhead minus the floor's stop time:          median "
+            f"{ms(statistics.median(beyond))}"
+        )
+        print(f"{name}: where a swap's time goes (its swap log, medians): {phases[name]}")
+        if name == "swapd":
+            target = statistics.median(pairs) <= 0.020
+    print(f"per round (ms): {' / '.join(names)} / floor / stop")
+    for i in range(args.rounds):
+        row = [swaps[name][i] for name in names] + [floors[i], stops[i]]
+        print("  " + " ".join(f"{x * 1e3:7.1f}" for x in row))
     print(f"target median overhead <= 20 ms: {'met' if target else 'MISSED'}")
     return 0
 

@@ -1,5 +1,5 @@
 """The daemon's periodic chores, every TICK: TTL unloads, silent proxies forgotten, `busyCheck`
-probes, the placer's memory samples, lingering ports checked again."""
+polls, the GPU ledger's memory samples, lingering ports checked again."""
 
 from __future__ import annotations
 
@@ -8,12 +8,12 @@ import logging
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from . import placer as placer_module
-from .busy_watch import BusyWatch
+from ..ipc.causes import StopCause
+from .busy_checks import BusyChecks
+from .gpu_ledger import SAMPLE_EVERY, GpuLedger
 from .machinery.lifecycle import Lifecycle
 from .machinery.model_process import Running
 from .observe.metrics import Metrics
-from .placer import Placer
 from .policy import ttl
 from .policy.proxies import ProxyRegistry
 from .policy.records import ModelRecord
@@ -29,10 +29,10 @@ LINGER_RECHECK = 2.0
 async def tick_loop(
     scheduler: Scheduler[Running],
     registry: ProxyRegistry,
-    busy: BusyWatch,
+    busy: BusyChecks,
     lifecycle: Lifecycle,
     metrics: Metrics,
-    placer: Placer | None,
+    ledger: GpuLedger | None,
     *,
     forget: Callable[[str], None],
     publish_state: Callable[[ModelRecord[Running]], None],
@@ -42,9 +42,9 @@ async def tick_loop(
     loop = asyncio.get_running_loop()
     while True:
         await asyncio.sleep(TICK)
-        if placer is not None and loop.time() - last_sample >= placer_module.SAMPLE_EVERY:
+        if ledger is not None and loop.time() - last_sample >= SAMPLE_EVERY:
             last_sample = loop.time()
-            for model_id in await placer.sample(scheduler.occupants()):
+            for model_id in await ledger.sample(scheduler.occupants()):
                 publish_state(scheduler.record(model_id))
         for gone in registry.expire():
             forget(gone)
@@ -56,7 +56,7 @@ async def tick_loop(
             kept = ttl.effective_ttl(scheduler.record(model_id), model, registry)
             log.info("%s: unloading, TTL of %ss reached", model_id, "?" if kept is None else kept)
             metrics.ttl_unloads.labels(model_id).inc()
-            spawn(scheduler.stop(model_id, "ttl expired"))
+            spawn(scheduler.stop(model_id, StopCause.TTL))
         if lifecycle.lingering and loop.time() - last_recheck >= LINGER_RECHECK:
             last_recheck = loop.time()
             for model_id in lifecycle.recheck_lingering():

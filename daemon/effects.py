@@ -1,5 +1,14 @@
-"""The scheduler's `Effects`, done by the process machinery. Each is told everything it needs (the
-model, its handle, whether a start follows) and reads nothing of the scheduler's state."""
+"""The scheduler's `Effects`, done by the process machinery, and what observes them. Each effect is
+told everything it needs (the model, its handle, whether a start follows, the eviction policy's
+decision) and reads nothing of the scheduler's state.
+
+* `StatePublisher` publishes each model's state (`StateChanged`) and keeps the last one;
+* `Phases` takes how long each phase of a start or a stop took (to the metrics and the swap log);
+  a start's spawn also says that the health check began (the starting model's reason);
+* `DaemonEffects` starts, drains and stops models, publishes their states, counts, and carries out
+  what the eviction policy decided that is not the scheduler's: the busy models a swap waits for,
+  shown on the busy board (and logged there); a placement by memory, booked in the GPU ledger.
+"""
 
 from __future__ import annotations
 
@@ -10,19 +19,55 @@ import msgspec
 
 from ..ipc.messages import Draining, StateChanged
 from ..ipc.model_status import ModelStatus
-from ..ipc.states import HEALTH_CHECK_REASON
+from ..ipc.states import HEALTH_CHECK_REASON, ModelState
 from .config import ModelConfig
 from .endpoint import Endpoint
+from .gpu_ledger import GpuLedger
 from .machinery.exit_watch import ExitWatch
 from .machinery.lifecycle import Lifecycle
 from .machinery.model_process import Running
 from .observe.metrics import Metrics
 from .observe.swap_log import SwapLog
+from .policy.busy_board import BusyBoard
+from .policy.eviction.contract import Decision, Wait
 from .policy.proxies import ProxyRegistry
 from .policy.records import ModelRecord
-from .policy.swaps import BACKOFF_AFTER
+from .policy.scheduler import BACKOFF_AFTER
 
 StatusOf = Callable[[ModelRecord[Running], ModelConfig | None], ModelStatus]
+
+
+class StatePublisher:
+    def __init__(self, endpoint: Endpoint) -> None:
+        self.endpoint = endpoint
+        # The last status published per model: a phase change republishes it with a new reason.
+        self._last: dict[str, ModelStatus] = {}
+
+    def publish(self, status: ModelStatus) -> None:
+        self._last[status.model] = status
+        instance = self.endpoint.instance
+        self.endpoint.publish_nowait(
+            lambda seq: StateChanged(instance=instance, seq=seq, status=status)
+        )
+
+    def health_check_began(self, model_id: str) -> None:
+        last = self._last.get(model_id)
+        if last is not None and last.state == ModelState.STARTING:
+            self.publish(msgspec.structs.replace(last, reason=HEALTH_CHECK_REASON))
+
+
+class Phases:
+    def __init__(self, metrics: Metrics, swap_log: SwapLog, publisher: StatePublisher) -> None:
+        self.metrics = metrics
+        self.swap_log = swap_log
+        self.publisher = publisher
+
+    def record(self, model_id: str, phase: str, seconds: float) -> None:
+        """(model id, "drain", "stop", "start" or "health", seconds)."""
+        self.metrics.phase.labels(model_id, phase).observe(seconds)
+        self.swap_log.phase(model_id, phase, seconds)
+        if phase == "start":
+            self.publisher.health_check_began(model_id)
 
 
 class DaemonEffects:
@@ -30,30 +75,26 @@ class DaemonEffects:
         self,
         lifecycle: Lifecycle,
         registry: ProxyRegistry,
-        endpoint: Endpoint,
         exits: ExitWatch,
+        *,
+        publisher: StatePublisher,
         status_of: StatusOf,
-        metrics: Metrics | None = None,
-        swaps: SwapLog | None = None,
+        phases: Phases,
+        metrics: Metrics,
+        swap_log: SwapLog,
+        board: BusyBoard,
+        ledger: GpuLedger | None,
     ) -> None:
         self.lifecycle = lifecycle
         self.registry = registry
-        self.endpoint = endpoint
         self.exits = exits
+        self.publisher = publisher
         self.status_of = status_of
-        self.metrics = metrics or Metrics()
-        self.swaps = swaps
-        lifecycle.on_phase = self._phase
-        # The last status published per model: a phase change republishes it with a new reason.
-        self._last: dict[str, ModelStatus] = {}
-
-    def _phase(self, model_id: str, phase: str, seconds: float) -> None:
-        self.metrics.phase.labels(model_id, phase).observe(seconds)
-        if self.swaps is not None:
-            self.swaps.phase(model_id, phase, seconds)
-        last = self._last.get(model_id)
-        if phase == "start" and last is not None and last.state == "starting":
-            self._publish(msgspec.structs.replace(last, reason=HEALTH_CHECK_REASON))
+        self.phases = phases
+        self.metrics = metrics
+        self.swap_log = swap_log
+        self.board = board
+        self.ledger = ledger
 
     async def start(self, model: ModelConfig) -> Running:
         try:
@@ -66,7 +107,7 @@ class DaemonEffects:
         return running
 
     async def drain(self, model_id: str) -> None:
-        endpoint = self.endpoint
+        endpoint = self.publisher.endpoint
 
         async def publish(epoch: int) -> None:
             await endpoint.publish(
@@ -77,10 +118,7 @@ class DaemonEffects:
 
         began = time.monotonic()
         await self.registry.drain(model_id, publish)
-        self._phase(model_id, "drain", time.monotonic() - began)
-
-    def busy(self, model_id: str) -> bool:
-        return self.registry.in_flight(model_id) > 0
+        self.phases.record(model_id, "drain", time.monotonic() - began)
 
     async def stop(
         self, model_id: str, handle: Running, model: ModelConfig | None, *, start_follows: bool
@@ -89,20 +127,33 @@ class DaemonEffects:
         began = time.monotonic()
         # A swap starts its target right after: the watcher's `rm` waits until that has spawned.
         await self.lifecycle.stop(handle, model, defer_remove=start_follows)
-        self._phase(model_id, "stop", time.monotonic() - began)
+        self.phases.record(model_id, "stop", time.monotonic() - began)
         if start_follows:
             self.metrics.swaps.labels(model_id).inc()
 
     def changed(self, record: ModelRecord[Running], model: ModelConfig | None) -> None:
-        if record.state == "failed" and record.failures >= BACKOFF_AFTER:
+        if record.state == ModelState.FAILED and record.failures >= BACKOFF_AFTER:
             self.metrics.backoffs.labels(record.id).inc()
-        self._publish(self.status_of(record, model))
-        if self.swaps is not None:  # after the state event: a record follows what it records
-            self.swaps.changed(record.id, record.state, record.reason)
-
-    def _publish(self, status: ModelStatus) -> None:
-        self._last[status.model] = status
-        instance = self.endpoint.instance
-        self.endpoint.publish_nowait(
-            lambda seq: StateChanged(instance=instance, seq=seq, status=status)
+        stop = record.stop
+        if record.state == ModelState.STOPPED and stop is not None:
+            self.metrics.stops.labels(record.id, stop.cause).inc()
+        self.publisher.publish(self.status_of(record, model))
+        # After the state event: a record follows what it records.
+        self.swap_log.changed(
+            record.id,
+            record.state,
+            record.reason,
+            cause=stop.cause if stop is not None else None,
+            for_model=stop.for_model if stop is not None else "",
+            adopted=record.adopted,
         )
+
+    # ----------------------------------------------------------------------- what was decided
+
+    def decided(self, target: ModelConfig, decision: Decision) -> None:
+        self.board.waits(target.id, decision.holding if isinstance(decision, Wait) else {})
+        if self.ledger is not None:
+            self.ledger.book(target, decision)
+
+    def ended(self, target: str) -> None:
+        self.board.waits_over(target)

@@ -7,9 +7,11 @@ from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
+from ..ipc.causes import StartCause
 from .cli import circus_config
 from .errors import EnsureError
 from .machinery.model_process import Running
+from .policy import names
 from .policy.scheduler import Scheduler
 
 log = logging.getLogger("swapd.daemon")
@@ -19,7 +21,7 @@ def preload(
     run_dir: Path,
     scheduler: Scheduler[Running],
     spawn: Callable[[Coroutine[Any, Any, Any]], object],
-    wanted: Callable[[str, str], None],
+    wanted: Callable[[str, StartCause], None],
 ) -> None:
     """Not again when circusd restarts the daemon (the new daemon adopted what runs, maybe a
     model the user loaded since). `wanted` tells the swap log why each start was asked for."""
@@ -37,11 +39,13 @@ def preload(
 
 
 async def _preload_one(
-    scheduler: Scheduler[Running], model_id: str, wanted: Callable[[str, str], None]
+    scheduler: Scheduler[Running],
+    model_id: str,
+    wanted: Callable[[str, StartCause], None],
 ) -> None:
-    model = scheduler.config.resolve(model_id)
-    wanted(model.id if model else model_id, "preload")
     try:
-        await scheduler.ensure(model_id)
+        model = names.resolve(scheduler.config, model_id)
+        wanted(model.id, StartCause.PRELOAD)
+        await scheduler.ensure(model.id)
     except EnsureError as exc:
         log.error("preload of %s failed: %s", model_id, exc.message)

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Mapping
+from typing import Protocol
 
 from ..ipc.model_status import Lingering, LingeringProcess, ModelStatus
 from .config import ModelConfig
+from .gpu_ledger import GpuLedger
 from .machinery.model_process import Running
 from .policy import ttl
-from .policy.busy import BusyBoard
+from .policy.busy_board import BusyBoard
 from .policy.proxies import ProxyRegistry
 from .policy.records import ModelRecord
 
@@ -69,3 +71,43 @@ def all_status(
         model_status(rec, models.get(rec.id), registry, lingering, gpu_lingering, now, busy)
         for rec in records
     )
+
+
+class Lingerings(Protocol):
+    """What the process machinery reports of models that stopped (machinery/lifecycle.py)."""
+
+    lingering: dict[str, Lingering]
+    gpu_lingering: dict[str, tuple[LingeringProcess, ...]]
+
+
+class StatusView:
+    """The statuses of the models, from the parts that know them (built once, read at each
+    publish, `status` and snapshot)."""
+
+    def __init__(
+        self,
+        registry: ProxyRegistry,
+        machinery: Lingerings,
+        busy: BusyBoard,
+        ledger: GpuLedger | None,
+    ) -> None:
+        self.registry = registry
+        self.machinery = machinery
+        self.busy = busy
+        self.ledger = ledger
+
+    def of(self, rec: ModelRecord[Running], model: ModelConfig | None) -> ModelStatus:
+        m = self.machinery
+        st = model_status(rec, model, self.registry, m.lingering, m.gpu_lingering, busy=self.busy)
+        return self.ledger.annotate(st, model) if self.ledger is not None else st
+
+    def all(
+        self, records: Iterable[ModelRecord[Running]], models: Mapping[str, ModelConfig]
+    ) -> tuple[ModelStatus, ...]:
+        m = self.machinery
+        statuses = all_status(
+            records, models, self.registry, m.lingering, m.gpu_lingering, self.busy
+        )
+        if self.ledger is None:
+            return statuses
+        return tuple(self.ledger.annotate(st, models.get(st.model)) for st in statuses)

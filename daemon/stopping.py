@@ -8,6 +8,7 @@ import asyncio
 import logging
 
 from ..ipc import watcher_names
+from ..ipc.states import ModelState
 from .cli import circus_config
 from .errors import CircusError, CircusUnavailable
 from .machinery import notify
@@ -38,7 +39,7 @@ async def stop(
     under_way = scheduler.stops_under_way()
     records = list(scheduler.records.values())
     loaded = [r for r in records if r.handle is not None]
-    starting = [r for r in records if r.state == "starting"]
+    starting = [r for r in records if r.state == ModelState.STARTING]
     if not loaded and not starting:
         await scheduler.shutdown()
         lifecycle.closing = True

@@ -8,6 +8,7 @@ what it needs and answers each request type from the endpoint's dispatch table.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import signal
@@ -19,6 +20,7 @@ from typing import Any
 
 import zmq.asyncio
 
+from ..ipc.causes import StartCause
 from ..ipc.endpoints import Endpoints
 from ..ipc.messages import (
     Activity,
@@ -41,11 +43,11 @@ from ..ipc.messages import (
     Unload,
 )
 from ..ipc.model_status import ModelStatus
-from . import chores, config_watch, placer, preloading, reloading, routing, status, stopping
+from . import chores, config_watch, gpu_ledger, preloading, reloading, routing, stopping
 from .announcing import Announcer
-from .busy_watch import BusyWatch
-from .config import Config, ConfigSources, ModelConfig
-from .effects import DaemonEffects
+from .busy_checks import BusyChecks
+from .config import Config, ConfigSources
+from .effects import DaemonEffects, Phases, StatePublisher
 from .endpoint import Endpoint
 from .errors import DaemonError, EnsureError, error_reply
 from .machinery import gpu, ports, readiness, reconcile
@@ -54,12 +56,16 @@ from .machinery.exit_watch import ExitWatch
 from .machinery.lifecycle import GPU_RELEASE_TIMEOUT, Lifecycle
 from .machinery.model_process import Running
 from .observe.host_service import HostService
+from .observe.metrics import Metrics
 from .observe.service import Observer
 from .observe.swap_log import SwapLog
-from .policy import shutdown
+from .policy import names, shutdown
+from .policy.eviction.choose import choose
 from .policy.proxies import ProxyRegistry
 from .policy.records import ModelRecord
 from .policy.scheduler import Scheduler
+from .readings import DaemonReadings
+from .status import StatusView
 
 log = logging.getLogger("swapd.daemon")
 
@@ -79,6 +85,9 @@ class Daemon:
         shutdown_grace: float = shutdown.DEFAULT_GRACE,
         watch_config: bool = False,
     ) -> None:
+        # Each part is built once what it needs is there, and gets it here; nothing is handed to
+        # a part later. The events that come back (a process exited, a busy reading changed) are
+        # this owner's to answer (`_exited`, `_busy_changed`).
         self.endpoints = Endpoints(run_dir)
         self.watch_config = watch_config
         self.config_path = config_path
@@ -90,6 +99,16 @@ class Daemon:
         self.circus = CircusClient(self.endpoints.circus_ctl, context=self.ctx)
         self.gpu_backend = gpu.make_backend()
         gpu.verify_gpus(self.gpu_backend, config)
+        self.registry = ProxyRegistry()
+        self.endpoint = Endpoint(self.endpoints, self.instance, self.ctx)
+        # Placement by memory's GPU memory ledger (None without a GPU inventory).
+        self.ledger = gpu_ledger.make_ledger(self.gpu_backend)
+        self.metrics = Metrics(placement=self.ledger.counts if self.ledger is not None else None)
+        # The performance sampler and the hardware document (`/api/performance`, `/api/hardware`).
+        self.host = HostService(config, self.gpu_backend, self.endpoint, self.metrics.registry)
+        self.swap_log = SwapLog(self.instance, self.endpoint)
+        publisher = StatePublisher(self.endpoint)
+        phases = Phases(self.metrics, self.swap_log, publisher)
         self.lifecycle = Lifecycle(
             self.circus,
             self.endpoints.log_dir,
@@ -99,41 +118,50 @@ class Daemon:
                 os.environ.get(LINGERING_START_WAIT_ENV) or ports.START_WAIT
             ),
             shutdown_grace=shutdown_grace,
-            echo_output=lambda: self.scheduler.config.models_to_stdout,
+            echo_output=config.models_to_stdout,
+            on_phase=phases.record,
         )
-        self.registry = ProxyRegistry()
-        self.endpoint = Endpoint(self.endpoints, self.instance, self.ctx)
-        gpus = lambda: placer.gpu_devices(  # noqa: E731
-            self.gpu_backend, self.placer, self.scheduler.loaded()
+        lifecycle = self.lifecycle
+        self.exits = ExitWatch(lifecycle.watchers, self._exited)
+        self.busy = BusyChecks(self._busy_changed, session=lambda: lifecycle.session)
+        board = self.busy.board
+        statuses = self.statuses = StatusView(self.registry, lifecycle, board, self.ledger)
+        effects = DaemonEffects(
+            lifecycle,
+            self.registry,
+            self.exits,
+            publisher=publisher,
+            status_of=statuses.of,
+            phases=phases,
+            metrics=self.metrics,
+            swap_log=self.swap_log,
+            board=board,
+            ledger=self.ledger,
         )
-        self.observer = Observer(config, self.instance, self.endpoint, self.all_status, gpus)
-        self.metrics = self.observer.metrics
-        self.host = HostService(config, self.gpu_backend, self.endpoint, self.metrics.registry)
-        self.observer.before_scrape = self.host.before_scrape
-        self.exits = ExitWatch(self.lifecycle.watchers, self._exited)
-        parts = (self.lifecycle, self.registry, self.endpoint, self.exits, self.model_status)
-        self.swaps = SwapLog(self.instance, self.endpoint)
-        effects = DaemonEffects(*parts, self.metrics, self.swaps)
-        self.placer = placer.make_placer(self.gpu_backend, self.registry)
-        self.scheduler: Scheduler[Running] = Scheduler(
-            config,
-            effects,
+        # The eviction policy is chosen for each config (here and at every reload) by `choose`.
+        policies = functools.partial(
+            choose,
             canonical_gpus=gpu.canonical_gpu_ids(self.gpu_backend.devices()),
-            placer=self.placer,
+            by_memory=self.ledger is not None,
         )
-        self.busy = BusyWatch(
-            lambda: self.scheduler.config,
-            self._busy_changed,
-            session=lambda: self.lifecycle.session,
+        readings = DaemonReadings(self.registry, self.busy, self.ledger)
+        scheduler: Scheduler[Running] = Scheduler(config, effects, readings, choose_policy=policies)
+        self.scheduler = scheduler
+        backend, ledger = self.gpu_backend, self.ledger
+        self.observer = Observer(
+            config,
+            self.instance,
+            self.endpoint,
+            lambda: statuses.all(scheduler.states(), scheduler.config.models),
+            lambda: gpu_ledger.gpu_devices(backend, ledger, scheduler.loaded()),
+            metrics=self.metrics,
+            before_scrape=self.host.before_scrape,
         )
-        self.scheduler.hold = self.busy.hold
-        if self.placer is not None:
-            self.placer.busy_of = self.busy.board.busy
-            self.metrics.gpu.counts = lambda: self.placer.counts if self.placer else None
         self.table = routing.routing_table(config, self.generation, self.endpoints.log_dir)
         self._tasks: set[asyncio.Task[Any]] = set()
         self._stop = asyncio.Event()
-        self._reload_lock = asyncio.Lock()
+        # A reload and a profile switch replace the table: one at a time, so neither is lost.
+        self._table_lock = asyncio.Lock()
         self.announcer = Announcer()
         self._register()
 
@@ -145,7 +173,7 @@ class Daemon:
         on(KeepAlive, self._keep_alive)
         self.observer.register(on)
         self.host.register(on)
-        self.swaps.register(on)
+        self.swap_log.register(on)
         on(Snapshot, self._snapshot)
         on(Status, self._status)
         on(Ensure, self._ensure, spawn=True)
@@ -161,38 +189,19 @@ class Daemon:
 
     # ------------------------------------------------------------------------------ status
 
-    def model_status(self, rec: ModelRecord[Running], model: ModelConfig | None) -> ModelStatus:
-        st = status.model_status(
-            rec,
-            model,
-            self.registry,
-            self.lifecycle.lingering,
-            self.lifecycle.gpu_lingering,
-            busy=self.busy.board,
-        )
-        return self.placer.annotate(st, model) if self.placer is not None else st
-
     def all_status(self) -> tuple[ModelStatus, ...]:
-        models = self.scheduler.config.models
-        statuses = status.all_status(
-            self.scheduler.states(),
-            models,
-            self.registry,
-            self.lifecycle.lingering,
-            self.lifecycle.gpu_lingering,
-            self.busy.board,
-        )
-        if self.placer is None:
-            return statuses
-        return tuple(self.placer.annotate(st, models.get(st.model)) for st in statuses)
+        return self.statuses.all(self.scheduler.states(), self.scheduler.config.models)
 
     def _busy_changed(self, model_id: str) -> None:
+        """A busy reading changed (or a swap began or stopped waiting for the model): its status
+        is published again, and the swaps that wait decide again."""
         rec = self.scheduler.records.get(model_id)
         if rec is not None:
             self._publish_state(rec)
+        self.scheduler.readings_changed()
 
     def _publish_state(self, rec: ModelRecord[Running]) -> None:
-        st = self.model_status(rec, self.scheduler.config.models.get(rec.id))
+        st = self.statuses.of(rec, self.scheduler.config.models.get(rec.id))
         self.endpoint.publish_nowait(
             lambda seq: StateChanged(instance=self.instance, seq=seq, status=st)
         )
@@ -242,7 +251,7 @@ class Daemon:
     async def _status(self, identity: bytes, message: Status) -> None:
         try:
             live = self.scheduler.loaded()
-            devices = tuple(await placer.gpu_devices(self.gpu_backend, self.placer, live))
+            devices = tuple(await gpu_ledger.gpu_devices(self.gpu_backend, self.ledger, live))
         except Exception as exc:
             log.warning("GPU inventory failed: %s", exc)
             devices = ()
@@ -262,11 +271,12 @@ class Daemon:
 
     async def _ensure(self, identity: bytes, message: Ensure) -> None:
         self.registry.seen(message.proxy_id)
-        model = self.scheduler.config.resolve(message.model)
-        self.swaps.wanted(model.id if model else message.model, message.cause)
         try:
-            with self.metrics.waiting_for(message.model):
-                handle = await self.scheduler.ensure(message.model)
+            # The one place a request's name becomes a model id.
+            model_id = names.resolve(self.scheduler.config, message.model).id
+            self.swap_log.wanted(model_id, StartCause(message.cause))
+            with self.metrics.waiting_for(model_id):
+                handle = await self.scheduler.ensure(model_id)
         except EnsureError as exc:
             reply: Reply = error_reply(message.id, exc)
         except Exception as exc:
@@ -275,15 +285,16 @@ class Daemon:
                 id=message.id, status=500, code="internal", message=f"{type(exc).__name__}: {exc}"
             )
         else:
-            model = self.scheduler.config.resolve(message.model)
-            model_id = model.id if model else message.model
             self.registry.served(model_id)
             reply = Ready(id=message.id, model=model_id, upstream=handle.upstream)
         await self.endpoint.reply(identity, reply)
 
     async def _unload(self, identity: bytes, message: Unload) -> None:
         try:
-            stopped = await self.scheduler.unload(message.model)
+            model_id = None
+            if message.model is not None:
+                model_id = names.id_of(self.scheduler.config, message.model)
+            stopped = await self.scheduler.unload(model_id)
         except EnsureError as exc:
             reply: Reply = error_reply(message.id, exc, with_tail=False)
         else:
@@ -304,10 +315,11 @@ class Daemon:
         """Read the config file again and switch to it (`swapd reload`, SIGHUP, --watch-config).
         Raises DaemonError, after logging the whole report, when the file cannot be used: the
         old config keeps serving."""
-        async with self._reload_lock:
+        async with self._table_lock:
             result = await reloading.apply_logged(
                 self.scheduler, self.config_path, self.gpu_backend, why
             )
+            self.lifecycle.reconfigure(result.config)
             self.generation += 1
             self.observer.reconfigure(result.config)
             self.host.reconfigure(result.config)
@@ -326,15 +338,18 @@ class Daemon:
         return result
 
     async def _set_profile(self, identity: bytes, message: SetProfile) -> None:
-        table = routing.with_profile(self.table, message.name, self.generation + 1)
-        if isinstance(table, str):
-            reply: Reply = Error(id=message.id, status=404, code="not_found", message=table)
-        else:
-            if table is not self.table:
-                self.generation, self.table = table.generation, table
-                log.info("active profile changed to %r", message.name)
-                await self._publish_table()
-            reply = Ok(id=message.id, message=message.name or "")
+        # After a reload under way (which may take as long as its stops): the switch applies to
+        # the table that reload makes, or is refused when the new config lacks the profile.
+        async with self._table_lock:
+            table = routing.with_profile(self.table, message.name, self.generation + 1)
+            if isinstance(table, str):
+                reply: Reply = Error(id=message.id, status=404, code="not_found", message=table)
+            else:
+                if table is not self.table:
+                    self.generation, self.table = table.generation, table
+                    log.info("active profile changed to %r", message.name)
+                    await self._publish_table()
+                reply = Ok(id=message.id, message=message.name or "")
         await self.endpoint.reply(identity, reply)
 
     def _reload_soon(self, why: str) -> None:
@@ -344,7 +359,7 @@ class Daemon:
 
     async def tick_loop(self) -> None:
         await chores.tick_loop(
-            self.scheduler, self.registry, self.busy, self.lifecycle, self.metrics, self.placer,
+            self.scheduler, self.registry, self.busy, self.lifecycle, self.metrics, self.ledger,
             forget=self._forget_proxy, publish_state=self._publish_state, spawn=self.spawn,
         )  # fmt: skip
 
@@ -378,7 +393,7 @@ class Daemon:
         if self.watch_config:
             watching = config_watch.watch(self.config_path, lambda: self.reload("file changed"))
             loops.append(self.spawn(watching))
-        preloading.preload(self.endpoints.run_dir, self.scheduler, self.spawn, self.swaps.wanted)
+        preloading.preload(self.endpoints.run_dir, self.scheduler, self.spawn, self.swap_log.wanted)
         await self._stop.wait()
         await self.shutdown()
         await self.busy.close()

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Literal
-
 import msgspec
 
-ModelState = Literal["stopped", "starting", "ready", "draining", "stopping", "failed"]
+from .states import ModelState
 
 
 class LingeringProcess(msgspec.Struct, frozen=True):

@@ -10,11 +10,11 @@ class SwapRecord(msgspec.Struct, frozen=True, kw_only=True):
 
     `kind`: `start` (nothing evicted), `swap` (a start that stopped `evicted` first; their drain
     and stop phases are its own, the longest of those run side by side), `stop`, `crash` (a ready
-    model's process exited on its own). `cause`: `request` (a request for `model`, or for
-    `for_model` when it was swapped out for that one), `load` (an explicit load:
-    `POST /api/models/load/<id>`, `swapd load`, llama.cpp's `POST /models/load`, Ollama's empty
-    generate), `preload`, `adopted`, `unload`, `ttl`,
-    `swap`, `reload`, `shutdown`, `crash`, `other`. `result`: `ok`, `failed` (the start failed:
+    model's process exited on its own). `cause` is a `causes.StartCause` (`request`: a request
+    for `model`; `load`: an explicit load, `POST /api/models/load/<id>`, `swapd load`,
+    llama.cpp's `POST /models/load`, Ollama's empty generate; `preload`, `adopted`) for a start
+    or a swap, a `causes.StopCause` (`swap`: for `for_model`; `unload`, `ttl`, `reload`,
+    `shutdown`) for a stop, and `crash` for a crash. `result`: `ok`, `failed` (the start failed:
     `reason` says why), `aborted`. `phases`: seconds of `drain`, `stop`, `start`, `health`."""
 
     id: int

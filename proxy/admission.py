@@ -21,6 +21,7 @@ import asyncio
 import logging
 import time
 
+from ..ipc.states import ENDING_STATES
 from ..ipc.timings import ACTIVITY_INTERVAL_S
 from .errors import TooManyRequests
 from .mirror.changes import Applied
@@ -28,8 +29,6 @@ from .mirror.link import DaemonLink
 from .mirror.state import ModelRuntime, ProxyState
 
 log = logging.getLogger(__name__)
-
-_STOPPED_STATES = frozenset({"stopping", "stopped", "failed"})
 
 
 def too_many_requests() -> TooManyRequests:
@@ -111,7 +110,7 @@ class Admission:
 
     @staticmethod
     def _stopped(rt: ModelRuntime) -> None:
-        if rt.state in _STOPPED_STATES and rt.ignored_ws:
+        if rt.state in ENDING_STATES and rt.ignored_ws:
             # Ignored websockets hold nothing back; they end with their model.
             for ws in list(rt.ignored_ws):
                 close = getattr(ws, "close_for_stop", None)

@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 import msgspec
 from aiohttp import web
 
-from ..ipc.states import HEALTH_CHECK_REASON
+from ..ipc.states import HEALTH_CHECK_REASON, LEAVING_STATES, ModelState
 from .context import ProxyContext
 from .errors import ProxyError, error_body
 from .mirror.changes import Applied
@@ -133,21 +133,21 @@ class Progress:
         """What the request waits for now, from this process's mirror of the model states."""
         rt = self.rt
         others = [
-            r
-            for r in self.ctx.state.runtimes.values()
-            if r is not rt and r.state in ("draining", "stopping")
+            r for r in self.ctx.state.runtimes.values() if r is not rt and r.state in LEAVING_STATES
         ]
         if others:
             what = ", ".join(
-                f"{r.id} to finish its requests" if r.state == "draining" else f"{r.id} to stop"
+                f"{r.id} to finish its requests"
+                if r.state == ModelState.DRAINING
+                else f"{r.id} to stop"
                 for r in sorted(others, key=lambda r: r.id)
             )
             return f"swapping: waiting for {what}"
-        if rt.state == "starting":
+        if rt.state == ModelState.STARTING:
             if rt.status.reason == HEALTH_CHECK_REASON:
                 return f"{rt.id} is running; waiting for its health check"
             return f"starting {rt.id}"
-        if rt.state in ("draining", "stopping"):
+        if rt.state in LEAVING_STATES:
             return f"waiting for {rt.id} to stop before it starts again"
         return f"waiting for {rt.id}"
 

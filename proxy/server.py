@@ -79,9 +79,7 @@ async def serve(
         "access_log_class": access_logger(ctx.stats, ctx.recorder, ctx.lines),
     }
     loop = asyncio.get_running_loop()
-    server = await create_server(
-        lambda: SwapdRequestHandler(manager, ctx.stats, loop=loop, **args)  # type: ignore[arg-type]
-    )
+    server = await create_server(lambda: SwapdRequestHandler(manager, ctx.stats, loop=loop, **args))
     try:
         await stop.wait()
     finally:

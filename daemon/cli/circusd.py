@@ -41,7 +41,7 @@ def patch_manage_watchers() -> bool:
 
     manage_watchers._swapd_patched = True  # type: ignore[attr-defined]
     manage_watchers.__doc__ = original.__doc__
-    Arbiter.manage_watchers = manage_watchers  # type: ignore[method-assign]
+    Arbiter.manage_watchers = manage_watchers
     return True
 
 
@@ -67,7 +67,7 @@ def patch_manage_processes() -> bool:
 
     manage_processes._swapd_patched = True  # type: ignore[attr-defined]
     manage_processes.__doc__ = original.__doc__
-    Watcher.manage_processes = manage_processes  # type: ignore[method-assign]
+    Watcher.manage_processes = manage_processes
     return True
 
 
@@ -88,7 +88,7 @@ def patch_sighup() -> bool:
         command = make_json("signal", name=DAEMON_WATCHER, signum=int(signal.SIGHUP))
         self.controller.loop.add_callback_from_signal(self.controller.dispatch, (None, command))
 
-    SysHandler.handle_hup = handle_hup  # type: ignore[method-assign]
+    SysHandler.handle_hup = handle_hup
     return True
 
 

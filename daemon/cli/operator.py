@@ -15,6 +15,7 @@ from ...ipc.client import DaemonClient, DaemonUnavailable
 from ...ipc.endpoints import Endpoints, default_run_dir
 from ...ipc.messages import Ensure, Error, Ok, Ready, Reload, Status, StatusReply, Unload
 from ...ipc.model_status import ModelStatus
+from ...ipc.states import LEAVING_STATES, ModelState
 from ...ipc.status_doc import status_json
 
 STATUS_TIMEOUT = 5.0
@@ -79,7 +80,11 @@ def render_table(reply: StatusReply, now: float | None = None) -> str:
     rows = [("MODEL", "STATE", "PID", "PORT", "GPUS", "UPTIME", "LAST ACTIVITY", "TTL LEFT")]
     notes: list[str] = []
     for m in reply.models:
-        up = _duration(now - m.since) if m.state in ("ready", "draining") and m.since else "-"
+        up = (
+            _duration(now - m.since)
+            if m.state in (ModelState.READY, ModelState.DRAINING) and m.since
+            else "-"
+        )
         rows.append(
             (
                 m.model,
@@ -96,7 +101,7 @@ def render_table(reply: StatusReply, now: float | None = None) -> str:
         )
         if m.busy is not None and (m.busy.busy or m.busy.error or m.busy.holding):
             notes.append(f"{m.model}: {m.busy.message}")
-        if m.reason and m.state in ("failed", "stopped", "draining", "stopping"):
+        if m.reason and m.state in (ModelState.FAILED, ModelState.STOPPED, *LEAVING_STATES):
             notes.append(f"{m.model}: {m.reason}")
         for p in m.gpu_lingering:
             used = f"{p.used_bytes / 2**20:.0f} MiB" if p.used_bytes is not None else "? MiB"

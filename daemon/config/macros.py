@@ -158,11 +158,6 @@ def expand(value: Any, macros: Sequence[Macro], path: Path = ()) -> Any:
     return current
 
 
-def uses(value: Any, name: str) -> bool:
-    """Whether any string in the value mentions `${name}`."""
-    return any(found == name for _, found in references(value, ()))
-
-
 def references(value: Any, path: Path) -> Iterator[tuple[Path, str]]:
     """Every `${...}` left in the strings of a value, with where it is."""
     if isinstance(value, dict):

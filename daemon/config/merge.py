@@ -30,7 +30,7 @@ IDENTITY_MAPS = frozenset(
     }
 )
 # yaml.v3's node kinds, which llama-swap's message prints.
-_KINDS = {dict: 4, list: 2}
+_KINDS: dict[type, int] = {dict: 4, list: 2}
 _SCALAR_KIND = 8
 
 
@@ -163,12 +163,15 @@ class Merged:
                 moved = self._where(path)
                 if moved is not None:
                     paths_dst.add(moved)
-        for table_src, table_dst in ((src.unfolded, doc.unfolded), (src.spans, doc.spans)):
-            for path, value in table_src.items():
-                moved = self._where(path)
-                if moved is not None:
-                    table_dst.setdefault(moved, value)
-        for line, path, message in src.problems:
+        for path, text in src.unfolded.items():
             moved = self._where(path)
             if moved is not None:
-                doc.problems.append((line, moved, message))
+                doc.unfolded.setdefault(moved, text)
+        for path, span in src.spans.items():
+            moved = self._where(path)
+            if moved is not None:
+                doc.spans.setdefault(moved, span)
+        for problem_line, path, message in src.problems:
+            moved = self._where(path)
+            if moved is not None:
+                doc.problems.append((problem_line, moved, message))

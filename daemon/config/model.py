@@ -14,7 +14,7 @@ import msgspec
 
 from ...ipc import aliases
 from ...ipc.routing_table import Filters, ModelRouting, Profile, RoutePeer, RouteSelector
-from .busy_check import BusyCheck
+from .busy_check_fields import BusyCheck
 from .matrix_dsl import MatrixSet
 
 __all__ = [
@@ -69,7 +69,7 @@ class ModelConfig(ModelRouting, frozen=True, kw_only=True):
     env: dict[str, str] = msgspec.field(default_factory=dict)
     # GPU indices or UUIDs as written; None = every GPU (llama-swap's one-at-a-time default).
     gpus: tuple[str, ...] | None = None
-    # `gpus: auto`: placed by measured memory at each start (daemon/policy/placement.py); `gpus`
+    # `gpus: auto`: placed by measured memory at each start (policy/eviction/memory.py); `gpus`
     # then holds the GPUs of one start (set by the scheduler), None in the config.
     gpus_auto: bool = False
     # `vram:` bytes on each GPU, the footprint until a measurement exists.

@@ -18,7 +18,7 @@ from ...ipc.reserved import COMFYUI_MODEL_ID
 from ...ipc.routing_table import Capabilities
 from . import model as c
 from . import shape
-from .busy_check import read_busy_check
+from .busy_check_fields import read_busy_check
 from .cmdline import split_command
 from .gpu_fields import vram_of
 from .issues import Report, describe

@@ -9,13 +9,18 @@ exponentially on a path that almost matches: `check-config` warns about it.
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
-try:  # the parser `re` itself uses; private, so a Python without it just gets no warning
-    from re import _constants as sre_constants
-    from re import _parser as sre_parser
+# The parser `re` itself uses; private (and without types), so a Python without it just gets no
+# warning.
+sre_parser: Any
+sre_constants: Any
+try:
+    sre_constants = importlib.import_module("re._constants")
+    sre_parser = importlib.import_module("re._parser")
 except ImportError:  # pragma: no cover - Python < 3.11
-    sre_parser = None  # type: ignore[assignment]
+    sre_parser = None
 
 NESTED_QUANTIFIER_WARNING = (
     "pattern {pattern!r} repeats a group that itself repeats (nested quantifiers, as in "

@@ -12,7 +12,7 @@ from typing import Any
 import msgspec
 import yaml
 
-from .busy_check import BusyCheck
+from .busy_check_fields import BusyCheck
 from .model import Config, Filters, Forced, ModelConfig
 
 HIDDEN = "(hidden)"

@@ -136,17 +136,17 @@ def _with_matrix(
     costs: dict[str, int] = {}
     for key, cost in (spec.evict_costs or {}).items():
         where = (*path, "evict_costs", key)
-        model_id = resolve(key)
+        costed = resolve(key)
         if cost <= 0:
             report.error(
                 where, f'matrix: evict_cost for "{key}" must be a positive integer, got {cost}'
             )
             ok = False
-        elif model_id is None:
+        elif costed is None:
             report.error(where, f'matrix: evict_costs: unknown var or model "{key}"', key=True)
             ok = False
         else:
-            costs[model_id] = cost
+            costs[costed] = cost
     try:
         sets = compile_sets(spec.sets or {}, resolve)
     except DslError as error:

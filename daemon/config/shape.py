@@ -36,10 +36,6 @@ class Expect:
         self.words = words
 
 
-def _ignored(note: str) -> Any:
-    return Annotated[Any, Ignored(note)]
-
-
 Int = Annotated[int, Meta(le=MAX_INT)]
 Count = Annotated[int, Meta(ge=0, le=MAX_INT)]
 Seconds = Annotated[float, Meta(ge=0)]
@@ -111,7 +107,7 @@ class Model(Section, frozen=True):
     vram: Any = None
     # client: the client's Host goes upstream (the default); upstream: the upstream's host:port.
     host_header: Literal["client", "upstream"] | None = None
-    # A preset name or a mapping; its own keys are checked where it is read (busy_check.py).
+    # A preset name or a mapping; its own keys are checked where it is read (busy_check_fields.py).
     busy_check: Any = None
     compat: Compat | None = None
     filters: ModelFilters | None = None
@@ -263,7 +259,7 @@ class Top(Section, frozen=True):
     vram_margin: Any = None
     # The timestamp of swapd's own log lines (ipc/log_time.py); unset: swapd's own.
     log_time_format: str | None = None
-    log_requests: _ignored("deprecated in llama-swap too") = None
+    log_requests: Annotated[Any, Ignored("deprecated in llama-swap too")] = None
     metrics_max_in_memory: Int | None = None
     # MB for request/response captures (llama-swap's default 5; 0: none).
     capture_buffer: Count | None = None

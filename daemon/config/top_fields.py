@@ -19,6 +19,7 @@ from .schema import suggest
 from .timeouts import timeouts_of
 from .typed import Converter
 from .yaml_nodes import Document
+from .yaml_nodes import Path as KeyPath
 
 LOG_LEVELS = ("debug", "info", "warn", "error")
 HEALTH_CHECK_REASON = (
@@ -149,7 +150,7 @@ class CrossCheck:
         return None
 
     def groups(
-        self, specs: Mapping[str, shape.Group] | None, base: tuple[str, ...] = ("groups",)
+        self, specs: Mapping[str, shape.Group] | None, base: KeyPath = ("groups",)
     ) -> dict[str, c.GroupConfig]:
         groups: dict[str, c.GroupConfig] = {}
         owner: dict[str, str] = {}

@@ -21,10 +21,10 @@ import msgspec
 from .issues import Report, describe
 from .macros import as_text
 from .schema import is_section, unwrap
-from .shape import MAX_INT, MIN_INT, Expect
+from .shape import MAX_INT, MIN_INT, Expect, Section
 from .yaml_nodes import Path
 
-S = TypeVar("S", bound=msgspec.Struct)
+S = TypeVar("S", bound=Section)
 T = TypeVar("T")
 
 _WORDS: dict[Any, str] = {

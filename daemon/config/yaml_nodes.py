@@ -219,7 +219,7 @@ def parse(text: str) -> Document:
             document.data = _Converter(loader, protected, document).convert(root, ())
         return document
     except yaml.reader.ReaderError as error:
-        line = text.count("\n", 0, max(error.position, 0)) + 1
+        line: int | None = text.count("\n", 0, max(error.position, 0)) + 1
         char = error.character
         shown = f"U+{char:04X}" if isinstance(char, int) else repr(char)
         raise YamlSyntaxError(
@@ -280,7 +280,10 @@ class _Converter:
                 return self._mapping(node, path)
         finally:
             self.active.discard(id(node))
-        raise YamlSyntaxError(node.start_mark.line + 1, f"unsupported YAML node {node.id}")
+        raise YamlSyntaxError(
+            node.start_mark.line + 1,
+            f"unsupported YAML node {getattr(node, 'id', type(node).__name__)}",
+        )
 
     def _mapping(self, node: MappingNode, path: Path) -> dict[str, Any]:
         # Computed once per node: an aliased mapping is visited again, already flattened.

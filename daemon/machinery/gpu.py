@@ -85,7 +85,7 @@ def resolve_gpus(spec: Iterable[str], devices: Collection[GpuInfo]) -> list[GpuI
 
 
 def canonical_gpu_ids(devices: Iterable[GpuInfo]) -> dict[str, str]:
-    """Every spelling of each device (index, UUID) -> one id, for `eviction.evict_for`."""
+    """Every spelling of each device (index, UUID) -> one id, for the eviction policies."""
     result: dict[str, str] = {}
     for device in devices:
         canonical = device.uuid.casefold()

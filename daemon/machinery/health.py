@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from typing import Any
 
 import aiohttp
 
@@ -63,7 +64,8 @@ async def wait_healthy(
         if left <= 0:
             raise HealthTimeout
         attempt = asyncio.ensure_future(probe(session, url, min(PROBE_TIMEOUT, left)))
-        done, _ = await asyncio.wait({attempt, exited}, return_when=asyncio.FIRST_COMPLETED)
+        either: set[asyncio.Future[Any]] = {attempt, exited}
+        done, _ = await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
         if attempt in done and attempt.result():
             return
         if exited in done:

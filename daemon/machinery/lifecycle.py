@@ -32,7 +32,7 @@ from typing import Any
 import aiohttp
 
 from ...ipc.model_status import Lingering, LingeringProcess
-from ..config import ModelConfig
+from ..config import Config, ModelConfig
 from ..errors import ExitedDuringStart, HealthCheckTimeout, PortStillInUse, StartFailed
 from . import health, model_log, model_stop, pid_watch, ports, process_tree
 from .circus_client import CircusClient
@@ -50,6 +50,11 @@ from .watchers import Watchers
 __all__ = ["GPU_RELEASE_TIMEOUT", "Lifecycle", "Running", "StartFailed"]
 
 log = logging.getLogger("swapd.lifecycle")
+
+
+def _no_phase(model_id: str, phase: str, seconds: float) -> None:
+    pass
+
 
 # A stopped model's GPU memory must be back within this, else what lingers is reported.
 GPU_RELEASE_TIMEOUT = 10.0
@@ -72,7 +77,8 @@ class Lifecycle:
         shutdown_grace: float = 0.0,
         session: aiohttp.ClientSession | None = None,
         environ: Mapping[str, str] | None = None,
-        echo_output: Callable[[], bool] = lambda: False,
+        echo_output: bool = False,
+        on_phase: Callable[[str, str, float], None] | None = None,
     ) -> None:
         self.watchers = Watchers(circus)
         self.log_dir = log_dir
@@ -93,9 +99,13 @@ class Lifecycle:
         self._session = session
         self._environ = dict(os.environ if environ is None else environ)
         # Told how long each phase of a start took: (model id, "start" or "health", seconds).
-        self.on_phase: Callable[[str, str, float], None] = lambda _m, _p, _s: None
-        # Read at each start (`logToStdout` of the config loaded then): also to circusd's stdout?
+        self.on_phase = on_phase if on_phase is not None else _no_phase
+        # `logToStdout` of the config in force: a model's output also to circusd's stdout?
         self.echo_output = echo_output
+
+    def reconfigure(self, config: Config) -> None:
+        """A reload: the next starts follow the new config's `logToStdout`."""
+        self.echo_output = config.models_to_stdout
 
     @property
     def closing(self) -> bool:
@@ -246,7 +256,7 @@ class Lifecycle:
             "class": OUTPUT_STREAM,
             "filename": str(log_path),
             "model": model.id,
-            "echo": self.echo_output(),
+            "echo": self.echo_output,
         }
         options: dict[str, Any] = {
             "env": env,

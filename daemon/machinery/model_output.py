@@ -75,7 +75,7 @@ class StdoutEcho:
 _echo = StdoutEcho()
 
 
-class ModelOutputStream(FileStream):  # type: ignore[misc]
+class ModelOutputStream(FileStream):
     """circus `stdout_stream`/`stderr_stream` class: `FileStream` plus an optional prefixed echo.
 
     Options (from the watcher's stream mapping): `filename`, `model` (the id for the prefix),

@@ -12,10 +12,6 @@ import contextlib
 import os
 
 
-class ProcessGone(Exception):
-    pass
-
-
 async def wait_exit(pid: int) -> None:
     """Return when `pid` has exited (at once if it is already gone)."""
     try:
@@ -28,7 +24,12 @@ async def wait_exit(pid: int) -> None:
         return
     loop = asyncio.get_running_loop()
     done = loop.create_future()
-    loop.add_reader(fd, lambda: done.done() or done.set_result(None))
+
+    def readable() -> None:
+        if not done.done():
+            done.set_result(None)
+
+    loop.add_reader(fd, readable)
     try:
         await done
     finally:

@@ -1,4 +1,4 @@
-"""The model watchers in circusd: `add` + `start` one (the pid circus really started), `rm` it,
+"""The model watchers in circusd: `add` and start one (the pid circus really started), `rm` it,
 and the exit codes circus reports for processes it reaped.
 
 circus's lifecycle commands take its arbiter-wide lock, so they go one at a time from here and are
@@ -75,26 +75,35 @@ class Watchers:
     async def spawn(
         self, model_id: str, cmd: tuple[str, ...], options: dict[str, Any]
     ) -> list[int]:
-        """`add` + `start` the model's watcher; the pids circus started (empty: spawn failed)."""
+        """`add` the model's watcher and start it, in one command (circus's `add` with `start`,
+        answered once the process is spawned: one round trip and one turn of circus's lock on
+        a swap's path, where `add` then `start` took two); the pids circus started (empty: the
+        spawn failed)."""
         # This model's own watcher may still be waiting for its `rm` (a quick swap back).
         if self.removal_pending(model_id):
             await self.remove(model_id)
         name = watcher_names.watcher_name(model_id)
-        add = {"name": name, "cmd": cmd[0], "args": list(cmd[1:]), "options": options}
+        add = {
+            "name": name,
+            "cmd": cmd[0],
+            "args": list(cmd[1:]),
+            "options": options,
+            "start": True,
+            "waiting": True,
+        }
         try:
             try:
-                await self.command("add", **add)
+                reply = await self.command("add", **add)
             except CircusError as exc:
                 if "already exist" not in exc.reason:
                     raise
                 # A watcher left behind by an earlier run (it died, or the daemon died mid-start).
                 await self.remove(model_id)
-                await self.command("add", **add)
-            reply = await self.command("start", name=name, waiting=True)
+                reply = await self.command("add", **add)
         finally:
             # The process is spawned: the removals that waited for it run during its health check.
             self._remove_deferred()
-        return [int(p) for p in (reply.get("info") or {}).get("started") or []]
+        return [int(p) for p in reply.get("started") or []]
 
     # ------------------------------------------------------------------------------ remove
 

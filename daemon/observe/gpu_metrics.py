@@ -4,7 +4,7 @@ what it uses now and what is reserved for it; and how often placement placed, wa
 evicted and corrected a footprint.
 
 Read at scrape time from the daemon's GPU view (NVML's devices with the reservations added, see
-`daemon/placer.py`) and from the placer's counts (`PlacementCounts`). Label `gpu` is the GPU's
+`daemon/gpu_ledger.py`) and from the ledger's counts (`PlacementCounts`). Label `gpu` is the GPU's
 index, `uuid` its UUID as NVML spells it; a footprint learned on a GPU that is not in the inventory
 now (a card taken out) keeps its UUID and an empty `gpu`.
 """
@@ -34,7 +34,7 @@ EVICTED_TO_CLEAR = "cleared"
 
 @dataclass
 class PlacementCounts:
-    """What the placer counts (daemon/placer.py), and what it read in its last NVML sample."""
+    """What the GPU ledger counts (daemon/gpu_ledger.py), and its last NVML sample's reading."""
 
     placements: dict[tuple[str, str], int] = field(default_factory=dict)  # (model, reason)
     evictions: dict[tuple[str, str], int] = field(default_factory=dict)  # (evicted, reason)

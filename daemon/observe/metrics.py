@@ -22,7 +22,8 @@ from prometheus_client.registry import Collector
 
 from ...ipc.activity import ActivityRecord
 from ...ipc.model_status import GpuInfo, ModelStatus
-from .gpu_metrics import GpuCollector, GpuGauges
+from ...ipc.states import LOADED_STATES
+from .gpu_metrics import GpuCollector, GpuGauges, PlacementCounts
 from .request_figures import RequestFigures
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -72,7 +73,7 @@ class _Live(Collector):
             labels=["model"],
         )
         for st in self.gauges.models():
-            loaded.add_metric([st.model], 1.0 if st.state not in ("stopped", "failed") else 0.0)
+            loaded.add_metric([st.model], 1.0 if st.state in LOADED_STATES else 0.0)
             state.add_metric([st.model, st.state], 1.0)
             in_flight.add_metric([st.model], float(st.in_flight))
             waiting.add_metric([st.model], float(self.gauges.waiting.get(st.model, 0)))
@@ -88,12 +89,17 @@ class Metrics:
     `counted`: prometheus-client's own counters and histograms, which are thread-safe, collected
     and rendered in a worker thread with the request figures (`exposition`)."""
 
-    def __init__(self) -> None:
+    def __init__(self, placement: PlacementCounts | None = None) -> None:
         self.registry = CollectorRegistry()
         self.gauges = Gauges()
         self.registry.register(_Live(self.gauges))
-        # GPU memory and placement by memory (gpu_metrics.py); `gpu.counts` is the placer's.
-        self.gpu = GpuGauges(gpus=lambda: self.gauges.gpus(), models=lambda: self.gauges.models())
+        # GPU memory and placement by memory (gpu_metrics.py); `placement`: the GPU ledger's
+        # counts (None without a GPU inventory).
+        self.gpu = GpuGauges(
+            gpus=lambda: self.gauges.gpus(),
+            models=lambda: self.gauges.models(),
+            counts=lambda: placement,
+        )
         self.registry.register(GpuCollector(self.gpu))
         self.counted = registry = CollectorRegistry()
         self.request_figures = RequestFigures()
@@ -113,6 +119,12 @@ class Metrics:
         )
         self.swaps = Counter(
             "swapd_swaps", "starts that stopped other models first", ["model"], registry=registry
+        )
+        self.stops = Counter(
+            "swapd_model_stops",
+            "models stopped, by cause (swap, unload, ttl, reload, shutdown, crash, unhealthy)",
+            ["model", "cause"],
+            registry=registry,
         )
         self.crashes = Counter(
             "swapd_model_crashes",

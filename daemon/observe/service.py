@@ -80,6 +80,9 @@ class Observer:
         endpoint: Publisher,
         models: Callable[[], Iterable[ModelStatus]],
         read_gpus: Callable[[], Awaitable[Iterable[GpuInfo]]],
+        *,
+        metrics: Metrics | None = None,
+        before_scrape: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self.store = ActivityStore(config.metrics_max_in_memory)
         self.db: ActivityDB | None = None
@@ -99,7 +102,8 @@ class Observer:
         self.secrets = secrets_of(config)
         self.instance = instance
         self.endpoint = endpoint
-        self.metrics = Metrics()
+        # The daemon's registry (its effects count into it too); its own without one.
+        self.metrics = metrics if metrics is not None else Metrics()
         self.metrics.request_figures.labels = model_labels(config)
         self.metrics.registry.register(CaptureFigures(self.captures))
         self.metrics.gauges.models = models
@@ -110,7 +114,7 @@ class Observer:
         # in-flight frames rendered only while some proxy has one.
         self.watchers: dict[str, int] = {}
         # Awaited before each scrape (the performance sampler starts when someone reads).
-        self.before_scrape: Callable[[], Awaitable[None]] | None = None
+        self.before_scrape = before_scrape
 
     def watching(self, proxy_id: str, count: int) -> None:
         if count > 0:

@@ -3,11 +3,12 @@ each with the duration of its phases and its cause, for the web UI's timeline (`
 and `swap` events on `/api/events`).
 
 It is told what the scheduler does through the daemon's effects (every state change with its
-reason, and each phase's duration as the machinery measures it) and, by the daemon, why a start
-was asked for (a request or the preload hook); it decides nothing. A record is kept, and
-published, once its episode ended: a start when the model is ready (or failed, or the start was
-aborted), a stop when the model is stopped. The stops of a swap's evicted models are records of
-their own (cause `swap`) and are folded into the swap's record as its drain and stop phases.
+reason and, for a stop, its cause; each phase's duration as the machinery measures it) and, by
+the daemon, why a start was asked for (a request or the preload hook); it decides nothing. A
+record is kept, and published, once its episode ended: a start when the model is ready (or
+failed, or the start was aborted), a stop when the model is stopped. The stops of a swap's
+evicted models are records of their own (cause `swap`) and are folded into the swap's record as
+its drain and stop phases.
 """
 
 from __future__ import annotations
@@ -20,30 +21,15 @@ from typing import Any, Protocol
 
 import msgspec
 
+from ...ipc.causes import StartCause, StopCause
 from ...ipc.messages import Document, Event, QuerySwaps, SwapRecorded
+from ...ipc.states import LEAVING_STATES, ModelState
 from ...ipc.swap_record import SwapRecord
 
 # How many records the ring keeps (the UI shows the recent ones; Prometheus keeps the figures).
 RING_SIZE = 200
-SWAPPED_OUT = "swapped out for "
-EXITED = "exited on its own"
 
 _encode = msgspec.json.Encoder().encode
-
-
-def stop_cause(reason: str) -> tuple[str, str]:
-    """(cause, for_model) of a stop, from the scheduler's reason for it."""
-    if reason.startswith(SWAPPED_OUT):
-        return "swap", reason[len(SWAPPED_OUT) :]
-    if reason == "unloaded":
-        return "unload", ""
-    if reason == "ttl expired":
-        return "ttl", ""
-    if reason == "config changed":
-        return "reload", ""
-    if "shutting down" in reason:
-        return "shutdown", ""
-    return "other", ""
 
 
 class Publisher(Protocol):
@@ -57,7 +43,7 @@ class Publisher(Protocol):
 @dataclass
 class _Open:
     kind: str
-    cause: str
+    cause: StartCause | StopCause
     began: float
     phases: dict[str, float] = field(default_factory=dict)
     evicted: tuple[str, ...] = ()
@@ -77,9 +63,9 @@ class SwapLog:
         self.clock = clock
         self.records: deque[SwapRecord] = deque(maxlen=size)
         self.next_id = 1
-        self._state: dict[str, str] = {}
+        self._state: dict[str, ModelState] = {}
         self._open: dict[str, _Open] = {}
-        self._hints: dict[str, str] = {}
+        self._hints: dict[str, StartCause] = {}
         # Stops done for a swap to `target` whose start has not begun yet: target -> stops.
         self._evicted: dict[str, list[SwapRecord]] = {}
 
@@ -92,9 +78,9 @@ class SwapLog:
 
     # ---------------------------------------------------------------------------- told
 
-    def wanted(self, model_id: str, cause: str) -> None:
-        """The next start of `model_id` (if one follows) is for `cause` (`request`, `load`,
-        `preload`)."""
+    def wanted(self, model_id: str, cause: StartCause) -> None:
+        """The next start of `model_id` (if one follows) is for `cause` (a request, an explicit
+        load, the preload)."""
         self._hints[model_id] = cause
 
     def phase(self, model_id: str, phase: str, seconds: float) -> None:
@@ -102,40 +88,51 @@ class SwapLog:
         if episode is not None:
             episode.phases[phase] = round(seconds, 4)
 
-    def changed(self, model_id: str, state: str, reason: str) -> None:
-        before = self._state.get(model_id, "stopped")
+    def changed(
+        self,
+        model_id: str,
+        state: ModelState,
+        reason: str,
+        *,
+        cause: StopCause | None = None,
+        for_model: str = "",
+        adopted: bool = False,
+    ) -> None:
+        """`model_id` is in `state` now, for `reason`; `cause` says why it is being stopped
+        (`for_model`: the model a swap stopped it for); `adopted`: a start is one of a process
+        this daemon found."""
+        before = self._state.get(model_id, ModelState.STOPPED)
         self._state[model_id] = state
         if state == before:
             return  # a new reason for the same state (the health check began)
         episode = self._open.get(model_id)
-        if state == "starting":
-            self._open_start(model_id, reason)
-        elif state in ("draining", "stopping"):
-            if episode is None or episode.kind not in ("stop",):
-                cause, for_model = stop_cause(reason)
+        if state == ModelState.STARTING:
+            self._open_start(model_id, adopted)
+        elif state in LEAVING_STATES:
+            if cause is not None and (episode is None or episode.kind != "stop"):
                 self._open[model_id] = _Open("stop", cause, self.clock(), for_model=for_model)
-        elif state == "ready":
+        elif state == ModelState.READY:
             self._close(model_id, "ok", "")
-        elif state == "failed":
+        elif state == ModelState.FAILED:
             self._close(model_id, "failed", reason)
-        elif state == "stopped":
+        elif state == ModelState.STOPPED:
             if episode is None:
-                if before == "ready" and EXITED in reason:
-                    self._open[model_id] = _Open("crash", "crash", self.clock())
+                if before == ModelState.READY and cause is StopCause.CRASH:
+                    self._open[model_id] = _Open("crash", StopCause.CRASH, self.clock())
                     self._close(model_id, "ok", reason)
                 return
             if episode.kind == "stop":
                 record = self._close(model_id, "ok", reason)
-                if record is not None and record.cause == "swap" and record.for_model:
+                if record is not None and record.cause == StopCause.SWAP and record.for_model:
                     self._evicted.setdefault(record.for_model, []).append(record)
             else:
                 self._close(model_id, "aborted", reason)
 
     # ---------------------------------------------------------------------------- inside
 
-    def _open_start(self, model_id: str, reason: str) -> None:
-        hint = self._hints.pop(model_id, "")
-        cause = "adopted" if reason == "adopting" else hint or "request"
+    def _open_start(self, model_id: str, adopted: bool) -> None:
+        hint = self._hints.pop(model_id, StartCause.REQUEST)
+        cause = StartCause.ADOPTED if adopted else hint
         stops = self._evicted.pop(model_id, [])
         episode = _Open("swap" if stops else "start", cause, self.clock())
         if stops:

@@ -82,7 +82,7 @@ def _lenient(cls: type[_S], value: Any) -> _S | None:
     field is read the same way (None where `value` is not an object)."""
     if not isinstance(value, dict):
         return None
-    fields = {}
+    fields: dict[str, Any] = {}
     for field in msgspec.structs.fields(cls):
         got = value.get(field.name)
         if field.type == Count:

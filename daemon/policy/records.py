@@ -1,27 +1,27 @@
-"""What the scheduler keeps per model, the handle of a running model, and the `Effects` it tells.
+"""What the scheduler keeps per model, the handle of a running model, what it reads of the world
+(`Readings`) and the `Effects` it tells.
 
 The effects are told, never asked (as llama-swap's `internal/router/scheduler` `Effects`): each
 call receives everything it needs as arguments, and nothing on the other side reads the
-scheduler's state.
+scheduler's state. What the scheduler needs to know of the world (requests in flight, busy
+checks, GPU memory) it reads through `Readings`, before it decides.
 """
 
 from __future__ import annotations
 
-import asyncio
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Generic, Protocol, TypeVar
 
-from ...ipc.model_status import ModelState
-from ...ipc.states import LOADED_STATES
+from ...ipc.causes import StopCause
+from ...ipc.states import ModelState
 from ..config import ModelConfig
-from ..errors import EnsureError
-
-__all__ = ["LOADED_STATES", "Effects", "ModelRecord", "RunningModel", "Swap"]
+from .eviction.contract import BusyReading, Decision, GpuRoom, Occupant
 
 
 class RunningModel(Protocol):
-    """The handle of a model process: where it serves and which process it is."""
+    """The handle of a model process: where it serves, which process it is, since when."""
 
     @property
     def upstream(self) -> str: ...
@@ -29,21 +29,82 @@ class RunningModel(Protocol):
     @property
     def pid(self) -> int: ...
 
+    @property
+    def started_at(self) -> float: ...  # wall clock
+
 
 H = TypeVar("H", bound=RunningModel)
+
+
+@dataclass(frozen=True)
+class Stop:
+    """Why a model was (or is being) stopped: the cause, and for a swap the model it made room
+    for. `text` is the reason a person reads, rendered from it."""
+
+    cause: StopCause
+    for_model: str = ""  # SWAP: the model it was swapped out for
+    detail: str = ""  # CRASH: the process and its exit code
+
+    @property
+    def text(self) -> str:
+        match self.cause:
+            case StopCause.SWAP:
+                return f"swapped out for {self.for_model}"
+            case StopCause.UNLOAD:
+                return "unloaded"
+            case StopCause.TTL:
+                return "ttl expired"
+            case StopCause.RELOAD:
+                return "config changed"
+            case StopCause.SHUTDOWN:
+                return "swapd is shutting down"
+            case StopCause.CRASH:
+                return self.detail
+            case StopCause.UNHEALTHY:
+                return "was starting when the daemon restarted; not healthy"
 
 
 @dataclass
 class ModelRecord(Generic[H]):
     id: str
-    state: ModelState = "stopped"
+    state: ModelState = ModelState.STOPPED
     since: float = field(default_factory=time.time)
     handle: H | None = None  # while a process exists
     model: ModelConfig | None = None  # the definition the process was started with
-    reason: str = ""
+    reason: str = ""  # what a person reads: rendered from `stop`, or a start's failure
+    # Why it is draining, stopping or stopped (or why its start was aborted); None otherwise.
+    stop: Stop | None = None
+    # Its process was found by this daemon (running, or starting: then this is its start).
+    adopted: bool = False
     failures: int = 0
     retry_at: float = 0.0  # monotonic
-    ready_at: float = 0.0  # monotonic, for TTL when no activity was reported yet
+
+
+@dataclass(frozen=True)
+class Activity:
+    """What the proxies report of a model."""
+
+    in_flight: bool  # requests in flight for it, in any live proxy
+    last: float = 0.0  # wall clock of its last reported request
+
+
+class Readings(Protocol):
+    """What the scheduler reads of the world before it decides (the proxies' reports, the busy
+    checks, the GPUs); never while it decides."""
+
+    def activity(self, model_id: str) -> Activity: ...
+
+    def busy(self, model_id: str) -> BusyReading | None:
+        """Its busyCheck's last reading (a model without one: None)."""
+        ...
+
+    async def check_busy(self, models: frozenset[str]) -> None:
+        """Read the busy checks of `models` once more, now."""
+        ...
+
+    async def gpus(self, target: ModelConfig, occupants: Sequence[Occupant]) -> GpuRoom:
+        """The GPUs' memory, for a decision that places `target` by memory (reads NVML, /proc)."""
+        ...
 
 
 class Effects(Protocol[H]):
@@ -55,11 +116,6 @@ class Effects(Protocol[H]):
     async def drain(self, model_id: str) -> None:
         """Phase one of a stop: until every live proxy has no request in flight for it. May be
         cancelled (a request for the model came first: it serves again)."""
-        ...
-
-    def busy(self, model_id: str) -> bool:
-        """Whether the proxies report requests in flight for the model (a swap that must stop
-        it waits, within its collation window, rather than start draining it)."""
         ...
 
     async def stop(
@@ -74,32 +130,13 @@ class Effects(Protocol[H]):
         """A model's state changed (publish it); `model` is its definition in the config now."""
         ...
 
+    def decided(self, target: ModelConfig, decision: Decision) -> None:
+        """What the eviction policy decided for a swap to `target`, each time it decides. The
+        daemon logs it, books a placement by memory, and shows which busy models a swap waits
+        for."""
+        ...
 
-@dataclass
-class Swap(Generic[H]):
-    target: str
-    # What the ensures await. Separate from the task so that an unload or a shutdown can answer
-    # them at once while the task still cleans up (an aborted start stops its process first).
-    result: asyncio.Future[H]
-    task: asyncio.Task[None] | None = None
-    evict: frozenset[str] = frozenset()
-    claimed: bool = False
-    starting: asyncio.Task[H | None] | None = None  # effects.start under way
-    model: ModelConfig | None = None  # the definition being started
-    failed: EnsureError | None = None  # unloaded / shutting down: the waiters got this
-    why: str = ""  # the model's reason when its start is aborted
-    restart: bool = False  # a reload changed the definition being started
-    gpus: tuple[str, ...] | None = None  # `gpus: auto`: where placement put it
-    place_deadline: float | None = None  # `gpus: auto`: waiting for busy models until then
-    # The queue: higher priority first, then arrival order (`seq`), from `queued_at` (monotonic).
-    priority: int = 0
-    seq: int = 0
-    queued_at: float = 0.0
-    # When a request for a model it was draining took that model back (collation).
-    yielded_at: float | None = None
-
-
-def retrieve(future: asyncio.Future[H]) -> None:
-    # Every waiter may have given up: the outcome is still consumed (no "never retrieved" noise).
-    if not future.cancelled():
-        future.exception()
+    def ended(self, target: str) -> None:
+        """The swap to `target` ended (its target ready or failed, or answered otherwise): it
+        waits for nothing any more."""
+        ...

@@ -1,162 +1,423 @@
 """The scheduler: for each `ensure`, serve now, join a start, queue, or start a swap.
 
-Plain logic over an `Effects` object (the process machinery, the drain protocol, the eviction
-policy and the event publisher in the daemon; a fake in the unit tests). It owns every model's
-lifecycle state: stopped -> starting -> ready -> draining -> stopping -> stopped, plus failed.
+Plain logic over an `Effects` object (the process machinery, the drain protocol and the event
+publisher in the daemon; a fake in the unit tests), `Readings` (what it reads of the world before
+it decides) and an eviction policy (`eviction/contract.py`, chosen per config by
+`eviction/choose.py`). It owns every model's lifecycle state: stopped -> starting -> ready ->
+draining -> stopping -> stopped, plus failed. Its parts: the models' records (`model_table.py`),
+the swaps under way (`swap_queue.py`, each a `swap.Swap` in an explicit phase), the starts
+(`starts.py`) and the stops (`stops.py`); `room.py` builds what the policy is shown.
 
-Rules (llama-swap's FIFO scheduler, adapted to the two-phase drain):
-* a ready model that no swap is evicting is served at once;
-* collation (docs/swapping.md): for COLLATE_WINDOW after it was queued, a swap waits for busy
-  models it must stop to go idle, and a request for a model it is draining takes that model back;
-* queued swaps that conflict begin in priority order, arrival order within a priority;
-* one start per model: concurrent ensures of a model join the same swap task;
-* a swap evicts what the eviction policy names, draining and stopping them in parallel, then starts
-  its target; swaps whose evict sets touch each other (or each other's targets) wait their turn,
-  disjoint ones run side by side;
-* a model being drained or stopped is started again only after its stop finished;
-* an unload answers every ensure already waiting for that model with 503 `model_unloaded` (a start
-  under way is aborted and its process stopped); ensures that arrive after it wait for the stop and
-  start the model again;
-* a reload that changes the definition of a model being started aborts that start and starts the
-  new definition for the same waiters;
-* after BACKOFF_AFTER failed starts in a row, a model is not tried again before a growing delay,
-  and ensures say so (503) instead of looping.
+The decision tree. For each `ensure(model_id)` (a name is resolved to its id once, where the
+request enters the daemon):
+
+ 1. An unknown model: 404. swapd is shutting down: 503.
+ 2. Ready, and no swap or stop is taking it down: serve it now.
+ 3. Draining for a swap still in its collation window: take it back (the drain is cancelled, the
+    swap queues again) and serve it now.
+ 4. A swap to it is under way: join it. One swap per target; every waiter gets its result.
+ 5. Backing off after repeated failed starts: 503 `backing_off`, saying when it tries again.
+ 6. Otherwise a new swap is queued, and runs on its own (`_run`).
+
+A queued swap decides when it is queued, at every change after (a state, a stop or swap that
+ended, an unload, a busy reading), and at its last decision's deadline:
+
+ 7. Read what the decision needs, before deciding: the GPUs' memory when the policy places the
+    target by memory; the busy checks its last decision asked to read again.
+ 8. Answered otherwise (unloaded, swapd shutting down): end. The target gone from the config (a
+    reload): 404.
+ 9. The target is ready and nothing takes it down (a swap that ended meanwhile started it): done.
+10. Ask the eviction policy. Refuse: 503 `no_gpu_room`. Wait (busy models, GPU room): wait, and
+    decide again at the next change or the deadline.
+11. MakeRoom, but a claimed swap stops this target or one of its evictees, or targets one of
+    them; or the target itself is still being stopped: wait for a change.
+12. A swap ahead in the queue (higher `priority`, then arrival) that may begin now conflicts with
+    this one: wait for a change. Placement by memory neither waits for the queue nor holds it.
+13. Claim: drain and stop the evictees in parallel (a request that takes one back sends the swap
+    back to 7), then start the target (where the placement put it).
+14. A reload changed the target's definition while it started: stop what started and go back to
+    7, for the same waiters. A failed start answers every waiter; after BACKOFF_AFTER in a row
+    the model backs off.
+
+Swaps that claim disjoint rooms run side by side; an unload answers the ensures already waiting
+for its model with 503 `model_unloaded` (a start under way is aborted, its process stopped), and
+ensures that arrive after it wait for the stop, then start the model again (docs/swapping.md).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-from collections.abc import Callable, Coroutine, Iterable
+import time
+from collections.abc import Callable, Coroutine, Iterable, Iterator
+from typing import Any, Generic
 
+import msgspec
+
+from ...ipc.causes import StopCause
+from ...ipc.states import ModelState
 from ..config import Config, ModelConfig
-from ..errors import EnsureError, ModelNotFound, ModelUnloaded, ShuttingDown
-from .records import LOADED_STATES, H, ModelRecord, Swap, retrieve
-from .swaps import BACKOFF_AFTER, BACKOFF_BASE, BACKOFF_MAX, SwapEngine
+from ..errors import (
+    EnsureError,
+    ModelNotFound,
+    ModelUnloaded,
+    NoGpuRoom,
+    ShuttingDown,
+)
+from . import room
+from .changes import Changes
+from .eviction.choose import choose
+from .eviction.contract import EvictionPolicy, MakeRoom, Occupant, Refuse, Room, Wait
+from .eviction.preemption import COLLATE_WINDOW
+from .model_table import ModelTable
+from .records import Effects, H, ModelRecord, Readings, Stop
+from .starts import BACKOFF_AFTER, BACKOFF_BASE, BACKOFF_MAX, Starts
+from .stops import Stops
+from .swap import Abort, Claim, Phase, Swap, Waits, retrieve
+from .swap_queue import SwapQueue
 
-__all__ = [
-    "BACKOFF_AFTER",
-    "BACKOFF_BASE",
-    "BACKOFF_MAX",
-    "EnsureError",
-    "ModelRecord",
-    "Scheduler",
-]
+__all__ = ["BACKOFF_AFTER", "BACKOFF_BASE", "BACKOFF_MAX", "EnsureError", "Scheduler"]
 
 log = logging.getLogger("swapd.scheduler")
 
+Chooser = Callable[[Config], EvictionPolicy]
 
-class Scheduler(SwapEngine[H]):
-    # ------------------------------------------------------------------------------- stop
 
-    async def stop(self, model_id: str, reason: str, *, collatable: bool = False) -> None:
-        """Drain and stop one model (joins a stop already under way); no-op when not loaded.
-        `collatable`: a swap stops it, so a request for it may still take it back while it
-        drains (collation)."""
-        existing = self._stops.get(model_id)
-        if existing is not None:
-            if not collatable:
-                # An unload, a TTL or a reload wants it stopped too: no request takes it back.
-                self._collatable.discard(model_id)
-            await asyncio.shield(existing)
-            return
+class Scheduler(Generic[H]):
+    def __init__(
+        self,
+        config: Config,
+        effects: Effects[H],
+        readings: Readings,
+        *,
+        choose_policy: Chooser = choose,
+        clock: Callable[[], float] = time.monotonic,
+        backoff_base: float = BACKOFF_BASE,
+        collate_window: float = COLLATE_WINDOW,
+    ) -> None:
+        self.effects = effects
+        self.readings = readings
+        self.choose_policy = choose_policy
+        self.policy = choose_policy(config)
+        self.clock = clock
+        self.collate_window = collate_window
+        self.shutting_down = False
+        self.changes = Changes()
+        self.models: ModelTable[H] = ModelTable(config, effects)
+        self.swaps: SwapQueue[H] = SwapQueue()
+        self.stops: Stops[H] = Stops(self.models, effects, self.swaps, self.changes)
+        self.starts: Starts[H] = Starts(self.models, effects, clock, backoff_base)
+
+    @property
+    def config(self) -> Config:
+        return self.models.config
+
+    @property
+    def records(self) -> dict[str, ModelRecord[H]]:
+        return self.models.records
+
+    def record(self, model_id: str) -> ModelRecord[H]:
+        return self.models.record(model_id)
+
+    def loaded(self) -> frozenset[str]:
+        return self.models.loaded()
+
+    def states(self) -> Iterator[ModelRecord[H]]:
+        return self.models.states()
+
+    def readings_changed(self) -> None:
+        """What `Readings` report changed (a busy check's reading): waiting swaps decide again."""
+        self.changes.fire()
+
+    def waiting(self, target: str) -> str:
+        """What the swap to `target` waits for now ("": none waits, or it is deciding)."""
+        swap = self.swaps.get(target)
+        waits = swap.waits if swap is not None else None
+        return waits.on if waits is not None else ""
+
+    # ----------------------------------------------------------------------------- ensure
+
+    async def ensure(self, model_id: str) -> H:
+        """The handle of a ready model (starting it, and swapping others out, when needed)."""
+        # 1.
+        if model_id not in self.config.models:
+            raise ModelNotFound(f"no local model {model_id!r}")
+        if self.shutting_down:
+            raise ShuttingDown()
         rec = self.record(model_id)
-        if rec.state == "starting":
-            swap = self._swaps.get(model_id)
-            if swap is not None:
-                with contextlib.suppress(Exception):
-                    await asyncio.shield(swap.task)
-            return await self.stop(model_id, reason)
-        if rec.state not in LOADED_STATES or rec.handle is None:
-            return
-        task = asyncio.get_running_loop().create_task(self._stop(rec, reason))
-        self._stops[model_id] = task
-        if collatable:
-            self._collatable.add(model_id)
-        await asyncio.shield(task)
+        # 2.
+        if rec.state == ModelState.READY and rec.handle is not None:
+            if not self._taken_down(model_id):
+                return rec.handle
+        # 3.
+        if rec.state == ModelState.DRAINING and rec.handle is not None:
+            if self.stops.take_back(rec, self.clock(), self.collate_window):
+                return rec.handle
+        # 4.
+        swap = self.swaps.get(model_id)
+        if swap is None:
+            # 5.
+            self.starts.check_backoff(rec)
+            # 6.
+            loop = asyncio.get_running_loop()
+            priority = self.config.priority.get(model_id, 0)
+            swap = self.swaps.add(model_id, loop.create_future(), priority, self.clock())
+            swap.result.add_done_callback(retrieve)
+            swap.task = loop.create_task(self._run(swap))
+        # A requester that gives up must not cancel a start others (or the next request) wait for.
+        return await asyncio.shield(swap.result)
 
-    async def _stop(self, rec: ModelRecord[H], reason: str) -> None:
+    def _taken_down(self, model_id: str) -> bool:
+        return self.stops.under_way(model_id) or self.swaps.evicting(model_id)
+
+    # ------------------------------------------------------------------------------- a swap
+
+    async def _run(
+        self, swap: Swap[H], adopting: Coroutine[object, object, H | None] | None = None
+    ) -> None:
         try:
-            if rec.state == "ready":
-                self._set(rec, "draining", reason)
-                drain = asyncio.get_running_loop().create_task(self.effects.drain(rec.id))
-                self._draining[rec.id] = drain
-                try:
-                    await asyncio.wait([drain])
-                finally:
-                    if self._draining.get(rec.id) is drain:
-                        del self._draining[rec.id]
-                    if not drain.done():
-                        drain.cancel()  # this stop was cancelled itself
-                if drain.cancelled() or self._stops.get(rec.id) is not asyncio.current_task():
-                    return  # collation took the model back (`_collate` set it ready)
-                drain.result()
-            self._collatable.discard(rec.id)
-            self._set(rec, "stopping", reason)
-            handle = rec.handle
-            assert handle is not None
-            # A swap stopping this model starts its own target right after.
-            follows = self._start_follows(rec.id)
-            try:
-                await self.effects.stop(rec.id, handle, rec.model, start_follows=follows)
-            except Exception:
-                log.exception("%s: stop failed", rec.id)
-            rec.handle = None
-            self._set(rec, "stopped", reason)
+            handle: H | None = None
+            if adopting is not None:
+                handle = await self._adopt(swap, adopting)
+            if handle is None:
+                handle = await self._swap(swap)
+        except asyncio.CancelledError:
+            if not swap.result.done():
+                swap.result.set_exception(ShuttingDown())
+            raise
+        except BaseException as exc:
+            if not swap.result.done():
+                swap.result.set_exception(exc)
+        else:
+            if not swap.result.done():
+                swap.result.set_result(handle)
         finally:
-            if self._stops.get(rec.id) is asyncio.current_task():
-                del self._stops[rec.id]
-                self._collatable.discard(rec.id)
-            await self._wake()
+            self.swaps.remove(swap)
+            self.effects.ended(swap.target)
+            self.changes.fire()
 
-    async def unload(self, model_id: str | None, reason: str = "unloaded") -> list[str]:
-        """Stop one model (id or alias) or, with None, every loaded one. Returns the ids stopped.
+    async def _adopt(
+        self, swap: Swap[H], adopting: Coroutine[object, object, H | None]
+    ) -> H | None:
+        """A process found starting: its handle once healthy; None when it was not (the swap
+        goes on as any other, for the same waiters)."""
+        handle = await self.starts.start(swap, self.config.models[swap.target], adopting)
+        if handle is not None and swap.phase is Phase.RESTARTING:
+            # A reload changed the definition just as the adopted process became healthy.
+            await self.stops.stop(swap.target, Stop(StopCause.RELOAD))
+            handle = None
+        self._check_aborted(swap)
+        if handle is None:
+            swap.queued()
+        return handle
+
+    async def _swap(self, swap: Swap[H]) -> H:
+        target = swap.target
+        while True:
+            ready = await self._claim(swap)
+            if ready is not None:
+                return ready
+            claim = swap.claim
+            assert claim is not None
+            # 13.
+            if claim.evict:
+                swap.stopping()
+                await self._stop_evictees(target, claim.evict)
+                if swap.phase is Phase.QUEUED:
+                    # Collation took a model back: queue again (first in line at this priority).
+                    log.info("%s: waits again: a model it was stopping serves its requests", target)
+                    continue
+            self._check_aborted(swap)
+            # A reload during the evictions may have changed or removed the target.
+            model = self.config.models.get(target)
+            if model is None:
+                raise ModelNotFound(f"no local model {target!r}")
+            if claim.gpus is not None:
+                model = msgspec.structs.replace(model, gpus=claim.gpus)
+            handle = await self.starts.start(swap, model)
+            self._check_aborted(swap)  # unloaded just as it became ready: the unload stops it
+            if swap.phase is not Phase.RESTARTING:
+                assert handle is not None  # None only for an aborted start, which raised above
+                return handle
+            # 14.
+            log.info("%s: definition changed while starting; starting the new one", target)
+            if handle is not None:
+                await self.stops.stop(target, Stop(StopCause.RELOAD))
+            swap.queued()
+
+    async def _stop_evictees(self, target: str, evict: frozenset[str]) -> None:
+        log.info("%s: swapping out %s", target, ", ".join(sorted(evict)))
+        ordered = sorted(evict)
+        results = await asyncio.gather(
+            *(
+                self.stops.stop(m, Stop(StopCause.SWAP, for_model=target), collatable=True)
+                for m in ordered
+            ),
+            return_exceptions=True,
+        )
+        for m, result in zip(ordered, results, strict=True):
+            if isinstance(result, BaseException):
+                log.error("%s: stopping %s failed: %r", target, m, result)
+
+    async def _claim(self, swap: Swap[H]) -> H | None:
+        """Steps 7 to 12, until the swap has claimed its room (None) or its target is ready
+        (its handle)."""
+        target = swap.target
+        while True:
+            waits = swap.waits
+            # 7.
+            last = waits.decision if waits is not None else None
+            if waits is not None and isinstance(last, Wait) and last.check:
+                await self._read_busy_checks(swap, last.check)
+                waits.asked.update(dict.fromkeys(last.check, self.clock()))
+                waits.decision = None
+            model = self.config.models.get(target)
+            gpus = None
+            if model is not None and self.policy.reads_gpus(model):
+                gpus = await self.readings.gpus(model, list(self._occupants(target).values()))
+            # 8.
+            self._check_aborted(swap)
+            model = self.config.models.get(target)
+            if model is None:
+                raise ModelNotFound(f"no local model {target!r}")
+            assert waits is not None
+            # 9.
+            rec = self.record(target)
+            if rec.state == ModelState.READY and rec.handle and not self._taken_down(target):
+                return rec.handle
+            # 10.
+            now = self.clock()
+            decision = self.policy.decide(
+                room.ask(swap, model, now, self.collate_window), Room(self._occupants(target), gpus)
+            )
+            waits.decision = decision
+            self.effects.decided(model, decision)
+            if isinstance(decision, Refuse):
+                raise NoGpuRoom(decision.reason)
+            if isinstance(decision, Wait):
+                if decision.for_room and waits.room_since is None:
+                    waits.room_since = now
+                if not decision.check:
+                    await self._park(waits, decision.reason, decision.until)
+                continue
+            # 11.
+            if self.stops.under_way(target):
+                await self._park(waits, f"{target} is being stopped", None)
+                continue
+            if self.swaps.collides(target, decision.stop):
+                await self._park(waits, "collides with a swap under way", None)
+                continue
+            # 12.
+            if not self.policy.reads_gpus(model):
+                ahead = self._ahead_in_conflict(swap, decision)
+                if ahead is not None:
+                    await self._park(waits, f"behind the swap to {ahead} in the queue", None)
+                    continue
+            # 13.
+            swap.claimed(Claim(decision.stop, decision.placement))
+            return None
+
+    def _ahead_in_conflict(self, swap: Swap[H], mine: MakeRoom) -> str | None:
+        """A swap ahead in the queue that may begin now and conflicts with `swap`'s claim."""
+        for other in self.swaps.ahead(swap):
+            model = self.config.models.get(other.target)
+            if model is None or self.policy.reads_gpus(model):
+                continue
+            ask = room.ask(other, model, self.clock(), self.collate_window)
+            theirs = self.policy.decide(ask, Room(self._occupants(other.target)))
+            if not isinstance(theirs, MakeRoom):
+                continue
+            if self.stops.under_way(other.target) or self.swaps.collides(other.target, theirs.stop):
+                continue
+            if (
+                other.target == swap.target
+                or other.target in mine.stop
+                or swap.target in theirs.stop
+                or theirs.stop & mine.stop
+            ):
+                return other.target
+        return None
+
+    async def _park(self, waits: Waits, on: str, until: float | None) -> None:
+        """Wait for a change, or until `until` (monotonic) at the latest; `on` says what for."""
+        waits.on = on
+        try:
+            await self.changes.wait(None if until is None else max(0.0, until - self.clock()))
+        finally:
+            waits.on = ""
+
+    async def _read_busy_checks(self, swap: Swap[H], models: frozenset[str]) -> None:
+        """The busy checks of `models` read again, or until the swap is answered otherwise."""
+        reading = asyncio.ensure_future(self.readings.check_busy(models))
+        either: set[asyncio.Future[Any]] = {reading, swap.result}
+        try:
+            await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            reading.cancel()
+
+    def _occupants(self, target: str | None) -> dict[str, Occupant]:
+        return room.occupants(
+            self.config, self.swaps.claims(), self.records.values(), self.readings, target
+        )
+
+    def occupants(self) -> list[Occupant]:
+        """Every model with a process or a claimed start (for the GPU footprints' samples)."""
+        return list(self._occupants(None).values())
+
+    def _check_aborted(self, swap: Swap[H]) -> None:
+        if swap.abort is not None:
+            raise swap.abort.error
+        if self.shutting_down:
+            raise ShuttingDown()
+
+    # ------------------------------------------------------------------------- stop, unload
+
+    async def stop(self, model_id: str, cause: StopCause) -> None:
+        """Drain and stop one model (TTL, reload; joins a stop under way); nothing when it is
+        not loaded."""
+        await self.stops.stop(model_id, Stop(cause))
+
+    async def unload(self, model_id: str | None, cause: StopCause = StopCause.UNLOAD) -> list[str]:
+        """Stop one model (by id) or, with None, every loaded one. Returns the ids stopped.
 
         Ensures already waiting for a model when its unload arrives get 503 `model_unloaded` (a
         start under way is aborted); ensures that arrive later wait until it stopped, then start
         it again."""
         if model_id is None:
-            targets = sorted(self.loaded() | self._swaps.keys())
+            targets = sorted(self.loaded() | self.swaps.targets())
         else:
-            model = self.config.resolve(model_id)
-            mid = model.id if model is not None else model_id
-            if model is None and mid not in self.records:
+            if model_id not in self.config.models and model_id not in self.records:
                 raise ModelNotFound(f"no local model {model_id!r}")
-            targets = [mid]
-        await asyncio.gather(*(self._unload(m, reason) for m in targets))
+            targets = [model_id]
+        await asyncio.gather(*(self._unload(m, cause) for m in targets))
         return targets
 
-    async def _unload(self, model_id: str, reason: str) -> None:
-        self._unloading[model_id] += 1
+    async def _unload(self, model_id: str, cause: StopCause) -> None:
+        unloading = self.stops.unloading
+        unloading[model_id] += 1
         try:
-            swap = self._swaps.pop(model_id, None)
+            swap = self.swaps.pop(model_id)
             if swap is not None:
-                self._abort(
-                    swap,
-                    ModelUnloaded(
-                        f"model {model_id} was unloaded while this request waited for it; "
-                        "send the request again to start it again",
-                    ),
-                    reason,
+                error = ModelUnloaded(
+                    f"model {model_id} was unloaded while this request waited for it; "
+                    "send the request again to start it again",
                 )
+                swap.aborted(Abort(error, cause))
+                self.changes.fire()
                 assert swap.task is not None
                 await asyncio.wait([swap.task])
-            await self.stop(model_id, reason)
+            await self.stops.stop(model_id, Stop(cause))
         finally:
-            self._unloading[model_id] -= 1
-            if self._unloading[model_id] <= 0:
-                del self._unloading[model_id]
-            await self._wake()
+            unloading[model_id] -= 1
+            if unloading[model_id] <= 0:
+                del unloading[model_id]
+            self.changes.fire()
 
-    # ----------------------------------------------------------------- outside events
+    # ------------------------------------------------------------------------ outside events
 
     def adopt(self, model: ModelConfig, handle: H) -> None:
         """A process that already runs (found in circusd after a daemon restart) is ready."""
-        rec = self.record(model.id)
-        rec.handle = handle
-        rec.model = model
-        self._set(rec, "ready", "adopted")
+        self.starts.adopted(model, handle)
 
     def adopt_when_healthy(
         self, model: ModelConfig, waiting: Coroutine[object, object, H | None]
@@ -165,64 +426,38 @@ class Scheduler(SwapEngine[H]):
         join a start; `waiting` returns its handle once healthy, or None when it did not become
         healthy (then the same swap starts the model afresh). Cancelling `waiting` must stop it."""
         loop = asyncio.get_running_loop()
-        swap = self._swaps[model.id] = Swap(model.id, loop.create_future())
+        swap = self.swaps.add(model.id, loop.create_future(), 0, self.clock())
         swap.result.add_done_callback(retrieve)
-        swap.claimed = True  # its model counts as running for other swaps meanwhile
-        swap.task = loop.create_task(self._run_swap(swap, waiting))
+        swap.claimed(Claim(frozenset()))  # its model counts as running for other swaps meanwhile
+        swap.task = loop.create_task(self._run(swap, waiting))
 
     def process_exited(self, model_id: str, pid: int, exit_code: int | None) -> bool:
-        """A ready model's process died on its own. Returns True when it was one of ours.
-
-        Its state becomes `stopped` (the next request starts it again); the leftover watcher is
-        cleaned up like a stop, and a new start of the model waits for that.
-        """
-        rec = self.records.get(model_id)
-        if rec is None or rec.handle is None or rec.handle.pid != pid:
-            return False
-        if rec.state != "ready" or model_id in self._stops or self.shutting_down:
-            return False
-        said = f"exit code {exit_code}" if exit_code is not None else "unknown exit code"
-        reason = f"process {pid} exited on its own ({said})"
-        log.warning("%s: %s", model_id, reason)
-        handle, model = rec.handle, rec.model
-        rec.handle = None
-        self._set(rec, "stopped", reason)
-
-        async def cleanup() -> None:
-            try:
-                await self.effects.stop(model_id, handle, model, start_follows=False)
-            except Exception:
-                log.exception("%s: cleanup after exit failed", model_id)
-            finally:
-                self._stops.pop(model_id, None)
-                await self._wake()
-
-        self._stops[model_id] = asyncio.get_running_loop().create_task(cleanup())
-        return True
+        """A ready model's process died on its own. Returns True when it was one of ours (then
+        it is `stopped`, and the next request starts it again)."""
+        return not self.shutting_down and self.stops.exited(model_id, pid, exit_code)
 
     async def shutdown(self) -> None:
         """Refuse new ensures; waiting ones get 503 at once. Starts under way go on (the next
         daemon adopts them) unless `abort_starts` stops them."""
         self.shutting_down = True
-        error = ShuttingDown()
-        for swap in list(self._swaps.values()):
-            self._abort(swap, error, "swapd is shutting down", cancel_start=False)
-        await self._wake()
+        for swap in self.swaps:
+            swap.aborted(Abort(ShuttingDown(), StopCause.SHUTDOWN), cancel_start=False)
+        self.changes.fire()
 
     def stops_under_way(self) -> list[asyncio.Task[None]]:
         """The stops running now (unloads, and cleanups after a process exited on its own)."""
-        return list(self._stops.values())
+        return self.stops.tasks()
 
     def tasks(self) -> list[asyncio.Task[None]]:
         """The swaps and stops under way (for the daemon to cancel as it exits)."""
-        swaps = [s.task for s in self._swaps.values() if s.task is not None]
-        return [*swaps, *self._stops.values()]
+        swaps = [s.task for s in self.swaps if s.task is not None]
+        return [*swaps, *self.stops.tasks()]
 
     async def abort_starts(self) -> list[str]:
         """Cancel every start under way and wait until each stopped what it had started."""
-        swaps = [s for s in self._swaps.values() if s.starting is not None]
+        swaps = [s for s in self.swaps if s.start is not None]
         for swap in swaps:
-            self._abort(swap, ShuttingDown(), "swapd is shutting down")
+            swap.aborted(Abort(ShuttingDown(), StopCause.SHUTDOWN))
         tasks = [s.task for s in swaps if s.task is not None]
         if tasks:
             await asyncio.wait(tasks)
@@ -231,32 +466,21 @@ class Scheduler(SwapEngine[H]):
     async def reconfigure(
         self, config: Config, stop: Iterable[str], outdated: Callable[[ModelConfig], bool]
     ) -> list[str]:
-        """Switch to `config`. Models in `stop` (loaded with a definition that changed) are drained
-        and stopped; a start whose definition is `outdated` is aborted and its swap starts the new
-        definition for the same waiters (or answers 404 when the model is gone). Returns the ids
-        whose start was aborted."""
+        """Switch to `config` (and the eviction policy chosen for it). Models in `stop` (loaded
+        with a definition that changed) are drained and stopped; a start whose definition is
+        `outdated` is aborted and its swap starts the new definition for the same waiters (or
+        answers 404 when the model is gone). Returns the ids whose start was aborted."""
         self.replace_config(config)
         restarted = []
-        for swap in self._swaps.values():
-            if swap.model is not None and swap.failed is None and outdated(swap.model):
-                swap.restart = True
-                if swap.starting is not None:
-                    swap.starting.cancel()
+        for swap in self.swaps:
+            start = swap.start
+            if swap.phase is Phase.STARTING and start is not None and outdated(start.model):
+                swap.restarting()
                 restarted.append(swap.target)
-        await asyncio.gather(*(self.stop(m, "config changed") for m in stop))
+        await asyncio.gather(*(self.stops.stop(m, Stop(StopCause.RELOAD)) for m in stop))
         return restarted
 
     def replace_config(self, config: Config) -> None:
-        self.config = config
-        for mid in list(self.records):
-            rec = self.records[mid]
-            if mid not in config.models and rec.state not in LOADED_STATES:
-                del self.records[mid]
-
-    def states(self) -> Iterable[ModelRecord[H]]:
-        known = set(self.config.models)
-        for mid in self.config.models:
-            yield self.record(mid)
-        for mid, rec in list(self.records.items()):
-            if mid not in known:
-                yield rec
+        self.models.configure(config)
+        self.policy = self.choose_policy(config)
+        self.changes.fire()

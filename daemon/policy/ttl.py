@@ -2,7 +2,7 @@
 the proxies report; a request in flight in any live proxy holds the model. Proxies hold a report
 back up to a second (one Activity per second per model), so a model is never due within
 REPORT_GRACE of its last report or Ready reply. A model whose `busyCheck` finds it busy is held
-too: `held` is infinite while it is busy, then the time it turned idle (`policy/busy.py`).
+too: `held` is infinite while it is busy, then the time it turned idle (`policy/busy_board.py`).
 
 A request may set how long the current run stays loaded in place of `ttl` (Ollama's
 `keep_alive`, `ProxyRegistry.keep`): that many seconds, 0 as soon as it is idle, or never."""
@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
+from ...ipc.states import ModelState
 from ...ipc.timings import REPORT_GRACE
 from ..config import Config, ModelConfig
 from .proxies import ProxyRegistry
@@ -57,7 +58,7 @@ def ttl_left_of(
     held: float = 0.0,
 ) -> float | None:
     """`ttl_left` for `rec` whose definition is `model` (None: a reload removed it)."""
-    if model is None or rec.state != "ready":
+    if model is None or rec.state != ModelState.READY:
         return None
     ttl = effective_ttl(rec, model, registry)
     if ttl is None or registry.in_flight(rec.id) > 0 or held == math.inf:

@@ -17,7 +17,7 @@ import msgspec
 from aiohttp import web
 
 from ...ipc.routing_table import RouteModel, RouteSelector
-from ...ipc.states import LOADED_STATES
+from ...ipc.states import LOADED_STATES, SERVING_STATES, ModelState
 from ..context import CTX
 from ..mirror.wait import routes_of
 from . import capabilities
@@ -69,15 +69,15 @@ def _selector_entry(
         meta["spillover"] = selector.spillover
     item["meta"] = {"llamaswap": meta}
     looked = selector.targets[:1] if selector.strategy == "pin" else selector.targets
-    loaded = any(t in runtimes and runtimes[t].state in ("ready", "starting") for t in looked)
+    loaded = any(t in runtimes and runtimes[t].state in SERVING_STATES for t in looked)
     item["status"] = {"value": "loaded" if loaded else "unloaded"}
     return item
 
 
-def status_value(state: str) -> str:
+def status_value(state: ModelState) -> str:
     """`status.value` in llama.cpp's router's words: `loading` while it starts, `loaded` while
     a process serves (or is being stopped), `unloaded` otherwise."""
-    if state == "starting":
+    if state == ModelState.STARTING:
         return "loading"
     return "loaded" if state in LOADED_STATES else "unloaded"
 
@@ -92,7 +92,7 @@ async def handle_models(request: web.Request) -> web.Response:
         if route.unlisted:
             continue
         rt = ctx.state.runtimes.get(route.id)
-        state = rt.state if rt is not None else "stopped"
+        state = rt.state if rt is not None else ModelState.STOPPED
         left = rt.status.ttl_left if rt is not None else None
         status: dict[str, Any] = {
             "value": status_value(state),

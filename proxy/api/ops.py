@@ -9,6 +9,7 @@ from aiohttp import web
 
 from ...ipc.messages import Error, Ok, Status, StatusReply
 from ...ipc.routing_table import RouteModel
+from ...ipc.states import ModelState
 from ..context import CTX, ProxyContext
 from ..errors import BadGateway, BadRequest, NotFound, ProxyError
 from ..mirror.state import Routes
@@ -171,7 +172,7 @@ async def handle_load(request: web.Request) -> web.Response:
     rt = ctx.state.runtimes.get(route.id)
     if wait in _NO and (rt is None or not rt.hot):
         load_soon(ctx, route.id)
-        state = rt.state if rt is not None else "stopped"
+        state = rt.state if rt is not None else ModelState.STOPPED
         return web.Response(
             status=202,
             body=_encode({"msg": "loading", "model": route.id, "state": state}),
@@ -181,7 +182,7 @@ async def handle_load(request: web.Request) -> web.Response:
     if isinstance(reply, Error):
         raise ProxyError.from_reply(reply)
     return web.Response(
-        body=_encode({"msg": "ok", "model": route.id, "state": "ready"}),
+        body=_encode({"msg": "ok", "model": route.id, "state": ModelState.READY}),
         content_type="application/json",
     )
 

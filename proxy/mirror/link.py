@@ -15,6 +15,7 @@ import secrets
 import socket
 import time
 from collections.abc import Callable
+from typing import Any
 
 import msgspec
 
@@ -62,7 +63,8 @@ class DaemonLink:
             changed = self.state.instance_changed
             reply_task = asyncio.ensure_future(self.client.request(make, timeout=None))
             try:
-                await asyncio.wait({reply_task, changed}, return_when=asyncio.FIRST_COMPLETED)
+                either: set[asyncio.Future[Any]] = {reply_task, changed}
+                await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
             except BaseException:
                 reply_task.cancel()
                 raise

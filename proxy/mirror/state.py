@@ -17,13 +17,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-import time
 from dataclasses import dataclass, field
 
 from ...ipc import aliases
 from ...ipc.messages import Draining, Event, SnapshotReply, StateChanged, TableChanged
 from ...ipc.model_status import ModelStatus
 from ...ipc.routing_table import RouteModel, RoutePeer, RouteSelector, RoutingTable
+from ...ipc.states import SERVING_STATES, ModelState
 from ..routing.matching import compile_path_pattern
 from ..upstream.address import NOWHERE, UpstreamAddress
 from .changes import Applied, Changes
@@ -109,7 +109,7 @@ class ModelRuntime:
     limit: int
     status: ModelStatus
     address: UpstreamAddress = NOWHERE
-    state: str = "stopped"
+    state: ModelState = ModelState.STOPPED
     # Requests admitted and not finished (waiting for ensure, or being served): the 429 counter.
     reserved: int = 0
     # Requests being served by the upstream (ignored websockets excluded): what holds a drain.
@@ -133,7 +133,7 @@ class ModelRuntime:
     @property
     def hot(self) -> bool:
         """Ready, and not being drained: serve straight away, no IPC."""
-        return self.state == "ready" and self.drain_epoch is None
+        return self.state == ModelState.READY and self.drain_epoch is None
 
 
 def per_process_limit(limit: int, processes: int) -> int:
@@ -157,13 +157,9 @@ class ProxyState:
         # Told of every message once it is applied: the one way a change reaches anyone.
         self.changes = Changes()
         # The models whose state the message being applied set, with their states before.
-        self._models_set: list[tuple[ModelRuntime, str]] = []
-        self.updated_at = 0.0
+        self._models_set: list[tuple[ModelRuntime, ModelState]] = []
 
     # ---------------------------------------------------------------------------------------------
-    def runtime(self, model_id: str) -> ModelRuntime | None:
-        return self.runtimes.get(model_id)
-
     def ready(self, model_id: str) -> bool:
         """Whether `model_id` is hot in this process (the route decision's `Ready`)."""
         rt = self.runtimes.get(model_id)
@@ -186,10 +182,9 @@ class ProxyState:
             self._apply_status(status)
         # A model the daemon no longer reports is stopped as far as routing is concerned.
         for rt in self.runtimes.values():
-            if rt.id not in seen and rt.state != "stopped":
-                self._set_state(rt, "stopped")
+            if rt.id not in seen and rt.state != ModelState.STOPPED:
+                self._set_state(rt, ModelState.STOPPED)
         self.synced.set()
-        self.updated_at = time.time()
         self._tell(reply)
 
     def apply_event(self, event: Event) -> None:
@@ -204,7 +199,6 @@ class ProxyState:
                 draining.drain_epoch = event.epoch
                 draining.drain_acked = False
         self.seq = event.seq
-        self.updated_at = time.time()
         self._tell(event, draining)
 
     def _tell(self, message: Event | SnapshotReply, draining: ModelRuntime | None = None) -> None:
@@ -216,7 +210,7 @@ class ProxyState:
         current = {m.id: m for m in table.models}
         for model_id in list(self.runtimes):
             if model_id not in current:
-                self._set_state(self.runtimes.pop(model_id), "stopped")
+                self._set_state(self.runtimes.pop(model_id), ModelState.STOPPED)
         for model_id, route in current.items():
             limit = per_process_limit(route.concurrency_limit, self.processes)
             existing = self.runtimes.get(model_id)
@@ -225,7 +219,7 @@ class ProxyState:
                     id=model_id,
                     route=route,
                     limit=limit,
-                    status=ModelStatus(model=model_id, state="stopped", ttl=route.ttl),
+                    status=ModelStatus(model=model_id, state=ModelState.STOPPED, ttl=route.ttl),
                     address=UpstreamAddress.parse(route.upstream),
                 )
             else:
@@ -242,10 +236,10 @@ class ProxyState:
         rt.address = UpstreamAddress.parse(status.upstream or rt.route.upstream)
         self._set_state(rt, status.state)
 
-    def _set_state(self, rt: ModelRuntime, state: str) -> None:
+    def _set_state(self, rt: ModelRuntime, state: ModelState) -> None:
         old = rt.state
         rt.state = state
-        if state in ("starting", "ready") and old not in ("starting", "ready"):
+        if state in SERVING_STATES and old not in SERVING_STATES:
             # A new run of the model: a drain of the previous run no longer applies.
             rt.drain_epoch = None
         self._models_set.append((rt, old))

@@ -46,6 +46,7 @@ from ...ipc.messages import (
     SwapRecorded,
     TableChanged,
 )
+from ...ipc.states import ModelState
 from ..mirror.changes import Applied
 from ..mirror.state import ProxyState
 from .llama_view import model_item
@@ -155,7 +156,7 @@ class EventHub:
         table = self.state.routes.table
         for route in sorted(table.models, key=lambda m: m.id):
             rt = self.state.runtimes.get(route.id)
-            models.append(model_item(route, rt.state if rt is not None else "stopped"))
+            models.append(model_item(route, rt.state if rt is not None else ModelState.STOPPED))
         for peer in table.peers:
             for name in peer.models:
                 models.append(
@@ -163,7 +164,7 @@ class EventHub:
                         "id": f"{peer.id}/{name}",
                         "name": "",
                         "description": "",
-                        "state": "stopped",
+                        "state": ModelState.STOPPED,
                         "unlisted": False,
                         "peerID": peer.id,
                     }

@@ -18,15 +18,17 @@ from __future__ import annotations
 from typing import Any
 
 from ...ipc.routing_table import RouteModel
+from ...ipc.states import ModelState
 from ..api import capabilities
 
-_LLAMA_STATES = {
-    "stopped": "stopped",
-    "starting": "starting",
-    "ready": "ready",
-    "draining": "stopping",
-    "stopping": "stopping",
-    "failed": "stopped",
+# swapd's state -> llama-swap's word for it.
+_LLAMA_STATES: dict[str, str] = {
+    ModelState.STOPPED: "stopped",
+    ModelState.STARTING: "starting",
+    ModelState.READY: "ready",
+    ModelState.DRAINING: "stopping",
+    ModelState.STOPPING: "stopping",
+    ModelState.FAILED: "stopped",
     # A model put to sleep keeps its process but not its GPU memory: a request wakes it.
     "sleeping": "stopping",
     "asleep": "stopped",

@@ -145,8 +145,8 @@ def for_upstream(ask: Ask, routes: Routes, ready: Ready) -> Decision:
             pin, target_name = pinned
             if not target_name:
                 return model_not_found(pin)
-            rest = ask.path[len(UPSTREAM_PREFIX) + len(pin) :]
-            ask = Ask(ask.method, UPSTREAM_PREFIX + target_name + rest, ask.query, ask.websocket)
+            tail = ask.path[len(UPSTREAM_PREFIX) + len(pin) :]
+            ask = Ask(ask.method, UPSTREAM_PREFIX + target_name + tail, ask.query, ask.websocket)
     target = upstream_target(routes, ask.path)
     if target is None:
         return Refuse(404, f"model not found in {ask.path!r}")

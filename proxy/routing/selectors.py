@@ -15,10 +15,9 @@ import itertools
 from collections.abc import Mapping
 
 from ...ipc.routing_table import RouteSelector
+from ...ipc.states import LEAVING_STATES, SERVING_STATES, ModelState
 from ..mirror.state import ModelRuntime
 
-_RUNNING = ("starting", "ready")
-_SKIPPED = ("draining", "stopping")
 _turns = itertools.count()
 
 
@@ -29,19 +28,19 @@ def choose(selector: RouteSelector, runtimes: Mapping[str, ModelRuntime]) -> str
         return targets[0]
     states = {t: (runtimes[t].state if t in runtimes else "peer") for t in targets}
     if selector.strategy == "warm":
-        for wanted in ("ready", "starting"):
+        for wanted in (ModelState.READY, ModelState.STARTING):
             for target in targets:
                 if states[target] == wanted:
                     return target
         return targets[0]
     load = {t: runtimes[t].reserved if t in runtimes else 0 for t in targets}
-    free = [t for t in targets if states[t] in (*_RUNNING, "peer")]
+    free = [t for t in targets if states[t] in (*SERVING_STATES, "peer")]
     free = [t for t in free if load[t] < selector.spillover]
     if free:
         least = min(load[t] for t in free)
         tied = [t for t in free if load[t] == least]
         return tied[next(_turns) % len(tied)]
     for target in targets:
-        if states[target] not in (*_RUNNING, *_SKIPPED, "peer"):
+        if states[target] not in (*SERVING_STATES, *LEAVING_STATES, "peer"):
             return target
     return None

@@ -94,11 +94,6 @@ class UpstreamResponse:
         self._conn.resume()
         return data
 
-    @property
-    def retryable(self) -> bool:
-        """Failed before any byte of the response arrived on a kept-alive connection."""
-        return self.reused and not self._conn.received_any
-
     async def read(self) -> bytes:
         parts = []
         while chunk := await self.read_chunk():

@@ -56,8 +56,9 @@ async def test_a_swap_removes_the_old_watcher_after_the_new_start(circus) -> Non
         assert "model-a" in await watchers(client), "the rm should wait for the next spawn"
         second = await lifecycle.start(b)
         await until_gone(client, "model-a", 5.0)
+        # The start is circus's `add` with `start` (one command); the `rm` only after it.
         lifecycle_calls = [c for c in sent if c[0] in ("add", "start", "rm")]
-        assert lifecycle_calls == [("add", "model-b"), ("start", "model-b"), ("rm", "model-a")]
+        assert lifecycle_calls == [("add", "model-b"), ("rm", "model-a")]
 
         # A plain stop (unload, TTL) removes its watcher before it returns.
         await lifecycle.stop(second, b)
@@ -91,8 +92,7 @@ async def test_swapping_straight_back_waits_for_the_pending_rm(circus) -> None:
         assert again.pid != first.pid
         assert [c for c in sent if c[0] in ("add", "start", "rm")] == [
             ("rm", "model-a"),
-            ("add", "model-a"),
-            ("start", "model-a"),
+            ("add", "model-a"),  # with `start`: one command
         ]
         assert (await watchers(client))["model-a"] == "active"
         await lifecycle.stop(again, a)

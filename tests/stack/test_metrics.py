@@ -114,6 +114,8 @@ def test_requests_counted_once_across_two_proxy_processes(stack: Stack) -> None:
     for phase in ("drain", "stop"):
         assert value(samples, "swapd_swap_phase_seconds_count", model="a", phase=phase) == 1
     assert value(samples, "swapd_swaps_total", model="a") == 1
+    # The stop's cause, carried from the scheduler as it is (never read from its words).
+    assert value(samples, "swapd_model_stops_total", model="a", cause="swap") == 1
     assert value(samples, "swapd_model_loaded", model="a") == 0
     assert value(samples, "swapd_model_loaded", model="b") == 1
 
@@ -167,6 +169,7 @@ def test_start_failures_backoff_and_crashes(stack_factory: Callable[..., Stack])
     assert value(samples, "swapd_model_starts_total", model="broken", result="failed") == 3
     assert value(samples, "swapd_model_backoffs_total", model="broken") == 1
     assert value(samples, "swapd_model_crashes_total", model="crashy") == 1
+    assert value(samples, "swapd_model_stops_total", model="crashy", cause="crash") == 1
     assert value(samples, "swapd_model_starts_total", model="crashy", result="ok") == 1
     assert value(samples, "swapd_requests_total", model="broken", route="model", status="502") == 3
     assert value(samples, "swapd_requests_total", model="broken", route="model", status="503") == 1

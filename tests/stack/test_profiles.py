@@ -1,13 +1,16 @@
 """`profiles`: the config's checks (llama-swap's messages), and through the real stack
 (fake_model.py stands for llama-server) a profile switch changing where a name goes, a pin that
-disables a name, `/upstream/<pin>/`, the API's errors, and no profile after a reload."""
+disables a name, `/upstream/<pin>/`, the API's errors, no profile after a reload, and a switch
+during a reload kept."""
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import textwrap
 import urllib.error
 import urllib.request
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -80,3 +83,42 @@ def test_a_profile_switch_changes_where_a_name_goes(stack_factory) -> None:
     stack.swapd("reload")
     assert json.loads(http_get(stack.url + "/api/profiles")[1])["active"] is None
     assert chat(stack.url, "a")["served_by"]["name"] == "a"
+
+
+@pytest.mark.processes
+def test_a_profile_switched_during_a_reload_is_kept(stack_factory, tmp_path: Path) -> None:
+    """A switch that arrives while a reload runs (here: held open by the stop of a model whose
+    definition changed, its `cmdStop` waiting for a file) applies to the table that reload makes:
+    answered once the reload is done, and still active after it. (It was once answered at once,
+    applied to the old table, and dropped when the reload replaced the table.)"""
+    gate = tmp_path / "let-the-stop-finish"
+    stop = f"sh -c 'while [ ! -e {gate} ]; do sleep 0.05; done; kill ${{PID}}'"
+
+    def config(env: str) -> str:
+        return textwrap.dedent(
+            f"""
+            startPort: {free_port_range(2)}
+            models:
+              a:
+                cmd: "{fake_model_cmd("a")}"
+                cmdStop: "{stop}"
+                proxy: "http://127.0.0.1:${{PORT}}"
+                env: ["{env}"]
+            profiles:
+              fast: {{pins: {{chat: a}}}}
+            """
+        )
+
+    stack = stack_factory(config("GEN=1"))
+    assert chat(stack.url, "a")["served_by"]["name"] == "a"
+    stack.write_config(config("GEN=2"))
+    reloading = concurrent.futures.ThreadPoolExecutor(2)
+    reload = reloading.submit(stack.swapd, "reload")
+    stack.wait_state("a", "stopping")  # the reload is under way, held by a's stop
+    switch = reloading.submit(_put, stack.url, b'{"name": "fast"}')
+    gate.touch()
+    assert reload.result(timeout=60).returncode == 0
+    assert switch.result(timeout=60) == (200, {"active": "fast"})
+    reloading.shutdown()
+    assert json.loads(http_get(stack.url + "/api/profiles")[1])["active"] == "fast"
+    assert chat(stack.url, "chat")["served_by"]["name"] == "a"

@@ -1,16 +1,28 @@
-"""The scheduler without processes: model configs, a fake `Effects` that logs every call and can
-hold starts and drains open with gates, a settable clock."""
+"""The scheduler without processes: model configs, a fake `Effects` (and `Readings`) that logs
+every call and can hold starts and drains open with gates, a settable clock, and the waits that
+replace sleeping: for a call to reach the fake (`FakeEffects.entered`), for a swap to wait
+(`parked`), or for any condition (`until`), each with a deadline."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from swapd.daemon.config import Config, GroupConfig, ModelConfig
-from swapd.daemon.policy.scheduler import EnsureError, ModelRecord, Scheduler
+from swapd.daemon.policy.eviction.contract import (
+    BusyReading,
+    Decision,
+    GpuRoom,
+    Occupant,
+)
+from swapd.daemon.policy.records import Activity, ModelRecord
+from swapd.daemon.policy.scheduler import EnsureError, Scheduler
 from tests.support.models import Clock, model
+
+DEADLINE = 10.0
 
 
 def make_config(*ids: str, groups: dict[str, GroupConfig] | None = None, **kw: Any) -> Config:
@@ -21,6 +33,7 @@ def make_config(*ids: str, groups: dict[str, GroupConfig] | None = None, **kw: A
 class Handle:
     upstream: str
     pid: int
+    started_at: float = 0.0
 
 
 class StartError(EnsureError):
@@ -31,8 +44,9 @@ class StartError(EnsureError):
 
 
 class FakeEffects:
-    """Stands for the daemon's process machinery; every call is logged, and starts/drains can be
-    held open with gates to create overlaps."""
+    """Stands for the daemon's process machinery and for what it reads of the proxies, the busy
+    checks and the GPUs; every call is logged, and starts/drains can be held open with gates to
+    create overlaps."""
 
     def __init__(self, config: Config) -> None:
         self.config = config
@@ -48,9 +62,29 @@ class FakeEffects:
         self.busy_models: set[str] = set()  # what the proxies report as in flight
         # Called as a drain ends (its last step, before the drain task is done).
         self.drain_hooks: dict[str, Callable[[], object]] = {}
+        self.decisions: list[tuple[str, Decision]] = []
+        # Set once a call of that kind for that model reached the fake (before any gate).
+        self._entered: dict[tuple[str, str], asyncio.Event] = {}
+        # Readings: what each busyCheck says; the GPU reading (None: no GPUs to read).
+        self.busy_readings: dict[str, BusyReading] = {}
+        self.checked: list[frozenset[str]] = []
+        self.gpu_room: Callable[[ModelConfig, Sequence[Occupant]], GpuRoom] | None = None
+
+    def _enter(self, kind: str, model_id: str) -> None:
+        self.log.append((kind, model_id))
+        self._entry(kind, model_id).set()
+
+    def _entry(self, kind: str, model_id: str) -> asyncio.Event:
+        return self._entered.setdefault((kind, model_id), asyncio.Event())
+
+    async def entered(self, kind: str, model_id: str) -> None:
+        """Until a `kind` ("start", "drain", "stop") call for `model_id` reached the fake."""
+        await asyncio.wait_for(self._entry(kind, model_id).wait(), DEADLINE)
+
+    # -------------------------------------------------------------------------------- effects
 
     async def start(self, m: ModelConfig) -> Handle:
-        self.log.append(("start", m.id))
+        self._enter("start", m.id)
         assert m.id not in self.running, f"{m.id} started twice"
         self.running.add(m.id)
         self.max_running = max(self.max_running, len(self.running))
@@ -70,7 +104,7 @@ class FakeEffects:
         return Handle(m.proxy, self.pid)
 
     async def drain(self, model_id: str) -> None:
-        self.log.append(("drain", model_id))
+        self._enter("drain", model_id)
         gate = self.drain_gates.get(model_id)
         if gate is not None:
             await gate.wait()
@@ -78,27 +112,62 @@ class FakeEffects:
         if hook is not None:
             hook()
 
-    def busy(self, model_id: str) -> bool:
-        return model_id in self.busy_models
-
     async def stop(
         self, model_id: str, handle: Handle, m: ModelConfig | None, *, start_follows: bool
     ) -> None:
-        self.log.append(("stop", model_id))
+        self._enter("stop", model_id)
         self.told.append((model_id, start_follows))
         self.running.discard(model_id)
 
     def changed(self, record: ModelRecord[Handle], model: ModelConfig | None) -> None:
         self.states.append((record.id, record.state))
 
+    def decided(self, target: ModelConfig, decision: Decision) -> None:
+        self.decisions.append((target.id, decision))
 
-def setup(*ids: str, **kw: Any) -> tuple[Scheduler, FakeEffects, Clock]:
+    def ended(self, target: str) -> None:
+        pass
+
+    # ------------------------------------------------------------------------------- readings
+
+    def activity(self, model_id: str) -> Activity:
+        return Activity(in_flight=model_id in self.busy_models)
+
+    def busy(self, model_id: str) -> BusyReading | None:
+        return self.busy_readings.get(model_id)
+
+    async def check_busy(self, models: frozenset[str]) -> None:
+        self.checked.append(models)
+
+    async def gpus(self, target: ModelConfig, occupants: Sequence[Occupant]) -> GpuRoom:
+        assert self.gpu_room is not None, "a GPU reading without GPUs"
+        return self.gpu_room(target, occupants)
+
+
+def setup(*ids: str, **kw: Any) -> tuple[Scheduler[Handle], FakeEffects, Clock]:
     config = make_config(*ids, **kw)
     effects = FakeEffects(config)
     clock = Clock()
-    return Scheduler(config, effects, clock=clock, backoff_base=5.0), effects, clock
+    scheduler: Scheduler[Handle] = Scheduler(
+        config, effects, effects, clock=clock, backoff_base=5.0
+    )
+    return scheduler, effects, clock
 
 
-async def settle() -> None:
-    for _ in range(20):
-        await asyncio.sleep(0)
+async def until(predicate: Callable[[], object], what: str, timeout: float = DEADLINE) -> None:
+    """Until `predicate()` holds, looking again at every turn of the loop; fails after
+    `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    turns = 0
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        turns += 1
+        # Every turn of the loop at first; then gently, for what waits on a timer.
+        await asyncio.sleep(0 if turns < 1000 else 0.002)
+
+
+async def parked(scheduler: Scheduler[Handle], target: str) -> str:
+    """Until the swap to `target` waits (its decision made: it does not go on now); what it
+    waits for."""
+    await until(lambda: scheduler.waiting(target), f"the swap to {target} to wait")
+    return scheduler.waiting(target)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import time
 from collections.abc import AsyncIterator, Callable
 from types import SimpleNamespace
 from typing import Any
@@ -15,19 +16,20 @@ import msgspec
 import pytest
 from aiohttp import web
 
-from swapd.daemon.busy_watch import BusyWatch
-from swapd.daemon.config import Config, ConfigError, load_config_text
-from swapd.daemon.config.busy_check import PRESETS, BusyCheck, BusyCount
+from swapd.daemon.busy_checks import BusyChecks
+from swapd.daemon.config import Config, ConfigError, ModelConfig, load_config_text
+from swapd.daemon.config.busy_check_fields import PRESETS, BusyCheck, BusyCount
 from swapd.daemon.policy import ttl
-from swapd.daemon.policy.busy import BusyBoard, SwapHold
-from swapd.daemon.policy.busy_rule import Reading, evaluate, failed
+from swapd.daemon.policy.busy_answer import Reading, evaluate, failed
+from swapd.daemon.policy.busy_board import BusyBoard
+from swapd.daemon.policy.eviction.contract import BusyReading, Decision, Wait
 from swapd.daemon.policy.proxies import ProxyRegistry
 from swapd.daemon.policy.records import ModelRecord
 from swapd.daemon.policy.scheduler import Scheduler
 from swapd.ipc.model_status import Busy
 from tests.support.models import model as scheduler_model
 from tests.support.paths import BUSY_ANSWERS
-from tests.support.scheduler import FakeEffects, Handle, setup
+from tests.support.scheduler import FakeEffects, Handle, make_config, parked, until
 
 ANSWERS = BUSY_ANSWERS
 
@@ -226,31 +228,56 @@ def test_only_a_visible_change_is_published() -> None:
 # -------------------------------------------------------------------- a swap held by busy
 
 
+class HeldEffects(FakeEffects):
+    """The fake effects and readings, with the daemon's busy board: the readings are its, and
+    what the eviction policy decides shows the swaps it holds on it, as the daemon's effects do."""
+
+    def __init__(self, config: Config, board: BusyBoard) -> None:
+        super().__init__(config)
+        self.board = board
+        self.asked: list[str] = []
+
+    def busy(self, model_id: str) -> BusyReading | None:
+        report = self.board.report(model_id)
+        return BusyReading(report.busy, self.board.words(model_id)) if report else None
+
+    async def check_busy(self, models: frozenset[str]) -> None:
+        self.asked.extend(sorted(models))
+
+    def decided(self, target: ModelConfig, decision: Decision) -> None:
+        super().decided(target, decision)
+        self.board.waits(target.id, decision.holding if isinstance(decision, Wait) else {})
+
+    def ended(self, target: str) -> None:
+        self.board.waits_over(target)
+
+
 def _held_scheduler(
     swap_wait: float,
-) -> tuple[Scheduler[Handle], FakeEffects, BusyBoard, list[str]]:
-    sched, effects, _ = setup("a", "b")
-    board = BusyBoard()
-    asked: list[str] = []
-
-    async def check_now(model_id: str) -> None:
-        asked.append(model_id)
-
-    sched.hold = SwapHold(board, lambda m: swap_wait if m == "a" else None, check_now)
-    return sched, effects, board, asked
+) -> tuple[Scheduler[Handle], HeldEffects, BusyBoard, list[str]]:
+    check = msgspec.structs.replace(PRESETS["comfyui"], swap_wait=swap_wait)
+    config = make_config("a", "b", a={"busy_check": check})
+    effects = HeldEffects(config, BusyBoard())
+    # The swapWait is a time the swap waits: measured on the loop's own clock here.
+    sched: Scheduler[Handle] = Scheduler(config, effects, effects, clock=time.monotonic)
+    effects.board.on_change = lambda _model: sched.readings_changed()
+    return sched, effects, effects.board, effects.asked
 
 
 async def _swap_held_by_a(
     swap_wait: float,
-) -> tuple[Scheduler[Handle], FakeEffects, BusyBoard, list[str], asyncio.Task[Handle]]:
+) -> tuple[Scheduler[Handle], HeldEffects, BusyBoard, list[str], asyncio.Task[Handle]]:
     """`a` ready and busy, and a swap to `b` waiting for it (seen holding, with a deadline)."""
     sched, effects, board, asked = _held_scheduler(swap_wait)
     await sched.ensure("a")
     board.observe("a", BUSY)
     swap = asyncio.ensure_future(sched.ensure("b"))
-    async with asyncio.timeout(5):
-        while (report := board.report("a")) is None or report.holding != ("b",):
-            await board.wait_change(1.0)
+
+    def holding() -> bool:
+        report = board.report("a")
+        return report is not None and report.holding == ("b",)
+
+    await until(holding, "the swap to b held by a")
     return sched, effects, board, asked, swap
 
 
@@ -259,6 +286,7 @@ async def test_a_swap_waits_for_a_busy_model_and_goes_ahead_when_it_is_idle() ->
     assert not swap.done() and ("drain", "a") not in effects.log
     assert sched.record("a").state == "ready"  # it serves on meanwhile
     assert asked == ["a"]  # checked once more before waiting
+    assert await parked(sched, "b") == "busy: a"
     board.observe("a", IDLE)
     await asyncio.wait_for(swap, 5)
     assert effects.log[-3:] == [("drain", "a"), ("stop", "a"), ("start", "b")]
@@ -325,7 +353,7 @@ async def test_the_probe_polls_a_ready_model_and_a_timeout_counts_as_idle(
         path="/api/queue", counts=PRESETS["comfyui"].counts, interval=0.1, timeout=0.3
     )
     config = Config(models={"c": msgspec.structs.replace(scheduler_model("c"), busy_check=check)})
-    watch = BusyWatch(lambda: config)
+    watch = BusyChecks()
     rec: ModelRecord[Any] = ModelRecord("c", state="ready")
     rec.handle = SimpleNamespace(upstream=url, pid=1)
     registry = ProxyRegistry()

@@ -22,6 +22,7 @@ from swapd.ipc import watcher_names
 from swapd.ipc.endpoints import Endpoints
 from swapd.ipc.timings import HEARTBEAT_GRACE, REPORT_GRACE
 from tests.support.models import Clock
+from tests.support.scheduler import until
 
 
 @given(st.text(min_size=1))
@@ -116,14 +117,16 @@ async def test_drain_waits_for_every_live_proxy_and_not_for_silent_ones() -> Non
     registry.hello("p1", 1)
     registry.hello("p2", 2)
     published: list[int] = []
-    drain = asyncio.create_task(registry.drain("m", published.append, tick=0.01, republish=1.0))
-    await asyncio.sleep(0.05)
-    assert published == [1] and not drain.done()
+    # It looks again at each change only (`tick` is long), and publishes at each look
+    # (`republish` 0 on a clock that stands still): every look it took is in `published`.
+    drain = asyncio.create_task(registry.drain("m", published.append, tick=60.0, republish=0.0))
+    await until(lambda: published == [1], "the first Draining")
+    assert not drain.done()
     registry.drained("p1", "m", 1)
-    await asyncio.sleep(0.05)
+    await until(lambda: len(published) == 2, "the drain's look at p1's ack")
     assert not drain.done(), "p2 has not acked"
     registry.drained("p2", "m", 0)  # a stale epoch is no ack
-    await asyncio.sleep(0.05)
+    await until(lambda: len(published) == 3, "the drain's look at p2's stale ack")
     assert not drain.done()
     clock.now += 5  # p2 went silent; p1 keeps its heartbeat
     registry.hello("p1", 1)
@@ -138,10 +141,10 @@ async def test_drain_with_no_proxy_is_immediate_and_republishes_while_waiting() 
     registry.hello("p1", 1)
     published: list[int] = []
     drain = asyncio.create_task(registry.drain("m", published.append, tick=0.01, republish=1.0))
-    await asyncio.sleep(0.03)
+    await until(lambda: published == [2], "the first Draining")
     clock.now += 1.5
     registry.hello("p1", 1)
-    await asyncio.sleep(0.03)
+    await until(lambda: len(published) == 2, "the Draining published again")
     assert published == [2, 2]
     registry.drained("p1", "m", 2)
     assert await asyncio.wait_for(drain, 1) == 2

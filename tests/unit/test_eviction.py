@@ -1,4 +1,4 @@
-"""The eviction policy (daemon/eviction.py): pure, so tested without processes.
+"""The eviction policies (daemon/policy/eviction/): pure, so tested without processes.
 
 The group cases are llama-swap's internal/router/group_test.go, restated as "what does loading B
 stop while A runs"; the gpus cases and the combinations are swapd's own (docs/swapping.md).
@@ -11,8 +11,7 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from swapd.daemon.config import Config, GroupConfig
-from swapd.daemon.policy.eviction import evict_for
-from tests.support.eviction import config, group
+from tests.support.eviction import config, evict_for, group
 from tests.support.models import model
 
 # ------------------------------------------------------------------------------------------------

@@ -1,6 +1,7 @@
 """The matrix router without processes: its set language and errors (config/matrix_dsl.py, as
-llama-swap's internal/matrix tests), the solver (policy/eviction_matrix.py) on hand-made cases
-and against a brute force that expands every set in full, and `gpus` under the matrix router."""
+llama-swap's internal/matrix tests), the solver (policy/eviction/matrix_solver.py) on hand-made
+cases and against a brute force that expands every set in full, and `gpus` under the matrix
+router."""
 
 from __future__ import annotations
 
@@ -14,8 +15,8 @@ from hypothesis import strategies as st
 
 from swapd.daemon.config import Config, ConfigError, MatrixConfig, load_config_text
 from swapd.daemon.config.matrix_dsl import All, AnyOf, DslError, Expr, Leaf, Ref, compile_sets
-from swapd.daemon.policy.eviction import evict_for
-from swapd.daemon.policy.eviction_matrix import solve
+from swapd.daemon.policy.eviction.matrix_solver import solve
+from tests.support.eviction import evict_for
 from tests.support.models import model
 
 

@@ -1,25 +1,18 @@
 """Learning footprints (daemon/machinery/footprints.py): attribution of NVML's process list to
-models, peaks, persistence, and the scheduler-side wait of policy/placing.py. The process lists
-here are written by hand in NVML's shape (`GpuProcess`): no GPU on this machine."""
+models, peaks and persistence. The process lists here are written by hand in NVML's shape
+(`GpuProcess`): no GPU on this machine."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 from pathlib import Path
 
 import pytest
 
-from swapd.daemon.config import Config, ModelConfig
-from swapd.daemon.config.loader import load_config_text
-from swapd.daemon.errors import NoGpuRoom
 from swapd.daemon.machinery import footprints
 from swapd.daemon.machinery.footprints import Footprints, attribute, default_state_dir
 from swapd.daemon.machinery.gpu_backend import GpuProcess
-from swapd.daemon.policy import placing
-from swapd.daemon.policy.placement import Fit, NoFit
-from swapd.daemon.policy.records import Swap
 
 GIB = 1024**3
 
@@ -84,38 +77,3 @@ def test_the_state_directory_follows_systemd_then_xdg_then_home() -> None:
     assert default_state_dir({"STATE_DIRECTORY": "/var/lib/swapd"}) == Path("/var/lib/swapd")
     assert default_state_dir({"XDG_STATE_HOME": "/x"}) == Path("/x/swapd")
     assert default_state_dir({}) == Path.home() / ".local" / "state" / "swapd"
-
-
-class StubPlacer:
-    def __init__(self, answer: Fit | NoFit) -> None:
-        self.answer = answer
-
-    async def plan(self, target, occupants, config):
-        return self.answer
-
-
-def model() -> ModelConfig:
-    config = load_config_text(
-        "models:\n  t:\n    cmd: server --port ${PORT}\n    gpus: auto\n", "c"
-    )
-    return config.models["t"]
-
-
-def test_decide_waits_for_busy_models_then_gives_up() -> None:
-    async def run() -> None:
-        swap: Swap[object] = Swap("t", asyncio.get_running_loop().create_future())
-        waiting = StubPlacer(NoFit("t needs 9.0 GiB; busy model a", 9 * GIB, wait=True))
-        wait = model().health_check_timeout
-        assert await placing.decide(waiting, swap, model(), [], Config(), now=100.0) is None
-        assert swap.place_deadline == 100.0 + wait
-        assert await placing.decide(waiting, swap, model(), [], Config(), now=101.0) is None
-        with pytest.raises(NoGpuRoom, match=f"waited {wait:g}s"):
-            await placing.decide(waiting, swap, model(), [], Config(), now=100.0 + wait)
-        never = StubPlacer(NoFit("t needs 90.0 GiB", 90 * GIB))
-        with pytest.raises(NoGpuRoom, match=r"needs 90\.0 GiB"):
-            await placing.decide(never, swap, model(), [], Config(), now=0.0)
-        fits = StubPlacer(Fit(gpus=("GPU-1",), evict=("old",), reason="r"))
-        assert await placing.decide(fits, swap, model(), [], Config(), now=0.0) == {"old"}
-        assert swap.gpus == ("GPU-1",) and swap.place_deadline is None
-
-    asyncio.run(run())

@@ -1,6 +1,6 @@
 """The GPU/placement families on their own (daemon/observe/gpu_metrics.py): what the collector
-makes of a GPU view, model statuses and the placer's counts, through prometheus-client's exposition
-and parser. The stack test (test_placement_metrics.py) has them end to end."""
+makes of a GPU view, model statuses and the GPU ledger's counts, through prometheus-client's
+exposition and parser. The stack test (test_placement_metrics.py) has them end to end."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The pure placement policy (daemon/policy/placement.py): examples, then hypothesis properties."""
+"""The placement fit (policy/eviction/memory_fit.py): examples, then hypothesis properties."""
 
 from __future__ import annotations
 
@@ -7,7 +7,16 @@ import itertools
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from swapd.daemon.policy.placement import GIB, Fit, Gpu, NoFit, Request, Resident, place, room
+from swapd.daemon.policy.eviction.memory_fit import (
+    GIB,
+    Fit,
+    Gpu,
+    NoFit,
+    Request,
+    Resident,
+    place,
+    room,
+)
 
 MARGIN = GIB // 2
 

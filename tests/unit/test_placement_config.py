@@ -7,7 +7,7 @@ import textwrap
 import pytest
 
 from swapd.daemon.config.loader import ConfigError, load_config_text
-from swapd.daemon.policy.placement import DEFAULT_MARGIN
+from swapd.daemon.policy.eviction.memory_fit import DEFAULT_MARGIN
 
 GIB = 1024**3
 

@@ -1,7 +1,8 @@
-"""The placer's counts for /metrics and its log lines (daemon/placer.py), with the real pure policy
-and the fake GPU backend standing for NVML over an empty process table (one 10 GiB GPU, nothing
-on it but what the placer reserved): a wait counted once however often the scheduler asks again,
-then a placement that evicts, then a refusal."""
+"""The GPU ledger's counts for /metrics and its log lines (daemon/gpu_ledger.py), booking what the
+real eviction policy decides on the ledger's own reading, with the fake GPU backend standing for
+NVML over an empty process table (one 10 GiB GPU, nothing on it but what the ledger reserved): a
+wait counted once however often the scheduler asks again, then a placement that evicts, then a
+refusal."""
 
 from __future__ import annotations
 
@@ -11,13 +12,22 @@ from pathlib import Path
 
 import pytest
 
-from swapd.daemon.config import Config
+from swapd.daemon.config import Config, ModelConfig
+from swapd.daemon.gpu_ledger import GpuLedger
 from swapd.daemon.machinery.footprints import Footprints
 from swapd.daemon.machinery.gpu_fake import FakeBackend, fake_uuid
-from swapd.daemon.placer import Placer
-from swapd.daemon.policy.placement import GIB, Fit, NoFit
-from swapd.daemon.policy.placing import Occupant
-from swapd.daemon.policy.proxies import ProxyRegistry
+from swapd.daemon.policy.eviction.choose import choose
+from swapd.daemon.policy.eviction.contract import (
+    Ask,
+    Decision,
+    MakeRoom,
+    Occupant,
+    Refuse,
+    Room,
+    Wait,
+)
+from swapd.daemon.policy.eviction.memory_fit import GIB
+from swapd.ipc.states import ModelState
 from tests.support.models import model
 
 UUID = fake_uuid(0).casefold()
@@ -29,26 +39,33 @@ def test_placements_evictions_and_waits_are_counted_and_logged(
     proc = tmp_path / "proc"
     proc.mkdir()  # no process holds GPU memory
     backend = FakeBackend([("Fake 0", fake_uuid(0), 10 * GIB)], proc=proc)
-    placer = Placer(backend, Footprints(None), ProxyRegistry())
+    ledger = GpuLedger(backend, Footprints(None))
     a = model("a", gpus_auto=True, vram=(6 * GIB,))
     t = model("t", gpus_auto=True, vram=(6 * GIB,))
     huge = model("huge", gpus_auto=True, vram=(20 * GIB,))
     config = Config(models={"a": a, "t": t, "huge": huge})
-    placer.reserved["a"] = {UUID: 6 * GIB}
+    policy = choose(config, by_memory=True)
+    ledger.reserved["a"] = {UUID: 6 * GIB}
+
+    async def decide(target: ModelConfig, occupants: list[Occupant]) -> Decision:
+        room = await ledger.read(target, occupants)
+        ask = Ask(target, now=0.0, queued_at=0.0, collate_window=0.0)
+        decision = policy.decide(ask, Room({o.id: o for o in occupants}, room))
+        ledger.book(target, decision)  # as the daemon's effects do
+        return decision
 
     async def run() -> None:
-        starting = [Occupant("a", a, "starting", None)]  # busy: not evictable yet
+        starting = [Occupant("a", a, ModelState.STARTING)]  # busy: not evictable yet
         for _ in range(3):  # the scheduler asks again at every change
-            plan = await placer.plan(t, starting, config)
-            assert isinstance(plan, NoFit) and plan.wait
-        ready = [Occupant("a", a, "ready", None)]
-        plan = await placer.plan(t, ready, config)
-        assert isinstance(plan, Fit) and plan.evict == ("a",)
-        assert isinstance(await placer.plan(huge, [], config), NoFit)
+            assert isinstance(await decide(t, starting), Wait)
+        ready = [Occupant("a", a, ModelState.READY)]
+        placed = await decide(t, ready)
+        assert isinstance(placed, MakeRoom) and placed.stop == {"a"}
+        assert isinstance(await decide(huge, []), Refuse)
 
     with caplog.at_level(logging.INFO, logger="swapd.placement"):
         asyncio.run(run())
-    counts = placer.counts
+    counts = ledger.counts
     assert counts.placements == {("t", "waiting"): 1, ("t", "evicting"): 1, ("huge", "no_room"): 1}
     assert counts.evictions == {("a", "room"): 1}
     placed = [r.getMessage() for r in caplog.records if "t placed" in r.getMessage()]

@@ -9,12 +9,16 @@ from typing import Any
 import pytest
 
 from swapd.daemon.config import Config, GroupConfig, ModelConfig
+from swapd.daemon.policy import names
 from swapd.daemon.policy.scheduler import BACKOFF_AFTER, EnsureError
+from swapd.ipc.causes import StopCause
+from swapd.ipc.states import ModelState
 from tests.support.scheduler import (
     Handle,
     make_config,
-    settle,
+    parked,
     setup,
+    until,
 )
 
 
@@ -33,7 +37,7 @@ async def test_concurrent_ensures_join_one_start() -> None:
     sched, fx, _ = setup("a")
     fx.start_gates["a"] = asyncio.Event()
     waiters = [asyncio.create_task(sched.ensure("a")) for _ in range(25)]
-    await settle()
+    await fx.entered("start", "a")
     fx.start_gates["a"].set()
     handles = await asyncio.gather(*waiters)
     assert len({id(h) for h in handles}) == 1
@@ -45,7 +49,11 @@ async def test_unknown_model_is_404_and_aliases_resolve() -> None:
     with pytest.raises(EnsureError) as err:
         await sched.ensure("zzz")
     assert err.value.status == 404
-    await sched.ensure("first")
+    # A name is resolved once, where the request enters the daemon; the scheduler takes ids.
+    with pytest.raises(EnsureError) as err:
+        await sched.ensure(names.resolve(sched.config, "zzz").id)
+    assert err.value.status == 404
+    await sched.ensure(names.resolve(sched.config, "first").id)
     assert fx.log == [("start", "a")]
 
 
@@ -56,6 +64,8 @@ async def test_swap_drains_and_stops_before_starting() -> None:
     assert fx.log == [("start", "a"), ("drain", "a"), ("stop", "a"), ("start", "b")]
     assert sched.record("a").state == "stopped"
     assert sched.record("a").reason == "swapped out for b"
+    stop = sched.record("a").stop
+    assert stop is not None and (stop.cause, stop.for_model) == (StopCause.SWAP, "b")
     assert [s for m, s in fx.states if m == "a"] == [
         "starting", "ready", "draining", "stopping", "stopped",
     ]  # fmt: skip
@@ -66,13 +76,13 @@ async def test_swap_waits_for_the_drain_and_requests_for_the_draining_model_queu
     await sched.ensure("a")
     fx.drain_gates["a"] = asyncio.Event()
     to_b = asyncio.create_task(sched.ensure("b"))
-    await settle()
+    await fx.entered("drain", "a")
     assert sched.record("a").state == "draining"
     # Past the collation window, a request for the draining model is not served from it: it
     # waits its turn.
     clock.now += sched.collate_window
     to_a = asyncio.create_task(sched.ensure("a"))
-    await settle()
+    assert await parked(sched, "a") == "a is being stopped"
     assert not to_b.done() and not to_a.done()
     assert ("start", "b") not in fx.log
     fx.drain_gates.pop("a").set()
@@ -90,10 +100,9 @@ async def test_many_concurrent_swaps_never_run_two_models_at_once() -> None:
     for mid in "abc":
         fx.start_gates[mid] = asyncio.Event()
     tasks = [asyncio.create_task(sched.ensure(m)) for m in "abcabc"]
-    for _ in range(6):
-        await settle()
-        for gate in fx.start_gates.values():
-            gate.set()
+    await until(lambda: any(op == "start" for op, _ in fx.log), "the first start")
+    for gate in fx.start_gates.values():
+        gate.set()
     await asyncio.gather(*tasks)
     assert fx.max_running == 1
     assert len([1 for op, _ in fx.log if op == "start"]) >= 3
@@ -106,7 +115,8 @@ async def test_models_that_coexist_start_side_by_side() -> None:
     fx.start_gates["b"] = asyncio.Event()
     ta = asyncio.create_task(sched.ensure("a"))
     tb = asyncio.create_task(sched.ensure("b"))
-    await settle()
+    await fx.entered("start", "a")
+    await fx.entered("start", "b")
     # Both starts are under way at once: neither waits for the other.
     assert fx.log == [("start", "a"), ("start", "b")]
     fx.start_gates["a"].set()
@@ -168,12 +178,13 @@ async def test_requester_cancel_does_not_cancel_the_start() -> None:
     sched, fx, _ = setup("a")
     fx.start_gates["a"] = asyncio.Event()
     waiter = asyncio.create_task(sched.ensure("a"))
-    await settle()
+    await fx.entered("start", "a")
     waiter.cancel()
-    await settle()
+    await asyncio.wait([waiter])
+    assert waiter.cancelled() and ("cancel", "a") not in fx.log
     fx.start_gates["a"].set()
-    await settle()
-    assert sched.record("a").state == "ready"
+    await until(lambda: sched.record("a").state == "ready", "a ready")
+    assert ("cancel", "a") not in fx.log
 
 
 async def test_process_exit_of_a_ready_model() -> None:
@@ -193,7 +204,7 @@ async def test_unload_one_all_and_while_starting() -> None:
     await sched.ensure("a")
     fx.start_gates["b"] = asyncio.Event()
     starting = asyncio.create_task(sched.ensure("b"))
-    await settle()
+    await fx.entered("start", "b")
     assert sched.record("b").state == "starting"
     assert sorted(await sched.unload(None)) == ["a", "b"]
     assert sched.loaded() == frozenset()
@@ -208,7 +219,7 @@ async def test_unload_aborts_a_start_and_answers_every_waiter_at_once() -> None:
     sched, fx, _ = setup("a")
     fx.start_gates["a"] = asyncio.Event()
     waiters = [asyncio.create_task(sched.ensure("a")) for _ in range(3)]
-    await settle()
+    await fx.entered("start", "a")
     assert await asyncio.wait_for(sched.unload("a"), 1) == ["a"]
     for waiter in waiters:
         assert waiter.done(), "an unload left an ensure hanging"
@@ -220,6 +231,8 @@ async def test_unload_aborts_a_start_and_answers_every_waiter_at_once() -> None:
     assert fx.running == set()
     rec = sched.record("a")
     assert rec.state == "stopped" and rec.failures == 0
+    assert rec.reason == "start aborted: unloaded"
+    assert rec.stop is not None and rec.stop.cause is StopCause.UNLOAD
     # The next request starts it again.
     fx.start_gates.pop("a").set()
     await sched.ensure("a")
@@ -231,13 +244,13 @@ async def test_unload_answers_a_request_queued_behind_a_swap() -> None:
     await sched.ensure("a")
     fx.drain_gates["a"] = asyncio.Event()
     to_b = asyncio.create_task(sched.ensure("b"))
-    await settle()
+    await fx.entered("drain", "a")
     clock.now += sched.collate_window  # past collation: a request for a waits for the swap
     to_a = asyncio.create_task(sched.ensure("a"))  # waits: a is being swapped out
-    await settle()
+    await parked(sched, "a")
     unloading = asyncio.create_task(sched.unload("a"))
-    await settle()
-    assert to_a.done()
+    # Answered while a's drain is still held open: at once, not after the stop.
+    await until(to_a.done, "the queued request's answer")
     with pytest.raises(EnsureError) as err:
         await to_a
     assert err.value.code == "model_unloaded"
@@ -252,10 +265,10 @@ async def test_ensures_after_an_unload_wait_for_the_stop_then_start_again() -> N
     first = await sched.ensure("a")
     fx.drain_gates["a"] = asyncio.Event()
     unloading = asyncio.create_task(sched.unload("a"))
-    await settle()
+    await fx.entered("drain", "a")
     assert sched.record("a").state == "draining"
     later = asyncio.create_task(sched.ensure("a"))
-    await settle()
+    assert await parked(sched, "a") == "a is being stopped"
     assert not later.done(), "served from a model that is being unloaded"
     fx.drain_gates.pop("a").set()
     await unloading
@@ -272,10 +285,10 @@ async def test_reload_aborts_an_outdated_start_and_starts_the_new_definition() -
     sched, fx, _ = setup("a", "b")
     fx.start_gates["a"] = asyncio.Event()
     waiters = [asyncio.create_task(sched.ensure("a")) for _ in range(2)]
-    await settle()
+    await fx.entered("start", "a")
     new = make_config("a", "b", a={"env": {"NEW": "1"}})
     assert await sched.reconfigure(new, [], _outdated(new)) == ["a"]
-    await settle()
+    await until(lambda: fx.log.count(("start", "a")) == 2, "the second start")
     assert fx.log == [("start", "a"), ("cancel", "a"), ("start", "a")]
     assert not any(w.done() for w in waiters)
     fx.start_gates.pop("a").set()
@@ -285,7 +298,7 @@ async def test_reload_aborts_an_outdated_start_and_starts_the_new_definition() -
     # An unchanged start is left alone.
     fx.start_gates["b"] = asyncio.Event()
     to_b = asyncio.create_task(sched.ensure("b"))
-    await settle()
+    await fx.entered("start", "b")
     assert await sched.reconfigure(new, [], _outdated(new)) == []
     fx.start_gates.pop("b").set()
     await to_b
@@ -296,7 +309,7 @@ async def test_reload_that_removes_a_starting_model_answers_404() -> None:
     sched, fx, _ = setup("a", "b")
     fx.start_gates["a"] = asyncio.Event()
     waiter = asyncio.create_task(sched.ensure("a"))
-    await settle()
+    await fx.entered("start", "a")
     new = make_config("b")
     await sched.reconfigure(new, [], _outdated(new))
     with pytest.raises(EnsureError) as err:
@@ -309,9 +322,8 @@ async def test_shutdown_answers_waiters_and_abort_starts_stops_the_start() -> No
     sched, fx, _ = setup("a")
     fx.start_gates["a"] = asyncio.Event()
     waiter = asyncio.create_task(sched.ensure("a"))
-    await settle()
+    await fx.entered("start", "a")
     await sched.shutdown()
-    await settle()
     with pytest.raises(EnsureError) as err:
         await waiter
     assert err.value.code == "shutting_down"
@@ -332,8 +344,8 @@ async def test_ensures_join_a_process_being_adopted_and_a_failed_one_starts_afre
 
     sched.adopt_when_healthy(sched.config.models["a"], becomes_healthy())
     waiter = asyncio.create_task(sched.ensure("a"))
-    await settle()
-    assert sched.record("a").state == "starting" and not waiter.done()
+    await until(lambda: sched.record("a").state is ModelState.STARTING, "the adoption")
+    assert not waiter.done()
     healthy.set()
     assert (await waiter).pid == 7
     assert sched.record("a").reason == "adopted"

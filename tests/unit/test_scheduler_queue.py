@@ -5,26 +5,19 @@ request for a model that a queued swap would stop is served from it: A A B, not 
 from __future__ import annotations
 
 import asyncio
-import time
 
 from swapd.daemon.config import Config
-from swapd.daemon.policy.collation import RECLAIM_PAUSE
+from swapd.daemon.policy.eviction.preemption import RECLAIM_PAUSE
 from swapd.daemon.policy.scheduler import Scheduler
+from swapd.ipc.causes import StopCause
 from tests.support.models import Clock
-from tests.support.scheduler import FakeEffects, make_config, settle
+from tests.support.scheduler import FakeEffects, Handle, make_config, parked, until
 
 
-def build(config: Config) -> tuple[Scheduler, FakeEffects, Clock]:
+def build(config: Config) -> tuple[Scheduler[Handle], FakeEffects, Clock]:
     effects = FakeEffects(config)
     clock = Clock()
-    return Scheduler(config, effects, clock=clock), effects, clock
-
-
-async def until(predicate, what: str, timeout: float = 5.0) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.01)
+    return Scheduler(config, effects, effects, clock=clock), effects, clock
 
 
 async def test_a_busy_model_serves_its_requests_before_a_queued_swap() -> None:
@@ -32,7 +25,7 @@ async def test_a_busy_model_serves_its_requests_before_a_queued_swap() -> None:
     first = await sched.ensure("a")
     fx.busy_models.add("a")  # a request to a is in flight
     to_b = asyncio.create_task(sched.ensure("b"))
-    await settle()
+    assert "collation" in await parked(sched, "b")
     assert ("drain", "a") not in fx.log, "a busy model was preempted"
     # The second request for a is served by a, without a swap (A A B).
     assert await asyncio.wait_for(sched.ensure("a"), 1) is first
@@ -46,7 +39,7 @@ async def test_a_request_for_a_draining_model_takes_it_back() -> None:
     first = await sched.ensure("a")
     fx.drain_gates["a"] = asyncio.Event()
     to_b = asyncio.create_task(sched.ensure("b"))
-    await settle()
+    await fx.entered("drain", "a")
     assert sched.record("a").state == "draining"
     again = await asyncio.wait_for(sched.ensure("a"), 1)
     assert again is first and sched.record("a").state == "ready"
@@ -91,12 +84,12 @@ async def test_starvation_is_bounded_by_the_collation_window() -> None:
     fx.busy_models.add("a")  # a never goes idle
     fx.drain_gates["a"] = asyncio.Event()
     to_b = asyncio.create_task(sched.ensure("b"))
-    await settle()
+    assert "collation" in await parked(sched, "b")
     assert ("drain", "a") not in fx.log
     clock.now += sched.collate_window  # the swap's window is over: it drains a, busy or not
     await until(lambda: sched.record("a").state == "draining", "the drain of a")
     late_a = asyncio.create_task(sched.ensure("a"))
-    await settle()
+    assert await parked(sched, "a") == "a is being stopped"
     assert not late_a.done(), "a request after the window overtook the queued swap"
     fx.busy_models.clear()
     fx.drain_gates.pop("a").set()
@@ -112,12 +105,12 @@ async def _order(priority: dict[str, int]) -> list[str]:
     await sched.ensure("a")
     fx.drain_gates["a"] = asyncio.Event()
     to_d = asyncio.create_task(sched.ensure("d"))
-    await settle()
+    await fx.entered("drain", "a")
     # b, then c, queue behind the swap to d.
     to_b = asyncio.create_task(sched.ensure("b"))
-    await settle()
+    await parked(sched, "b")
     to_c = asyncio.create_task(sched.ensure("c"))
-    await settle()
+    await parked(sched, "c")
     fx.drain_gates.pop("a").set()
     await asyncio.wait_for(asyncio.gather(to_d, to_b, to_c), 5)
     return [m for kind, m in fx.log if kind == "start"]
@@ -137,11 +130,11 @@ async def test_a_stop_someone_else_also_wants_is_not_taken_back() -> None:
     await sched.ensure("a")
     fx.drain_gates["a"] = asyncio.Event()
     to_b = asyncio.create_task(sched.ensure("b"))
-    await settle()
-    reload_stop = asyncio.create_task(sched.stop("a", "config changed"))  # joins the swap's stop
-    await settle()
+    await fx.entered("drain", "a")
+    reload_stop = asyncio.create_task(sched.stop("a", StopCause.RELOAD))  # joins the swap's stop
+    await until(lambda: not sched.stops.collatable("a"), "the reload's stop to join the swap's")
     to_a = asyncio.create_task(sched.ensure("a"))
-    await settle()
+    assert await parked(sched, "a") == "a is being stopped"
     assert not to_a.done() and sched.record("a").state == "draining"
     fx.drain_gates.pop("a").set()
     await asyncio.wait_for(asyncio.gather(to_b, reload_stop, to_a), 5)

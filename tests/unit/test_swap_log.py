@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from swapd.daemon.observe.swap_log import SwapLog
+from swapd.ipc.causes import StartCause, StopCause
 from swapd.ipc.messages import Document, Event, QuerySwaps, SwapRecorded
 
 
@@ -33,7 +34,7 @@ def make() -> tuple[SwapLog, FakeEndpoint, list[float]]:
 
 def test_a_start_then_a_swap_with_its_four_phases() -> None:
     log, endpoint, now = make()
-    log.wanted("a", "request")
+    log.wanted("a", StartCause.REQUEST)
     log.changed("a", "starting", "")
     log.phase("a", "start", 0.1)
     log.changed("a", "starting", "waiting for the health check")  # same state: nothing
@@ -45,13 +46,14 @@ def test_a_start_then_a_swap_with_its_four_phases() -> None:
     assert start.phases == {"start": 0.1, "health": 0.5}
     assert round(start.ended - start.began, 6) == 0.6
 
-    log.wanted("b", "request")
-    log.changed("a", "draining", "swapped out for b")
+    log.wanted("b", StartCause.REQUEST)
+    swapped = {"cause": StopCause.SWAP, "for_model": "b"}
+    log.changed("a", "draining", "swapped out for b", **swapped)
     log.phase("a", "drain", 0.2)
-    log.changed("a", "stopping", "swapped out for b")
+    log.changed("a", "stopping", "swapped out for b", **swapped)
     log.phase("a", "stop", 0.3)
     now[0] += 0.5
-    log.changed("a", "stopped", "swapped out for b")
+    log.changed("a", "stopped", "swapped out for b", **swapped)
     log.changed("b", "starting", "")
     log.phase("b", "start", 0.05)
     log.phase("b", "health", 1.0)
@@ -71,20 +73,26 @@ def test_a_start_then_a_swap_with_its_four_phases() -> None:
 
 def test_causes_of_stops_crash_failure_and_preload() -> None:
     log, _, _ = make()
-    for model, reason in (("t", "ttl expired"), ("u", "unloaded"), ("r", "config changed")):
+    causes = (
+        ("t", "ttl expired", StopCause.TTL),
+        ("u", "unloaded", StopCause.UNLOAD),
+        ("r", "config changed", StopCause.RELOAD),
+    )
+    for model, reason, cause in causes:
         log.changed(model, "ready", "")
-        log.changed(model, "draining", reason)
-        log.changed(model, "stopped", reason)
+        log.changed(model, "draining", reason, cause=cause)
+        log.changed(model, "stopped", reason, cause=cause)
     assert [(r.model, r.kind, r.cause) for r in log.records] == [
         ("t", "stop", "ttl"), ("u", "stop", "unload"), ("r", "stop", "reload"),
     ]  # fmt: skip
     log.changed("c", "ready", "")
-    log.changed("c", "stopped", "process 12 exited on its own (exit code 3)")
+    crashed = "process 12 exited on its own (exit code 3)"
+    log.changed("c", "stopped", crashed, cause=StopCause.CRASH)
     crash = log.records[-1]
     assert (crash.kind, crash.cause, crash.reason) == (
         "crash", "crash", "process 12 exited on its own (exit code 3)",
     )  # fmt: skip
-    log.wanted("f", "preload")
+    log.wanted("f", StartCause.PRELOAD)
     log.changed("f", "starting", "")
     log.changed("f", "failed", "exited during startup with exit code 1")
     failed = log.records[-1]
@@ -93,15 +101,33 @@ def test_causes_of_stops_crash_failure_and_preload() -> None:
     # The ring is bounded (size 5 here): with a sixth record, the oldest went.
     assert len(log.records) == 5 and log.records[0].model == "t"
     log.changed("c", "ready", "")
-    log.changed("c", "stopped", "process 13 exited on its own (exit code 3)")
+    log.changed("c", "stopped", "process 13 exited on its own (exit code 3)", cause=StopCause.CRASH)
     assert len(log.records) == 5 and log.records[0].model == "u"
 
 
 def test_an_aborted_start_and_the_query() -> None:
     log, _, _ = make()
     log.changed("a", "starting", "")
-    log.changed("a", "stopped", "start aborted: unloaded")
+    log.changed("a", "stopped", "start aborted: unloaded", cause=StopCause.UNLOAD)
     (record,) = log.records
     assert record.result == "aborted" and record.reason == "start aborted: unloaded"
     document = log.document(QuerySwaps(id=7))
     assert document.id == 7 and b'"result":"aborted"' in document.body
+
+
+def test_the_cause_comes_with_the_stop_and_the_words_are_not_read() -> None:
+    """A stop's cause is the scheduler's `StopCause`, carried here as it is: rewording the
+    reason a person reads changes no record's cause (the log once matched the words, and a
+    reworded reason turned a swap into `other`)."""
+    log, _, _ = make()
+    log.changed("a", "ready", "")
+    log.changed("a", "draining", "made room for b", cause=StopCause.SWAP, for_model="b")
+    log.changed("a", "stopped", "made room for b", cause=StopCause.SWAP, for_model="b")
+    log.changed("b", "starting", "")
+    log.changed("b", "ready", "")
+    log.changed("c", "ready", "")
+    log.changed("c", "stopped", "gone", cause=StopCause.CRASH)
+    stop, swap, crash = log.records
+    assert (stop.cause, stop.for_model) == (StopCause.SWAP, "b")
+    assert swap.kind == "swap" and swap.evicted == ("a",)
+    assert (crash.kind, crash.cause) == ("crash", StopCause.CRASH)

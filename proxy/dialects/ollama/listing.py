@@ -17,11 +17,12 @@ from typing import Any
 
 from ....ipc.model_status import ModelStatus
 from ....ipc.routing_table import RouteModel
+from ....ipc.states import ModelState
 from ...mirror.state import ModelRuntime, Routes
 from . import values
 
 # The states in which `/api/ps` lists a model: it has a process that serves.
-_RUNNING = frozenset({"ready", "draining"})
+_RUNNING = frozenset({ModelState.READY, ModelState.DRAINING})
 
 
 def details() -> dict[str, Any]:

@@ -1,4 +1,9 @@
-"""Do two models' GPU sets overlap?
+"""Disjoint `gpus` sets: a model stops only the running models that may share a GPU with it.
+
+The policy for a config with no groups and no matrix where some model names its GPUs: every model
+is in the implicit group (one at a time), refined by `gpus`: a running model whose GPU set and the
+target's are disjoint keeps running. The groups and matrix policies apply the same refinement to
+the targets they leave to the implicit group (`Overlap`).
 
 A model's `gpus` is a tuple of indices ("0", "2") or UUIDs ("GPU-8f2c...") as written in the
 config. No `gpus` means every GPU, so such a model overlaps every other; `gpus: []` means none (a
@@ -12,7 +17,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from ..config import ModelConfig
+from ...config import ModelConfig
+from .contract import Ask, Decision, Room
+from .preemption import make_room
 
 
 def normalize_gpu(spec: str) -> str:
@@ -55,3 +62,34 @@ def gpus_overlap(a: frozenset[str] | None, b: frozenset[str] | None, *, resolved
         return False
     forms = {_is_index(item) for item in a | b}
     return len(forms) > 1
+
+
+class Overlap:
+    """Whether two models may share a GPU, with each spelling of a GPU mapped to one id
+    (`canonical`, from the NVML inventory: `gpu.canonical_gpu_ids`; empty: nothing resolves)."""
+
+    def __init__(self, canonical: Mapping[str, str] | None) -> None:
+        self.canonical = canonical
+        self.resolved = bool(canonical)
+
+    def disjoint(self, target: ModelConfig, other: ModelConfig | None) -> bool:
+        """`other` None (a reload removed it while it runs): it holds every GPU, for all we know."""
+        return not gpus_overlap(
+            gpu_set(target, self.canonical),
+            gpu_set(other, self.canonical),
+            resolved=self.resolved,
+        )
+
+
+class GpuSets:
+    def __init__(self, canonical: Mapping[str, str] | None = None) -> None:
+        self.overlap = Overlap(canonical)
+
+    def reads_gpus(self, target: ModelConfig) -> bool:
+        return False
+
+    def decide(self, ask: Ask, room: Room) -> Decision:
+        stop = frozenset(
+            o.id for o in room.occupants.values() if not self.overlap.disjoint(ask.target, o.model)
+        )
+        return make_room(stop, ask, room)

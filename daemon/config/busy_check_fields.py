@@ -2,8 +2,10 @@
 
 Written as a preset name (`busyCheck: comfyui`), as a preset with some settings changed
 (`busyCheck: {preset: comfyui, swapWait: 1800}`), or in full (`path` and `count`). Read here into
-a `BusyCheck`; what the daemon does with it is `policy/busy.py`'s, and the rule over an answer is
-`policy/busy_rule.py`'s. Without the key a model has no check and nothing changes.
+a `BusyCheck`; the daemon polls it (`machinery/busy_poller.py`), reads each answer
+(`policy/busy_answer.py`) and keeps the last reading (`policy/busy_board.py`), which the TTL and the
+eviction policies read (`policy/eviction/preemption.py`). Without the key a model has no check and
+nothing changes.
 """
 
 from __future__ import annotations

@@ -1,8 +1,10 @@
-"""GPU placement by memory: where a `gpus: auto` model runs, and which models make room for it.
+"""GPU placement by memory, the fit itself: where a `gpus: auto` model runs, and which models make
+room for it.
 
 A pure function of (the model to start with its footprint, the models that hold GPU memory now,
 what each GPU has) -> `Fit` (GPUs to use, models to evict) or `NoFit` (why, how much is needed,
-what holds it). The scheduler calls it; docs/gpus.md explains it to users. The rules:
+what holds it). The eviction policy `memory.py` calls it; docs/gpus.md explains it to users. The
+rules:
 
 * a GPU's room is its total, less what processes swapd does not own use (`Gpu.foreign`), less
   what each resident model holds there (its reservation), less `margin`. A GPU is never planned
@@ -35,6 +37,8 @@ class Gpu:
     id: str  # canonical (UUID, case-folded) as `gpu.canonical_gpu_ids` gives it
     index: int
     total: int
+    # As NVML spells the UUID (what a placed model gets as its `gpus`); "" when it is `id`.
+    uuid: str = ""
     # Used by processes swapd does not own (and driver memory NVML lists for no process).
     foreign: int = 0
     # Who holds the foreign memory, for the reason (e.g. "pid 4121 (3.0 GiB)").
@@ -164,12 +168,12 @@ def _fit_on(
     if len(useful) <= EXACT_CANDIDATES:
         # Fewest first; `combinations` yields the least recently used sets of a size first.
         for size in range(len(useful) + 1):
-            for evict in itertools.combinations(useful, size):
-                assignment = _assign(request.need, chosen, _without(residents, evict), margin)
+            for fewest in itertools.combinations(useful, size):
+                assignment = _assign(request.need, chosen, _without(residents, fewest), margin)
                 if assignment is not None:
-                    return list(evict), assignment
+                    return list(fewest), assignment
         return None
-    evict = []
+    evict: list[Resident] = []
     for candidate in [None, *useful]:
         if candidate is not None:
             evict.append(candidate)

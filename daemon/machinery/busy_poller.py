@@ -2,7 +2,7 @@
 GET bounded by `timeout`. Never on a request's path: the proxies never wait for it.
 
 What a poll got (the answer's bytes, or why there is none) goes to `on_answer`; reading it is the
-policy's job (`policy/busy_rule.py`).
+policy's job (`policy/busy_answer.py`).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import aiohttp
 
-from ..config.busy_check import BusyCheck
+from ..config.busy_check_fields import BusyCheck
 
 log = logging.getLogger("swapd.busy")
 

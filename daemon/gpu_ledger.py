@@ -1,66 +1,67 @@
-"""Placement by memory, wired: NVML's view and the learned footprints in, `placement.place` out.
+"""The GPU memory ledger, for placement by memory (`gpus: auto`): what NVML and /proc say each
+model uses, what was reserved for each placed model's run, and the footprints learned.
 
-`Placer.plan` is what the scheduler asks before it starts a `gpus: auto` model (see
-policy/placing.py); `Placer.sample`, called from the daemon's tick loop, learns each running
-model's footprint (machinery/footprints.py) and checks it against what was reserved for it:
-use above the reservation is logged and becomes the reservation (and the footprint), so the next
-placement counts it. `Placer.gpu_view` is what `swapd status` shows per GPU.
+`GpuLedger.read` is the reading a placement decision needs (`policy/eviction/memory.py` decides,
+purely, from it); the scheduler takes it before it decides, never while. `book` keeps what the
+policy decided (told through the daemon's effects): a placement's reservation, and the counts
+for /metrics and the log of placements, waits and refusals. `sample`, called from the daemon's
+tick loop, learns each running model's footprint (machinery/footprints.py) and checks it against
+what was reserved for it: use above the reservation is logged and becomes the reservation (and
+the footprint), so the next placement counts it. `gpu_view` is what `swapd status` shows per GPU.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Collection, Sequence
 
 import msgspec
 
 from ..ipc.model_status import GpuInfo, ModelStatus
-from ..ipc.states import LOADED_STATES
-from .config import Config, ModelConfig
+from ..ipc.states import LOADED_STATES, ModelState
+from .config import ModelConfig
 from .machinery import gpu, process_tree
 from .machinery.footprints import FILE_NAME, Footprints, Usage, attribute, default_state_dir
 from .machinery.gpu_backend import GpuBackend, NullBackend
 from .machinery.model_process import definition_hash
 from .observe import gpu_metrics as figures
 from .observe.gpu_metrics import PlacementCounts
-from .policy.eviction_groups import memberships
-from .policy.placement import Fit, Gpu, NoFit, Request, Resident, gib, place
-from .policy.placing import Occupant
-from .policy.proxies import ProxyRegistry
+from .policy.eviction.contract import (
+    Decision,
+    GpuRoom,
+    MakeRoom,
+    Occupant,
+    Placement,
+    Refuse,
+    Wait,
+)
+from .policy.eviction.memory_fit import Gpu, gib
 
 log = logging.getLogger("swapd.placement")
 
 SAMPLE_EVERY = 1.0
 
 
-class Placer:
-    def __init__(
-        self,
-        backend: GpuBackend,
-        footprints: Footprints,
-        registry: ProxyRegistry,
-    ) -> None:
+class GpuLedger:
+    def __init__(self, backend: GpuBackend, footprints: Footprints) -> None:
         self.backend = backend
         self.footprints = footprints
-        self.registry = registry
         # By model id: GPU UUID (case-folded) -> bytes reserved for its current run.
         self.reserved: dict[str, dict[str, int]] = {}
         # Models placed without a footprint (their GPUs cleared) until their first sample.
         self.cleared: set[str] = set()
-        # What a model's busyCheck says (the daemon's busy board): busy models are not evicted.
-        self.busy_of: Callable[[str], bool] = lambda _model: False
-        # The last reading, for status.
+        # The last reading, for status and the placement's log line.
         self.usage = Usage({}, {}, {})
         self.devices: list[GpuInfo] = []
         # For /metrics (observe/gpu_metrics.py).
         self.counts = PlacementCounts()
-        # Models whose start waits for busy models to go idle (its first NoFit logged, counted).
+        # Models whose start waits for busy models to go idle (the wait logged and counted once).
         self.waiting: set[str] = set()
 
     # ------------------------------------------------------------------------------- reading
 
-    async def read(self, occupants: Sequence[Occupant]) -> tuple[list[GpuInfo], Usage]:
+    async def _read(self, occupants: Sequence[Occupant]) -> tuple[list[GpuInfo], Usage]:
         def reading() -> tuple[list[GpuInfo], Usage]:
             devices = self.backend.devices()
             procs = self.backend.processes()
@@ -69,10 +70,10 @@ class Placer:
             uuids = gpu.canonical_gpu_ids(devices)
             for o in occupants:
                 if o.pid is not None:
-                    trees[o.model] = {o.pid, *(p.pid for p in process_tree.process_tree(o.pid))}
-                if o.config is not None and o.config.cmd_stop:
-                    on = o.config.gpus
-                    containers[o.model] = (
+                    trees[o.id] = {o.pid, *(p.pid for p in process_tree.process_tree(o.pid))}
+                if o.model is not None and o.model.cmd_stop:
+                    on = o.model.gpus
+                    containers[o.id] = (
                         {uuids.get(_norm(g), _norm(g)) for g in on}
                         if on is not None
                         else {d.uuid.casefold() for d in devices}
@@ -84,6 +85,19 @@ class Placer:
         self.counts.used = usage.by_model
         return devices, usage
 
+    async def read(self, target: ModelConfig, occupants: Sequence[Occupant]) -> GpuRoom:
+        """What a placement of `target` decides on (reads NVML and /proc, in a thread)."""
+        devices, usage = await self._read(occupants)
+        learned = self.footprints.learned(target.id, definition_hash(target))
+        return GpuRoom(
+            gpus=tuple(_gpu_of(d, usage) for d in devices),
+            used=usage.by_model,
+            reserved={m: dict(held) for m, held in self.reserved.items()},
+            need=self.need_of(target)[0],
+            prefer=tuple(learned.peak) if learned is not None else (),
+            may_use=allowed_gpus(target, devices),
+        )
+
     def need_of(self, model: ModelConfig) -> tuple[tuple[int, ...] | None, str]:
         learned = self.footprints.learned(model.id, definition_hash(model))
         if learned is not None and learned.need():
@@ -92,97 +106,60 @@ class Placer:
             return model.vram, "vram hint"
         return None, "unknown"
 
-    # ------------------------------------------------------------------------------- placing
+    # ------------------------------------------------------------------------------- booking
 
-    def _residents(
-        self,
-        occupants: Sequence[Occupant],
-        devices: Sequence[GpuInfo],
-        usage: Usage,
-        config: Config,
-        target: str,
-    ) -> list[Resident]:
-        groups = memberships(config)
-        uuids = gpu.canonical_gpu_ids(devices)
-        totals = {d.uuid.casefold(): d.total_bytes for d in devices}
-        result = []
-        for o in occupants:
-            if o.model == target:
-                continue
-            model = o.config
-            member = groups.get(o.model)
-            persistent = bool(member and member.config.persistent)
-            use = usage.by_model.get(o.model, {})
-            if model is not None and model.gpus_auto:
-                reserved = self.reserved.get(o.model, {})
-                held = {g: max(reserved.get(g, 0), use.get(g, 0)) for g in {*reserved, *use}}
-            elif persistent:
-                held = dict(use)
-            else:
-                # Not placed by memory: it claims its GPUs whole (swapd's one-at-a-time meaning).
-                on = model.gpus if model is not None else None
-                ids = (
-                    [uuids.get(_norm(g), _norm(g)) for g in on] if on is not None else list(totals)
-                )
-                held = {g: totals.get(g, 0) for g in ids}
-            busy = (
-                o.state != "ready" or self.registry.in_flight(o.model) > 0 or self.busy_of(o.model)
-            )
-            last = max(self.registry.last_activity.get(o.model, 0.0), o.started_at)
-            result.append(Resident(o.model, held, last, busy=busy, persistent=persistent))
-        return result
+    def book(self, target: ModelConfig, decision: Decision) -> None:
+        """What the eviction policy decided for a `gpus: auto` target: a placement's
+        reservation, and for /metrics and the log a placement, a wait or a refusal."""
+        if not target.gpus_auto:
+            return
+        if isinstance(decision, MakeRoom) and decision.placement is not None:
+            self.placed(target, decision.placement, decision.stop)
+        elif isinstance(decision, Wait) and decision.for_room:
+            self.waits(target, decision.reason)
+        elif isinstance(decision, Refuse):
+            self.refused(target, decision.reason)
 
-    async def plan(
-        self, target: ModelConfig, occupants: Sequence[Occupant], config: Config
-    ) -> Fit | NoFit:
-        devices, usage = await self.read(occupants)
-        residents = self._residents(occupants, devices, usage, config, target.id)
-        margin = config.vram_margin
-        gpus = [_gpu_of(d, usage, residents, margin) for d in devices]
-        need, source = self.need_of(target)
-        learned = self.footprints.learned(target.id, definition_hash(target))
-        prefer = tuple(learned.peak) if learned is not None else ()
-        may_use = allowed_gpus(target, devices)
-        request = Request(target.id, need, may_use=may_use, prefer=prefer)
-        result = place(request, residents, gpus, margin=margin)
-        if isinstance(result, NoFit):
-            self._no_fit(target.id, result, source)
-            return result
+    def placed(self, target: ModelConfig, placement: Placement, evict: Collection[str]) -> None:
+        """A placement decided: its reservation, counts and log line."""
         self.waiting.discard(target.id)
-        by_id = {d.uuid.casefold(): d for d in devices}
-        chosen = [by_id[g] for g in result.gpus]
-        if need is None:
-            self.reserved[target.id] = {d.uuid.casefold(): d.total_bytes for d in chosen}
+        totals = {d.uuid.casefold(): d.total_bytes for d in self.devices}
+        if not placement.amounts:
+            self.reserved[target.id] = {g: totals.get(g, 0) for g in placement.ids}
             self.cleared.add(target.id)
             how, why = figures.PLACED_CLEARED, figures.EVICTED_TO_CLEAR
         else:
-            self.reserved[target.id] = dict(zip(result.gpus, result.amounts, strict=True))
+            self.reserved[target.id] = dict(zip(placement.ids, placement.amounts, strict=True))
             self.cleared.discard(target.id)
-            how = figures.PLACED_EVICTING if result.evict else figures.PLACED_FITS
+            how = figures.PLACED_EVICTING if evict else figures.PLACED_FITS
             why = figures.EVICTED_FOR_ROOM
         self.counts.placed(target.id, how)
-        for evicted in result.evict:
+        for evicted in sorted(evict):
             self.counts.evicted(evicted, why)
         log.info(
             "%s: %s (footprint: %s; GPUs free now: %s)",
             target.id,
-            result.reason,
-            source,
-            _free_text(devices),
+            placement.reason,
+            self.need_of(target)[1],
+            _free_text(self.devices),
         )
-        return Fit(gpus=tuple(d.uuid for d in chosen), evict=result.evict, reason=result.reason)
 
-    def _no_fit(self, model: str, result: NoFit, source: str) -> None:
-        """A wait is counted once (the scheduler asks again at every change and every 0.5 s, and
-        logs the wait's start itself: policy/placing.py)."""
-        if not result.wait:
-            self.waiting.discard(model)
-            self.counts.placed(model, figures.NO_ROOM)
-            log.warning("%s: %s (footprint: %s)", model, result.reason, source)
-        elif model not in self.waiting:
-            self.waiting.add(model)
-            self.counts.placed(model, figures.WAITED)
-            log.debug("%s: waits for busy models (footprint: %s)", model, source)
+    def waits(self, target: ModelConfig, reason: str) -> None:
+        """A placement waits for busy models: counted and logged once per wait."""
+        if target.id not in self.waiting:
+            self.waiting.add(target.id)
+            self.counts.placed(target.id, figures.WAITED)
+            log.info(
+                "%s: waiting for GPU room: %s (footprint: %s)",
+                target.id,
+                reason,
+                self.need_of(target)[1],
+            )
+
+    def refused(self, target: ModelConfig, reason: str) -> None:
+        self.waiting.discard(target.id)
+        self.counts.placed(target.id, figures.NO_ROOM)
+        log.warning("%s: %s (footprint: %s)", target.id, reason, self.need_of(target)[1])
 
     # ------------------------------------------------------------------------------ learning
 
@@ -191,41 +168,41 @@ class Placer:
         Returns the models whose footprint or reservation changed (to publish)."""
         changed: list[str] = []
         try:
-            _, usage = await self.read(occupants)
+            _, usage = await self._read(occupants)
         except Exception as exc:
             log.warning("GPU footprint sample failed: %s", exc)
             return changed
         for o in occupants:
-            if o.state != "ready" or o.config is None:
+            if o.state != ModelState.READY or o.model is None:
                 continue
-            use = usage.by_model.get(o.model, {})
+            use = usage.by_model.get(o.id, {})
             if not use:
                 continue
-            if self.footprints.observe(o.model, definition_hash(o.config), use):
-                changed.append(o.model)
-            if not o.config.gpus_auto:
+            if self.footprints.observe(o.id, definition_hash(o.model), use):
+                changed.append(o.id)
+            if not o.model.gpus_auto:
                 continue
-            if o.model in self.cleared:
+            if o.id in self.cleared:
                 # Placed with no footprint (its GPUs cleared): from now on it holds what it uses.
-                self.cleared.discard(o.model)
-                self.reserved[o.model] = dict(use)
-            reserved = self.reserved.setdefault(o.model, {})
+                self.cleared.discard(o.id)
+                self.reserved[o.id] = dict(use)
+            reserved = self.reserved.setdefault(o.id, {})
             for g, now in use.items():
                 before = reserved.get(g, 0)
                 if now > before:
                     if before:
-                        self.counts.corrected(o.model)
+                        self.counts.corrected(o.id)
                         log.warning(
                             "%s uses %s on GPU %s, above the %s reserved for it: footprint "
                             "corrected to %s",
-                            o.model,
+                            o.id,
                             gib(now),
                             g,
                             gib(before),
                             gib(now),
                         )
                     reserved[g] = now
-                    changed.append(o.model)
+                    changed.append(o.id)
         self.footprints.save()
         return sorted(set(changed))
 
@@ -276,7 +253,7 @@ def _norm(spec: str) -> str:
     return str(int(text)) if text.isdecimal() else text.casefold()
 
 
-def _gpu_of(device: GpuInfo, usage: Usage, residents: Sequence[Resident], margin: int) -> Gpu:
+def _gpu_of(device: GpuInfo, usage: Usage) -> Gpu:
     uuid = device.uuid.casefold()
     owned = sum(use.get(uuid, 0) for use in usage.by_model.values())
     listed = usage.foreign.get(uuid, 0)
@@ -286,6 +263,7 @@ def _gpu_of(device: GpuInfo, usage: Usage, residents: Sequence[Resident], margin
         id=uuid,
         index=device.index,
         total=device.total_bytes,
+        uuid=device.uuid,
         foreign=listed + unlisted,
         foreign_holders=tuple(usage.foreign_holders.get(uuid, ()))
         + ((f"{gib(unlisted)} listed for no process",) if unlisted >= 64 * 1024**2 else ()),
@@ -293,19 +271,19 @@ def _gpu_of(device: GpuInfo, usage: Usage, residents: Sequence[Resident], margin
 
 
 async def gpu_devices(
-    backend: GpuBackend, placer: Placer | None, live: Collection[str]
+    backend: GpuBackend, ledger: GpuLedger | None, live: Collection[str]
 ) -> list[GpuInfo]:
     """NVML's devices with what placement reserved on each for the `live` models: what
     `swapd status`, `/running` and `/metrics` show."""
     devices = await gpu.read_devices(backend)
-    return devices if placer is None else placer.gpu_view(devices, live)
+    return devices if ledger is None else ledger.gpu_view(devices, live)
 
 
-def make_placer(backend: GpuBackend, registry: ProxyRegistry) -> Placer | None:
-    """The placer, with the footprints of the state directory; None without a GPU inventory
+def make_ledger(backend: GpuBackend) -> GpuLedger | None:
+    """The ledger, with the footprints of the state directory; None without a GPU inventory
     (then `gpus: auto` models get every GPU, as models without `gpus`)."""
     if isinstance(backend, NullBackend):
         return None
     state = default_state_dir()
     log.info("learned GPU footprints live in %s", state / FILE_NAME)
-    return Placer(backend, Footprints(state / FILE_NAME), registry)
+    return GpuLedger(backend, Footprints(state / FILE_NAME))

@@ -1,30 +1,28 @@
-"""Busy means busy: what each model's `busyCheck` last found, and what a busy model holds back.
+"""Busy means busy: what each model's `busyCheck` last found, and which swaps it holds back.
 
 * The board keeps the last reading of every ready model with a check. A busy model's TTL does not
   run out (`held` is infinite); when it turns idle the clock restarts from then (`held` is that
   time). A failed check counts as idle and is logged once, until the check answers again.
-* `SwapHold` is what a swap asks before it stops models: it checks each once more, then waits while
-  any of them is busy, each for at most its `swapWait`, and then lets the swap go ahead (logged).
-  Only swaps wait; an unload, a reload and a shutdown do not.
+* A swap whose eviction policy waits for a busy model (`policy/eviction/preemption.py`) is shown
+  on that model (`hold`, `release`), with when it goes ahead at the latest, so that `swapd status`
+  and the web UI say why a swap waits. Only swaps wait; an unload, a reload and a shutdown do not.
 
-No I/O here: readings come in through `observe`, fresh polls are asked for through a callable.
+No I/O here: readings come in through `observe`.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import math
 import time
-from asyncio import FIRST_COMPLETED
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from ...ipc.model_status import Busy
 from ..config import Config
 from . import ttl
-from .busy_rule import Reading
+from .busy_answer import Reading
+from .eviction.contract import Hold
 from .proxies import ProxyRegistry
 from .records import H, ModelRecord
 
@@ -58,7 +56,8 @@ class BusyBoard:
         self.on_change = on_change
         self.wall = wall
         self._entries: dict[str, _Entry] = {}
-        self._event = asyncio.Event()
+        # By swap target: the busy models it waits for (its policy's `Wait.holding`).
+        self._waits: dict[str, dict[str, Hold]] = {}
 
     # ------------------------------------------------------------------------- readings
 
@@ -108,8 +107,6 @@ class BusyBoard:
             self._changed(model_id)
 
     def _changed(self, model_id: str) -> None:
-        self._event.set()
-        self._event = asyncio.Event()
         if self.on_change is not None:
             self.on_change(model_id)
 
@@ -181,92 +178,51 @@ class BusyBoard:
 
     # ---------------------------------------------------------------------------- holds
 
-    def hold(self, model_id: str, target: str, until: float) -> None:
+    def waits(self, target: str, holding: Mapping[str, Hold]) -> None:
+        """The busy models the swap to `target` waits for now (its eviction policy's last
+        decision): shown on each (`Busy.holding`, with when the swap goes ahead at the latest),
+        logged as each wait begins and as it ends."""
+        before = self._waits.pop(target, {})
+        if holding:
+            self._waits[target] = dict(holding)
+        for model_id, hold in holding.items():
+            if model_id in before:
+                continue
+            log.info(
+                "%s: busy (%s); the swap to %s waits until it is idle, at most %gs",
+                model_id,
+                self.words(model_id),
+                target,
+                hold.at_most,
+            )
+            self._hold(model_id, target, self.wall() + hold.until - time.monotonic())
+        for model_id, hold in before.items():
+            if model_id in holding:
+                continue
+            self._release(model_id, target)
+            if self.busy(model_id):
+                log.warning(
+                    "%s: still busy (%s) after %gs; the swap to %s goes ahead (swapWait)",
+                    model_id,
+                    self.words(model_id),
+                    hold.at_most,
+                    target,
+                )
+            else:
+                log.info("%s: idle; the swap to %s goes ahead", model_id, target)
+
+    def waits_over(self, target: str) -> None:
+        """The swap to `target` ended (or was answered otherwise): it waits for nothing."""
+        for model_id in self._waits.pop(target, {}):
+            self._release(model_id, target)
+
+    def _hold(self, model_id: str, target: str, until: float) -> None:
         entry = self._entries.get(model_id)
         if entry is not None and entry.holding.get(target) != until:
             entry.holding[target] = until
             self._changed(model_id)
 
-    def release(self, model_id: str, target: str) -> None:
+    def _release(self, model_id: str, target: str) -> None:
         entry = self._entries.get(model_id)
         if entry is not None and entry.holding.pop(target, None) is not None:
             self._changed(model_id)
-
-    async def wait_change(self, timeout: float, *also: asyncio.Future[Any]) -> None:
-        """Until any reading changes, `timeout` passes, or one of `also` is done."""
-        change: asyncio.Future[Any] = asyncio.ensure_future(self._event.wait())
-        try:
-            await asyncio.wait({change, *also}, timeout=timeout, return_when=FIRST_COMPLETED)
-        finally:
-            change.cancel()
-
-
-class SwapHold:
-    """What a swap waits for before it stops the models it evicts (see the module's docstring)."""
-
-    def __init__(
-        self,
-        board: BusyBoard,
-        swap_wait: Callable[[str], float | None],
-        check_now: Callable[[str], Awaitable[None]],
-    ) -> None:
-        self.board = board
-        self.swap_wait = swap_wait  # a model's swapWait; None when it has no busyCheck
-        self.check_now = check_now
-
-    def needed(self, models: Iterable[str]) -> frozenset[str]:
-        """The models a swap must ask before it stops them (those with a busyCheck)."""
-        return frozenset(m for m in models if self.swap_wait(m) is not None)
-
-    async def wait(
-        self, target: str, models: frozenset[str], aborted: asyncio.Future[Any]
-    ) -> frozenset[str]:
-        """Return once none of `models` is busy, each busy one has had its `swapWait`, or the
-        swap was answered otherwise (`aborted` done). Returns `models` (all of them asked)."""
-        loop = asyncio.get_running_loop()
-        fresh: asyncio.Future[Any] = asyncio.ensure_future(
-            asyncio.gather(*(self.check_now(m) for m in models), return_exceptions=True)
-        )
-        await asyncio.wait({fresh, aborted}, return_when=FIRST_COMPLETED)
-        fresh.cancel()
-        start, wall = loop.time(), self.board.wall()
-        bounds = {m: self.swap_wait(m) or 0.0 for m in models}
-        waiting: set[str] = set()
-        gone: set[str] = set()  # busy past their swapWait: the swap goes ahead anyway
-        try:
-            while not aborted.done():
-                elapsed = loop.time() - start
-                busy = {m for m in models if self.board.busy(m)}
-                over = {m for m in busy if elapsed >= bounds[m]}
-                for m in over - gone:
-                    log.warning(
-                        "%s: still busy (%s) after %gs; the swap to %s goes ahead (swapWait)",
-                        m,
-                        self.board.words(m),
-                        bounds[m],
-                        target,
-                    )
-                gone |= over
-                for m in waiting - busy:
-                    log.info("%s: idle; the swap to %s goes ahead", m, target)
-                still = busy - over
-                for m in still - waiting:
-                    log.info(
-                        "%s: busy (%s); the swap to %s waits until it is idle, at most %gs",
-                        m,
-                        self.board.words(m),
-                        target,
-                        bounds[m],
-                    )
-                    self.board.hold(m, target, wall + bounds[m])
-                for m in waiting - still:
-                    self.board.release(m, target)
-                waiting = still
-                if not still:
-                    break
-                left = min(bounds[m] for m in still) - elapsed
-                await self.board.wait_change(left, aborted)
-        finally:
-            for m in waiting:
-                self.board.release(m, target)
-        return models

@@ -1,4 +1,4 @@
-"""llama-swap's matrix swapper: the cheapest eviction that lets the target run in one of the sets.
+"""llama-swap's matrix solver: the cheapest eviction that lets the target run in one of the sets.
 
 A set's expression describes the combinations of models that may run together (`&` all of, `|`
 one of, `+name` another set); see `config/matrix_dsl.py`. For target T and the running models R
@@ -20,8 +20,8 @@ from collections.abc import Collection
 
 import msgspec
 
-from ..config import MatrixConfig, matrix_dsl
-from ..config.matrix_dsl import Projection
+from ...config import MatrixConfig, matrix_dsl
+from ...config.matrix_dsl import Projection
 
 DEFAULT_COST = 1
 

@@ -1,4 +1,4 @@
-"""llama-swap's group swapper: which running models a target's group evicts.
+"""llama-swap's groups: which running models a target's group evicts.
 
 Every model belongs to exactly one group. Models that no configured group names belong to the
 implicit group `(default)` (swap and exclusive, never persistent), which is what makes "one model at
@@ -9,6 +9,14 @@ a time" llama-swap's default. The rule for one running model R when target T loa
 * R is in another group, T's group is exclusive and R's group is not persistent -> evict R;
 * otherwise R keeps running. So a non-exclusive group leaves every other group running, exclusive
   ones included (llama-swap keeps that quirk for backward compatibility, and so do we).
+
+`gpus` refines the implicit group only (`gpu_sets.Overlap`): a running model that the group rule
+would evict keeps running when its GPU set and the target's are disjoint. Its swap+exclusive
+settings are llama-swap's stand-in for "every model needs the whole machine", and `gpus` states
+what a model really needs. A configured group is the operator's explicit word and keeps
+llama-swap's meaning exactly. With no `gpus` anywhere every set is "all GPUs", every pair
+overlaps, and the result is llama-swap's. A running model the config no longer has (a reload
+removed it while it runs) is in the implicit group, without `gpus`.
 """
 
 from __future__ import annotations
@@ -17,7 +25,10 @@ from collections.abc import Mapping
 
 import msgspec
 
-from ..config import Config, GroupConfig
+from ...config import Config, GroupConfig, ModelConfig
+from .contract import Ask, Decision, Room
+from .gpu_sets import Overlap
+from .preemption import make_room
 
 IMPLICIT_GROUP = "(default)"
 IMPLICIT_GROUP_CONFIG = GroupConfig(members=(), swap=True, exclusive=True, persistent=False)
@@ -60,3 +71,23 @@ def group_evicts(target: Membership, running: Membership) -> bool:
     if running.name == target.name:
         return target.config.swap
     return target.config.exclusive and not running.config.persistent
+
+
+class Groups:
+    def __init__(self, config: Config, canonical: Mapping[str, str] | None = None) -> None:
+        self.groups = memberships(config)
+        self.overlap = Overlap(canonical)
+
+    def reads_gpus(self, target: ModelConfig) -> bool:
+        return False
+
+    def decide(self, ask: Ask, room: Room) -> Decision:
+        target = ask.target
+        group = membership_of(target.id, self.groups)
+        stop = frozenset(
+            o.id
+            for o in room.occupants.values()
+            if group_evicts(group, membership_of(o.id, self.groups))
+            and not (group.implicit and self.overlap.disjoint(target, o.model))
+        )
+        return make_room(stop, ask, room)

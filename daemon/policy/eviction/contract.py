@@ -1,0 +1,163 @@
+"""The eviction seam: what an eviction policy is given, what it answers, and the contract every
+policy keeps (on `EvictionPolicy`).
+
+The scheduler asks its policy, every time a swap may begin, how to make room for the swap's
+target. The policy is chosen once for a config (`choose.py`), when the config is loaded and at
+every reload. To change how eviction chooses, change a policy module; to add one, write a module
+with a class that has `reads_gpus` and `decide`, and add its line in `choose.py`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from ....ipc.states import ModelState
+from ...config import ModelConfig
+from .memory_fit import Gpu
+
+# ---------------------------------------------------------------------------------------- given
+
+
+@dataclass(frozen=True)
+class BusyReading:
+    """What a ready model's `busyCheck` (its `model.busy_check`) last found."""
+
+    busy: bool
+    words: str = ""  # "upstream reports 1 running job", for the log
+
+
+@dataclass(frozen=True)
+class Occupant:
+    """A model that holds (or is about to hold) its share of the machine: one with a process, or
+    the target of a swap that claimed its room and has not started it yet."""
+
+    id: str
+    # Its definition in the config now (None: a reload removed it), with `gpus` where it runs when
+    # it was placed by memory.
+    model: ModelConfig | None
+    state: ModelState  # STARTING too for a claimed target whose start has not begun
+    pid: int | None = None  # its process, for the GPU readings (None: no process yet)
+    in_flight: bool = False  # the proxies report requests in flight for it
+    busy: BusyReading | None = None  # its busyCheck's last reading (None: none yet, or no check)
+    last_use: float = 0.0  # wall clock: its last request, or when its process started
+
+
+@dataclass(frozen=True)
+class GpuRoom:
+    """The GPUs as read just before a decision that places by memory (NVML, /proc and the
+    learned footprints; ids are canonical: UUIDs case-folded)."""
+
+    gpus: tuple[Gpu, ...]  # each with its total and what processes swapd does not own use
+    used: Mapping[str, Mapping[str, int]]  # model id -> GPU id -> bytes its processes use now
+    reserved: Mapping[str, Mapping[str, int]]  # model id -> GPU id -> bytes kept for its run
+    need: tuple[int, ...] | None  # the target's bytes on each GPU it uses; None: not known
+    prefer: tuple[str, ...] = ()  # the GPUs the target ran on last
+    may_use: tuple[str, ...] | None = None  # the GPUs it may be placed on; None: any
+
+
+@dataclass(frozen=True)
+class Room:
+    """What runs now. `occupants` never holds the target."""
+
+    occupants: Mapping[str, Occupant]
+    gpus: GpuRoom | None = None  # read only when the policy `reads_gpus` for the target
+
+
+@dataclass(frozen=True)
+class Ask:
+    """The swap that asks: its target, the time, and what it waited for so far."""
+
+    target: ModelConfig  # the definition it is to start
+    now: float  # monotonic
+    queued_at: float  # when the swap was queued (collation's window runs from then)
+    collate_window: float
+    yielded_at: float | None = None  # when a request took back a model it was stopping
+    # The models with a busyCheck this swap read again before relying on it, and when.
+    asked: Mapping[str, float] = field(default_factory=dict)
+    room_since: float | None = None  # since when it waits for GPU room (placement by memory)
+
+
+# ------------------------------------------------------------------------------------- decided
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where a model placed by memory runs."""
+
+    ids: tuple[str, ...]  # the GPUs, canonical
+    gpus: tuple[str, ...]  # the same GPUs as NVML spells their UUIDs (the model's `gpus`)
+    amounts: tuple[int, ...]  # bytes planned on each; (): the GPUs whole (no footprint known)
+    reason: str  # what was needed, the room, what was evicted
+
+
+@dataclass(frozen=True)
+class MakeRoom:
+    """Start the target once the models in `stop` have stopped (none: start it now)."""
+
+    stop: frozenset[str] = frozenset()
+    placement: Placement | None = None  # placement by memory; None: the target's own `gpus`
+    overdue: frozenset[str] = frozenset()  # busy models in `stop` whose swapWait is over
+
+
+@dataclass(frozen=True)
+class Hold:
+    """A busy model a swap waits for: until when at most (monotonic), its `swapWait`."""
+
+    until: float
+    at_most: float
+
+
+@dataclass(frozen=True)
+class Wait:
+    """Not yet: decide again at the next change of the models' states, and at `until` (monotonic)
+    at the latest (None: only at a change)."""
+
+    reason: str
+    until: float | None = None
+    # Busy models (by their busyCheck) the swap waits for.
+    holding: Mapping[str, Hold] = field(default_factory=dict)
+    # Models whose busyCheck the scheduler reads again (outside any critical section) before it
+    # asks again.
+    check: frozenset[str] = frozenset()
+    # Placement by memory waits for busy models to make room (until `until`, then it refuses).
+    for_room: bool = False
+
+
+@dataclass(frozen=True)
+class Refuse:
+    """Nothing can make room: whoever waits for the target gets 503 `no_gpu_room`, `reason`."""
+
+    reason: str
+
+
+Decision = MakeRoom | Wait | Refuse
+
+
+class EvictionPolicy(Protocol):
+    """How room is made for a model to start. The contract every policy keeps:
+
+    * **pure**: no I/O, no logging, no clock of its own (the time is `ask.now`), nothing changed.
+      The same ask and room give the same decision: the scheduler asks again at every change, and
+      asks for other queued swaps too, to keep the queue's order.
+    * it names only occupants (`room.occupants`), never the target.
+    * **busy-ness is an input** (`Occupant.in_flight`, `Occupant.busy`, a state other than
+      `ready`): a busy model is stopped only where the policy decides the swap waited long enough
+      for it (`MakeRoom.overdue`); before that the decision is a `Wait`, with its reason and the
+      deadline to look again.
+    * what it needs beyond the config it was chosen with comes in `room`. GPU memory (`room.gpus`)
+      comes only when `reads_gpus(target)` is true, since it is read from NVML and /proc; the
+      scheduler reads it before it decides, never while it decides.
+
+    The rest is the scheduler's: collisions with the claims of other swaps, the queue's order,
+    draining and stopping, and starting the target where `MakeRoom.placement` says.
+    """
+
+    def reads_gpus(self, target: ModelConfig) -> bool:
+        """Whether a decision for `target` needs `room.gpus`."""
+        ...
+
+    def decide(self, ask: Ask, room: Room) -> Decision:
+        """How to make room for `ask.target` in `room`."""
+        ...

@@ -1,0 +1,83 @@
+"""When a busy model may be stopped for a swap: the rule the eviction policies share.
+
+A policy names the models it must stop; this decides whether the swap stops them now or waits
+(docs/swapping.md, "Busy models"):
+
+1. Collation (llama-swap's, so that A, B, A is answered A A B with one swap): for
+   `collate_window` after the swap was queued, a model with requests in flight is not stopped;
+   the swap looks again every BUSY_POLL seconds (the proxies' in-flight reports do not wake the
+   scheduler). Right after a request took back a model the swap was draining, it first waits
+   RECLAIM_PAUSE, so that the proxies' reports include that request. After the window it stops
+   what it must, busy or not: llama-swap has no such bound, and steady traffic starves a swap.
+2. `busyCheck` (opt-in, per model): a model with a check is read once more before the swap relies
+   on its last reading (`Wait.check`); while the check reports work the swap waits, at most the
+   model's `swapWait` from that reading, and then stops it anyway (`MakeRoom.overdue`).
+
+Pure, like the policies that call it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from ....ipc.timings import REPORT_GRACE
+from .contract import Ask, Hold, MakeRoom, Room, Wait
+
+COLLATE_WINDOW = 5.0
+RECLAIM_PAUSE = REPORT_GRACE
+BUSY_POLL = 0.1
+
+
+def make_room(stop: frozenset[str], ask: Ask, room: Room) -> MakeRoom | Wait:
+    """Both rules, in order, for a policy that names `stop`. While collation waits, the busy
+    models the swap already waits for stay held, and none is read again yet."""
+    checked = busy_check_wait(stop, ask, room)
+    waiting = collation_wait(stop, ask, room)
+    if waiting is None:
+        return checked
+    holding = checked.holding if isinstance(checked, Wait) else {}
+    return replace(waiting, holding=holding)
+
+
+def collation_wait(stop: frozenset[str], ask: Ask, room: Room) -> Wait | None:
+    """Rule 1: a Wait while the collation window lets the swap wait for busy models, else None."""
+    if not stop or ask.now - ask.queued_at >= ask.collate_window:
+        return None
+    if ask.yielded_at is not None and ask.now - ask.yielded_at < RECLAIM_PAUSE:
+        return Wait(
+            "a request took back a model this swap was stopping",
+            until=min(ask.now + BUSY_POLL, ask.yielded_at + RECLAIM_PAUSE),
+        )
+    busy = sorted(m for m in stop if (o := room.occupants.get(m)) is not None and o.in_flight)
+    if busy:
+        return Wait(
+            f"requests in flight for {', '.join(busy)} (collation)", until=ask.now + BUSY_POLL
+        )
+    return None
+
+
+def busy_check_wait(stop: frozenset[str], ask: Ask, room: Room) -> MakeRoom | Wait:
+    """Rule 2: MakeRoom(stop) once no model in `stop` holds the swap back by its busyCheck."""
+    checked = [
+        o
+        for m in stop
+        if (o := room.occupants.get(m)) is not None
+        and o.model is not None
+        and o.model.busy_check is not None
+    ]
+    unasked = frozenset(o.id for o in checked if o.id not in ask.asked)
+    busy = [o for o in checked if o.busy is not None and o.busy.busy and o.id in ask.asked]
+    holding = {}
+    for o in busy:
+        assert o.model is not None and o.model.busy_check is not None
+        at_most = o.model.busy_check.swap_wait
+        if ask.now < ask.asked[o.id] + at_most:
+            holding[o.id] = Hold(ask.asked[o.id] + at_most, at_most)
+    if unasked:
+        # Those it waits for already stay held while the new ones are read.
+        reason = f"reading the busy check of {', '.join(sorted(unasked))}"
+        return Wait(reason, check=unasked, holding=holding)
+    if holding:
+        until = min(hold.until for hold in holding.values())
+        return Wait(f"busy: {', '.join(sorted(holding))}", until=until, holding=holding)
+    return MakeRoom(stop, overdue=frozenset(o.id for o in busy))

@@ -1,0 +1,116 @@
+"""Starting models, the scheduler's first half: a start under way (or a process found starting
+after a daemon restart, awaited until healthy) with the states it goes through, how an aborted or
+failed start ends, and back-off after repeated failed starts."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Coroutine
+from typing import Generic
+
+from ...ipc.causes import StopCause
+from ...ipc.states import ModelState
+from ..config import ModelConfig
+from ..errors import BackingOff, EnsureError, StartFailed
+from .model_table import ModelTable
+from .records import Effects, H, ModelRecord, Stop
+from .swap import Phase, Start, Swap
+
+BACKOFF_AFTER = 3
+BACKOFF_BASE = 5.0
+BACKOFF_MAX = 300.0
+
+
+class Starts(Generic[H]):
+    def __init__(
+        self,
+        models: ModelTable[H],
+        effects: Effects[H],
+        clock: Callable[[], float],
+        backoff_base: float = BACKOFF_BASE,
+    ) -> None:
+        self.models = models
+        self.effects = effects
+        self.clock = clock
+        self.backoff_base = backoff_base
+
+    def check_backoff(self, rec: ModelRecord[H]) -> None:
+        """Raise BackingOff (503) while a model that failed to start too often waits its turn."""
+        if rec.failures < BACKOFF_AFTER:
+            return
+        wait = rec.retry_at - self.clock()
+        if wait > 0:
+            raise BackingOff(
+                f"model {rec.id} failed to start {rec.failures} times in a row; backing off, "
+                f"next try in {wait:.0f}s (last error: {rec.reason})",
+            )
+
+    async def start(
+        self,
+        swap: Swap[H],
+        model: ModelConfig,
+        adopting: Coroutine[object, object, H | None] | None = None,
+    ) -> H | None:
+        """Start `model` for `swap` (or wait for a process found starting to become healthy:
+        `adopting`); None when an unload, a shutdown or a reload aborted the start, or the
+        adopted process did not become healthy. A failed start raises its `EnsureError`."""
+        models = self.models
+        rec = models.record(model.id)
+        if rec.state == ModelState.READY:
+            if adopting is not None:
+                adopting.close()
+            return rec.handle
+        rec.adopted = adopting is not None
+        models.set(rec, ModelState.STARTING, "adopting" if adopting is not None else "")
+        starter = adopting if adopting is not None else self._start(model)
+        start = Start(model, asyncio.get_running_loop().create_task(starter))
+        swap.starting(start)
+        try:
+            handle = await start.task
+        except asyncio.CancelledError:
+            this = asyncio.current_task()
+            aborted = swap.phase in (Phase.ABORTED, Phase.RESTARTING)
+            if not aborted or (this is not None and this.cancelling()):
+                models.set(rec, ModelState.STOPPED, "start cancelled", Stop(StopCause.SHUTDOWN))
+                raise
+            # The start cleaned up after itself (its process is stopped).
+            rec.handle = None
+            why = Stop(swap.abort.cause if swap.abort is not None else StopCause.RELOAD)
+            models.set(rec, ModelState.STOPPED, f"start aborted: {why.text}", why)
+            return None
+        except Exception as exc:
+            rec.handle = None
+            rec.failures += 1
+            if rec.failures >= BACKOFF_AFTER:
+                delay = min(self.backoff_base * 2 ** (rec.failures - BACKOFF_AFTER), BACKOFF_MAX)
+                rec.retry_at = self.clock() + delay
+            if isinstance(exc, EnsureError):
+                models.set(rec, ModelState.FAILED, exc.message)
+                raise
+            # A bug in the machinery: still an answer to the waiters, never a hang.
+            error = StartFailed(f"{type(exc).__name__}: {exc}")
+            models.set(rec, ModelState.FAILED, error.message)
+            raise error from exc
+        finally:
+            swap.started()
+        if handle is None:  # the adopted process did not become healthy (and was stopped)
+            unhealthy = Stop(StopCause.UNHEALTHY)
+            models.set(rec, ModelState.STOPPED, unhealthy.text, unhealthy)
+            return None
+        rec.handle = handle
+        rec.model = model
+        rec.failures = 0
+        rec.retry_at = 0.0
+        models.set(rec, ModelState.READY, "adopted" if adopting is not None else "")
+        return handle
+
+    def adopted(self, model: ModelConfig, handle: H) -> None:
+        """A process that already runs (found in circusd after a daemon restart) is ready."""
+        rec = self.models.record(model.id)
+        rec.handle = handle
+        rec.model = model
+        rec.adopted = True
+        self.models.set(rec, ModelState.READY, "adopted")
+
+    async def _start(self, model: ModelConfig) -> H | None:
+        return await self.effects.start(model)

@@ -1,0 +1,185 @@
+"""Stopping models, the scheduler's second half: one stop per model (a drain, then the process
+taken down), joined by whoever else wants it stopped; collation, which takes a model back from a
+swap's drain when a request for it comes first; and a process that exited on its own (a crash),
+cleaned up like a stop.
+
+A stop that a swap began is collatable: within that swap's collation window a request for the
+model cancels the drain, the model serves again, and the swap queues again (`take_back`). Only
+those stops are taken back; unloads, TTL stops, reloads and shutdown are not, and a stop that one
+of them joins stops being collatable.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections import Counter
+from typing import Generic
+
+from ...ipc.causes import StopCause
+from ...ipc.states import LOADED_STATES, ModelState
+from ..config import ModelConfig
+from .changes import Changes
+from .model_table import ModelTable
+from .records import Effects, H, ModelRecord, Stop
+from .swap_queue import SwapQueue
+
+log = logging.getLogger("swapd.scheduler")
+
+TAKEN_BACK = "kept: requested again before its stop"
+
+
+class Stops(Generic[H]):
+    def __init__(
+        self,
+        models: ModelTable[H],
+        effects: Effects[H],
+        swaps: SwapQueue[H],
+        changes: Changes,
+    ) -> None:
+        self.models = models
+        self.effects = effects
+        self.swaps = swaps
+        self.changes = changes
+        self._stops: dict[str, asyncio.Task[None]] = {}
+        # The drain under way of each draining model, cancelled when collation takes it back.
+        self._draining: dict[str, asyncio.Task[None]] = {}
+        # Models whose stop a swap began (only those may be taken back by their requests).
+        self._collatable: set[str] = set()
+        # Models an unload is stopping: ensures for them wait, then start them again.
+        self.unloading: Counter[str] = Counter()
+
+    def under_way(self, model_id: str) -> bool:
+        """Whether `model_id` is being stopped (or an unload is about to stop it)."""
+        return model_id in self._stops or model_id in self.unloading
+
+    def collatable(self, model_id: str) -> bool:
+        """Whether a request for `model_id` may still take it back from its stop (collation)."""
+        return model_id in self._collatable
+
+    def stopping(self, model_id: str) -> bool:
+        """Whether a stop (or a cleanup after an exit) of `model_id` runs now."""
+        return model_id in self._stops
+
+    def tasks(self) -> list[asyncio.Task[None]]:
+        return list(self._stops.values())
+
+    # ------------------------------------------------------------------------------- stop
+
+    async def stop(self, model_id: str, stop: Stop, *, collatable: bool = False) -> None:
+        """Drain and stop one model (joins a stop already under way); nothing when it is not
+        loaded. `collatable`: a swap stops it, so a request for it may still take it back while
+        it drains (collation)."""
+        existing = self._stops.get(model_id)
+        if existing is not None:
+            if not collatable:
+                # An unload, a TTL or a reload wants it stopped too: no request takes it back.
+                self._collatable.discard(model_id)
+            await asyncio.shield(existing)
+            return
+        rec = self.models.record(model_id)
+        if rec.state == ModelState.STARTING:
+            swap = self.swaps.get(model_id)
+            if swap is not None and swap.task is not None:
+                with contextlib.suppress(Exception):
+                    await asyncio.shield(swap.task)
+            return await self.stop(model_id, stop)
+        if rec.state not in LOADED_STATES or rec.handle is None:
+            return
+        task = asyncio.get_running_loop().create_task(self._stop(rec, stop))
+        self._stops[model_id] = task
+        if collatable:
+            self._collatable.add(model_id)
+        await asyncio.shield(task)
+
+    async def _stop(self, rec: ModelRecord[H], stop: Stop) -> None:
+        try:
+            if rec.state == ModelState.READY:
+                self.models.set(rec, ModelState.DRAINING, stop.text, stop)
+                drain = asyncio.get_running_loop().create_task(self.effects.drain(rec.id))
+                self._draining[rec.id] = drain
+                try:
+                    await asyncio.wait([drain])
+                finally:
+                    if self._draining.get(rec.id) is drain:
+                        del self._draining[rec.id]
+                    if not drain.done():
+                        drain.cancel()  # this stop was cancelled itself
+                if drain.cancelled() or self._stops.get(rec.id) is not asyncio.current_task():
+                    return  # collation took the model back (`take_back` set it ready)
+                drain.result()
+            self._collatable.discard(rec.id)
+            self.models.set(rec, ModelState.STOPPING, stop.text, stop)
+            handle = rec.handle
+            assert handle is not None
+            # A swap stopping this model starts its own target right after.
+            follows = self.swaps.start_follows(rec.id)
+            try:
+                await self.effects.stop(rec.id, handle, rec.model, start_follows=follows)
+            except Exception:
+                log.exception("%s: stop failed", rec.id)
+            rec.handle = None
+            self.models.set(rec, ModelState.STOPPED, stop.text, stop)
+        finally:
+            if self._stops.get(rec.id) is asyncio.current_task():
+                del self._stops[rec.id]
+                self._collatable.discard(rec.id)
+            self.changes.fire()
+
+    # -------------------------------------------------------------------------- collation
+
+    def take_back(self, rec: ModelRecord[H], now: float, window: float) -> bool:
+        """A request for a model that swaps are draining: within their collation window, cancel
+        the drain so that the model serves it, and send those swaps back to the queue."""
+        drain = self._draining.get(rec.id)
+        if drain is None or drain.done():
+            # Over (every proxy acked): its stop goes on as soon as it resumes, so the request
+            # waits for that stop and starts the model again.
+            return False
+        swaps = self.swaps.stopping(rec.id)
+        if not swaps or rec.id not in self._collatable or rec.id in self.unloading:
+            return False
+        if any(now - s.turn.queued_at >= window for s in swaps):
+            return False
+        for swap in swaps:
+            swap.queued(yielded_at=now)
+        drain.cancel()
+        # At once, not when the stop task notices: the next request must see the model ready.
+        self._stops.pop(rec.id, None)
+        self._collatable.discard(rec.id)
+        self.models.set(rec, ModelState.READY, TAKEN_BACK)
+        return True
+
+    # ---------------------------------------------------------------------------- cleanup
+
+    def exited(self, model_id: str, pid: int, exit_code: int | None) -> bool:
+        """A ready model's process `pid` died on its own: True when it was its own (then it is
+        `stopped`, and its leftover watcher is cleaned up like a stop; a new start of the model
+        waits for that)."""
+        rec = self.models.records.get(model_id)
+        if rec is None or rec.handle is None or rec.handle.pid != pid:
+            return False
+        if rec.state != ModelState.READY or model_id in self._stops:
+            return False
+        said = f"exit code {exit_code}" if exit_code is not None else "unknown exit code"
+        crash = Stop(StopCause.CRASH, detail=f"process {pid} exited on its own ({said})")
+        log.warning("%s: %s", model_id, crash.text)
+        handle, model = rec.handle, rec.model
+        rec.handle = None
+        self.models.set(rec, ModelState.STOPPED, crash.text, crash)
+        self._clean_up(model_id, handle, model)
+        return True
+
+    def _clean_up(self, model_id: str, handle: H, model: ModelConfig | None) -> None:
+
+        async def cleanup() -> None:
+            try:
+                await self.effects.stop(model_id, handle, model, start_follows=False)
+            except Exception:
+                log.exception("%s: cleanup after exit failed", model_id)
+            finally:
+                self._stops.pop(model_id, None)
+                self.changes.fire()
+
+        self._stops[model_id] = asyncio.get_running_loop().create_task(cleanup())

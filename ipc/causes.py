@@ -1,0 +1,31 @@
+"""Why a model was started or stopped: the causes the daemon carries from its scheduler through
+its effects to the swap log (`swap_record.SwapRecord.cause`, the `swap` events) and the metrics
+(`swapd_model_stops`). The words a person reads (a model's `reason`) are rendered from these,
+never the other way round."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class StopCause(StrEnum):
+    """Why a model was (or is being) stopped, or why its start was aborted."""
+
+    SWAP = "swap"  # another model needed its room
+    UNLOAD = "unload"  # `swapd unload`, the Unload request
+    TTL = "ttl"  # its `ttl` passed without a request
+    RELOAD = "reload"  # a reload changed or removed its definition
+    SHUTDOWN = "shutdown"  # swapd is stopping
+    CRASH = "crash"  # its process exited on its own
+    UNHEALTHY = "unhealthy"  # found starting after a daemon restart; it never became healthy
+
+
+class StartCause(StrEnum):
+    """Why a model was started."""
+
+    REQUEST = "request"  # a request for it (or for a model it was swapped out for)
+    # An explicit load: `POST /api/models/load/<id>`, `swapd load`, llama.cpp's
+    # `POST /models/load`, Ollama's empty generate.
+    LOAD = "load"
+    PRELOAD = "preload"  # `hooks.on_startup.preload`
+    ADOPTED = "adopted"  # found running or starting after a daemon restart
