@@ -39,13 +39,14 @@ The top: ingress and the pipeline.
 * `activity`: the activity records and in-flight reports sent to the daemon; `flights`: a
   request's in-flight entry; `captures`: a request's capture; `access_log`: the access line and
   the accounting stage's logger; `stats`: the counters; `events`: the `/api/events` hub;
-  `llama_view`: model states as llama-swap's clients read them; `log_hub`: the proxy's own log
-  ring; `log_files`: the models' log files; `combined_log`: the `/logs` stream of both.
+  `llama_view`: model states as llama-swap's clients read them; `capabilities`: a model's
+  capabilities as `/v1/models` and `modelStatus` show them; `log_hub`: the proxy's own log ring;
+  `log_files`: the models' log files; `combined_log`: the `/logs` stream of both.
 
 `api/`: route handlers of swapd's own endpoints.
-* `models`: `/v1/models`; `capabilities`: a model's capabilities there; `ops`: `/health`,
-  `/running`, unloading; `events`: `/api/events`; `observe`: activity, metrics, captures,
-  in-flight, version; `logs`: `/logs`; `profiles`: `/api/profiles`; `ui_routes`: the web UI.
+* `models`: `/v1/models`; `ops`: `/health`, `/running`, unloading; `events`: `/api/events`;
+  `observe`: activity, metrics, captures, in-flight, version; `logs`: `/logs`; `profiles`:
+  `/api/profiles`; `ui_routes`: the web UI.
 
 `dialects/`: other APIs, through the one pipeline.
 * `way`: what a dialect hands the pipeline (its reader's `Way`); `paths`: the dialects' paths the

@@ -20,7 +20,7 @@ from ...ipc.routing_table import RouteModel, RouteSelector
 from ...ipc.states import LOADED_STATES, SERVING_STATES, ModelState
 from ..context import CTX
 from ..mirror.wait import routes_of
-from . import capabilities
+from ..observe import capabilities
 from .ops import ttl_left_now
 
 OWNED_BY = "swapd"

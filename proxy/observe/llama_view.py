@@ -19,7 +19,7 @@ from typing import Any
 
 from ...ipc.routing_table import RouteModel
 from ...ipc.states import ModelState
-from ..api import capabilities
+from . import capabilities
 
 # swapd's state -> llama-swap's word for it.
 _LLAMA_STATES: dict[str, str] = {

@@ -18,7 +18,7 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     "routing": ("ipc", "errors", "mirror"),
     "upstream": ("ipc", "errors", "account"),
     "mirror": ("ipc", "errors", "routing.matching", "upstream.address"),
-    "observe": ("ipc", "account", "mirror", "api.capabilities"),
+    "observe": ("ipc", "account", "mirror"),
     "api": ("ipc", "context", "errors", "mirror", "observe", "routing", "ui", "dialects"),
     "dialects": (
         "ipc",
