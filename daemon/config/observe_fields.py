@@ -4,44 +4,13 @@ and the sampler's switch and interval (a Go duration, at least 5 s)."""
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
+from ...ipc.durations import go_duration
 from . import model as c
 from . import shape
 from .issues import Report, describe
 from .typed import Converter
-
-# Go's `time.ParseDuration`: a sequence of decimal numbers with units, or a bare 0.
-_UNIT_SECONDS = {
-    "ns": 1e-9,
-    "us": 1e-6,
-    "µs": 1e-6,
-    "μs": 1e-6,
-    "ms": 1e-3,
-    "s": 1.0,
-    "m": 60.0,
-    "h": 3600.0,
-}
-_PART = re.compile(r"(\d+\.?\d*|\.\d+)(ns|us|µs|μs|ms|s|m|h)")
-
-
-def go_duration(text: str) -> float | None:
-    """Seconds of a Go duration string ("5s", "1m30s", "1.5h"), None when it is not one."""
-    text = text.strip()
-    sign = -1.0 if text.startswith("-") else 1.0
-    body = text.lstrip("+-")
-    if body == "0":
-        return 0.0
-    if not body:
-        return None
-    total, end = 0.0, 0
-    for match in _PART.finditer(body):
-        if match.start() != end:
-            return None
-        total += float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
-        end = match.end()
-    return sign * total if end == len(body) else None
 
 
 def session_headers(top: shape.Top, typed: Converter) -> tuple[str, ...]:

@@ -4,10 +4,10 @@ duration syntax or seconds), nanosecond figures and RFC 3339 timestamps."""
 from __future__ import annotations
 
 import math
-import re
 import time
 from datetime import UTC, datetime
 
+from ....ipc.durations import go_duration
 from ...errors import BadRequest
 from ...mirror.state import Routes
 
@@ -15,18 +15,6 @@ from ...mirror.state import Routes
 # Ollama's clients compare it with the least version they need.
 API_VERSION = "0.12.6"
 LATEST = ":latest"
-# Go's time.ParseDuration units, in seconds.
-_UNITS = {
-    "ns": 1e-9,
-    "us": 1e-6,
-    "µs": 1e-6,
-    "μs": 1e-6,
-    "ms": 1e-3,
-    "s": 1.0,
-    "m": 60.0,
-    "h": 3600.0,
-}
-_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|μs|ms|s|m|h)")
 # What `expires_at` says for a model that never unloads by TTL (Ollama's own far future).
 FOREVER = "2318-01-01T00:00:00Z"
 
@@ -73,25 +61,14 @@ def keep_alive(value: object) -> float | None:
 
 
 def _duration(text: str) -> float:
-    sign = -1.0 if text.startswith("-") else 1.0
-    body = text.lstrip("+-")
-    if body in ("0", ""):
-        if body == "":
-            raise _bad_keep_alive(text)
-        return 0.0
     try:
-        return sign * float(body)  # a number of seconds as text: accepted too
+        return float(text)  # a number of seconds as text: accepted too
     except ValueError:
         pass
-    total, at = 0.0, 0
-    for match in _PART.finditer(body):
-        if match.start() != at:
-            raise _bad_keep_alive(text)
-        total += float(match.group(1)) * _UNITS[match.group(2)]
-        at = match.end()
-    if at != len(body):
+    seconds = go_duration(text)
+    if seconds is None:
         raise _bad_keep_alive(text)
-    return sign * total
+    return seconds
 
 
 def _bad_keep_alive(value: object) -> BadRequest:
