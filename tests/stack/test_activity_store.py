@@ -2,8 +2,8 @@
 stopped and started again on the same file, the records still there (beyond
 `metricsMaxInMemory`: the file is not pruned), ids continuing from the file's highest, and
 `GET /api/metrics/activity` / `stats` answering from the file with the same filters, pagination
-and validation errors; plus `store.path`'s config checks. tests/support/upstreams/fake_model.py
-stands for llama-server."""
+and validation errors (the config's checks: tests/unit/test_activity_store.py).
+tests/support/upstreams/fake_model.py stands for llama-server."""
 
 from __future__ import annotations
 

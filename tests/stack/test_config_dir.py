@@ -1,8 +1,8 @@
 """`--config-dir` (llama-swap's `-config-dir`): the `-c` file, then the directory's `*.yml` and
 `*.yaml` files in sorted order, merged by llama-swap's rules, with every error at its own file and
-line. The last test runs the real stack (fake_model.py stands for llama-server): `swapd run -c ...
---config-dir ... --watch-config` serves the models of every file, and a file added to the
-directory is applied while an unchanged model keeps its process."""
+line (tests/unit/test_config_dir.py). Here, the real stack (fake_model.py stands for llama-server):
+`swapd run -c ... --config-dir ... --watch-config` serves the models of every file, and a file added
+to the directory is applied while an unchanged model keeps its process."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """`logTimeFormat`: llama-swap's names for Go's time layouts stamp swapd's own log lines, in the
-daemon and in the proxy (its stderr and the `/logs` ring), and follow a reload. The layouts are
-checked at a fixed instant; the stack test reads the log lines themselves (the feature under test
-is their format), through `/logs` and `swapd run`'s output."""
+daemon and in the proxy (its stderr and the `/logs` ring), and follow a reload. The layouts at a
+fixed instant: tests/unit/test_log_time_format.py; here the stack test reads the log lines
+themselves (the feature under test is their format), through `/logs` and `swapd run`'s output."""
 
 from __future__ import annotations
 

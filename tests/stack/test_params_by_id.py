@@ -1,6 +1,7 @@
 """`filters.setParamsByID`: each name is one a client can ask for (an alias, listed in /v1/models
-as llama-swap lists aliases), and its params reach the upstream after `setParams`. Config checks
-without processes; the rest through the real stack (fake_model.py stands for llama-server)."""
+as llama-swap lists aliases), and its params reach the upstream after `setParams`. Config checks:
+tests/unit/test_params_by_id.py; here, through the real stack (fake_model.py stands for
+llama-server)."""
 
 from __future__ import annotations
 

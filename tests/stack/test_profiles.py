@@ -1,4 +1,4 @@
-"""`profiles`: the config's checks (llama-swap's messages), and through the real stack
+"""`profiles` (the config's checks: tests/unit/test_profiles.py) through the real stack
 (fake_model.py stands for llama-server) a profile switch changing where a name goes, a pin that
 disables a name, `/upstream/<pin>/`, the API's errors, no profile after a reload, and a switch
 during a reload kept."""

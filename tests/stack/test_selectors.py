@@ -1,5 +1,5 @@
-"""`selectors`: the config's checks (llama-swap's messages), and through the real stack
-(fake_model.py stands for llama-server) a spillover selector sending a second concurrent request
+"""`selectors` through the real stack (fake_model.py stands for llama-server; the config's checks
+are tests/unit/test_selectors.py): a spillover selector sending a second concurrent request
 to a second model, a third to a 503, `warm` and `pin`, and the selector's `/v1/models` row."""
 
 from __future__ import annotations
@@ -15,14 +15,6 @@ import pytest
 
 from tests.support.daemon import chat
 from tests.support.stack import fake_model_cmd, free_port_range, http_get, wait_for
-
-MODELS = """
-models:
-  a: {cmd: "x", proxy: "http://127.0.0.1:9"}
-  b: {cmd: "x", proxy: "http://127.0.0.1:9", aliases: [bb]}
-peers:
-  far: {proxy: "http://127.0.0.1:9", models: [m]}
-"""
 
 
 def _chat_slow(url: str, model: str, delay: float, answers: list[Any]) -> None:

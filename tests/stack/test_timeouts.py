@@ -1,7 +1,7 @@
-"""`timeouts` (llama-swap's keys and defaults) on models and peers: read from the config, carried
-to the proxy in the routing table, and applied by both transports. The stack test runs the real
-circusd, daemon and proxy with fake_model.py upstreams (standing for llama-server and for a peer
-llama-swap); the pool tests run the lean pool against a loopback server that counts connections."""
+"""`timeouts` (llama-swap's keys and defaults) on models and peers, through the real circusd,
+daemon and proxy with fake_model.py upstreams (standing for llama-server and for a peer
+llama-swap): `responseHeader` cuts a slow head and spares a model without one. The config and the
+lean pool on their own: tests/unit/test_timeouts.py."""
 
 from __future__ import annotations
 
@@ -15,20 +15,6 @@ import pytest
 
 from tests.support.proxy import local_model, model_ports
 from tests.support.stack import Stack
-
-HEADER = """
-models:
-  m:
-    cmd: "x"
-    proxy: "http://127.0.0.1:9"
-"""
-PEER = """
-peers:
-  p:
-    proxy: http://127.0.0.1:9
-    models: [remote]
-"""
-
 
 # ------------------------------------------------------------------------------------ the stack
 
