@@ -5,28 +5,18 @@ run exactly as they would against NVML."""
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
-import urllib.request
 from collections.abc import Iterator
 
 import psutil
 import pytest
 
 from swapd.daemon.machinery.gpu_fake import fake_uuid
+from tests.support.daemon import chat
 from tests.support.stack import FAKE_GPU_SCOPE_ENV, fake_model_cmd, free_port_range
 
 pytestmark = pytest.mark.processes
-
-
-def chat(url: str, model: str) -> dict[str, object]:
-    body = json.dumps({"model": model, "messages": [{"role": "user", "content": "hi"}]}).encode()
-    request = urllib.request.Request(
-        url + "/v1/chat/completions", data=body, headers={"Content-Type": "application/json"}
-    )
-    with urllib.request.urlopen(request, timeout=30) as response:
-        return json.loads(response.read())
 
 
 # The stack scopes the fake GPUs to its own token (SWAPD_FAKE_GPU_SCOPE), so parallel runs do not
