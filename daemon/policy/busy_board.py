@@ -154,6 +154,11 @@ class BusyBoard:
             hold_until=max(entry.holding.values(), default=0.0),
         )
 
+    def holding_for(self, target: str) -> dict[str, float]:
+        """The busy models the swap to `target` waits for, each with when (wall clock) the swap
+        goes ahead anyway at the latest."""
+        return {m: e.holding[target] for m, e in self._entries.items() if target in e.holding}
+
     # ------------------------------------------------------------------------------ TTL
 
     def note_ttl(
