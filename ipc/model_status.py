@@ -29,6 +29,7 @@ class Busy(msgspec.Struct, frozen=True):
     busy: bool
     jobs: int = 0
     message: str = ""  # "busy (upstream reports 1 running job)", "idle", ...
+    words: str = ""  # what the reading found: "upstream reports 1 running job"
     since: float = 0.0  # wall clock: when the current busy, idle or failing spell began
     checked_at: float = 0.0  # wall clock of the last poll
     error: str = ""  # the last poll failed (counted as idle)

@@ -147,6 +147,7 @@ class BusyBoard:
             busy=r.busy,
             jobs=r.jobs if r.busy else 0,
             message=message,
+            words=r.words(),
             since=entry.since,
             checked_at=entry.checked_at,
             error=r.error,
