@@ -211,6 +211,9 @@ async def test_a_waiting_swap_says_what_it_waits_for_to_the_client_and_in_its_re
     waiting = await until(lambda: _waiting(swapd, LLM), 10, "the wait on the target's status")
     assert (waiting["reason"], waiting["holding"]) == (f"busy: {MODEL}", [MODEL])
     assert asked - 1 < waiting["since"] <= time.time() < waiting["until"]
+    text = (await asyncio.to_thread(swapd.stack.swapd, "status")).stdout
+    assert f"{LLM}: a swap to it waits (for " in text
+    assert f"): busy: {MODEL} (at most until " in text
     # The client is told the same, with the loading progress (sendLoadingState).
     body = await asyncio.wait_for(asking, 30)
     said = f"waiting for {MODEL} to finish its work (busyCheck: busy); at most until "
