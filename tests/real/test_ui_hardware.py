@@ -7,13 +7,13 @@ page draws is checked against swapd's own `/api/performance`, `/api/hardware` an
 from __future__ import annotations
 
 import json
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.support.daemon import chat
 from tests.support.proxy import local_model, model_ports
 from tests.support.stack import Stack, wait_for
 from tests.support.ui import DESKTOP, PHONE, call, module_shots, shoot, ui_page
@@ -44,15 +44,6 @@ def _get(stack: Stack, path: str) -> Any:
     return json.loads(body)
 
 
-def _chat(stack: Stack, model: str) -> None:
-    body = json.dumps({"model": model, "messages": [{"role": "user", "content": "hi"}]}).encode()
-    request = urllib.request.Request(
-        stack.url + "/v1/chat/completions", data=body, headers={"Content-Type": "application/json"}
-    )
-    with urllib.request.urlopen(request, timeout=30) as response:
-        response.read()
-
-
 def _legend(page: Any, card: str, chart: str) -> str:
     text: str = page.text_content(f'{card} [data-figure="{chart}"] .legend') or ""
     return text
@@ -61,7 +52,7 @@ def _legend(page: Any, card: str, chart: str) -> str:
 def test_the_hardware_page_draws_the_host_and_each_gpu_over_time(
     chromium: Path, stack: Stack, shots: Path
 ) -> None:
-    _chat(stack, "g")
+    chat(stack.url, "g")
     gpus = {g["index"]: g for g in _get(stack, "/api/status")["gpus"]}
     busy, idle = f'[data-hw-gpu="{gpus[0]["uuid"]}"]', f'[data-hw-gpu="{gpus[1]["uuid"]}"]'
     with ui_page(chromium, stack.url + "/ui/#hardware") as page:
@@ -121,7 +112,7 @@ def test_the_hardware_page_draws_the_host_and_each_gpu_over_time(
 def test_the_hardware_page_at_both_widths_in_both_themes(
     chromium: Path, stack: Stack, shots: Path
 ) -> None:
-    _chat(stack, "g")
+    chat(stack.url, "g")
     for theme in ("light", "dark"):
         for label, viewport in (("desktop", DESKTOP), ("phone", PHONE)):
             with ui_page(chromium, stack.url + "/ui/#hardware", viewport=viewport) as page:
