@@ -8,6 +8,8 @@ decision) and reads nothing of the scheduler's state.
 * `DaemonEffects` starts, drains and stops models, publishes their states, counts, and carries out
   what the eviction policy decided that is not the scheduler's: the busy models a swap waits for,
   shown on the busy board (and logged there); a placement by memory, booked in the GPU ledger.
+  What a queued swap waits for goes to the swap log, and its target's status is published again
+  when that changes.
 """
 
 from __future__ import annotations
@@ -84,6 +86,7 @@ class DaemonEffects:
         swap_log: SwapLog,
         board: BusyBoard,
         ledger: GpuLedger | None,
+        republish: Callable[[str], None],
     ) -> None:
         self.lifecycle = lifecycle
         self.registry = registry
@@ -95,6 +98,8 @@ class DaemonEffects:
         self.swap_log = swap_log
         self.board = board
         self.ledger = ledger
+        # Publishes a model's status again (what a swap to it waits for changed).
+        self.republish = republish
 
     async def start(self, model: ModelConfig) -> Running:
         try:
@@ -155,5 +160,12 @@ class DaemonEffects:
         if self.ledger is not None:
             self.ledger.book(target, decision)
 
+    def waiting(self, target: str, on: str, queued_at: float) -> None:
+        since = time.time() - (time.monotonic() - queued_at)
+        if self.swap_log.waiting(target, on, since):
+            self.republish(target)
+
     def ended(self, target: str) -> None:
         self.board.waits_over(target)
+        if self.swap_log.swap_ended(target):
+            self.republish(target)

@@ -7,10 +7,11 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import Protocol
 
-from ..ipc.model_status import Lingering, LingeringProcess, ModelStatus
+from ..ipc.model_status import Lingering, LingeringProcess, ModelStatus, Waiting
 from .config import ModelConfig
 from .gpu_ledger import GpuLedger
 from .machinery.model_process import Running
+from .observe.swap_log import SwapLog
 from .policy import ttl
 from .policy.busy_board import BusyBoard
 from .policy.proxies import ProxyRegistry
@@ -25,6 +26,7 @@ def model_status(
     gpu_lingering: Mapping[str, tuple[LingeringProcess, ...]],
     now: float | None = None,
     busy: BusyBoard | None = None,
+    waiting: Waiting | None = None,
 ) -> ModelStatus:
     """`rec` as the world sees it; `model` is its definition in the current config (None when a
     reload removed it)."""
@@ -46,6 +48,7 @@ def model_status(
         gpu_lingering=gpu_lingering.get(rec.id, ()),
         lingering=lingering.get(rec.id),
         busy=busy.report(rec.id) if busy else None,
+        waiting=waiting,
     )
 
 
@@ -65,11 +68,34 @@ def all_status(
     lingering: Mapping[str, Lingering],
     gpu_lingering: Mapping[str, tuple[LingeringProcess, ...]],
     busy: BusyBoard | None = None,
+    swaps: SwapLog | None = None,
 ) -> tuple[ModelStatus, ...]:
     now = time.time()
     return tuple(
-        model_status(rec, models.get(rec.id), registry, lingering, gpu_lingering, now, busy)
+        model_status(
+            rec,
+            models.get(rec.id),
+            registry,
+            lingering,
+            gpu_lingering,
+            now,
+            busy,
+            waiting_of(rec.id, swaps, busy),
+        )
         for rec in records
+    )
+
+
+def waiting_of(target: str, swaps: SwapLog | None, busy: BusyBoard | None) -> Waiting | None:
+    """What the swap to `target` waits for now (the swap log's), with the busy models that hold
+    it and until when at the latest (the busy board's)."""
+    now = swaps.waiting_now(target) if swaps is not None else None
+    if now is None:
+        return None
+    on, since = now
+    holds = busy.holding_for(target) if busy is not None else {}
+    return Waiting(
+        reason=on, since=since, holding=tuple(sorted(holds)), until=max(holds.values(), default=0.0)
     )
 
 
@@ -90,15 +116,25 @@ class StatusView:
         machinery: Lingerings,
         busy: BusyBoard,
         ledger: GpuLedger | None,
+        swaps: SwapLog,
     ) -> None:
         self.registry = registry
         self.machinery = machinery
         self.busy = busy
         self.ledger = ledger
+        self.swaps = swaps
 
     def of(self, rec: ModelRecord[Running], model: ModelConfig | None) -> ModelStatus:
         m = self.machinery
-        st = model_status(rec, model, self.registry, m.lingering, m.gpu_lingering, busy=self.busy)
+        st = model_status(
+            rec,
+            model,
+            self.registry,
+            m.lingering,
+            m.gpu_lingering,
+            busy=self.busy,
+            waiting=waiting_of(rec.id, self.swaps, self.busy),
+        )
         return self.ledger.annotate(st, model) if self.ledger is not None else st
 
     def all(
@@ -106,7 +142,7 @@ class StatusView:
     ) -> tuple[ModelStatus, ...]:
         m = self.machinery
         statuses = all_status(
-            records, models, self.registry, m.lingering, m.gpu_lingering, self.busy
+            records, models, self.registry, m.lingering, m.gpu_lingering, self.busy, self.swaps
         )
         if self.ledger is None:
             return statuses

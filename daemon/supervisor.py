@@ -125,7 +125,9 @@ class Daemon:
         self.exits = ExitWatch(lifecycle.watchers, self._exited)
         self.busy = BusyChecks(self._busy_changed, session=lambda: lifecycle.session)
         board = self.busy.board
-        statuses = self.statuses = StatusView(self.registry, lifecycle, board, self.ledger)
+        statuses = self.statuses = StatusView(
+            self.registry, lifecycle, board, self.ledger, self.swap_log
+        )
         effects = DaemonEffects(
             lifecycle,
             self.registry,
@@ -137,6 +139,7 @@ class Daemon:
             swap_log=self.swap_log,
             board=board,
             ledger=self.ledger,
+            republish=self._republish,
         )
         # The eviction policy is chosen for each config (here and at every reload) by `choose`.
         policies = functools.partial(
@@ -199,6 +202,12 @@ class Daemon:
         if rec is not None:
             self._publish_state(rec)
         self.scheduler.readings_changed()
+
+    def _republish(self, model_id: str) -> None:
+        """What a swap to the model waits for changed: its status is published again."""
+        rec = self.scheduler.records.get(model_id)
+        if rec is not None:
+            self._publish_state(rec)
 
     def _publish_state(self, rec: ModelRecord[Running]) -> None:
         st = self.statuses.of(rec, self.scheduler.config.models.get(rec.id))

@@ -29,11 +29,24 @@ class Busy(msgspec.Struct, frozen=True):
     busy: bool
     jobs: int = 0
     message: str = ""  # "busy (upstream reports 1 running job)", "idle", ...
+    words: str = ""  # what the reading found: "upstream reports 1 running job"
     since: float = 0.0  # wall clock: when the current busy, idle or failing spell began
     checked_at: float = 0.0  # wall clock of the last poll
     error: str = ""  # the last poll failed (counted as idle)
     holding: tuple[str, ...] = ()  # the targets of swaps that wait for it to turn idle
     hold_until: float = 0.0  # wall clock: when the last of them goes ahead anyway
+
+
+class Waiting(msgspec.Struct, frozen=True):
+    """A swap to this model is queued and waits (the scheduler parked it): for what, since when,
+    and, where a busy model holds it, which and until when at the latest."""
+
+    # The scheduler's words: `busy: a` (busyCheck), `requests in flight for a (collation)`,
+    # `behind the swap to c in the queue`, `a is being stopped`, no room on the GPUs, ...
+    reason: str
+    since: float = 0.0  # wall clock: when the swap was queued (its first request came)
+    holding: tuple[str, ...] = ()  # the busy models (busyCheck) it waits for
+    until: float = 0.0  # wall clock: when it goes ahead anyway at the latest (0: not bounded)
 
 
 class ModelStatus(msgspec.Struct, frozen=True):
@@ -67,6 +80,8 @@ class ModelStatus(msgspec.Struct, frozen=True):
     placed_by_memory: bool = False
     # What its busyCheck says (None: it has none, or it is not ready).
     busy: Busy | None = None
+    # What a swap to it waits for (None: no swap to it waits now).
+    waiting: Waiting | None = None
 
 
 class GpuInfo(msgspec.Struct, frozen=True):

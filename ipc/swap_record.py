@@ -15,7 +15,13 @@ class SwapRecord(msgspec.Struct, frozen=True, kw_only=True):
     llama.cpp's `POST /models/load`, Ollama's empty generate; `preload`, `adopted`) for a start
     or a swap, a `causes.StopCause` (`swap`: for `for_model`; `unload`, `ttl`, `reload`,
     `shutdown`) for a stop, and `crash` for a crash. `result`: `ok`, `failed` (the start failed:
-    `reason` says why), `aborted`. `phases`: seconds of `drain`, `stop`, `start`, `health`."""
+    `reason` says why), `aborted`. `phases`: seconds of `drain`, `stop`, `start`, `health`.
+
+    A start or swap a request asked for also says when that request came (`queued`), how long it
+    waited in all (`waited`, seconds to `ended`: far more than the phases when the swap waited
+    for a busy model) and what the swap waited for before its phases began (`waited_for`, the
+    scheduler's words, in order). A swap names the stop records of its evicted models, whose
+    drain and stop are its own phases (`folded`): one swap, not a stop and a swap."""
 
     id: int
     kind: str
@@ -28,3 +34,7 @@ class SwapRecord(msgspec.Struct, frozen=True, kw_only=True):
     phases: dict[str, float] = msgspec.field(default_factory=dict)
     evicted: tuple[str, ...] = ()
     for_model: str = ""
+    queued: float = 0.0  # wall clock: when the swap was queued (0: not known, or not asked for)
+    waited: float = 0.0  # seconds from `queued` to `ended` (0: not known)
+    waited_for: tuple[str, ...] = ()
+    folded: tuple[int, ...] = ()  # the ids of the evicted models' stop records

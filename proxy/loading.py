@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 import msgspec
 from aiohttp import web
 
+from ..ipc.model_status import Waiting
 from ..ipc.states import HEALTH_CHECK_REASON, LEAVING_STATES, ModelState
 from .context import ProxyContext
 from .errors import ProxyError, error_body
@@ -48,6 +49,20 @@ def wanted(request: web.BaseRequest, rt: ModelRuntime, found: RequestModel | Non
         return _decode_stream(found.body).stream is True
     except msgspec.DecodeError:
         return False
+
+
+def waiting_words(waiting: Waiting) -> str:
+    """What the daemon says the swap waits for (the target's `waiting`): the busy models that
+    hold it and until when at the latest (a clock time: the line is written once, read later),
+    else the scheduler's own words (collation, the queue, a stop under way, GPU room)."""
+    if not waiting.holding:
+        return f"waiting: {waiting.reason}"
+    held = ", ".join(waiting.holding)
+    work = "its work" if len(waiting.holding) == 1 else "their work"
+    text = f"waiting for {held} to finish {work} (busyCheck: busy)"
+    if waiting.until:
+        text += f"; at most until {time.strftime('%H:%M:%S', time.localtime(waiting.until))}"
+    return text
 
 
 class Progress:
@@ -149,6 +164,8 @@ class Progress:
             return f"starting {rt.id}"
         if rt.state in LEAVING_STATES:
             return f"waiting for {rt.id} to stop before it starts again"
+        if rt.status.waiting is not None:
+            return waiting_words(rt.status.waiting)
         return f"waiting for {rt.id}"
 
     async def done(self) -> None:

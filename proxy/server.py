@@ -13,7 +13,8 @@
 * Shutdown (SIGTERM), contract C2: stop accepting; new requests on kept-alive connections get
   503 and `Connection: close` (`app.front`); requests under way run for up to the grace; then
   every response still streaming is ended as an upstream that broke off would end it (chunked:
-  the terminating chunk; fixed length: the connection closed), and the process exits 0.
+  the terminating chunk, after an SSE error event for an event stream; fixed length: the
+  connection closed), and the process exits 0.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ from typing import Any
 from ...ipc.client import DaemonClient, DaemonUnavailable
 from ...ipc.endpoints import Endpoints, default_run_dir
 from ...ipc.messages import Ensure, Error, Ok, Ready, Reload, Status, StatusReply, Unload
-from ...ipc.model_status import ModelStatus
+from ...ipc.model_status import ModelStatus, Waiting
 from ...ipc.states import LEAVING_STATES, ModelState
 from ...ipc.status_doc import status_json
 
@@ -75,6 +75,14 @@ def _ttl_left(m: ModelStatus) -> str:
     return "held (busy)" if m.ttl > 0 and m.busy is not None and m.busy.busy else "-"
 
 
+def waiting_words(w: Waiting, now: float) -> str:
+    """`a swap to it waits (for 12s): busy: a (at most until 14:03:07)`."""
+    text = f"a swap to it waits (for {_duration(now - w.since)}): {w.reason}"
+    if w.until:
+        text += f" (at most until {time.strftime('%H:%M:%S', time.localtime(w.until))})"
+    return text
+
+
 def render_table(reply: StatusReply, now: float | None = None) -> str:
     now = time.time() if now is None else now
     rows = [("MODEL", "STATE", "PID", "PORT", "GPUS", "UPTIME", "LAST ACTIVITY", "TTL LEFT")]
@@ -101,6 +109,8 @@ def render_table(reply: StatusReply, now: float | None = None) -> str:
         )
         if m.busy is not None and (m.busy.busy or m.busy.error or m.busy.holding):
             notes.append(f"{m.model}: {m.busy.message}")
+        if m.waiting is not None:
+            notes.append(f"{m.model}: {waiting_words(m.waiting, now)}")
         if m.reason and m.state in (ModelState.FAILED, ModelState.STOPPED, *LEAVING_STATES):
             notes.append(f"{m.model}: {m.reason}")
         for p in m.gpu_lingering:

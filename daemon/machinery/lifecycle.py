@@ -220,11 +220,8 @@ class Lifecycle:
             code = await self.exit_code(pid)
             await self.remove_watcher(model.id)
             tail = await model_log.settled_tail(log_path, offset)
-            said = f"exit code {code}" if code is not None else "an unknown exit code"
-            why = model_log.cause(tail)
             raise ExitedDuringStart(
-                f"model {model.id} exited during startup with {said}" + (f": {why}" if why else ""),
-                log_tail=tail,
+                model_log.start_failure(model.id, code, tail), log_tail=tail
             ) from None
         except health.HealthTimeout:
             await self.stop(running, model, timeout=min(5.0, model.unload_timeout))

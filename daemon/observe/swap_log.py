@@ -8,7 +8,12 @@ the daemon, why a start was asked for (a request or the preload hook); it decide
 record is kept, and published, once its episode ended: a start when the model is ready (or
 failed, or the start was aborted), a stop when the model is stopped. The stops of a swap's
 evicted models are records of their own (cause `swap`) and are folded into the swap's record as
-its drain and stop phases.
+its drain and stop phases (the record names them in `folded`).
+
+It is also told what a queued swap waits for (`waiting`: the scheduler parked it on a busy model,
+collation, the queue, GPU room): what the target's status shows meanwhile (`waiting_now`), and,
+once the target's start is recorded, when its request came, how long it waited in all and for
+what (`queued`, `waited`, `waited_for`).
 """
 
 from __future__ import annotations
@@ -48,6 +53,19 @@ class _Open:
     phases: dict[str, float] = field(default_factory=dict)
     evicted: tuple[str, ...] = ()
     for_model: str = ""
+    queued: float = 0.0
+    waited_for: tuple[str, ...] = ()
+    folded: tuple[int, ...] = ()
+
+
+@dataclass
+class _Queued:
+    """A swap queued for a target whose start has not begun yet."""
+
+    since: float  # wall clock
+    on: str = ""  # what it waits for now
+    waited_for: list[str] = field(default_factory=list)
+    recorded: bool = False  # a start's record carries its wait already
 
 
 class SwapLog:
@@ -68,6 +86,7 @@ class SwapLog:
         self._hints: dict[str, StartCause] = {}
         # Stops done for a swap to `target` whose start has not begun yet: target -> stops.
         self._evicted: dict[str, list[SwapRecord]] = {}
+        self._queued: dict[str, _Queued] = {}
 
     def register(self, on: Callable[..., None]) -> None:
         reply = self.endpoint.reply
@@ -82,6 +101,29 @@ class SwapLog:
         """The next start of `model_id` (if one follows) is for `cause` (a request, an explicit
         load, the preload)."""
         self._hints[model_id] = cause
+
+    def waiting(self, target: str, on: str, since: float) -> bool:
+        """The swap to `target`, queued at `since` (wall clock), waits for `on` now ("": for
+        nothing: it decides, or it claimed its room). True when that changed what it waits
+        for (its status is to be published again)."""
+        queued = self._queued.setdefault(target, _Queued(since))
+        if on == queued.on:
+            return False
+        queued.on = on
+        if on and on not in queued.waited_for:
+            queued.waited_for.append(on)
+        return True
+
+    def swap_ended(self, target: str) -> bool:
+        """The swap to `target` ended (its start recorded, or answered otherwise). True when it
+        was waiting for something until then."""
+        queued = self._queued.pop(target, None)
+        return queued is not None and bool(queued.on)
+
+    def waiting_now(self, target: str) -> tuple[str, float] | None:
+        """What the swap to `target` waits for now, and since when its request waits."""
+        queued = self._queued.get(target)
+        return (queued.on, queued.since) if queued is not None and queued.on else None
 
     def phase(self, model_id: str, phase: str, seconds: float) -> None:
         episode = self._open.get(model_id)
@@ -135,9 +177,15 @@ class SwapLog:
         cause = StartCause.ADOPTED if adopted else hint
         stops = self._evicted.pop(model_id, [])
         episode = _Open("swap" if stops else "start", cause, self.clock())
+        queued = self._queued.get(model_id)
+        if queued is not None and not adopted and not queued.recorded:
+            # One start per queued swap carries its request's wait (a restart does not).
+            episode.queued, episode.waited_for = queued.since, tuple(queued.waited_for)
+            queued.recorded = True
         if stops:
             episode.began = min(s.began for s in stops)
             episode.evicted = tuple(sorted(s.model for s in stops))
+            episode.folded = tuple(s.id for s in stops)
             for name in ("drain", "stop"):
                 taken = [s.phases[name] for s in stops if name in s.phases]
                 if taken:
@@ -148,18 +196,23 @@ class SwapLog:
         episode = self._open.pop(model_id, None)
         if episode is None:
             return None
+        ended = self.clock()
         record = SwapRecord(
             id=self.next_id,
             kind=episode.kind,
             model=model_id,
             cause=episode.cause,
             began=episode.began,
-            ended=self.clock(),
+            ended=ended,
             result=result,
             reason=reason,
             phases=episode.phases,
             evicted=episode.evicted,
             for_model=episode.for_model,
+            queued=episode.queued,
+            waited=round(ended - episode.queued, 4) if episode.queued else 0.0,
+            waited_for=episode.waited_for,
+            folded=episode.folded,
         )
         self.next_id += 1
         self.records.append(record)

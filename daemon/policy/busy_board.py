@@ -147,12 +147,18 @@ class BusyBoard:
             busy=r.busy,
             jobs=r.jobs if r.busy else 0,
             message=message,
+            words=r.words(),
             since=entry.since,
             checked_at=entry.checked_at,
             error=r.error,
             holding=holding,
             hold_until=max(entry.holding.values(), default=0.0),
         )
+
+    def holding_for(self, target: str) -> dict[str, float]:
+        """The busy models the swap to `target` waits for, each with when (wall clock) the swap
+        goes ahead anyway at the latest."""
+        return {m: e.holding[target] for m, e in self._entries.items() if target in e.holding}
 
     # ------------------------------------------------------------------------------ TTL
 

@@ -136,6 +136,12 @@ class Effects(Protocol[H]):
         for."""
         ...
 
+    def waiting(self, target: str, on: str, queued_at: float) -> None:
+        """The swap to `target`, queued at `queued_at` (the scheduler's clock), waits for `on`
+        now ("": for nothing: it was just queued, or it claimed its room and goes ahead). The
+        daemon shows it on the target's status and keeps it for the target's swap record."""
+        ...
+
     def ended(self, target: str) -> None:
         """The swap to `target` ended (its target ready or failed, or answered otherwise): it
         waits for nothing any more."""

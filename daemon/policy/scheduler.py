@@ -73,7 +73,7 @@ from .model_table import ModelTable
 from .records import Effects, H, ModelRecord, Readings, Stop
 from .starts import BACKOFF_AFTER, BACKOFF_BASE, BACKOFF_MAX, Starts
 from .stops import Stops
-from .swap import Abort, Claim, Phase, Swap, Waits, retrieve
+from .swap import Abort, Claim, Phase, Swap, retrieve
 from .swap_queue import SwapQueue
 
 __all__ = ["BACKOFF_AFTER", "BACKOFF_BASE", "BACKOFF_MAX", "EnsureError", "Scheduler"]
@@ -163,6 +163,7 @@ class Scheduler(Generic[H]):
             priority = self.config.priority.get(model_id, 0)
             swap = self.swaps.add(model_id, loop.create_future(), priority, self.clock())
             swap.result.add_done_callback(retrieve)
+            self.effects.waiting(model_id, "", swap.turn.queued_at)
             swap.task = loop.create_task(self._run(swap))
         # A requester that gives up must not cancel a start others (or the next request) wait for.
         return await asyncio.shield(swap.result)
@@ -298,23 +299,24 @@ class Scheduler(Generic[H]):
                 if decision.for_room and waits.room_since is None:
                     waits.room_since = now
                 if not decision.check:
-                    await self._park(waits, decision.reason, decision.until)
+                    await self._park(swap, decision.reason, decision.until)
                 continue
             # 11.
             if self.stops.under_way(target):
-                await self._park(waits, f"{target} is being stopped", None)
+                await self._park(swap, f"{target} is being stopped", None)
                 continue
             if self.swaps.collides(target, decision.stop):
-                await self._park(waits, "collides with a swap under way", None)
+                await self._park(swap, "collides with a swap under way", None)
                 continue
             # 12.
             if not self.policy.reads_gpus(model):
                 ahead = self._ahead_in_conflict(swap, decision)
                 if ahead is not None:
-                    await self._park(waits, f"behind the swap to {ahead} in the queue", None)
+                    await self._park(swap, f"behind the swap to {ahead} in the queue", None)
                     continue
             # 13.
             swap.claimed(Claim(decision.stop, decision.placement))
+            self.effects.waiting(target, "", swap.turn.queued_at)
             return None
 
     def _ahead_in_conflict(self, swap: Swap[H], mine: MakeRoom) -> str | None:
@@ -338,9 +340,13 @@ class Scheduler(Generic[H]):
                 return other.target
         return None
 
-    async def _park(self, waits: Waits, on: str, until: float | None) -> None:
-        """Wait for a change, or until `until` (monotonic) at the latest; `on` says what for."""
+    async def _park(self, swap: Swap[H], on: str, until: float | None) -> None:
+        """Wait for a change, or until `until` (monotonic) at the latest; `on` says what for
+        (told to the effects: it is what the swap waits for until it decides otherwise)."""
+        waits = swap.waits
+        assert waits is not None
         waits.on = on
+        self.effects.waiting(swap.target, on, swap.turn.queued_at)
         try:
             await self.changes.wait(None if until is None else max(0.0, until - self.clock()))
         finally:

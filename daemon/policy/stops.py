@@ -17,6 +17,7 @@ import logging
 from collections import Counter
 from typing import Generic
 
+from ...ipc import exits
 from ...ipc.causes import StopCause
 from ...ipc.states import LOADED_STATES, ModelState
 from ..config import ModelConfig
@@ -162,8 +163,13 @@ class Stops(Generic[H]):
             return False
         if rec.state != ModelState.READY or model_id in self._stops:
             return False
-        said = f"exit code {exit_code}" if exit_code is not None else "unknown exit code"
-        crash = Stop(StopCause.CRASH, detail=f"process {pid} exited on its own ({said})")
+        # By a signal: that is the cause; by its own exit code: it gave up on its own.
+        ended = (
+            f"was {exits.said(exit_code)}"
+            if exits.signal_of(exit_code) is not None
+            else f"exited on its own ({exits.said(exit_code)})"
+        )
+        crash = Stop(StopCause.CRASH, detail=f"process {pid} {ended}")
         log.warning("%s: %s", model_id, crash.text)
         handle, model = rec.handle, rec.model
         rec.handle = None

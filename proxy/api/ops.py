@@ -59,7 +59,10 @@ async def handle_running(request: web.Request) -> web.Response:
     ctx = request.app[CTX]
     await routes_of(ctx)
     reply = await daemon_status(ctx)
-    ttl_left = None if reply is None else {m.model: m.ttl_left for m in reply.models}
+    # The daemon's answer now: the TTL left counts down, and a busy check's `checked_at` is its
+    # last poll (the state broadcasts carry the figures of their moment only; a poll that finds
+    # the same is not broadcast).
+    live = None if reply is None else {m.model: m for m in reply.models}
     running = []
     failed = []
     for rt in sorted(ctx.state.runtimes.values(), key=lambda r: r.id):
@@ -68,6 +71,7 @@ async def handle_running(request: web.Request) -> web.Response:
             failed.append({"model": rt.id, "reason": status.reason, "since": status.since})
         if llama_state(rt.state) == "stopped":
             continue
+        now = live.get(rt.id) if live is not None else None
         item: dict[str, object] = {
             "model": rt.id,
             "state": llama_state(rt.state),
@@ -79,7 +83,7 @@ async def handle_running(request: web.Request) -> web.Response:
             "swapd_state": rt.state,
             "pid": status.pid,
             "port": status.port,
-            "ttl_left": ttl_left.get(rt.id) if ttl_left is not None else status.ttl_left,
+            "ttl_left": status.ttl_left if live is None else now.ttl_left if now else None,
             "in_flight": rt.in_flight,
         }
         if status.reason:
@@ -90,8 +94,9 @@ async def handle_running(request: web.Request) -> web.Response:
         if status.placed_by_memory:
             item["reserved"] = status.reserved
             item["footprint_source"] = status.footprint_source
-        if status.busy is not None:  # its busyCheck's last finding
-            item["busy"] = msgspec.structs.asdict(status.busy)
+        busy = now.busy if now is not None else status.busy
+        if busy is not None:  # its busyCheck's last finding
+            item["busy"] = msgspec.structs.asdict(busy)
         running.append(item)
     # A stopped model's port still in use (CONTRACTS C1), whatever its state.
     lingering = [

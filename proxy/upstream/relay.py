@@ -11,7 +11,10 @@ The rules, in one place:
 * an upstream that breaks off before a small body is complete is a 502; one that breaks off a
   streamed body ends it the only ways HTTP allows: a chunked body with its terminating chunk, one
   of fixed length by closing the connection short of it. The shutdown grace ends what still
-  streams the same way (`Streams.end`).
+  streams the same way (`Streams.end`). A server-sent event stream (an OpenAI-style streamed
+  answer) that is cut so gets an `error` event before its end, as OpenAI and llama.cpp send an
+  error mid-stream (`data: {"error": {...}}`): its last chunk carried no `finish_reason`, so
+  without it a client could not tell a cut answer from a whole one; the OpenAI SDKs raise on it.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from aiohttp import web
 from multidict import CIMultiDict
 
 from ..account import Account, Tail, TeeBudget
-from ..errors import BadGateway, UpstreamBroken
+from ..errors import BadGateway, UpstreamBroken, error_body
 from .transport import Reply
 
 log = logging.getLogger(__name__)
@@ -66,6 +69,21 @@ class Streams:
 
 def broke_off(label: str, exc: BaseException) -> BadGateway:
     return BadGateway(f"upstream {label} failed mid-response: {exc!r}")
+
+
+def cut_event(last: bytes, ended: bool, label: str, exc: BaseException) -> bytes:
+    """The SSE `error` event that ends a cut event stream (`last`: the last bytes sent; an event
+    cut off in the middle is closed first, so that the error is an event of its own)."""
+    if ended:
+        status, code = 503, "shutting_down"
+        message = (
+            "swapd is shutting down: this response was cut off when its shutdown grace ran out"
+        )
+    else:
+        status, code = 502, "upstream_broke_off"
+        message = f"upstream {label} broke off the response: {exc}"
+    boundary = last.endswith((b"\n\n", b"\r\n\r\n", b"\r\r")) or not last
+    return (b"" if boundary else b"\n\n") + b"data: " + error_body(status, message, code) + b"\n\n"
 
 
 def response_headers(reply: Reply) -> CIMultiDict[str]:
@@ -150,6 +168,7 @@ async def _stream(
     tail = None
     if acc is not None:
         tail = acc.tail = Tail(acc.keep, streams.tee)
+    chunk = b""
     try:
         async for chunk in reply.iter_chunks():
             if tail is not None:
@@ -161,6 +180,8 @@ async def _stream(
         else:
             log.warning("upstream %s broke off a response: %s", label, exc)
         if length is None:
+            if response.headers.get("Content-Type", "").startswith("text/event-stream"):
+                await response.write(cut_event(chunk, streams.ended, label, exc))
             await response.write_eof()  # a chunked body ends cleanly
         elif request.transport is not None:
             request.transport.close()

@@ -281,6 +281,10 @@ def test_a_bad_model_path_gives_an_error_naming_the_file(stack: Stack) -> None:
     assert "exit code 1" in error["message"], error
     tail = "\n".join(error["log_tail"])
     assert f"failed to load model '{missing}'" in tail, tail
+    # The message quotes the line that names the file and what went wrong with it, not
+    # llama.cpp's generic last words (`exiting due to model loading error`).
+    assert f"failed to open GGUF file '{missing}' (No such file or directory)" in error["message"]
+    assert "exiting due to" not in error["message"], error
     assert stack.model(MISSING)["state"] == "failed"
 
 

@@ -199,6 +199,12 @@ def test_in_flight_request_cancelled_from_the_page(chromium: Path, stack: Stack)
 
         threading.Thread(target=slow, daemon=True).start()
         button = page.wait_for_selector("#inflight tr[data-inflight] button")
+        # The row says who asked (the client's User-Agent) and how much of the answer has gone
+        # out so far, counting up in place as the response streams.
+        row = "#inflight tr[data-inflight]"
+        assert (page.text_content(f'{row} [data-role="client"]') or "").startswith("Python-urllib/")
+        page.wait_for_selector(f'{row} [data-role="sent"]:not(:text-is("0 B"))')
+        assert button.evaluate("b => b.isConnected")  # the same row, updated in place
         button.click()
         # 400 chunks at 0.05 s would take 20 s: ended within 15 s, the request was cut.
         assert ended.wait(15), "the cancelled request did not end"

@@ -233,9 +233,10 @@ def test_the_theme_follows_the_system_and_the_setting(chromium: Path, stack: Sta
 
 
 def test_a_swap_row_shows_the_wait_its_record_carries(chromium: Path, stack: Stack) -> None:
-    """A swap record with `waited` (the seconds its request waited) shows it; one without does
-    not. `/api/swaps` is answered by the browser here (Playwright's route) with swapd's own
-    records plus that field, which the daemon's records do not carry yet."""
+    """A swap record whose `waited` (the seconds its request waited) is more than its phases
+    shows it; the others do not. `/api/swaps` is answered by the browser here (Playwright's
+    route) with swapd's own records, the last with a long wait such as a busy model causes (the
+    daemon's own, from a real busy wait: tests/real/test_ui_waits.py)."""
     _chat(stack, "b")
     swaps = _get(stack, "/api/swaps")["swaps"]
     waited = {**swaps[-1], "waited": 59.25}

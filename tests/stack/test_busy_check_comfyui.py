@@ -53,7 +53,7 @@ def stack() -> Iterator[Stack]:
             f"    busyCheck:\n      preset: comfyui\n      swapWait: {SWAP_WAIT}\n"
         ),
     )
-    llm = f"  {LLM}:\n    cmd: {fake_model_cmd(LLM)}\n"
+    llm = f"  {LLM}:\n    cmd: {fake_model_cmd(LLM)}\n    sendLoadingState: true\n"
     stack.write_config(
         f"healthCheckTimeout: 15\nstartPort: {free_port_run(3)}\nmodels:\n{comfy}{other}{llm}"
     )
@@ -175,6 +175,69 @@ async def test_a_swap_requested_mid_job_waits_for_the_job(
     assert done is not None and exited is not None
     assert done <= exited <= answered
     await swapd.wait_state(LLM, "ready")
+
+
+async def _waiting(swapd: Running, model: str) -> dict[str, Any] | None:
+    waiting = (await swapd.status(model)).get("waiting")
+    return waiting if waiting and waiting["holding"] else None
+
+
+async def _checked_at(session: aiohttp.ClientSession, swapd: Running, model: str) -> float:
+    async with session.get(swapd.url + "/running") as resp:
+        (entry,) = [m for m in (await resp.json())["running"] if m["model"] == model]
+    return float(entry["busy"]["checked_at"])
+
+
+async def test_a_waiting_swap_says_what_it_waits_for_to_the_client_and_in_its_record(
+    swapd: Running, session: aiohttp.ClientSession, up: ComfyUpstream
+) -> None:
+    await _busy_with_job(swapd, session, up, swapd.url + "/comfyui", 16)  # 4 s
+    # `/running`'s busy reading: `checked_at` is its last poll, which moves on while the
+    # reading stays the same (every `interval`, 1 s by default).
+    polled = await _checked_at(session, swapd, MODEL)
+    await until(
+        lambda: _later_poll(session, swapd, polled), 10, "a later poll in /running's checked_at"
+    )
+    chat = {"model": LLM, "stream": True, "messages": [{"role": "user", "content": "hi"}]}
+
+    async def ask() -> str:
+        async with session.post(swapd.url + "/v1/chat/completions", json=chat) as resp:
+            assert resp.status == 200
+            return (await resp.read()).decode()
+
+    asked = time.time()
+    asking = asyncio.ensure_future(ask())
+    # The target's status says what its swap waits for, since when and until when at most.
+    waiting = await until(lambda: _waiting(swapd, LLM), 10, "the wait on the target's status")
+    assert (waiting["reason"], waiting["holding"]) == (f"busy: {MODEL}", [MODEL])
+    assert asked - 1 < waiting["since"] <= time.time() < waiting["until"]
+    text = (await asyncio.to_thread(swapd.stack.swapd, "status")).stdout
+    assert f"{LLM}: a swap to it waits (for " in text
+    assert f"): busy: {MODEL} (at most until " in text
+    # The client is told the same, with the loading progress (sendLoadingState).
+    body = await asyncio.wait_for(asking, 30)
+    said = f"waiting for {MODEL} to finish its work (busyCheck: busy); at most until "
+    assert said in body, body
+    assert f"waiting for {LLM}\n" not in body  # the bare fallback, which says nothing
+    assert "Done!" in body and "[DONE]" in body
+    assert (await swapd.status(LLM)).get("waiting") is None
+    # One swap record, with its request's whole wait and what it waited for; the stop of the
+    # busy model is folded into it.
+    async with session.get(swapd.url + "/api/swaps") as resp:
+        records = (await resp.json())["swaps"]
+    record = [r for r in records if r["model"] == LLM][-1]
+    assert (record["kind"], record["evicted"]) == ("swap", [MODEL])
+    assert record["waited_for"] == [f"busy: {MODEL}"]
+    assert record["queued"] == waiting["since"]
+    assert record["waited"] > record["ended"] - record["began"]
+    (folded,) = record["folded"]
+    stop = next(r for r in records if r["id"] == folded)
+    assert (stop["kind"], stop["model"], stop["for_model"]) == ("stop", MODEL, LLM)
+    await swapd.wait_state(LLM, "ready")
+
+
+async def _later_poll(session: aiohttp.ClientSession, swapd: Running, after: float) -> bool:
+    return await _checked_at(session, swapd, MODEL) > after
 
 
 async def _holding(swapd: Running, model: str) -> dict[str, Any] | None:

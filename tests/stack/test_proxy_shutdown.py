@@ -8,12 +8,15 @@ The grace is `swapd run --shutdown-grace`, which `swapd run` passes on to the pr
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
 import time
 from collections.abc import Callable
+from typing import Any
 
+import openai
 import pytest
 
 from tests.support.proxy import RawConnection, local_model, post_json
@@ -88,3 +91,39 @@ async def test_a_stream_past_the_grace_is_ended_cleanly(
     cut = await streaming.response(15)
     assert cut.status == 200 and cut.chunked
     assert b"tok0" in cut.body and b"[DONE]" not in cut.body
+    # An event stream that was cut says so in its last event: an error, as OpenAI and llama.cpp
+    # send one mid-stream, so a client can tell it from a whole answer.
+    *_, last = [e for e in cut.body.split(b"\n\n") if e.strip()]
+    assert last.startswith(b"data: "), cut.body[-300:]
+    error = json.loads(last[len(b"data: ") :])["error"]
+    assert (error["code"], error["type"]) == ("shutting_down", "server_error")
+    assert "cut off" in error["message"]
+
+
+async def test_the_openai_sdk_raises_on_a_stream_cut_by_the_shutdown(
+    stack_factory: Callable[..., Stack],
+) -> None:
+    stack = stack_factory(
+        {"models": {"alpha": local_model("alpha", free_port())}},
+        run_args=("--shutdown-grace", "1"),
+    )
+    await (await _kept_alive(stack)).close()  # alpha is ready
+    pid = _proxy_pid(stack)
+    client = openai.OpenAI(base_url=stack.url + "/v1", api_key="none", max_retries=0, timeout=30)
+    stream = client.chat.completions.create(
+        model="alpha",
+        messages=[{"role": "user", "content": "hi"}],
+        stream=True,
+        extra_body={"x_chunks": 200, "x_delay": 0.05},
+    )
+    chunks = iter(stream)
+    first = await asyncio.to_thread(next, chunks)
+    assert first.choices[0].delta.content == "tok0 "
+    os.kill(pid, signal.SIGTERM)
+
+    def read_to_the_end() -> list[Any]:
+        return list(chunks)
+
+    with pytest.raises(openai.APIError, match="cut off") as raised:
+        await asyncio.to_thread(read_to_the_end)
+    assert raised.value.body["code"] == "shutting_down"  # type: ignore[index]

@@ -63,6 +63,7 @@ class FakeEffects:
         # Called as a drain ends (its last step, before the drain task is done).
         self.drain_hooks: dict[str, Callable[[], object]] = {}
         self.decisions: list[tuple[str, Decision]] = []
+        self.waits: list[tuple[str, str]] = []  # (target, what its swap waits for) as told
         # Set once a call of that kind for that model reached the fake (before any gate).
         self._entered: dict[tuple[str, str], asyncio.Event] = {}
         # Readings: what each busyCheck says; the GPU reading (None: no GPUs to read).
@@ -124,6 +125,9 @@ class FakeEffects:
 
     def decided(self, target: ModelConfig, decision: Decision) -> None:
         self.decisions.append((target.id, decision))
+
+    def waiting(self, target: str, on: str, queued_at: float) -> None:
+        self.waits.append((target, on))
 
     def ended(self, target: str) -> None:
         pass

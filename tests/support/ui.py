@@ -24,7 +24,7 @@ from tests.support.realparts.provision import cache_dir
 
 DESKTOP = {"width": 1280, "height": 800}
 PHONE = {"width": 390, "height": 844}
-PAGES = ("models", "playground", "activity", "swaps", "logs", "gpus")
+PAGES = ("models", "playground", "activity", "swaps", "logs", "gpus", "hardware")
 # Where the screenshots go for people to look at: this, else `ui-shots` in the test cache
 # ($SWAPD_TEST_CACHE, default ~/.cache/swapd-tests), outside the repository either way.
 SHOTS_ENV = "SWAPD_UI_SHOTS_DIR"

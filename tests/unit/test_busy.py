@@ -19,6 +19,7 @@ from aiohttp import web
 from swapd.daemon.busy_checks import BusyChecks
 from swapd.daemon.config import Config, ConfigError, ModelConfig, load_config_text
 from swapd.daemon.config.busy_check_fields import PRESETS, BusyCheck, BusyCount
+from swapd.daemon.observe.swap_log import SwapLog
 from swapd.daemon.policy import ttl
 from swapd.daemon.policy.busy_answer import Reading, evaluate, failed
 from swapd.daemon.policy.busy_board import BusyBoard
@@ -26,6 +27,7 @@ from swapd.daemon.policy.eviction.contract import BusyReading, Decision, Wait
 from swapd.daemon.policy.proxies import ProxyRegistry
 from swapd.daemon.policy.records import ModelRecord
 from swapd.daemon.policy.scheduler import Scheduler
+from swapd.daemon.status import waiting_of
 from swapd.ipc.model_status import Busy
 from tests.support.models import model as scheduler_model
 from tests.support.paths import BUSY_ANSWERS
@@ -313,6 +315,89 @@ async def test_an_unload_is_not_held_and_an_unloaded_target_ends_the_wait() -> N
     # The busy model itself: an unload stops it at once.
     await asyncio.wait_for(sched.unload("a"), 5)
     assert ("stop", "a") in effects.log
+
+
+class LoggedEffects(HeldEffects):
+    """HeldEffects that also tell the daemon's swap log what the daemon's effects tell it (each
+    state change, what a queued swap waits for, its end), so the target's `waiting` and its swap
+    record can be read as `/api/status` and `/api/swaps` give them (daemon/status.py's
+    `waiting_of`)."""
+
+    def __init__(self, config: Config, board: BusyBoard, swaps: SwapLog) -> None:
+        super().__init__(config, board)
+        self.swaps = swaps
+        self.republished: list[str] = []
+
+    def changed(self, record: ModelRecord[Handle], model: ModelConfig | None) -> None:
+        super().changed(record, model)
+        stop = record.stop
+        self.swaps.changed(
+            record.id,
+            record.state,
+            record.reason,
+            cause=stop.cause if stop is not None else None,
+            for_model=stop.for_model if stop is not None else "",
+        )
+
+    def waiting(self, target: str, on: str, queued_at: float) -> None:
+        super().waiting(target, on, queued_at)
+        if self.swaps.waiting(target, on, time.time() - (time.monotonic() - queued_at)):
+            self.republished.append(target)
+
+    def ended(self, target: str) -> None:
+        super().ended(target)
+        if self.swaps.swap_ended(target):
+            self.republished.append(target)
+
+
+class _Published:
+    def __init__(self) -> None:
+        self.events: list[Any] = []
+
+    def publish_nowait(self, make: Callable[[int], Any]) -> None:
+        self.events.append(make(len(self.events) + 1))
+
+    def reply(self, identity: bytes, reply: Any) -> None:
+        return None
+
+
+async def test_a_waiting_swap_is_shown_on_its_target_and_its_record_says_what_it_waited_for() -> (
+    None
+):
+    check = msgspec.structs.replace(PRESETS["comfyui"], swap_wait=60)
+    config = make_config("a", "b", a={"busy_check": check})
+    swaps = SwapLog("inst", _Published())
+    effects = LoggedEffects(config, BusyBoard(), swaps)
+    board = effects.board
+    sched: Scheduler[Handle] = Scheduler(config, effects, effects, clock=time.monotonic)
+    board.on_change = lambda _model: sched.readings_changed()
+    await sched.ensure("a")
+    board.observe("a", BUSY)
+    asked = time.time()
+    swap = asyncio.ensure_future(sched.ensure("b"))
+    assert await parked(sched, "b") == "busy: a"
+    # The target's status: what its swap waits for, since when, which busy model holds it and
+    # until when at the latest (the busy model's swapWait from the reading before the wait).
+    waiting = waiting_of("b", swaps, board)
+    assert waiting is not None
+    assert (waiting.reason, waiting.holding) == ("busy: a", ("a",))
+    held = board.report("a")
+    assert held is not None and waiting.until == held.hold_until > asked + 59
+    assert asked - 1 < waiting.since <= time.time()
+    assert effects.republished == ["b"]  # published again as it began to wait
+    board.observe("a", IDLE)
+    await asyncio.wait_for(swap, 5)
+    assert waiting_of("b", swaps, board) is None  # it went ahead: nothing waits
+    assert effects.waits[-1] == ("b", "")
+    assert effects.republished == ["b", "b"]
+    # One swap record for it, folding a's stop, with its request's whole wait.
+    stop, record = list(swaps.records)[-2:]
+    assert (stop.kind, stop.model, record.kind, record.model) == ("stop", "a", "swap", "b")
+    assert record.folded == (stop.id,)
+    assert record.waited_for == ("busy: a",)
+    assert record.queued == waiting.since
+    assert record.waited == round(record.ended - record.queued, 4)
+    assert record.waited >= record.ended - record.began
 
 
 # ------------------------------------------------------------------ the probe, on loopback

@@ -7,11 +7,13 @@ import asyncio
 import base64
 import contextlib
 import json
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
 from multidict import CIMultiDict
 
+from swapd.ipc.model_status import Waiting
 from swapd.ipc.routing_table import RouteModel, RoutePeer, RoutingTable
 from swapd.proxy.auth import check_api_key, presented_key
 from swapd.proxy.errors import (
@@ -21,10 +23,12 @@ from swapd.proxy.errors import (
     UpstreamRefused,
     error_body,
 )
+from swapd.proxy.loading import waiting_words
 from swapd.proxy.mirror.state import Routes, per_process_limit
 from swapd.proxy.routing.body import filter_json, multipart_field, replace_span
 from swapd.proxy.upstream import conn as upstream_conn
 from swapd.proxy.upstream.pool import UpstreamPool
+from swapd.proxy.upstream.relay import cut_event
 
 # ------------------------------------------------------------------------------------------------
 # body
@@ -501,3 +505,33 @@ async def test_activity_sends_the_idle_edge_at_once_and_folds_the_rest_into_one_
     rt.activity_timer = asyncio.get_running_loop().call_later(0, flush, rt)
     await asyncio.wait_for(flushed, ACTIVITY_INTERVAL_S * 5)
     assert link.casts == [("m", 1), ("m", 0), ("m", 0)]
+
+
+def test_the_loading_progress_says_what_a_swap_waits_for() -> None:
+    """`proxy/loading.py`'s words for a target's `waiting` (the daemon's): the busy models that
+    hold it and until when (a clock time: the line is written once), else the scheduler's own."""
+    until = time.mktime((2026, 1, 2, 14, 3, 7, 0, 0, -1))
+    held = Waiting(reason="busy: a", since=until - 600, holding=("a",), until=until)
+    assert waiting_words(held) == (
+        "waiting for a to finish its work (busyCheck: busy); at most until 14:03:07"
+    )
+    both = Waiting(reason="busy: a, b", holding=("a", "b"))
+    assert waiting_words(both) == "waiting for a, b to finish their work (busyCheck: busy)"
+    queued = Waiting(reason="behind the swap to c in the queue")
+    assert waiting_words(queued) == "waiting: behind the swap to c in the queue"
+
+
+def test_a_cut_event_stream_ends_with_an_error_event_of_its_own() -> None:
+    """`relay.cut_event`: the SSE event that ends a cut event stream, closing a half-sent event
+    first, so that the error is an event of its own whatever the cut fell on."""
+    broken = ConnectionResetError("reset")
+    whole = cut_event(b'data: {"choices": []}\n\n', True, "a", broken)
+    assert whole.startswith(b"data: ") and whole.endswith(b"\n\n")
+    error = json.loads(whole[len(b"data: ") :])["error"]
+    assert (error["code"], error["type"]) == ("shutting_down", "server_error")
+    half = cut_event(b'data: {"choi', False, "a", broken)
+    assert half.startswith(b"\n\ndata: ")
+    error = json.loads(half[len(b"\n\ndata: ") :])["error"]
+    assert error["code"] == "upstream_broke_off" and "upstream a broke off" in error["message"]
+    assert cut_event(b"", True, "a", broken).startswith(b"data: ")
+    assert cut_event(b"data: x\r\n\r\n", True, "a", broken).startswith(b"data: ")

@@ -193,10 +193,18 @@ async def test_process_exit_of_a_ready_model() -> None:
     assert not sched.process_exited("a", handle.pid + 1, -9), "another pid is not ours"
     assert sched.process_exited("a", handle.pid, -9)
     rec = sched.record("a")
-    assert rec.state == "stopped" and "exit code -9" in rec.reason
+    # Killed by a signal: the signal, by name and meaning, is the reason.
+    assert rec.state == "stopped"
+    assert rec.reason == (
+        f"process {handle.pid} was killed by SIGKILL (killed; the kernel's out-of-memory killer "
+        "sends it too)"
+    )
     again = await sched.ensure("a")
     assert again.pid != handle.pid
     assert fx.log == [("start", "a"), ("stop", "a"), ("start", "a")]
+    # An exit code of its own: it exited on its own.
+    assert sched.process_exited("a", again.pid, 3)
+    assert rec.reason == f"process {again.pid} exited on its own (exit code 3)"
 
 
 async def test_unload_one_all_and_while_starting() -> None:

@@ -131,3 +131,41 @@ def test_the_cause_comes_with_the_stop_and_the_words_are_not_read() -> None:
     assert (stop.cause, stop.for_model) == (StopCause.SWAP, "b")
     assert swap.kind == "swap" and swap.evicted == ("a",)
     assert (crash.kind, crash.cause) == ("crash", StopCause.CRASH)
+
+
+def test_what_a_queued_swap_waits_for_and_the_wait_its_record_carries() -> None:
+    log, _, now = make()
+    log.wanted("b", StartCause.REQUEST)
+    assert not log.waiting("b", "", 990.0)  # queued: nothing to show yet
+    assert log.waiting_now("b") is None
+    assert log.waiting("b", "busy: a", 990.0)
+    assert not log.waiting("b", "busy: a", 990.0)  # the same wait again: no news
+    assert log.waiting_now("b") == ("busy: a", 990.0)
+    assert log.waiting("b", "behind the swap to c in the queue", 990.0)
+    assert log.waiting("b", "", 990.0)  # it claimed its room
+    assert log.waiting_now("b") is None
+    log.changed("b", "starting", "")
+    now[0] += 2.0
+    log.changed("b", "ready", "")
+    (record,) = log.records
+    assert (record.queued, record.waited) == (990.0, 12.0)
+    assert record.waited_for == ("busy: a", "behind the swap to c in the queue")
+    assert not log.swap_ended("b")  # it waited for nothing at its end
+
+    # A restart of the same swap (a reload changed the definition) does not carry it again,
+    # and a swap answered otherwise while it waits ends its wait.
+    log.waiting("c", "busy: a", 995.0)
+    log.changed("c", "starting", "")
+    log.changed("c", "stopped", "config changed")
+    log.changed("c", "starting", "")
+    log.changed("c", "ready", "")
+    aborted, restarted = list(log.records)[1:]
+    assert (aborted.result, aborted.waited_for, restarted.waited_for) == (
+        "aborted",
+        ("busy: a",),
+        (),
+    )
+    assert restarted.queued == 0.0 and restarted.waited == 0.0
+    assert log.swap_ended("c")  # told no claim here: it still waits for "busy: a" at its end
+    log.waiting("d", "busy: a", 999.0)
+    assert log.swap_ended("d") and log.waiting_now("d") is None

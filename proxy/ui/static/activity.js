@@ -7,7 +7,7 @@
 
 import { ActivityTable } from "./activity_table.js";
 import { encode, getJSON, send } from "./api.js";
-import { clock, el, epoch, labelled, seconds, toast } from "./dom.js";
+import { bytes, clock, el, epoch, labelled, seconds, toast } from "./dom.js";
 import * as events from "./events.js";
 import { store, subscribe } from "./store.js";
 
@@ -126,16 +126,30 @@ async function cancel(button, id) {
   }
 }
 
+// The client's User-Agent among an in-flight entry's request headers (one value per name, as
+// the client spelled the name).
+function userAgent(f) {
+  for (const [name, value] of Object.entries(f.req_headers || {})) {
+    if (name.toLowerCase() === "user-agent") return value;
+  }
+  return "";
+}
+
 function renderInflight() {
   const body = document.querySelector("#inflight tbody");
   const flights = [...store.inflight.values()].sort((a, b) => epoch(a.timestamp) - epoch(b.timestamp));
-  // An entry is upserted again as its response streams (every 250 ms): the rows show nothing
-  // that changes then, so the same requests keep their rows (a Cancel button under the pointer
-  // stays where it is).
+  // An entry is upserted again as its response streams (every 250 ms): the same requests keep
+  // their rows (a Cancel button under the pointer stays where it is), only the bytes sent change.
   const shown = [...body.querySelectorAll("tr[data-inflight]")].map((tr) => tr.dataset.inflight);
-  if (shown.length === flights.length && flights.every((f, i) => f.id === shown[i])) return;
+  if (shown.length === flights.length && flights.every((f, i) => f.id === shown[i])) {
+    for (const f of flights) {
+      const cell = body.querySelector(`tr[data-inflight="${CSS.escape(f.id)}"] [data-role="sent"]`);
+      if (cell) cell.textContent = bytes(f.resp_bytes || 0);
+    }
+    return;
+  }
   if (flights.length === 0) {
-    body.replaceChildren(el("tr", { class: "empty" }, el("td", { colspan: "5", text: "nothing in flight" })));
+    body.replaceChildren(el("tr", { class: "empty" }, el("td", { colspan: "7", text: "nothing in flight" })));
     return;
   }
   body.replaceChildren(...flights.map((f) => {
@@ -148,6 +162,8 @@ function renderInflight() {
       el("td", { text: clock(at) }),
       el("td", { text: f.model }),
       el("td", { class: "wrap", text: `${f.method} ${f.req_path}` }),
+      el("td", { class: "wrap ua", "data-role": "client", title: f.remote_ip ? `from ${f.remote_ip}` : null, text: userAgent(f) || f.remote_ip || "–" }),
+      el("td", { class: "num", "data-role": "sent", text: bytes(f.resp_bytes || 0) }),
       el("td", { class: "num" }, el("span", { "data-since": String(at), text: seconds(Date.now() / 1000 - at) })),
       el("td", {}, button),
     );

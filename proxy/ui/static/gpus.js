@@ -4,12 +4,16 @@
 // open it is read again every few seconds.
 
 import { bytes, el } from "./dom.js";
+import { showCurrentTab } from "./nav.js";
 import { refresh, store, subscribe } from "./store.js";
 
 const REREAD_MS = 5000;
 let timer = 0;
 
-function holders(gpu) {
+// The models running on `gpu` (an `/api/status` GPU: `index`, `uuid`), each with the bytes it
+// holds there where swapd knows them (reserved by placement, else learned). The Hardware page
+// shows them too.
+export function holders(gpu) {
   const out = [];
   for (const m of (store.status && store.status.models) || []) {
     if (m.state === "stopped" || m.state === "failed") continue;
@@ -50,7 +54,11 @@ function card(gpu) {
 
 function render() {
   const gpus = (store.status && store.status.gpus) || [];
-  document.getElementById("gpus-tab").hidden = gpus.length === 0;
+  const tab = document.getElementById("gpus-tab");
+  if (tab.hidden !== (gpus.length === 0)) {
+    tab.hidden = gpus.length === 0;
+    showCurrentTab();
+  }
   const backend = store.status ? store.status.gpu_backend : "";
   document.getElementById("gpu-backend").textContent = backend ? `GPU backend: ${backend}` : "";
   document.getElementById("gpu-cards").replaceChildren(...gpus.map(card));

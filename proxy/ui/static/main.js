@@ -1,19 +1,17 @@
 // The page's entry: the router (the URL's #fragment: `#<page>` or `#<page>/<argument>`), the
 // event stream, and each page's module. A page module has `init()` (once), and may have
-// `show(argument)` (each time it is shown, or shown with another argument) and `hide()`.
-//
-// Pages to come slot in here: `hardware` and `performance` (the host and GPU sampler's
-// `/api/hardware` and `/api/performance`) as one module each, one entry in PAGES and one tab
-// link in index.html.
+// `show(argument)` (each time it is shown, or shown with another argument) and `hide()`. A new
+// page is one module, one entry in PAGES and one tab link in index.html.
 
 import * as activity from "./activity.js";
 import * as catalog from "./catalog.js";
 import * as events from "./events.js";
 import * as gpus from "./gpus.js";
+import * as hardware from "./hardware.js";
 import * as logs from "./logs.js";
 import * as modelPage from "./model.js";
 import * as models from "./models.js";
-import { parse } from "./nav.js";
+import { parse, showCurrentTab } from "./nav.js";
 import * as playground from "./playground.js";
 import * as selectors from "./selectors.js";
 import { refresh } from "./store.js";
@@ -29,6 +27,7 @@ const PAGES = {
   swaps: { module: swaps, tab: "swaps" },
   logs: { module: logs, tab: "logs" },
   gpus: { module: gpus, tab: "gpus" },
+  hardware: { module: hardware, tab: "hardware" },
 };
 let shown = null;
 let shownArg = null;
@@ -52,14 +51,10 @@ function route() {
   for (const link of document.querySelectorAll(".tabs a")) {
     const active = link.dataset.tab === PAGES[page].tab;
     link.classList.toggle("active", active);
-    if (active) {
-      link.setAttribute("aria-current", "page");
-      // At phone width the tabs scroll sideways: the current one is in view.
-      link.scrollIntoView({ block: "nearest", inline: "nearest" });
-    } else {
-      link.removeAttribute("aria-current");
-    }
+    if (active) link.setAttribute("aria-current", "page");
+    else link.removeAttribute("aria-current");
   }
+  showCurrentTab();
   const { module } = PAGES[page];
   if (module.show) module.show(arg);
 }
@@ -77,6 +72,10 @@ selectors.init();
 window.addEventListener("hashchange", route);
 if ("scrollRestoration" in history) history.scrollRestoration = "manual";
 route();
-window.addEventListener("load", () => window.scrollTo(0, 0));
+window.addEventListener("load", () => {
+  window.scrollTo(0, 0);
+  // Laid out now (styles and fonts in): the current tab in view at phone width.
+  showCurrentTab();
+});
 events.on("open", refresh);
 events.connect(connection);

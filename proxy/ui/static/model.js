@@ -17,6 +17,7 @@ import { LogView } from "./log_view.js";
 import { href } from "./nav.js";
 import { inflightOf, modelStatus, refresh, stateOf, store, subscribe, tableItem } from "./store.js";
 import * as swaps from "./swaps.js";
+import * as waits from "./waits.js";
 
 const RECENT = 20;
 const ACTIVITY_EVERY_MS = 1000;
@@ -124,6 +125,8 @@ function head(item, entry) {
     parts.head,
     el("h2", { text: current }),
     el("span", { class: `badge state-${state}`, "data-role": "state", text: state }),
+    st && st.busy && st.busy.busy ? el("span", { class: "badge busy", text: "busy" }) : null,
+    st && st.waiting ? el("span", { class: "badge wait", text: "waiting" }) : null,
     st && st.since && state !== "stopped" ? el("span", { class: "hint" }, "for ", el("span", { "data-since": String(st.since), text: seconds(now() - st.since) })) : null,
     remote ? el("span", { class: "badge remote", text: "remote" }) : null,
     el("span", { class: "grow" }),
@@ -142,7 +145,7 @@ function ttl(st, state) {
     const deadline = store.fetchedAt + st.ttl_left;
     return [el("span", { "data-until": String(deadline), text: seconds(deadline - now()) }), ` left of ${st.ttl} s`];
   }
-  return `${st.ttl} s (not counting: requests in flight or busy)`;
+  return `${st.ttl} s (${waits.ttlHeld(st, inflightOf(current))})`;
 }
 
 function renderFacts(item, entry) {
@@ -166,6 +169,11 @@ function renderFacts(item, entry) {
   if (st && st.placed_by_memory) facts.push(fact("placement", "by measured memory (gpus: auto)"));
   const t = ttl(st, state);
   if (t) facts.push(fact("TTL", t));
+  if (st && st.waiting) {
+    const [dt, dd] = fact("a swap waits", ...waits.waitingParts(st.waiting));
+    dd.dataset.role = "waiting";
+    facts.push([dt, dd]);
+  }
   if (!(item && item.peerID)) facts.push(fact("in flight", String(inflightOf(current))));
   if (st && st.last_activity) facts.push(fact("last request", clock(st.last_activity)));
   if (item && item.unlisted) facts.push(fact("listed", "no (unlisted in /v1/models)"));
@@ -198,15 +206,15 @@ function renderBusy() {
     parts.busy.replaceChildren(el("p", { class: "hint", text: "no busyCheck reading (none configured, or the model is not ready)" }));
     return;
   }
+  const holds = waits.holdParts(b);
   const facts = [
     fact("now", b.busy ? "busy" : "idle"),
-    b.message ? fact("reports", b.message) : null,
-    b.jobs ? fact("jobs", String(b.jobs)) : null,
-    b.since ? fact("since", clock(b.since)) : null,
-    b.checked_at ? fact("checked", clock(b.checked_at)) : null,
+    b.words ? fact("reports", b.words) : null,
+    b.since ? fact(b.busy ? "busy since" : "idle since", clock(b.since), " (", waits.since(b.since), " ago)") : null,
+    b.checked_at ? fact("last poll", clock(b.checked_at)) : null,
     b.error ? fact("last check failed", b.error) : null,
-    b.holding && b.holding.length ? fact("holding swaps to", b.holding.join(", ")) : null,
-    b.hold_until ? fact("until", clock(b.hold_until)) : null,
+    holds ? fact("holds back", ...holds) : null,
+    b.busy ? fact("its TTL", "does not run out while it is busy; counts again from when it is idle") : null,
   ];
   parts.busy.replaceChildren(el("dl", { class: "facts", "data-busy": b.busy ? "busy" : "idle" }, facts.filter(Boolean).flat()));
 }
@@ -224,9 +232,8 @@ function renderSleep() {
 
 function renderSwaps() {
   if (!parts) return;
-  const mine = swaps.all()
+  const mine = swaps.shown()
     .filter((r) => r.model === current || (r.evicted || []).includes(current) || r.for_model === current)
-    .sort((a, b) => b.id - a.id)
     .slice(0, RECENT);
   if (!mine.length) {
     parts.swaps.replaceChildren(el("p", { class: "hint", text: "no start, swap or stop of it among the daemon's recent swaps" }));
@@ -312,6 +319,17 @@ async function loadRunning() {
 }
 
 let lastState = null;
+// A busyCheck's poll changes nothing that is broadcast unless its finding changes: while the page
+// shows a model with one, its status is read again every few seconds (the last poll, the counts).
+const BUSY_REREAD_MS = 5000;
+let busyTimer = 0;
+
+function rereadWhileBusy() {
+  const st = modelStatus(current);
+  const wanted = Boolean(current && st && (st.busy || st.waiting));
+  if (wanted && !busyTimer) busyTimer = setInterval(refresh, BUSY_REREAD_MS);
+  if (!wanted && busyTimer) { clearInterval(busyTimer); busyTimer = 0; }
+}
 
 function render() {
   if (!current || !parts) return;
@@ -325,6 +343,7 @@ function render() {
   renderFacts(item, entry);
   renderBusy();
   renderSleep();
+  rereadWhileBusy();
   const state = stateOf(item);
   if (state !== lastState) {
     lastState = state;
@@ -357,6 +376,8 @@ export function show(id) {
 
 export function hide() {
   if (log) log.close();
+  clearInterval(busyTimer);
+  busyTimer = 0;
   current = null;
   parts = null;
   document.title = "swapd";

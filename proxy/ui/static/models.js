@@ -8,6 +8,7 @@ import { bytes, el, now, seconds, toast } from "./dom.js";
 import * as events from "./events.js";
 import { modelHref } from "./nav.js";
 import { inflightOf, modelStatus, refresh, store, subscribe } from "./store.js";
+import * as waits from "./waits.js";
 
 const cards = new Map(); // id -> {node, signature}
 // `GET /api/profiles`, with `active` kept current by `profileChanged` events.
@@ -21,6 +22,12 @@ function sum(values) {
 
 function fact(dt, dd) {
   return [el("dt", { text: dt }), el("dd", {}, dd)];
+}
+
+// A fact's <dd> marked for tests and styles (`data-role`).
+function role(pair, name) {
+  pair[1].dataset.role = name;
+  return pair;
 }
 
 // A text that counts (elapsed time since `at`, or the time left until `deadline`): the ticker
@@ -128,11 +135,18 @@ function card(item) {
     if (detail.ttl_left !== null && detail.ttl_left !== undefined && detail.ttl > 0) {
       facts.push(fact("TTL left", until(store.fetchedAt + detail.ttl_left)));
     } else if (detail.ttl > 0) {
-      facts.push(fact("TTL", `${detail.ttl} s (held: requests in flight)`));
+      facts.push(fact("TTL", `${detail.ttl} s (${waits.ttlHeld(detail, inflight)})`));
     } else {
       facts.push(fact("TTL", "never unloads"));
     }
   }
+  // Why it is held (its busyCheck) and whose swap it holds back; what a swap to it waits for.
+  const busy = detail && detail.busy ? waits.busyParts(detail.busy) : null;
+  if (busy) facts.push(role(fact("busy", busy), "busy"));
+  const holds = detail && detail.busy ? waits.holdParts(detail.busy) : null;
+  if (holds) facts.push(role(fact("holds back", holds), "holds"));
+  const waiting = st && st.waiting ? waits.waitingParts(st.waiting) : null;
+  if (waiting) facts.push(role(fact("a swap waits", waiting), "waiting"));
   if (!remote) facts.push(fact("in flight", String(inflight)));
   if (detail && memory(detail)) facts.push(fact("GPU memory", memory(detail)));
   if (item.aliases && item.aliases.length) facts.push(fact("aliases", item.aliases.join(", ")));
@@ -160,6 +174,8 @@ function card(item) {
       { class: "card-head" },
       el("a", { class: "name", href: modelHref(item.id), title: "its page", text: item.id }),
       el("span", { class: `badge state-${state}`, "data-role": "state", text: state }),
+      detail && detail.busy && detail.busy.busy ? el("span", { class: "badge busy", "data-role": "busy-badge", text: "busy" }) : null,
+      st && st.waiting ? el("span", { class: "badge wait", "data-role": "waiting-badge", text: "waiting" }) : null,
       remote ? el("span", { class: "badge remote", text: "remote" }) : null,
       pinBadge(item.id),
     ),

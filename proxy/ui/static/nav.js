@@ -15,3 +15,17 @@ export function parse(hash) {
 }
 
 export const modelHref = (id) => href("model", id);
+
+// At phone width the tabs scroll sideways: the current one is scrolled into view, whole (the
+// row's own scroll only; the page does not move). Again whenever the row changes (the GPUs tab
+// appears once the daemon reports GPUs, and pushes the tabs after it along).
+export function showCurrentTab() {
+  const link = document.querySelector(".tabs a.active");
+  if (!link) return;
+  const tabs = link.parentElement;
+  const left = link.offsetLeft - tabs.offsetLeft;
+  if (left < tabs.scrollLeft) tabs.scrollLeft = left;
+  else if (left + link.offsetWidth > tabs.scrollLeft + tabs.clientWidth) {
+    tabs.scrollLeft = left + link.offsetWidth - tabs.clientWidth;
+  }
+}

@@ -6,6 +6,7 @@ import * as catalog from "./catalog.js";
 import { el, now, seconds } from "./dom.js";
 import { load, save } from "./prefs.js";
 import { modelStatus, stateOf, subscribe, tableItem } from "./store.js";
+import { waitingText } from "./waits.js";
 
 const DEFAULTS = { system: "", max_tokens: 512, temperature: "", extra: "" };
 
@@ -133,7 +134,9 @@ export function waitingLine(name) {
     const state = item ? stateOf(item) : "";
     const st = id ? modelStatus(id) : null;
     const since = st && st.state === state && st.since ? ` for ${seconds(now() - st.since)}` : "";
-    if (!item || state === "ready") node.textContent = "waiting for the answer…";
+    // What the daemon says its swap waits for (a busy model, the queue, ...), else its state.
+    if (st && st.waiting) node.textContent = `waiting ${waitingText(st.waiting)}`;
+    else if (!item || state === "ready") node.textContent = "waiting for the answer…";
     else node.textContent = `waiting: ${id} is ${state}${since}`;
   };
   draw();

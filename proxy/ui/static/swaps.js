@@ -1,5 +1,6 @@
 // The Swaps page: the daemon's swap records (`GET /api/swaps` once, then `swap` events), newest
-// first, each with its phases as a bar and in numbers, and its cause.
+// first, each with its phases as a bar and in numbers, its cause, and how long its request waited
+// in all; the stops a swap folded in (`folded`) are its row, not rows of their own.
 
 import { getJSON } from "./api.js";
 import { clock, el, labelled, seconds } from "./dom.js";
@@ -51,12 +52,33 @@ function phases(r) {
   return el("div", { class: "phase-cell" }, bar, el("div", { class: "phase-text", text: text.join(" · ") || "–" }));
 }
 
-// How long the request behind a start or swap waited for it (`waited`, seconds), where the
-// record carries it: a swap that waited for a busy model took far longer for its client than
-// its phases add up to.
+// How long the request behind a start or swap waited for it (`waited`, seconds, from its
+// arrival to the end) and what the swap waited for before its phases began (`waited_for`), where
+// that is more than the phases themselves: a swap that waited for a busy model took far longer
+// for its client than its phases add up to.
+const WAIT_SHOWN_S = 0.5;
 function waited(r) {
+  const before = r.waited_for || [];
   if (typeof r.waited !== "number" || r.waited <= 0) return null;
-  return el("span", { class: "sub", "data-role": "waited", text: `request waited ${seconds(r.waited)}` });
+  if (!before.length && r.waited - (r.ended - r.began) < WAIT_SHOWN_S) return null;
+  return [
+    el("span", { class: "sub", "data-role": "waited", text: `request waited ${seconds(r.waited)}` }),
+    before.length ? el("span", { class: "sub wrap-sub", "data-role": "waited-for", text: `for: ${before.join("; ")}` }) : null,
+  ];
+}
+
+// The ids of the stop records a swap folded in (its evicted models' drain and stop are its own
+// phases): not rows of their own.
+function folded() {
+  const ids = new Set();
+  for (const r of records.values()) for (const id of r.folded || []) ids.add(id);
+  return ids;
+}
+
+// The records to show, newest first: what `all()` gives, less the folded stops.
+export function shown() {
+  const hide = folded();
+  return [...records.values()].filter((r) => !hide.has(r.id)).sort((a, b) => b.id - a.id);
 }
 
 export function row(r, fresh) {
@@ -68,7 +90,8 @@ export function row(r, fresh) {
     el("td", { class: "wrap", text: what(r) }),
     el("td", { class: "wrap", text: cause(r) }),
     el("td", {}, phases(r)),
-    el("td", { class: "num" }, seconds(r.ended - r.began), waited(r)),
+    // One block in the cell: at phone width a cell is a row of its label and its content.
+    el("td", { class: "num" }, el("div", {}, seconds(r.ended - r.began), waited(r))),
     el("td", { class: `wrap ${bad ? "status-bad" : "status-ok"}`, text: bad ? `${r.result}: ${r.reason}` : "ok" }),
   );
 }
@@ -76,7 +99,7 @@ export function row(r, fresh) {
 function render(freshId) {
   for (const fn of subscribers) fn(freshId);
   const body = document.querySelector("#swap-table tbody");
-  const sorted = [...records.values()].sort((a, b) => b.id - a.id).slice(0, MAX_ROWS);
+  const sorted = shown().slice(0, MAX_ROWS);
   if (sorted.length === 0) {
     body.replaceChildren(el("tr", { class: "empty" }, el("td", { colspan: "6", text: "no swaps yet" })));
     return;

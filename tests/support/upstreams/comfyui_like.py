@@ -14,7 +14,9 @@ It behaves as the real server does for what swapd cares about:
   `--step-delay` seconds each, that reports `execution_start`, `progress` and `executing` messages
   over the websocket). A prompt's `extra_data` may choose its own length: `x_steps` (-1: a job
   that never ends) and `x_step_delay`. `GET /api/queue` answers as ComfyUI does:
-  `{"queue_running": [[number, prompt_id, prompt, extra_data, outputs]], "queue_pending": [...]}`.
+  `{"queue_running": [[number, prompt_id, prompt, extra_data, outputs]], "queue_pending": [...]}`;
+  `POST /interrupt` (and `/api/interrupt`) stops the running job at its next step, as ComfyUI's
+  does (logged as `job_interrupted`).
 
 Like ComfyUI (its `origin_only_middleware`, on unless `--enable-cors-header`), it answers 403 to a
 request whose `Origin` names another host:port than its `Host`, when that Host is a loopback
@@ -269,15 +271,29 @@ async def worker(app: web.Application) -> None:
         steps = current["steps"]  # -1: a job that never ends
         for step in itertools.count(1) if steps < 0 else range(1, steps + 1):
             await asyncio.sleep(current["step_delay"])
+            if current.get("interrupted"):
+                break
             current["step"] = step
             progress = {"value": step, "max": steps, "prompt_id": prompt_id}
             await _broadcast({"type": "progress", "data": progress}, client)
-        current["status"] = "done"
-        record("job_done", prompt_id=prompt_id)
+        if current.get("interrupted"):
+            current["status"] = "interrupted"
+            record("job_interrupted", prompt_id=prompt_id)
+        else:
+            current["status"] = "done"
+            record("job_done", prompt_id=prompt_id)
         await _broadcast(
             {"type": "executing", "data": {"node": None, "prompt_id": prompt_id}}, client
         )
         await _broadcast({"type": "status", "data": _queue_status()})
+
+
+async def interrupt(request: web.Request) -> web.Response:
+    """ComfyUI's `POST /interrupt`: the running job stops at its next step."""
+    for current in APP[JOBS].values():
+        if current["status"] == "running":
+            current["interrupted"] = True
+    return web.Response()
 
 
 async def not_found(request: web.Request) -> web.Response:
@@ -313,6 +329,8 @@ def _make_app() -> web.Application:
     app.router.add_get("/api/queue", queue)
     app.router.add_get("/api/system_stats", system_stats)
     app.router.add_post("/api/prompt", prompt)
+    app.router.add_post("/api/interrupt", interrupt)
+    app.router.add_post("/interrupt", interrupt)
     app.router.add_route("*", "/{tail:.*}", not_found)
     app.on_startup.append(_start_worker)
     app.on_shutdown.append(_close_sockets)
