@@ -34,6 +34,7 @@ from ..ipc.messages import (
     Reload,
     Reply,
     SetProfile,
+    Sleep,
     Snapshot,
     SnapshotReply,
     StateChanged,
@@ -181,6 +182,7 @@ class Daemon:
         on(Status, self._status)
         on(Ensure, self._ensure, spawn=True)
         on(Unload, self._unload, spawn=True)
+        on(Sleep, self._sleep, spawn=True)
         on(Reload, self._reload, spawn=True)
         on(SetProfile, self._set_profile, spawn=True)
 
@@ -309,6 +311,16 @@ class Daemon:
         else:
             text = f"unloaded {', '.join(stopped)}" if stopped else "nothing to unload"
             reply = Ok(id=message.id, message=text)
+        await self.endpoint.reply(identity, reply)
+
+    async def _sleep(self, identity: bytes, message: Sleep) -> None:
+        try:
+            model_id = names.id_of(self.scheduler.config, message.model)
+            state = await self.scheduler.sleep(model_id)
+        except EnsureError as exc:
+            reply: Reply = error_reply(message.id, exc, with_tail=False)
+        else:
+            reply = Ok(id=message.id, message=state)
         await self.endpoint.reply(identity, reply)
 
     async def _reload(self, identity: bytes, message: Reload) -> None:

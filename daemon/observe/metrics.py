@@ -112,7 +112,9 @@ class Metrics:
         self.phase = Histogram(
             "swapd_swap_phase_seconds",
             "time spent in each phase of a start or swap: drain, stop (of a model evicted or "
-            "unloaded), start (spawn to a running process), health (to the first 200)",
+            "unloaded), start (spawn to a running process), health (to the first 200), sleep "
+            "(its server's sleep calls and the GPU memory's release), wake (its wake calls and "
+            "health check)",
             ["model", "phase"],
             buckets=_PHASES,
             registry=registry,
@@ -122,8 +124,21 @@ class Metrics:
         )
         self.stops = Counter(
             "swapd_model_stops",
-            "models stopped, by cause (swap, unload, ttl, reload, shutdown, crash, unhealthy)",
+            "models stopped, by cause (swap, unload, ttl, reload, shutdown, crash, unhealthy, "
+            "sleep_failed, wake_failed, asleep_ttl)",
             ["model", "cause"],
+            registry=registry,
+        )
+        self.sleeps = Counter(
+            "swapd_model_sleeps",
+            "models put to sleep, by result (ok; failed: stopped instead)",
+            ["model", "result"],
+            registry=registry,
+        )
+        self.wakes = Counter(
+            "swapd_model_wakes",
+            "asleep models woken, by result (ok; failed: stopped and started cold instead)",
+            ["model", "result"],
             registry=registry,
         )
         self.crashes = Counter(
