@@ -150,6 +150,9 @@ class DaemonEffects:
             raise
         self.metrics.sleeps.labels(model_id, "ok").inc()
         self.phases.record(model_id, "sleep", seconds)
+        if self.ledger is not None:
+            # Asleep it holds its residual, as read; its run's reservation is over.
+            self.ledger.forget(model_id)
 
     async def wake(
         self, model_id: str, handle: Running, model: ModelConfig | None, setting: SleepSetting
