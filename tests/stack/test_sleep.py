@@ -6,16 +6,21 @@ would.
 A swap back and forth keeps the sleeping model's process and calls its sleep and wake; a sleep
 that answers 500 or never answers, and a wake that fails, fall back to a stop (and a cold start);
 a request that comes while a model falls asleep waits and is served; the TTL puts a model to
-sleep and `stopAfter` stops it; placement by memory counts what an asleep model still holds."""
+sleep and `stopAfter` stops it; placement by memory counts what an asleep model still holds; a
+streaming request that wakes a model is told so (`sendLoadingState`), and llama-swap's UI sees an
+asleep model as stopped."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 import urllib.error
 import urllib.request
+from collections.abc import AsyncIterator
 from typing import Any
 
+import aiohttp
 import pytest
 
 from swapd.daemon.machinery.gpu_fake import fake_uuid
@@ -222,3 +227,64 @@ def test_placement_counts_what_an_asleep_model_still_holds(
         assert after["a"]["sleep"]["residual"] == {GPU: residual_gib * GIB}
     else:
         assert after["a"]["state"] == "stopped" and after["a"]["reason"] == "swapped out for b"
+
+
+async def test_a_waking_request_streams_waking_and_llama_swaps_ui_sees_its_states(
+    stack_factory,
+) -> None:
+    stack: Stack = stack_factory(config({}), start=False, env=gpu_env())
+    log = stack.base / "vllm.jsonl"
+    stack.write_config(
+        config(
+            {"a": vllm_model("a", log, "--wake-delay", "0.5"), "b": plain_model("b")},
+            sendLoadingState=True,
+        )
+    )
+    stack.start()
+    chat(stack.url, "a")
+    chat(stack.url, "b")
+    stack.wait_state("a", "asleep")
+    async with (
+        aiohttp.ClientSession() as session,
+        session.get(stack.url + "/api/events") as events_resp,
+    ):
+        frames = _events(events_resp)
+        seen: dict[str, list[tuple[str, str]]] = {"a": []}
+        body = {"model": "a", "stream": True, "messages": [{"role": "user", "content": "hi"}]}
+        async with session.post(stack.url + "/v1/chat/completions", json=body) as resp:
+            text = (await resp.read()).decode()
+        deadline = asyncio.get_running_loop().time() + 20
+        while ("ready", "ready") not in seen["a"][1:]:
+            assert asyncio.get_running_loop().time() < deadline, seen
+            kind, data = await asyncio.wait_for(anext(frames), 20)
+            for m in data if kind == "modelStatus" else []:
+                if m["id"] == "a":
+                    assert m["sleepMode"] == "enable"
+                    pair = (m["state"], m["swapd_state"])
+                    if not seen["a"] or seen["a"][-1] != pair:
+                        seen["a"].append(pair)
+    deltas = [
+        json.loads(line[6:])["choices"][0]["delta"]
+        for line in text.splitlines()
+        if line.startswith("data: {")
+    ]
+    reasoning = "".join(d.get("reasoning_content") or "" for d in deltas)
+    assert reasoning.startswith("━━━━━\nswapd waking model: a\n"), reasoning
+    assert "waking a: its server takes its GPU memory back" in reasoning
+    # Then the model's own tokens, in the same response.
+    assert "".join(d.get("content") or "" for d in deltas) == "awake and serving"
+    # llama-swap's UI: asleep is `stopped`, waking `starting` (swapd's own state beside it).
+    assert seen["a"][0] == ("stopped", "asleep")
+    assert ("starting", "waking") in seen["a"] and seen["a"][-1] == ("ready", "ready")
+
+
+async def _events(resp: aiohttp.ClientResponse) -> AsyncIterator[tuple[str, Any]]:
+    """(type, decoded data) of each `/api/events` frame."""
+    buffer = b""
+    async for chunk in resp.content.iter_any():
+        buffer += chunk
+        while b"\n\n" in buffer:
+            raw, buffer = buffer.split(b"\n\n", 1)
+            _, data = raw.split(b"\n", 1)
+            envelope = json.loads(data[5:])
+            yield envelope["type"], json.loads(envelope["data"])
