@@ -4,11 +4,12 @@ The scheduler decides when (policy/stops.py, policy/starts.py); this module does
 
 The proof: before the sleep calls, what the model's processes hold on the GPUs is read (NVML's
 per-process memory, through the GPU backend: the fake one in tests). After them, the reading is
-repeated until it has dropped (to at most half of what it held, or to a CUDA context's worth) and
-stays put; what it holds then is its residual, which placement by memory counts for it while it
-is asleep. A server that answers its sleep calls but keeps its memory fails the sleep: the
-scheduler stops it instead. Without a GPU inventory, or with nothing held before, there is nothing
-to prove.
+repeated until it has dropped (to at most half of what it held, or to a CUDA context's worth);
+what it holds then is its residual, shown in its status. Placement by memory reads what an asleep
+model holds afresh at every decision, so a residual that shrinks a little later costs nothing.
+A server that answers its sleep calls but keeps its memory fails the sleep: the scheduler stops
+it instead. Without a GPU inventory, or with a CUDA context's worth or less held before, there is
+nothing to prove.
 """
 
 from __future__ import annotations
@@ -34,9 +35,10 @@ log = logging.getLogger("swapd.lifecycle")
 # At most this much held after a sleep needs no proof: a CUDA context and the allocator's
 # reserve (PyTorch's is 300-500 MiB), what a server that had nothing loaded holds anyway.
 CONTEXT_BYTES = 1024**3
-# The release check's poll, and how many equal readings in a row say the memory settled.
-RELEASE_POLL = 0.1
-SETTLED_READINGS = 2
+# The release check's polls: often at first (a synchronous sleep, vLLM's, has given its memory
+# back by the time it answers, and every poll is swap latency), then gently.
+RELEASE_POLLS = ((0.5, 0.01), (2.0, 0.05))
+RELEASE_POLL_SLOW = 0.1
 # How much of an answer's body a failure quotes.
 QUOTE = 200
 
@@ -140,35 +142,32 @@ async def wait_released(
     gpus: Collection[str] | None,
     ignore_pids: Collection[int],
     timeout: float,
-    poll: float = RELEASE_POLL,
 ) -> dict[str, int]:
-    """What the model holds once its memory dropped and settled (its residual). Raises
-    `SleepFailed` when it has not dropped within `timeout` seconds."""
+    """What the model holds once its memory dropped (its residual). Raises `SleepFailed` when it
+    has not dropped within `timeout` seconds."""
     if isinstance(backend, NullBackend) or sum(before.values()) <= CONTEXT_BYTES:
         # Nothing to prove: no inventory, or it held no more than a CUDA context.
         return dict(await read_held(backend, pids, gpus, ignore_pids)) if before else {}
     loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    last: dict[str, int] | None = None
-    same = 0
+    began = loop.time()
     while True:
         now = await read_held(backend, pids, gpus, ignore_pids)
         if released(before, now):
-            same = same + 1 if now == last else 1
-            if same >= SETTLED_READINGS:
-                return now
-        else:
-            same = 0
-        last = now
-        left = deadline - loop.time()
-        if left <= 0:
-            if released(before, now):
-                return now  # dropped; still moving a little at the deadline
+            return now
+        elapsed = loop.time() - began
+        if elapsed >= timeout:
             raise SleepFailed(
                 f"its GPU memory did not come back within {timeout:g}s of the sleep: it holds "
                 f"{_gib(sum(now.values()))} of the {_gib(sum(before.values()))} it held before"
             )
-        await asyncio.sleep(min(poll, left))
+        await asyncio.sleep(min(_poll(elapsed), timeout - elapsed))
+
+
+def _poll(elapsed: float) -> float:
+    for until, interval in RELEASE_POLLS:
+        if elapsed < until:
+            return interval
+    return RELEASE_POLL_SLOW
 
 
 def _gib(n: int) -> str:
