@@ -328,8 +328,11 @@ def residuals(args: argparse.Namespace) -> int:
                 continue
             if preset == "comfyui":  # a job, so its models are on the GPU before the sleep
                 base = status(swapd)[model]["upstream"]
-                call(f"{base}/api/prompt", {"prompt": {}, "client_id": "bench"})
-                time.sleep(2)
+                workflow = (
+                    json.loads(args.comfyui_workflow.read_text()) if args.comfyui_workflow else {}
+                )
+                call(f"{base}/api/prompt", {"prompt": workflow, "client_id": "bench"})
+                time.sleep(args.comfyui_job_seconds)
             code = call(f"{swapd.url}/api/models/sleep/{model}")
             st = status(swapd)[model]
             sleep = st.get("sleep") or {}
@@ -367,6 +370,12 @@ def main() -> int:
     parser.add_argument("--fake", action="store_true", help="--gpu with stand-ins on a fake GPU")
     for preset in ("vllm", "vllm2", "sglang", "comfyui"):
         parser.add_argument(f"--{preset}-cmd", default=None, help=f"--gpu: the {preset} server")
+    parser.add_argument(
+        "--comfyui-workflow",
+        type=Path,
+        help="--gpu: an API-format workflow to run before its sleep",
+    )
+    parser.add_argument("--comfyui-job-seconds", type=float, default=2.0, help="how long it runs")
     args = parser.parse_args()
     if args.gpu or args.fake:
         return residuals(args)
