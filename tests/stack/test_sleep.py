@@ -68,7 +68,8 @@ def test_a_swap_back_and_forth_keeps_the_process_and_calls_its_sleep_and_wake(
     assert sleep["preset"] == "vllm" and sleep["residual"] == {GPU: 512 * MIB}
     assert sleep["held_before"] == {GPU: 8 * GIB}
     assert sleep["last_sleep_s"] is not None and sleep["sleeps"] == 1
-    # What an operator sees of it asleep: `swapd status`, `/running`, `/metrics`.
+    # What an operator sees of it asleep: `swapd status`, `/running`, `/v1/models` (in llama.cpp's
+    # router's word), `/metrics`.
     text = stack.swapd("status").stdout
     assert "a: sleep vllm; asleep, holding 512 MiB on GPU 0" in text
     _, body = http_get(stack.url + "/running")
@@ -76,6 +77,9 @@ def test_a_swap_back_and_forth_keeps_the_process_and_calls_its_sleep_and_wake(
     assert [m["model"] for m in running["asleep"]] == ["a"]
     assert running["asleep"][0]["sleep"]["residual"] == {GPU: 512 * MIB}
     assert [m["model"] for m in running["running"]] == ["b"]
+    _, listed = stack.get_json("/v1/models")
+    status = {m["id"]: m["status"] for m in listed["data"]}
+    assert status["a"]["value"] == "sleeping" and status["a"]["state"] == "asleep"
     _, metrics = http_get(stack.url + "/metrics")
     assert f'swapd_model_asleep_residual_bytes{{gpu="{GPU}",model="a"}} 5.36870912e+08' in (
         metrics.decode()
