@@ -195,7 +195,7 @@ function card(item) {
     item.description ? el("div", { class: "desc", text: item.description }) : null,
     caps.tags(catalog.entry(item.id)),
     el("dl", { class: "facts" }, facts),
-    detail && detail.reason && (failed || state === "stopped")
+    detail && detail.reason && (failed || state === "stopped" || state === "asleep")
       ? el("div", { class: failed ? "reason" : "desc", "data-role": "reason", text: detail.reason })
       : null,
     failed && tails.get(item.id) ? el("pre", { class: "tail", text: tails.get(item.id) }) : null,
