@@ -115,6 +115,7 @@ class Daemon:
             self.endpoints.log_dir,
             gpu_backend=self.gpu_backend,
             gpu_release_timeout=float(os.environ.get(GPU_RELEASE_ENV) or GPU_RELEASE_TIMEOUT),
+            asleep_dir=self.endpoints.asleep_dir,
             lingering_start_wait=float(
                 os.environ.get(LINGERING_START_WAIT_ENV) or ports.START_WAIT
             ),

@@ -76,6 +76,7 @@ class Lifecycle:
         *,
         gpu_backend: GpuBackend | None = None,
         gpu_release_timeout: float = GPU_RELEASE_TIMEOUT,
+        asleep_dir: Path | None = None,
         port_release_timeout: float = ports.RELEASE_TIMEOUT,
         lingering_start_wait: float = ports.START_WAIT,
         shutdown_grace: float = 0.0,
@@ -101,7 +102,7 @@ class Lifecycle:
         # By model id: what held GPU memory after its last stop (until its next start).
         self.gpu_lingering: dict[str, tuple[LingeringProcess, ...]] = {}
         # Sleeps and wakes, and what each model holds asleep (its residual) and how long they took.
-        self.sleeper = sleeping.Sleeper(gpu_backend, gpu_release_timeout)
+        self.sleeper = sleeping.Sleeper(gpu_backend, gpu_release_timeout, asleep_dir)
         self._session = session
         self._environ = dict(os.environ if environ is None else environ)
         # Told how long each phase of a start took: (model id, "start" or "health", seconds).
@@ -311,7 +312,7 @@ class Lifecycle:
         Raises `SleepFailed`; the process is left running either way."""
         where = await asyncio.to_thread(sleeping.whose, running, model, self._other_pids)
         return await self.sleeper.sleep(
-            self.session, running.model, running.upstream, setting, where
+            self.session, running.model, running.pid, running.upstream, setting, where
         )
 
     async def wake(

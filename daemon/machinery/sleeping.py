@@ -19,10 +19,12 @@ import logging
 import time
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import aiohttp
 
+from ...ipc import watcher_names
 from ...ipc.routing_table import HttpCall, SleepSetting
 from ..config import ModelConfig
 from ..errors import GpuError, SleepFailed, WakeFailed
@@ -194,7 +196,31 @@ class Sleeper:
 
     backend: GpuBackend | None
     release_timeout: float
+    # Where the asleep models are marked (a file per model, its pid inside), so that a daemon
+    # that restarts adopts them asleep; None: not kept.
+    marks: Path | None = None
     facts: dict[str, SleepFacts] = field(default_factory=dict)
+
+    def _mark(self, model_id: str) -> Path | None:
+        return None if self.marks is None else self.marks / watcher_names.watcher_name(model_id)
+
+    def _marked(self, model_id: str, pid: int | None) -> None:
+        mark = self._mark(model_id)
+        if mark is None:
+            return
+        if pid is None:
+            mark.unlink(missing_ok=True)
+            return
+        mark.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        mark.write_text(str(pid))
+
+    def was_asleep(self, model_id: str, pid: int) -> bool:
+        """Whether the process `pid` of `model_id` was asleep when the last daemon left it."""
+        mark = self._mark(model_id)
+        try:
+            return mark is not None and int(mark.read_text()) == pid
+        except (OSError, ValueError):
+            return False
 
     def of(self, model_id: str) -> SleepFacts:
         found = self.facts.get(model_id)
@@ -206,11 +232,13 @@ class Sleeper:
         self,
         session: aiohttp.ClientSession,
         model_id: str,
+        pid: int,
         base: str,
         setting: SleepSetting,
         where: tuple[Collection[int] | None, Collection[str] | None, Collection[int]],
     ) -> float:
-        """Send the sleep calls and prove the memory came back; the seconds it took. `where`:
+        """Send the sleep calls to `pid`'s server at `base` and prove the memory came back; the
+        seconds it took. `where`:
         the model's pids (None: any process but the third item's, a docker model), its GPUs
         (None: every GPU), and the pids of the other models. Raises `SleepFailed`."""
         facts = self.of(model_id)
@@ -243,6 +271,7 @@ class Sleeper:
         facts.residual, facts.held_before = residual, before
         facts.last_sleep_s = seconds
         facts.sleeps += 1
+        self._marked(model_id, pid)
         log.info(
             "%s asleep in %.2fs (GPU memory: %s before, %s now)",
             model_id,
@@ -283,6 +312,7 @@ class Sleeper:
         facts.last_wake_s = seconds
         facts.wakes += 1
         facts.residual = {}
+        self._marked(model_id, None)
         log.info("%s awake in %.2fs", model_id, seconds)
         return seconds
 
@@ -291,3 +321,4 @@ class Sleeper:
         facts = self.facts.get(model_id)
         if facts is not None:
             facts.residual = {}
+        self._marked(model_id, None)

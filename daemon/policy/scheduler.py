@@ -491,9 +491,10 @@ class Scheduler(Generic[H]):
 
     # ------------------------------------------------------------------------ outside events
 
-    def adopt(self, model: ModelConfig, handle: H) -> None:
-        """A process that already runs (found in circusd after a daemon restart) is ready."""
-        self.starts.adopted(model, handle)
+    def adopt(self, model: ModelConfig, handle: H, *, asleep: bool = False) -> None:
+        """A process that already runs (found in circusd after a daemon restart) is ready, or
+        asleep (the last daemon put it to sleep)."""
+        self.starts.adopted(model, handle, asleep=asleep)
 
     def adopt_when_healthy(
         self, model: ModelConfig, waiting: Coroutine[object, object, H | None]

@@ -115,13 +115,18 @@ class Starts(Generic[H]):
         models.set(rec, ModelState.READY, "adopted" if adopting is not None else "")
         return handle
 
-    def adopted(self, model: ModelConfig, handle: H) -> None:
-        """A process that already runs (found in circusd after a daemon restart) is ready."""
+    def adopted(self, model: ModelConfig, handle: H, *, asleep: bool = False) -> None:
+        """A process that already runs (found in circusd after a daemon restart) is ready, or
+        asleep (with the sleep setting it has now: its wake sends those calls)."""
         rec = self.models.record(model.id)
         rec.handle = handle
         rec.model = model
         rec.adopted = True
-        self.models.set(rec, ModelState.READY, "adopted")
+        if asleep and model.sleep is not None:
+            rec.asleep_with = model.sleep
+            self.models.set(rec, ModelState.ASLEEP, "adopted asleep")
+        else:
+            self.models.set(rec, ModelState.READY, "adopted")
 
     async def _start(self, model: ModelConfig) -> H | None:
         return await self.effects.start(model)

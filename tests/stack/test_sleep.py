@@ -292,3 +292,18 @@ async def _events(resp: aiohttp.ClientResponse) -> AsyncIterator[tuple[str, Any]
             _, data = raw.split(b"\n", 1)
             envelope = json.loads(data[5:])
             yield envelope["type"], json.loads(envelope["data"])
+
+
+def test_a_daemon_restart_adopts_an_asleep_model_asleep(stack_factory) -> None:
+    stack: Stack = stack_factory(config({}), start=False, env=gpu_env())
+    log = stack.base / "vllm.jsonl"
+    stack.write_config(config({"a": vllm_model("a", log), "b": plain_model("b")}))
+    stack.start()
+    pid = served_pid(chat(stack.url, "a"))
+    assert stack.swapd("sleep", "a").returncode == 0
+    stack.kill_watcher("swapd-daemon")
+    adopted = stack.wait_state("a", "asleep", timeout=30)
+    assert adopted["pid"] == pid and adopted["reason"] == "adopted asleep"
+    # Its next request wakes it (a ready-adopted asleep server would answer it with a 503).
+    assert served_pid(chat(stack.url, "a")) == pid
+    assert events(log, "a")[2:] == ["sleep", "asleep", "wake_up", "awake"]
