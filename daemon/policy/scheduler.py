@@ -554,7 +554,10 @@ class Scheduler(Generic[H]):
             if swap.phase is Phase.STARTING and start is not None and outdated(start.model):
                 swap.restarting()
                 restarted.append(swap.target)
-        await asyncio.gather(*(self.stops.stop(m, Stop(StopCause.RELOAD)) for m in stop))
+        # A wake aborted above stops its (asleep) process itself, and its swap starts the new
+        # definition: stopping it here too would stop that new start.
+        stopping = [m for m in stop if m not in restarted]
+        await asyncio.gather(*(self.stops.stop(m, Stop(StopCause.RELOAD)) for m in stopping))
         return restarted
 
     def replace_config(self, config: Config) -> None:

@@ -226,3 +226,25 @@ async def test_an_asleep_model_whose_residual_leaves_no_room_is_stopped() -> Non
     ]
     assert sched.record("a").state == ModelState.STOPPED
     assert sched.record("a").reason == "swapped out for b"
+
+
+async def test_a_reload_that_changes_a_waking_model_wakes_nothing_and_starts_it_anew() -> None:
+    sched, fx, _ = setup("a", "b", **sleepy("a", "b"))
+    first = await sched.ensure("a")
+    await sched.ensure("b")
+    fx.wake_gates["a"] = asyncio.Event()
+    waking = asyncio.create_task(sched.ensure("a"))
+    await fx.entered("wake", "a")
+    changed = Config(
+        models={
+            "a": model("a", sleep=VLLM, cmd=("server", "a", "--new")),
+            "b": sched.config.models["b"],
+        }
+    )
+    restarted = await sched.reconfigure(changed, ["a"], lambda m: m.cmd != changed.models[m.id].cmd)
+    assert restarted == ["a"]
+    again = await waking  # the same request, served by the new definition
+    assert again.pid != first.pid
+    assert fx.log[-3:] == [("wake", "a"), ("cancel", "a"), ("start", "a")]
+    assert sched.record("a").state == ModelState.READY
+    assert sched.record("a").model is not None and sched.record("a").model.cmd[-1] == "--new"
