@@ -1,5 +1,6 @@
-"""The daemon's periodic chores, every TICK: TTL unloads, silent proxies forgotten, `busyCheck`
-polls, the GPU ledger's memory samples, lingering ports checked again."""
+"""The daemon's periodic chores, every TICK: TTL unloads (or sleeps), asleep models stopped after
+their `sleep.stopAfter`, silent proxies forgotten, `busyCheck` polls, the GPU ledger's memory
+samples, lingering ports checked again."""
 
 from __future__ import annotations
 
@@ -54,9 +55,15 @@ async def tick_loop(
         for model_id in ttl.due(records, config, registry, held=busy.held):
             model = config.models.get(model_id)
             kept = ttl.effective_ttl(scheduler.record(model_id), model, registry)
-            log.info("%s: unloading, TTL of %ss reached", model_id, "?" if kept is None else kept)
+            what = "putting it to sleep" if model is not None and model.sleep else "unloading"
+            log.info("%s: %s, TTL of %ss reached", model_id, what, "?" if kept is None else kept)
             metrics.ttl_unloads.labels(model_id).inc()
-            spawn(scheduler.stop(model_id, StopCause.TTL))
+            spawn(scheduler.idle(model_id, StopCause.TTL))
+        for model_id in ttl.asleep_due(records, registry):
+            if scheduler.stops.under_way(model_id) or scheduler.swaps.get(model_id) is not None:
+                continue  # already being stopped, or woken
+            log.info("%s: unloading, asleep longer than its sleep.stopAfter", model_id)
+            spawn(scheduler.stop(model_id, StopCause.ASLEEP_TTL))
         if lifecycle.lingering and loop.time() - last_recheck >= LINGER_RECHECK:
             last_recheck = loop.time()
             for model_id in lifecycle.recheck_lingering():

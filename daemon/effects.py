@@ -5,7 +5,8 @@ decision) and reads nothing of the scheduler's state.
 * `StatePublisher` publishes each model's state (`StateChanged`) and keeps the last one;
 * `Phases` takes how long each phase of a start or a stop took (to the metrics and the swap log);
   a start's spawn also says that the health check began (the starting model's reason);
-* `DaemonEffects` starts, drains and stops models, publishes their states, counts, and carries out
+* `DaemonEffects` starts, drains, stops, puts to sleep and wakes models, publishes their states,
+  counts, and carries out
   what the eviction policy decided that is not the scheduler's: the busy models a swap waits for,
   shown on the busy board (and logged there); a placement by memory, booked in the GPU ledger.
   What a queued swap waits for goes to the swap log, and its target's status is published again
@@ -14,6 +15,7 @@ decision) and reads nothing of the scheduler's state.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable
 
@@ -21,9 +23,11 @@ import msgspec
 
 from ..ipc.messages import Draining, StateChanged
 from ..ipc.model_status import ModelStatus
+from ..ipc.routing_table import SleepSetting
 from ..ipc.states import HEALTH_CHECK_REASON, ModelState
 from .config import ModelConfig
 from .endpoint import Endpoint
+from .errors import DaemonError
 from .gpu_ledger import GpuLedger
 from .machinery.exit_watch import ExitWatch
 from .machinery.lifecycle import Lifecycle
@@ -65,7 +69,7 @@ class Phases:
         self.publisher = publisher
 
     def record(self, model_id: str, phase: str, seconds: float) -> None:
-        """(model id, "drain", "stop", "start" or "health", seconds)."""
+        """(model id, "drain", "stop", "start", "health", "sleep" or "wake", seconds)."""
         self.metrics.phase.labels(model_id, phase).observe(seconds)
         self.swap_log.phase(model_id, phase, seconds)
         if phase == "start":
@@ -135,6 +139,37 @@ class DaemonEffects:
         self.phases.record(model_id, "stop", time.monotonic() - began)
         if start_follows:
             self.metrics.swaps.labels(model_id).inc()
+
+    async def sleep(
+        self, model_id: str, handle: Running, model: ModelConfig | None, setting: SleepSetting
+    ) -> None:
+        try:
+            seconds = await self.lifecycle.sleep(handle, model, setting)
+        except DaemonError:
+            self.metrics.sleeps.labels(model_id, "failed").inc()
+            raise
+        self.metrics.sleeps.labels(model_id, "ok").inc()
+        self.phases.record(model_id, "sleep", seconds)
+        if self.ledger is not None:
+            # Asleep it holds its residual, as read; its run's reservation is over.
+            self.ledger.forget(model_id)
+
+    async def wake(
+        self, model_id: str, handle: Running, model: ModelConfig | None, setting: SleepSetting
+    ) -> None:
+        try:
+            seconds = await self.lifecycle.wake(handle, model, setting)
+        except asyncio.CancelledError:
+            # As a cancelled start: leave no half-woken process behind (unless the daemon stops
+            # alone, when the next one adopts it).
+            if not self.lifecycle.detached:
+                await asyncio.shield(self.stop(model_id, handle, model, start_follows=False))
+            raise
+        except DaemonError:
+            self.metrics.wakes.labels(model_id, "failed").inc()
+            raise
+        self.metrics.wakes.labels(model_id, "ok").inc()
+        self.phases.record(model_id, "wake", seconds)
 
     def changed(self, record: ModelRecord[Running], model: ModelConfig | None) -> None:
         if record.state == ModelState.FAILED and record.failures >= BACKOFF_AFTER:

@@ -12,11 +12,15 @@ Hierarchy:
         │   ├── BackingOff           503 backing_off     (failed too often in a row)
         │   ├── ModelUnloaded        503 model_unloaded  (`swapd unload` while it waited)
         │   ├── NoGpuRoom            503 no_gpu_room     (`gpus: auto`: no GPU has room for it)
+        │   ├── CannotSleep          400 cannot_sleep    (`swapd sleep` of a model without `sleep`)
+        │   ├── NotRunning           409 model_not_loaded (`swapd sleep` of a model not running)
         │   └── StartFailed          502 start_failed    (a start that did not reach `ready`)
         │       ├── ExitedDuringStart    502 start_failed
         │       ├── HealthCheckTimeout   504 health_check_timeout
         │       └── PortStillInUse       502 start_failed   (the port lingers after a stop)
         ├── InvalidConfig            400 invalid_config  (a reload refused; the old config stays)
+        ├── SleepFailed              500 sleep_failed    (the scheduler stops the model instead)
+        ├── WakeFailed               500 wake_failed     (the scheduler stops, then starts it)
         ├── CircusUnavailable        503 circus_unavailable (circusd did not answer in time)
         ├── CircusError              502 circus_error    (circusd answered `status: error`)
         └── GpuError                 500 gpu_error       (NVML unusable, or `gpus` names no GPU)
@@ -34,6 +38,7 @@ from ..ipc.messages import Error
 
 __all__ = [
     "BackingOff",
+    "CannotSleep",
     "CircusError",
     "CircusUnavailable",
     "DaemonError",
@@ -46,9 +51,12 @@ __all__ = [
     "ModelNotFound",
     "ModelUnloaded",
     "NoGpuRoom",
+    "NotRunning",
     "PortStillInUse",
     "ShuttingDown",
+    "SleepFailed",
     "StartFailed",
+    "WakeFailed",
 ]
 
 
@@ -94,6 +102,20 @@ class NoGpuRoom(EnsureError):
     default_code = "no_gpu_room"
 
 
+class CannotSleep(EnsureError):
+    """A sleep asked of a model that has no `sleep` setting."""
+
+    default_status = 400
+    default_code = "cannot_sleep"
+
+
+class NotRunning(EnsureError):
+    """A sleep asked of a model whose process is not running (nothing to put to sleep)."""
+
+    default_status = 409
+    default_code = "model_not_loaded"
+
+
 class StartFailed(EnsureError):
     """A start that did not reach `ready`: the scheduler answers the waiting requests with it."""
 
@@ -121,6 +143,20 @@ class PortStillInUse(StartFailed):
 class InvalidConfig(DaemonError):
     default_status = 400
     default_code = "invalid_config"
+
+
+class SleepFailed(DaemonError):
+    """A sleep that did not end asleep: a call failed or timed out, or the model's GPU memory did
+    not come back. The message says which; the model is stopped instead."""
+
+    default_code = "sleep_failed"
+
+
+class WakeFailed(DaemonError):
+    """A wake that did not end ready: a call or the health check failed or timed out. The model
+    is stopped and started cold instead."""
+
+    default_code = "wake_failed"
 
 
 class CircusUnavailable(DaemonError):

@@ -7,10 +7,12 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import Protocol
 
-from ..ipc.model_status import Lingering, LingeringProcess, ModelStatus, Waiting
+from ..ipc.model_status import Lingering, LingeringProcess, ModelStatus, SleepStatus, Waiting
+from ..ipc.states import ModelState
 from .config import ModelConfig
 from .gpu_ledger import GpuLedger
 from .machinery.model_process import Running
+from .machinery.sleeping import SleepFacts
 from .observe.swap_log import SwapLog
 from .policy import ttl
 from .policy.busy_board import BusyBoard
@@ -27,10 +29,12 @@ def model_status(
     now: float | None = None,
     busy: BusyBoard | None = None,
     waiting: Waiting | None = None,
+    sleep: Mapping[str, SleepFacts] | None = None,
 ) -> ModelStatus:
     """`rec` as the world sees it; `model` is its definition in the current config (None when a
     reload removed it)."""
     handle = rec.handle
+    facts = sleep.get(rec.id) if sleep is not None else None
     return ModelStatus(
         model=rec.id,
         state=rec.state,
@@ -49,6 +53,35 @@ def model_status(
         lingering=lingering.get(rec.id),
         busy=busy.report(rec.id) if busy else None,
         waiting=waiting,
+        sleep=sleep_status(rec, model, registry, facts, now),
+    )
+
+
+def sleep_status(
+    rec: ModelRecord[Running],
+    model: ModelConfig | None,
+    registry: ProxyRegistry,
+    facts: SleepFacts | None,
+    now: float | None = None,
+) -> SleepStatus | None:
+    """A model's sleep facts (None without a sleep setting)."""
+    setting = rec.asleep_with or (model.sleep if model is not None else None)
+    if setting is None:
+        return None
+    facts = facts or SleepFacts()
+    asleep = rec.state == ModelState.ASLEEP
+    return SleepStatus(
+        preset=setting.preset,
+        residual=dict(facts.residual) if asleep else {},
+        held_before=dict(facts.held_before),
+        last_sleep_s=facts.last_sleep_s,
+        last_wake_s=facts.last_wake_s,
+        sleeps=facts.sleeps,
+        wakes=facts.wakes,
+        stop_after=setting.stop_after,
+        stop_left=ttl.stop_left(rec, setting, registry, now) if asleep else None,
+        serves_asleep=setting.serves_asleep,
+        last_failure=facts.last_failure,
     )
 
 
@@ -69,6 +102,7 @@ def all_status(
     gpu_lingering: Mapping[str, tuple[LingeringProcess, ...]],
     busy: BusyBoard | None = None,
     swaps: SwapLog | None = None,
+    sleep: Mapping[str, SleepFacts] | None = None,
 ) -> tuple[ModelStatus, ...]:
     now = time.time()
     return tuple(
@@ -81,6 +115,7 @@ def all_status(
             now,
             busy,
             waiting_of(rec.id, swaps, busy),
+            sleep,
         )
         for rec in records
     )
@@ -100,10 +135,14 @@ def waiting_of(target: str, swaps: SwapLog | None, busy: BusyBoard | None) -> Wa
 
 
 class Lingerings(Protocol):
-    """What the process machinery reports of models that stopped (machinery/lifecycle.py)."""
+    """What the process machinery reports of models that stopped (machinery/lifecycle.py), and
+    of their sleeps."""
 
     lingering: dict[str, Lingering]
     gpu_lingering: dict[str, tuple[LingeringProcess, ...]]
+
+    @property
+    def sleep_facts(self) -> Mapping[str, SleepFacts]: ...
 
 
 class StatusView:
@@ -134,6 +173,7 @@ class StatusView:
             m.gpu_lingering,
             busy=self.busy,
             waiting=waiting_of(rec.id, self.swaps, self.busy),
+            sleep=m.sleep_facts,
         )
         return self.ledger.annotate(st, model) if self.ledger is not None else st
 
@@ -142,7 +182,14 @@ class StatusView:
     ) -> tuple[ModelStatus, ...]:
         m = self.machinery
         statuses = all_status(
-            records, models, self.registry, m.lingering, m.gpu_lingering, self.busy, self.swaps
+            records,
+            models,
+            self.registry,
+            m.lingering,
+            m.gpu_lingering,
+            self.busy,
+            self.swaps,
+            m.sleep_facts,
         )
         if self.ledger is None:
             return statuses

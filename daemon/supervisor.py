@@ -34,6 +34,7 @@ from ..ipc.messages import (
     Reload,
     Reply,
     SetProfile,
+    Sleep,
     Snapshot,
     SnapshotReply,
     StateChanged,
@@ -114,6 +115,7 @@ class Daemon:
             self.endpoints.log_dir,
             gpu_backend=self.gpu_backend,
             gpu_release_timeout=float(os.environ.get(GPU_RELEASE_ENV) or GPU_RELEASE_TIMEOUT),
+            asleep_dir=self.endpoints.asleep_dir,
             lingering_start_wait=float(
                 os.environ.get(LINGERING_START_WAIT_ENV) or ports.START_WAIT
             ),
@@ -181,6 +183,7 @@ class Daemon:
         on(Status, self._status)
         on(Ensure, self._ensure, spawn=True)
         on(Unload, self._unload, spawn=True)
+        on(Sleep, self._sleep, spawn=True)
         on(Reload, self._reload, spawn=True)
         on(SetProfile, self._set_profile, spawn=True)
 
@@ -309,6 +312,16 @@ class Daemon:
         else:
             text = f"unloaded {', '.join(stopped)}" if stopped else "nothing to unload"
             reply = Ok(id=message.id, message=text)
+        await self.endpoint.reply(identity, reply)
+
+    async def _sleep(self, identity: bytes, message: Sleep) -> None:
+        try:
+            model_id = names.id_of(self.scheduler.config, message.model)
+            state = await self.scheduler.sleep(model_id)
+        except EnsureError as exc:
+            reply: Reply = error_reply(message.id, exc, with_tail=False)
+        else:
+            reply = Ok(id=message.id, message=state)
         await self.endpoint.reply(identity, reply)
 
     async def _reload(self, identity: bytes, message: Reload) -> None:

@@ -9,7 +9,7 @@ from enum import StrEnum
 
 
 class StopCause(StrEnum):
-    """Why a model was (or is being) stopped, or why its start was aborted."""
+    """Why a model was (or is being) stopped or put to sleep, or why its start was aborted."""
 
     SWAP = "swap"  # another model needed its room
     UNLOAD = "unload"  # `swapd unload`, the Unload request
@@ -18,6 +18,14 @@ class StopCause(StrEnum):
     SHUTDOWN = "shutdown"  # swapd is stopping
     CRASH = "crash"  # its process exited on its own
     UNHEALTHY = "unhealthy"  # found starting after a daemon restart; it never became healthy
+    # Put to sleep by `swapd sleep`, `POST /api/models/sleep/<id>`, the UI's Sleep button.
+    SLEEP = "sleep"
+    # Its sleep failed, timed out, or its GPU memory did not come back: stopped instead.
+    SLEEP_FAILED = "sleep_failed"
+    # Its wake failed, timed out, or its health check did: stopped, then started cold.
+    WAKE_FAILED = "wake_failed"
+    # Asleep and unused for longer than its `sleep.stopAfter`.
+    ASLEEP_TTL = "asleep_ttl"
 
 
 class StartCause(StrEnum):

@@ -58,3 +58,9 @@ class Endpoints:
     @property
     def log_dir(self) -> Path:
         return self.run_dir / "logs"
+
+    @property
+    def asleep_dir(self) -> Path:
+        """One file per asleep model (its watcher's name; the pid inside): a daemon that restarts
+        adopts those processes asleep."""
+        return self.run_dir / "asleep"

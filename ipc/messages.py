@@ -53,6 +53,14 @@ class Unload(_Msg, frozen=True):
     model: str | None = None
 
 
+class Sleep(_Msg, frozen=True):
+    """Put `model` (an id or alias) to sleep; the reply (`Ok`, its message the state it ended
+    in: `asleep`, or `stopped` when its sleep failed) comes when done."""
+
+    id: int
+    model: str
+
+
 class Status(_Msg, frozen=True):
     id: int
 
@@ -127,6 +135,7 @@ class QueryHardware(_Msg, frozen=True):
 Request = (
     Ensure
     | Unload
+    | Sleep
     | Status
     | Reload
     | Snapshot

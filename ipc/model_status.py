@@ -49,6 +49,25 @@ class Waiting(msgspec.Struct, frozen=True):
     until: float = 0.0  # wall clock: when it goes ahead anyway at the latest (0: not bounded)
 
 
+class SleepStatus(msgspec.Struct, frozen=True):
+    """A model with a sleep setting: what it holds asleep, and how its sleeps and wakes went."""
+
+    preset: str = ""  # "" for a written-out setting (or llmsnap's keys)
+    # GPU UUID -> bytes its processes hold asleep, as NVML read them once its memory dropped
+    # (its residual: a CUDA context, buffers); set while it is asleep.
+    residual: dict[str, int] = msgspec.field(default_factory=dict)
+    # GPU UUID -> bytes they held just before its last sleep.
+    held_before: dict[str, int] = msgspec.field(default_factory=dict)
+    last_sleep_s: float | None = None  # its last sleep: the calls and the release check
+    last_wake_s: float | None = None  # its last wake: the calls and the health check
+    sleeps: int = 0
+    wakes: int = 0
+    stop_after: float = 0.0  # `sleep.stopAfter` (0: asleep for ever)
+    stop_left: float | None = None  # asleep: seconds until `stopAfter` stops it
+    serves_asleep: bool = False  # its server answers what needs no GPU while asleep (ComfyUI)
+    last_failure: str = ""  # its last sleep or wake that failed (it was stopped), and why
+
+
 class ModelStatus(msgspec.Struct, frozen=True):
     """One model's state as the daemon sees it; broadcast on every change and listed by `status`."""
 
@@ -82,6 +101,8 @@ class ModelStatus(msgspec.Struct, frozen=True):
     busy: Busy | None = None
     # What a swap to it waits for (None: no swap to it waits now).
     waiting: Waiting | None = None
+    # Its sleep setting's facts (None: it has no sleep setting).
+    sleep: SleepStatus | None = None
 
 
 class GpuInfo(msgspec.Struct, frozen=True):

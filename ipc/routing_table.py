@@ -42,6 +42,32 @@ class Capabilities(msgspec.Struct, frozen=True):
     context: int = 0
 
 
+class HttpCall(msgspec.Struct, frozen=True):
+    """One request a sleep or a wake sends to the model's own server: `method` `endpoint` (path and
+    query, below the model's `proxy` URL), `body` sent as JSON when not empty, answered 2xx within
+    `timeout` seconds (llmsnap's `sleepEndpoints` item)."""
+
+    endpoint: str
+    method: str = "POST"
+    body: str = ""
+    timeout: float = 10.0
+
+
+class SleepSetting(msgspec.Struct, frozen=True):
+    """A model's `sleep` (or llmsnap's `sleepMode: enable` with `sleepEndpoints` and
+    `wakeEndpoints`): how its server gives its GPU memory back without exiting, and takes it
+    back (docs/guides/sleep-and-wake.md)."""
+
+    sleep: tuple[HttpCall, ...]
+    wake: tuple[HttpCall, ...] = ()
+    preset: str = ""  # the preset it came from ("": written out, or llmsnap's keys)
+    # Asleep and unused this many seconds: stopped (0: never).
+    stop_after: float = 0.0
+    # Its server keeps serving what needs no GPU while asleep (ComfyUI's page, assets, websocket
+    # and GET polls): the proxy forwards those without waking it.
+    serves_asleep: bool = False
+
+
 class ModelRouting(msgspec.Struct, frozen=True, kw_only=True):
     """What a proxy routes and admits a local model by. Declared once: the daemon's `ModelConfig`
     extends it with what only the daemon needs, and `RouteModel` adds the upstream address."""
@@ -64,6 +90,8 @@ class ModelRouting(msgspec.Struct, frozen=True, kw_only=True):
     capabilities: Capabilities | None = None  # None: not configured (or all empty)
     # `timeouts` (llama-swap's, with its defaults), for the proxy's connections to the upstream.
     timeouts: Timeouts = msgspec.field(default_factory=lambda: Timeouts())
+    # `sleep`: None when the model has none (then it is stopped, never put to sleep).
+    sleep: SleepSetting | None = None
 
 
 class RouteModel(ModelRouting, frozen=True, kw_only=True):

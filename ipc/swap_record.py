@@ -8,14 +8,18 @@ import msgspec
 class SwapRecord(msgspec.Struct, frozen=True, kw_only=True):
     """One start, swap, stop or crash of a model, once it ended, with how long each phase took.
 
-    `kind`: `start` (nothing evicted), `swap` (a start that stopped `evicted` first; their drain
-    and stop phases are its own, the longest of those run side by side), `stop`, `crash` (a ready
-    model's process exited on its own). `cause` is a `causes.StartCause` (`request`: a request
+    `kind`: `start` (nothing evicted), `swap` (a start that stopped `evicted` first, or put them
+    to sleep; their drain, stop and sleep phases are its own, the longest of those run side by
+    side), `stop`, `sleep` (put to sleep, its process kept), `wake` (an asleep model made ready
+    again; `evicted` and their phases as a swap's), `crash` (a ready or asleep model's process
+    exited on its own). `cause` is a `causes.StartCause` (`request`: a request
     for `model`; `load`: an explicit load, `POST /api/models/load/<id>`, `swapd load`,
     llama.cpp's `POST /models/load`, Ollama's empty generate; `preload`, `adopted`) for a start
     or a swap, a `causes.StopCause` (`swap`: for `for_model`; `unload`, `ttl`, `reload`,
-    `shutdown`) for a stop, and `crash` for a crash. `result`: `ok`, `failed` (the start failed:
-    `reason` says why), `aborted`. `phases`: seconds of `drain`, `stop`, `start`, `health`.
+    `shutdown`, `sleep`, `sleep_failed`, `wake_failed`, `asleep_ttl`) for a stop or a sleep, and
+    `crash` for a crash. `result`: `ok`, `failed` (the start or wake failed: `reason` says why),
+    `aborted`. `phases`: seconds of `drain`, `stop`, `start`, `health`, `sleep` (the calls and
+    the release check), `wake` (the calls and the health check).
 
     A start or swap a request asked for also says when that request came (`queued`), how long it
     waited in all (`waited`, seconds to `ended`: far more than the phases when the swap waited

@@ -228,6 +228,8 @@ def make_app(
     router.add_get("/logs/stream", logs.handle_stream)
     router.add_get("/logs/stream/{which:.+}", logs.handle_stream)
     router.add_post("/api/models/load/{model:.+}", ops.handle_load)
+    router.add_post("/api/models/sleep/{model:.+}", ops.handle_sleep)
+    router.add_post("/models/sleep/{model:.+}", ops.handle_sleep)  # llmsnap's README spells it so
     llamacpp_router.register(app)
     ollama_routes.register(app)
     ui_routes.register(app)

@@ -1,7 +1,8 @@
 """Loading progress (`sendLoadingState`, the model's or the top level's): a streaming
 `POST /v1/chat/completions` whose model is not ready is answered at once with 200 and an SSE
 stream of llama-swap-style `reasoning_content` deltas saying what it waits for (other models
-finishing their requests and stopping, the start, the health check) with the seconds elapsed,
+finishing their requests and stopping or going to sleep, the start or the wake of an asleep
+model, the health check) with the seconds elapsed,
 then `Done! (X.XXs)`, and then the model's own stream in the same response. The upstream's status
 and headers are lost, as in llama-swap (200 was already sent); a failure is appended as an
 OpenAI error event. Admission's 429 comes before any of it.
@@ -18,7 +19,7 @@ import msgspec
 from aiohttp import web
 
 from ..ipc.model_status import Waiting
-from ..ipc.states import HEALTH_CHECK_REASON, LEAVING_STATES, ModelState
+from ..ipc.states import DOZING_STATES, HEALTH_CHECK_REASON, LEAVING_STATES, ModelState
 from .context import ProxyContext
 from .errors import ProxyError, error_body
 from .mirror.changes import Applied
@@ -122,7 +123,8 @@ class Progress:
                 )
                 await self.response.prepare(self.request)
                 await self._say(BAR)
-                await self._say(f"swapd loading model: {self.rt.id}\n")
+                verb = "waking" if self.rt.state in DOZING_STATES else "loading"
+                await self._say(f"swapd {verb} model: {self.rt.id}\n")
                 self._changed()
             while True:
                 wake = asyncio.ensure_future(self._wake.wait())
@@ -154,6 +156,8 @@ class Progress:
             what = ", ".join(
                 f"{r.id} to finish its requests"
                 if r.state == ModelState.DRAINING
+                else f"{r.id} to go to sleep"
+                if r.state == ModelState.SLEEPING
                 else f"{r.id} to stop"
                 for r in sorted(others, key=lambda r: r.id)
             )
@@ -162,10 +166,16 @@ class Progress:
             if rt.status.reason == HEALTH_CHECK_REASON:
                 return f"{rt.id} is running; waiting for its health check"
             return f"starting {rt.id}"
+        if rt.state == ModelState.WAKING:
+            return f"waking {rt.id}: its server takes its GPU memory back (its process kept)"
+        if rt.state == ModelState.SLEEPING:
+            return f"waiting for {rt.id} to fall asleep before it wakes again"
         if rt.state in LEAVING_STATES:
             return f"waiting for {rt.id} to stop before it starts again"
         if rt.status.waiting is not None:
             return waiting_words(rt.status.waiting)
+        if rt.state == ModelState.ASLEEP:
+            return f"{rt.id} is asleep; waking it"
         return f"waiting for {rt.id}"
 
     async def done(self) -> None:

@@ -13,7 +13,8 @@ refused too, as Go's `http.CrossOriginProtection` refuses it. That also covers l
 `Origin` but does carry `Sec-Fetch-Site: cross-site`.
 
 Only swapd's own routes that change something are checked: a non-GET on `/api/...` or `/unload`,
-llama.cpp's router `POST /models/load` and `/models/unload`, and `GET /unload`. Model routes
+llama.cpp's router `POST /models/load` and `/models/unload`, llmsnap's `POST /models/sleep/<id>`,
+and `GET /unload`. Model routes
 (Ollama's `/api/chat`, `/api/generate`, `/api/embed`, `/api/embeddings` and `/api/show`
 included), `/upstream/` and `/comfyui/` are forwarded as the client sent them (the upstream
 applies its own rule, ComfyUI's for instance).
@@ -32,6 +33,8 @@ _CHANGING = frozenset({"POST", "PUT", "DELETE", "PATCH"})
 
 
 _OWN_SITE = frozenset({"same-origin", "none"})
+# llmsnap's spelling of `POST /api/models/sleep/<id>` (the sleep API, api/ops.py).
+SLEEP_PREFIX = "/models/sleep/"
 
 
 def guarded(method: str, path: str) -> bool:
@@ -39,7 +42,7 @@ def guarded(method: str, path: str) -> bool:
         return False
     if path.startswith("/api/"):
         return path not in OLLAMA_MODEL_ROUTES  # those are model routes, forwarded
-    return path == "/unload" or path in ROUTER_CHANGES
+    return path == "/unload" or path in ROUTER_CHANGES or path.startswith(SLEEP_PREFIX)
 
 
 def changes_state(method: str, path: str) -> bool:

@@ -120,7 +120,7 @@ def _pipeline(
                 found.name if found else None,
                 runtimes,
             )
-            decision = decide_for(ask, routes, state.ready)
+            decision = decide_for(ask, routes, state.ready, state.dozing)
             if isinstance(decision, decide.Refuse):
                 raise decision.error()
             if isinstance(decision, decide.Redirect):

@@ -182,6 +182,16 @@ def build_parser() -> argparse.ArgumentParser:
     unload.add_argument("model", nargs="?", help="model id or alias (default: all)")
     _add_run_dir(unload)
 
+    sleep = sub.add_parser(
+        "sleep",
+        help="put one model to sleep: its process stays, its GPU memory is given back",
+        description="Put MODEL to sleep through its server's own calls (its `sleep` setting) and "
+        "wait until its GPU memory came back; its next request wakes it. Exits 1 with the reason "
+        "when MODEL has no sleep setting or is not running; a sleep that fails stops it.",
+    )
+    sleep.add_argument("model", help="model id or alias")
+    _add_run_dir(sleep)
+
     reload = sub.add_parser(
         "reload",
         help="re-read the config file without restarting anything that did not change",

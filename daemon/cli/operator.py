@@ -1,5 +1,5 @@
-"""`swapd status`, `swapd load`, `swapd unload`, `swapd reload`: ask the running daemon over its
-ROUTER."""
+"""`swapd status`, `swapd load`, `swapd unload`, `swapd sleep`, `swapd reload`: ask the running
+daemon over its ROUTER."""
 
 from __future__ import annotations
 
@@ -13,7 +13,17 @@ from typing import Any
 
 from ...ipc.client import DaemonClient, DaemonUnavailable
 from ...ipc.endpoints import Endpoints, default_run_dir
-from ...ipc.messages import Ensure, Error, Ok, Ready, Reload, Status, StatusReply, Unload
+from ...ipc.messages import (
+    Ensure,
+    Error,
+    Ok,
+    Ready,
+    Reload,
+    Sleep,
+    Status,
+    StatusReply,
+    Unload,
+)
 from ...ipc.model_status import ModelStatus, Waiting
 from ...ipc.states import LEAVING_STATES, ModelState
 from ...ipc.status_doc import status_json
@@ -83,6 +93,31 @@ def waiting_words(w: Waiting, now: float) -> str:
     return text
 
 
+def _seconds(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}s"
+
+
+def _sleep_note(m: ModelStatus, reply: StatusReply) -> str:
+    sleep = m.sleep
+    assert sleep is not None
+    text = f"{m.model}: sleep {sleep.preset or 'written out'}"
+    if m.state == ModelState.ASLEEP:
+        held = ", ".join(
+            f"{n / 2**20:.0f} MiB on {_gpu_name(g, reply)}"
+            for g, n in sorted(sleep.residual.items())
+        )
+        text += f"; asleep, holding {held or 'nothing on the GPUs'}"
+        if sleep.stop_left is not None:
+            text += f"; stopped in {_duration(sleep.stop_left)} unless used"
+    text += (
+        f"; last sleep {_seconds(sleep.last_sleep_s)}, last wake {_seconds(sleep.last_wake_s)}"
+        f" ({sleep.sleeps} sleeps, {sleep.wakes} wakes)"
+    )
+    if sleep.last_failure:
+        text += f"; last failure: {sleep.last_failure}"
+    return text
+
+
 def render_table(reply: StatusReply, now: float | None = None) -> str:
     now = time.time() if now is None else now
     rows = [("MODEL", "STATE", "PID", "PORT", "GPUS", "UPTIME", "LAST ACTIVITY", "TTL LEFT")]
@@ -120,6 +155,8 @@ def render_table(reply: StatusReply, now: float | None = None) -> str:
             notes.append(f"{m.model}: lingering on port {m.lingering.port}: {m.lingering.message}")
         if m.placed_by_memory or m.footprint:
             notes.append(_footprint_note(m, reply))
+        if m.sleep is not None and (m.sleep.sleeps or m.state == ModelState.ASLEEP):
+            notes.append(_sleep_note(m, reply))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = [
         "  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip() for r in rows
@@ -173,6 +210,17 @@ def main(args: argparse.Namespace) -> int:
             reply = asyncio.run(
                 _call(run_dir, lambda i: Unload(id=i, model=args.model), UNLOAD_TIMEOUT)
             )
+        elif args.command == "sleep":
+            reply = asyncio.run(
+                _call(run_dir, lambda i: Sleep(id=i, model=args.model), UNLOAD_TIMEOUT)
+            )
+            if isinstance(reply, Ok):
+                said = "is asleep" if reply.message == ModelState.ASLEEP else "was stopped"
+                why = (
+                    "" if reply.message == ModelState.ASLEEP else " (its sleep failed: see its log)"
+                )
+                print(f"{args.model} {said}{why}")
+                return 0 if reply.message == ModelState.ASLEEP else 1
         elif args.command == "reload":
             reply = asyncio.run(_call(run_dir, lambda i: Reload(id=i), UNLOAD_TIMEOUT))
         else:

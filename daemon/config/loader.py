@@ -26,6 +26,7 @@ from . import (
     routing,
     selectors,
     shape,
+    sleep_fields,
     stages,
     top_fields,
 )
@@ -277,6 +278,14 @@ class _Build:
             unload_timeout=top.unload_timeout or float(c.DEFAULT_UNLOAD_TIMEOUT),
             health_check_timeout=float(health),
             send_loading_state=bool(top.send_loading_state),
+            sleep_timeouts=sleep_fields.Timeouts(
+                sleep_fields.request_timeout(
+                    top.sleep_request_timeout, ("sleepRequestTimeout",), report
+                ),
+                sleep_fields.request_timeout(
+                    top.wake_request_timeout, ("wakeRequestTimeout",), report
+                ),
+            ),
         )
         built: dict[str, c.ModelConfig] = {}
         aliases: dict[str, list[str]] = {}

@@ -10,7 +10,7 @@ alias, `stripParams` as a comma list, `gpus` as indices or UUIDs, and the settin
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote, urlsplit
 
@@ -22,6 +22,8 @@ from .busy_check_fields import read_busy_check
 from .cmdline import split_command
 from .gpu_fields import vram_of
 from .issues import Report, describe
+from .sleep_fields import Timeouts as SleepTimeouts
+from .sleep_fields import read_sleep
 from .timeouts import timeouts_of
 from .typed import Converter
 from .yaml_nodes import Path
@@ -49,6 +51,7 @@ class ModelDefaults:
     unload_timeout: float
     health_check_timeout: float
     send_loading_state: bool = False
+    sleep_timeouts: SleepTimeouts = field(default_factory=SleepTimeouts)
 
 
 def name_problem(name: str, what: str) -> str | None:
@@ -107,6 +110,7 @@ def build(
     vram = vram_of(spec.vram, (*path, "vram"), report)
     capabilities = capabilities_of(spec.capabilities, (*path, "capabilities"), report)
     busy_check = read_busy_check(raw, path, report)
+    sleep = read_sleep(raw, path, report, defaults.sleep_timeouts)
     if len(report.errors) > errors_before or cmd is None or proxy is None:
         return None
 
@@ -156,6 +160,7 @@ def build(
         port=port,
         forced=tuple(forced),
         busy_check=busy_check,
+        sleep=sleep,
     )
 
 

@@ -12,6 +12,7 @@ from typing import Any
 import msgspec
 import yaml
 
+from ...ipc.routing_table import HttpCall, SleepSetting
 from .busy_check_fields import BusyCheck
 from .model import Config, Filters, Forced, ModelConfig
 
@@ -100,7 +101,27 @@ def _model(model: ModelConfig) -> dict[str, Any]:
         body["gpus"] = {"auto": list(model.gpus_allowed)}  # placed by memory, on these GPUs only
     if model.busy_check is not None:
         body["busyCheck"] = _busy_check(model.busy_check)
+    if model.sleep is not None:
+        body["sleep"] = _sleep(model.sleep)
     return body
+
+
+def _sleep(setting: SleepSetting) -> dict[str, Any]:
+    # A preset (or llmsnap's keys) spelled out: every call with its timeout.
+    def calls(items: tuple[HttpCall, ...]) -> list[dict[str, Any]]:
+        return [
+            {"endpoint": c.endpoint, "method": c.method, "timeout": _number(c.timeout)}
+            | ({"body": c.body} if c.body else {})
+            for c in items
+        ]
+
+    return {
+        **({"preset": setting.preset} if setting.preset else {}),
+        "sleepEndpoints": calls(setting.sleep),
+        "wakeEndpoints": calls(setting.wake),
+        "stopAfter": _number(setting.stop_after),
+        "servesAsleep": setting.serves_asleep,
+    }
 
 
 def _busy_check(check: BusyCheck) -> dict[str, Any]:

@@ -109,6 +109,11 @@ class Model(Section, frozen=True):
     host_header: Literal["client", "upstream"] | None = None
     # A preset name or a mapping; its own keys are checked where it is read (busy_check_fields.py).
     busy_check: Any = None
+    # A preset name or a mapping, and llmsnap's three keys; read in sleep_fields.py.
+    sleep: Any = None
+    sleep_mode: Any = None
+    sleep_endpoints: Any = None
+    wake_endpoints: Any = None
     compat: Compat | None = None
     filters: ModelFilters | None = None
     # Stream loading progress to a streaming chat request that waits for a start.
@@ -265,6 +270,9 @@ class Top(Section, frozen=True):
     capture_buffer: Count | None = None
     # Stream loading progress to a streaming chat request that waits for a start.
     send_loading_state: bool | None = None
+    # llmsnap's: seconds each sleep (wake) call may take, unless it sets its own (sleep_fields.py).
+    sleep_request_timeout: Any = None
+    wake_request_timeout: Any = None
     store: Store | None = None
     ui: Ui | None = None
     performance: Performance | None = None

@@ -148,12 +148,14 @@ def _on_gpus(proc: GpuProcess, gpus: Collection[str] | None) -> bool:
     return False
 
 
-def _lingering(
+def held_by(
     procs: Iterable[GpuProcess],
     pids: Collection[int] | None,
     gpus: Collection[str] | None,
     ignore_pids: Collection[int],
 ) -> list[LingeringProcess]:
+    """What `pids` hold on `gpus` (`pids` None: any process but `ignore_pids`; `gpus` None:
+    every GPU), one entry per process and GPU."""
     return [
         LingeringProcess(gpu=p.gpu_uuid, pid=p.pid, used_bytes=p.used_bytes)
         for p in procs
@@ -189,7 +191,7 @@ async def wait_released(
             raise
         except Exception as exc:
             raise GpuError(f"reading GPU processes failed: {type(exc).__name__}: {exc}") from exc
-        lingering = _lingering(procs, pids, gpus, ignore_pids)
+        lingering = held_by(procs, pids, gpus, ignore_pids)
         if not lingering:
             return []
         remaining = deadline - loop.time()

@@ -5,6 +5,9 @@ Start: pre-check the executable (circus answers `ok` even when the exec fails), 
 the watcher `model-<safe id>` (the real id, port and definition hash travel in its env), check that
 circus really started a pid, then wait for the health check while watching the pid through a pidfd.
 
+Sleep and wake (`sleeping.py`): the server's own calls, the check that its GPU memory came back,
+and the health check after a wake; the process stays under circus throughout.
+
 Stop (the steps are `model_stop.py`'s): `cmdStop` (with `${PID}` filled) when set, else SIGTERM to
 the process group; SIGKILL after `unloadTimeout`; then `rm` the watcher. The signals are sent
 there and the exit is seen through the pidfd, so no circus command holds circus's arbiter-wide lock
@@ -32,9 +35,10 @@ from typing import Any
 import aiohttp
 
 from ...ipc.model_status import Lingering, LingeringProcess
+from ...ipc.routing_table import SleepSetting
 from ..config import Config, ModelConfig
 from ..errors import ExitedDuringStart, HealthCheckTimeout, PortStillInUse, StartFailed
-from . import health, model_log, model_stop, pid_watch, ports, process_tree
+from . import health, model_log, model_stop, pid_watch, ports, process_tree, sleeping
 from .circus_client import CircusClient
 from .gpu_backend import GpuBackend
 from .model_process import (
@@ -72,6 +76,7 @@ class Lifecycle:
         *,
         gpu_backend: GpuBackend | None = None,
         gpu_release_timeout: float = GPU_RELEASE_TIMEOUT,
+        asleep_dir: Path | None = None,
         port_release_timeout: float = ports.RELEASE_TIMEOUT,
         lingering_start_wait: float = ports.START_WAIT,
         shutdown_grace: float = 0.0,
@@ -96,6 +101,8 @@ class Lifecycle:
         self.processes: dict[str, Running] = {}
         # By model id: what held GPU memory after its last stop (until its next start).
         self.gpu_lingering: dict[str, tuple[LingeringProcess, ...]] = {}
+        # Sleeps and wakes, and what each model holds asleep (its residual) and how long they took.
+        self.sleeper = sleeping.Sleeper(gpu_backend, gpu_release_timeout, asleep_dir)
         self._session = session
         self._environ = dict(os.environ if environ is None else environ)
         # Told how long each phase of a start took: (model id, "start" or "health", seconds).
@@ -115,6 +122,10 @@ class Lifecycle:
     @closing.setter
     def closing(self, value: bool) -> None:
         self.watchers.closing = value
+
+    @property
+    def sleep_facts(self) -> Mapping[str, sleeping.SleepFacts]:
+        return self.sleeper.facts
 
     @property
     def session(self) -> aiohttp.ClientSession:
@@ -292,6 +303,37 @@ class Lifecycle:
         """A process found running (adopted after a daemon restart)."""
         self.processes[running.model] = running
 
+    # ----------------------------------------------------------------------------- sleep, wake
+
+    async def sleep(
+        self, running: Running, model: ModelConfig | None, setting: SleepSetting
+    ) -> float:
+        """Tell the server to give its GPU memory back, and prove it did; the seconds it took.
+        Raises `SleepFailed`; the process is left running either way."""
+        where = await asyncio.to_thread(sleeping.whose, running, model, self._other_pids)
+        return await self.sleeper.sleep(
+            self.session, running.model, running.pid, running.upstream, setting, where
+        )
+
+    async def wake(
+        self, running: Running, model: ModelConfig | None, setting: SleepSetting
+    ) -> float:
+        """Tell the server to take its memory back, then wait for its health check; the seconds
+        it took. Raises `WakeFailed`."""
+        exited = asyncio.ensure_future(pid_watch.wait_exit(running.pid))
+        try:
+            return await self.sleeper.wake(
+                self.session,
+                running.model,
+                running.upstream,
+                setting,
+                health_url(model) if model is not None else None,
+                model.health_check_timeout if model is not None else 120.0,
+                exited,
+            )
+        finally:
+            exited.cancel()
+
     # ------------------------------------------------------------------------------------ stop
 
     async def stop(
@@ -313,6 +355,7 @@ class Lifecycle:
         pid = running.pid
         if self.processes.get(running.model) is running:
             del self.processes[running.model]
+        self.sleeper.forget(running.model)
         tree = await model_stop.end_process(
             running, model, grace, log_dir=self.log_dir, environ=self._environ
         )

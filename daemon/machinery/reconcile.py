@@ -1,5 +1,7 @@
 """Adoption after a daemon restart: every `model-*` watcher circusd still runs is taken over as it
-is (same pid, no restart). Its model id, port and definition hash travel in the watcher's env.
+is (same pid, no restart). Its model id, port and definition hash travel in the watcher's env; a
+process the last daemon put to sleep is marked in the run directory (`asleep/`), and is adopted
+asleep.
 
 A process whose model is gone from the config, or whose definition changed, is stopped; a dead
 watcher is removed; a process that does not answer its health check yet (the old daemon died
@@ -80,7 +82,7 @@ def _started_at(pid: int) -> float:
 class Adopter(Protocol):
     """What takes over the processes found (the scheduler)."""
 
-    def adopt(self, model: ModelConfig, handle: Running) -> None: ...
+    def adopt(self, model: ModelConfig, handle: Running, *, asleep: bool = False) -> None: ...
 
     def adopt_when_healthy(
         self, model: ModelConfig, waiting: Coroutine[object, object, Running | None]
@@ -122,9 +124,12 @@ async def adopt(
         url = health_url(model)
         if url is None or await health.probe(lifecycle.session, url, 2.0):
             lifecycle.track(running)
-            adopter.adopt(_placed(model, running), running)
+            # The last daemon put it to sleep: it stays asleep (its next request wakes it).
+            asleep = model.sleep is not None and lifecycle.sleeper.was_asleep(model.id, item.pid)
+            adopter.adopt(_placed(model, running), running, asleep=asleep)
             watch_exit(model.id, running.pid)
-            log.info("adopted %s (pid %d, %s)", model.id, running.pid, running.upstream)
+            how = "asleep" if asleep else running.upstream
+            log.info("adopted %s (pid %d, %s)", model.id, running.pid, how)
         else:
             # Ensures for it (a proxy sends again those the old daemon never answered) join this
             # wait instead of starting a second process.

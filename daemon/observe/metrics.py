@@ -22,7 +22,7 @@ from prometheus_client.registry import Collector
 
 from ...ipc.activity import ActivityRecord
 from ...ipc.model_status import GpuInfo, ModelStatus
-from ...ipc.states import LOADED_STATES
+from ...ipc.states import AWAKE_STATES
 from .gpu_metrics import GpuCollector, GpuGauges, PlacementCounts
 from .request_figures import RequestFigures
 
@@ -46,7 +46,22 @@ class _Live(Collector):
     def collect(self) -> Iterable[GaugeMetricFamily]:
         loaded = GaugeMetricFamily(
             "swapd_model_loaded",
-            "1 while the model is loaded (any state but stopped/failed)",
+            "1 while the model is loaded (any state but stopped, failed and asleep)",
+            labels=["model"],
+        )
+        residual = GaugeMetricFamily(
+            "swapd_model_asleep_residual_bytes",
+            "GPU memory an asleep model's processes still hold (NVML), by GPU UUID",
+            labels=["model", "gpu"],
+        )
+        last_sleep = GaugeMetricFamily(
+            "swapd_model_last_sleep_seconds",
+            "how long the model's last sleep took (its calls and the memory's release)",
+            labels=["model"],
+        )
+        last_wake = GaugeMetricFamily(
+            "swapd_model_last_wake_seconds",
+            "how long the model's last wake took (its calls and its health check)",
             labels=["model"],
         )
         state = GaugeMetricFamily(
@@ -73,7 +88,15 @@ class _Live(Collector):
             labels=["model"],
         )
         for st in self.gauges.models():
-            loaded.add_metric([st.model], 1.0 if st.state in LOADED_STATES else 0.0)
+            loaded.add_metric([st.model], 1.0 if st.state in AWAKE_STATES else 0.0)
+            sleep = st.sleep
+            if sleep is not None:
+                for gpu, held in sorted(sleep.residual.items()):
+                    residual.add_metric([st.model, gpu], float(held))
+                if sleep.last_sleep_s is not None:
+                    last_sleep.add_metric([st.model], sleep.last_sleep_s)
+                if sleep.last_wake_s is not None:
+                    last_wake.add_metric([st.model], sleep.last_wake_s)
             state.add_metric([st.model, st.state], 1.0)
             in_flight.add_metric([st.model], float(st.in_flight))
             waiting.add_metric([st.model], float(self.gauges.waiting.get(st.model, 0)))
@@ -81,6 +104,7 @@ class _Live(Collector):
                 linger_port.add_metric([st.model, str(st.lingering.port)], 1.0)
             linger_gpu.add_metric([st.model], float(len(st.gpu_lingering)))
         yield from (loaded, state, in_flight, waiting, linger_port, linger_gpu)
+        yield from (residual, last_sleep, last_wake)
 
 
 class Metrics:
@@ -112,7 +136,9 @@ class Metrics:
         self.phase = Histogram(
             "swapd_swap_phase_seconds",
             "time spent in each phase of a start or swap: drain, stop (of a model evicted or "
-            "unloaded), start (spawn to a running process), health (to the first 200)",
+            "unloaded), start (spawn to a running process), health (to the first 200), sleep "
+            "(its server's sleep calls and the GPU memory's release), wake (its wake calls and "
+            "health check)",
             ["model", "phase"],
             buckets=_PHASES,
             registry=registry,
@@ -122,8 +148,21 @@ class Metrics:
         )
         self.stops = Counter(
             "swapd_model_stops",
-            "models stopped, by cause (swap, unload, ttl, reload, shutdown, crash, unhealthy)",
+            "models stopped, by cause (swap, unload, ttl, reload, shutdown, crash, unhealthy, "
+            "sleep_failed, wake_failed, asleep_ttl)",
             ["model", "cause"],
+            registry=registry,
+        )
+        self.sleeps = Counter(
+            "swapd_model_sleeps",
+            "models put to sleep, by result (ok; failed: stopped instead)",
+            ["model", "result"],
+            registry=registry,
+        )
+        self.wakes = Counter(
+            "swapd_model_wakes",
+            "asleep models woken, by result (ok; failed: stopped and started cold instead)",
+            ["model", "result"],
             registry=registry,
         )
         self.crashes = Counter(
@@ -140,7 +179,7 @@ class Metrics:
         )
         self.ttl_unloads = Counter(
             "swapd_ttl_unloads",
-            "models unloaded because their TTL passed",
+            "models unloaded (or put to sleep) because their TTL passed",
             ["model"],
             registry=registry,
         )

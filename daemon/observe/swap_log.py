@@ -1,19 +1,21 @@
-"""The swap log: a bounded ring of what happened to the models (starts, swaps, stops, crashes),
-each with the duration of its phases and its cause, for the web UI's timeline (`GET /api/swaps`,
-and `swap` events on `/api/events`).
+"""The swap log: a bounded ring of what happened to the models (starts, swaps, stops, crashes,
+sleeps and wakes), each with the duration of its phases and its cause, for the web UI's timeline
+(`GET /api/swaps`, and `swap` events on `/api/events`).
 
 It is told what the scheduler does through the daemon's effects (every state change with its
 reason and, for a stop, its cause; each phase's duration as the machinery measures it) and, by
 the daemon, why a start was asked for (a request or the preload hook); it decides nothing. A
 record is kept, and published, once its episode ended: a start when the model is ready (or
-failed, or the start was aborted), a stop when the model is stopped. The stops of a swap's
-evicted models are records of their own (cause `swap`) and are folded into the swap's record as
-its drain and stop phases (the record names them in `folded`).
+failed, or the start was aborted), a stop when the model is stopped, a sleep when it is asleep,
+a wake when it is ready again (or failed: the stop and cold start that follow are records of
+their own). The stops and sleeps of a swap's evicted models are records of their own (cause
+`swap`) and are folded into the swap's (or the wake's) record as its drain, stop and sleep
+phases (the record names them in `folded`).
 
 It is also told what a queued swap waits for (`waiting`: the scheduler parked it on a busy model,
 collation, the queue, GPU room): what the target's status shows meanwhile (`waiting_now`), and,
-once the target's start is recorded, when its request came, how long it waited in all and for
-what (`queued`, `waited`, `waited_for`).
+once the target's start (or wake) is recorded, when its request came, how long it waited in all
+and for what (`queued`, `waited`, `waited_for`).
 """
 
 from __future__ import annotations
@@ -150,16 +152,31 @@ class SwapLog:
         episode = self._open.get(model_id)
         if state == ModelState.STARTING:
             self._open_start(model_id, adopted)
+        elif state == ModelState.WAKING:
+            self._open_start(model_id, adopted, kind="wake")
         elif state in LEAVING_STATES:
-            if cause is not None and (episode is None or episode.kind != "stop"):
-                self._open[model_id] = _Open("stop", cause, self.clock(), for_model=for_model)
+            if episode is not None and episode.kind == "wake":
+                # A wake that failed: its record ends here, and the stop that follows has its own.
+                self._close(model_id, "failed", reason)
+                episode = None
+            if cause is not None and (episode is None or episode.kind not in ("stop", "sleep")):
+                episode = _Open("stop", cause, self.clock(), for_model=for_model)
+                self._open[model_id] = episode
+            if episode is not None and episode.kind in ("stop", "sleep"):
+                # Asleep it ends, unless its sleep fails (then it is stopped after all).
+                episode.kind = "sleep" if state == ModelState.SLEEPING else "stop"
+        elif state == ModelState.ASLEEP:
+            record = self._close(model_id, "ok", reason)
+            if record is not None and record.cause == StopCause.SWAP and record.for_model:
+                self._evicted.setdefault(record.for_model, []).append(record)
         elif state == ModelState.READY:
             self._close(model_id, "ok", "")
         elif state == ModelState.FAILED:
             self._close(model_id, "failed", reason)
         elif state == ModelState.STOPPED:
             if episode is None:
-                if before == ModelState.READY and cause is StopCause.CRASH:
+                awake = before in (ModelState.READY, ModelState.ASLEEP)
+                if awake and cause is StopCause.CRASH:
                     self._open[model_id] = _Open("crash", StopCause.CRASH, self.clock())
                     self._close(model_id, "ok", reason)
                 return
@@ -172,11 +189,12 @@ class SwapLog:
 
     # ---------------------------------------------------------------------------- inside
 
-    def _open_start(self, model_id: str, adopted: bool) -> None:
+    def _open_start(self, model_id: str, adopted: bool, kind: str = "start") -> None:
+        """A start (or a wake: `kind`), a swap when it stopped or put models to sleep first."""
         hint = self._hints.pop(model_id, StartCause.REQUEST)
         cause = StartCause.ADOPTED if adopted else hint
         stops = self._evicted.pop(model_id, [])
-        episode = _Open("swap" if stops else "start", cause, self.clock())
+        episode = _Open("swap" if stops and kind == "start" else kind, cause, self.clock())
         queued = self._queued.get(model_id)
         if queued is not None and not adopted and not queued.recorded:
             # One start per queued swap carries its request's wait (a restart does not).
@@ -186,7 +204,7 @@ class SwapLog:
             episode.began = min(s.began for s in stops)
             episode.evicted = tuple(sorted(s.model for s in stops))
             episode.folded = tuple(s.id for s in stops)
-            for name in ("drain", "stop"):
+            for name in ("drain", "stop", "sleep"):
                 taken = [s.phases[name] for s in stops if name in s.phases]
                 if taken:
                     episode.phases[name] = max(taken)

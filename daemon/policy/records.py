@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Generic, Protocol, TypeVar
 
 from ...ipc.causes import StopCause
+from ...ipc.routing_table import SleepSetting
 from ...ipc.states import ModelState
 from ..config import ModelConfig
 from .eviction.contract import BusyReading, Decision, GpuRoom, Occupant
@@ -38,15 +39,22 @@ H = TypeVar("H", bound=RunningModel)
 
 @dataclass(frozen=True)
 class Stop:
-    """Why a model was (or is being) stopped: the cause, and for a swap the model it made room
-    for. `text` is the reason a person reads, rendered from it."""
+    """Why a model was (or is being) stopped or put to sleep: the cause, and for a swap the model
+    it made room for. `text` is the reason a person reads, rendered from it."""
 
     cause: StopCause
     for_model: str = ""  # SWAP: the model it was swapped out for
-    detail: str = ""  # CRASH: the process and its exit code
+    detail: str = ""  # CRASH: the process and its exit code; *_FAILED: what went wrong
+    # The take-down ends asleep (its process kept, its GPU memory given back), not stopped.
+    sleep: bool = False
 
     @property
     def text(self) -> str:
+        if self.sleep and self.cause is not StopCause.SLEEP:
+            return f"{self._words()} (asleep)"
+        return self._words()
+
+    def _words(self) -> str:
         match self.cause:
             case StopCause.SWAP:
                 return f"swapped out for {self.for_model}"
@@ -62,6 +70,14 @@ class Stop:
                 return self.detail
             case StopCause.UNHEALTHY:
                 return "was starting when the daemon restarted; not healthy"
+            case StopCause.SLEEP:
+                return "asked to sleep"
+            case StopCause.SLEEP_FAILED:
+                return f"its sleep failed, so it was stopped: {self.detail}"
+            case StopCause.WAKE_FAILED:
+                return f"its wake failed, so it was stopped to start again: {self.detail}"
+            case StopCause.ASLEEP_TTL:
+                return "asleep and unused longer than its sleep.stopAfter"
 
 
 @dataclass
@@ -78,6 +94,8 @@ class ModelRecord(Generic[H]):
     adopted: bool = False
     failures: int = 0
     retry_at: float = 0.0  # monotonic
+    # While asleep: the sleep setting it was put to sleep with (its wake sends those calls).
+    asleep_with: SleepSetting | None = None
 
 
 @dataclass(frozen=True)
@@ -124,6 +142,24 @@ class Effects(Protocol[H]):
         """Phase two: the process is gone (and what it held given back, or reported). `model` is
         the definition it was started with; `start_follows` says that a swap starts another
         model right after, so that stop may leave slow bookkeeping until that start spawned."""
+        ...
+
+    async def sleep(
+        self, model_id: str, handle: H, model: ModelConfig | None, setting: SleepSetting
+    ) -> None:
+        """Phase two of a sleep (after the drain): the server is told to give its GPU memory back
+        (`setting.sleep`'s calls), and that the memory came back is checked. Raises
+        `SleepFailed` (why) when a call fails or times out, or the memory stays held; the process
+        is left as it is (the scheduler stops it)."""
+        ...
+
+    async def wake(
+        self, model_id: str, handle: H, model: ModelConfig | None, setting: SleepSetting
+    ) -> None:
+        """The server is told to take its memory back (`setting.wake`'s calls), then health
+        checked. Raises `WakeFailed` (why) when a call or the health check fails or times out;
+        the process is left as it is (the scheduler stops it, then starts it cold). A cancelled
+        wake stops the process, as a cancelled start does."""
         ...
 
     def changed(self, record: ModelRecord[H], model: ModelConfig | None) -> None:

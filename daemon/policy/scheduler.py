@@ -4,7 +4,9 @@ Plain logic over an `Effects` object (the process machinery, the drain protocol 
 publisher in the daemon; a fake in the unit tests), `Readings` (what it reads of the world before
 it decides) and an eviction policy (`eviction/contract.py`, chosen per config by
 `eviction/choose.py`). It owns every model's lifecycle state: stopped -> starting -> ready ->
-draining -> stopping -> stopped, plus failed. Its parts: the models' records (`model_table.py`),
+draining -> stopping -> stopped, plus failed, and for a model with a sleep setting ready ->
+draining -> sleeping -> asleep -> waking -> ready (a failed sleep or wake falls back to a stop,
+and a wake's to a cold start). Its parts: the models' records (`model_table.py`),
 the swaps under way (`swap_queue.py`, each a `swap.Swap` in an explicit phase), the starts
 (`starts.py`) and the stops (`stops.py`); `room.py` builds what the policy is shown.
 
@@ -23,7 +25,8 @@ A queued swap decides when it is queued, at every change after (a state, a stop 
 ended, an unload, a busy reading), and at its last decision's deadline:
 
  7. Read what the decision needs, before deciding: the GPUs' memory when the policy places the
-    target by memory; the busy checks its last decision asked to read again.
+    target by memory (an asleep target on the GPUs it holds, its residual counted as its own);
+    the busy checks its last decision asked to read again.
  8. Answered otherwise (unloaded, swapd shutting down): end. The target gone from the config (a
     reload): 404.
  9. The target is ready and nothing takes it down (a swap that ended meanwhile started it): done.
@@ -33,8 +36,10 @@ ended, an unload, a busy reading), and at its last decision's deadline:
     them; or the target itself is still being stopped: wait for a change.
 12. A swap ahead in the queue (higher `priority`, then arrival) that may begin now conflicts with
     this one: wait for a change. Placement by memory neither waits for the queue nor holds it.
-13. Claim: drain and stop the evictees in parallel (a request that takes one back sends the swap
-    back to 7), then start the target (where the placement put it).
+13. Claim: drain and stop the evictees in parallel, or put them to sleep where the policy says
+    (a request that takes one back sends the swap back to 7; placed by memory, a swap that put
+    models to sleep goes back to 7 too, to decide again with them asleep at their residual), then
+    start the target (where the placement put it), or wake it when it is asleep.
 14. A reload changed the target's definition while it started: stop what started and go back to
     7, for the same waiters. A failed start answers every waiter; after BACKOFF_AFTER in a row
     the model backs off.
@@ -42,6 +47,8 @@ ended, an unload, a busy reading), and at its last decision's deadline:
 Swaps that claim disjoint rooms run side by side; an unload answers the ensures already waiting
 for its model with 503 `model_unloaded` (a start under way is aborted, its process stopped), and
 ensures that arrive after it wait for the stop, then start the model again (docs/swapping.md).
+`sleep` puts a model to sleep on request, and `idle` takes one out of the GPU the way its setting
+says (asleep when it can sleep, stopped otherwise), for its TTL.
 """
 
 from __future__ import annotations
@@ -55,13 +62,15 @@ from typing import Any, Generic
 import msgspec
 
 from ...ipc.causes import StopCause
-from ...ipc.states import ModelState
+from ...ipc.states import LOADED_STATES, ModelState
 from ..config import Config, ModelConfig
 from ..errors import (
+    CannotSleep,
     EnsureError,
     ModelNotFound,
     ModelUnloaded,
     NoGpuRoom,
+    NotRunning,
     ShuttingDown,
 )
 from . import room
@@ -221,12 +230,18 @@ class Scheduler(Generic[H]):
             claim = swap.claim
             assert claim is not None
             # 13.
-            if claim.evict:
+            if claim.taken:
                 swap.stopping()
-                await self._stop_evictees(target, claim.evict)
+                await self._stop_evictees(target, claim)
                 if swap.phase is Phase.QUEUED:
                     # Collation took a model back: queue again (first in line at this priority).
                     log.info("%s: waits again: a model it was stopping serves its requests", target)
+                    continue
+                model = self.config.models.get(target)
+                if claim.sleep and model is not None and self.policy.reads_gpus(model):
+                    # What the sleepers still hold is known now: decide again with it.
+                    log.info("%s: decides again with %s asleep", target, ", ".join(claim.sleep))
+                    swap.queued()
                     continue
             self._check_aborted(swap)
             # A reload during the evictions may have changed or removed the target.
@@ -246,12 +261,16 @@ class Scheduler(Generic[H]):
                 await self.stops.stop(target, Stop(StopCause.RELOAD))
             swap.queued()
 
-    async def _stop_evictees(self, target: str, evict: frozenset[str]) -> None:
-        log.info("%s: swapping out %s", target, ", ".join(sorted(evict)))
-        ordered = sorted(evict)
+    async def _stop_evictees(self, target: str, claim: Claim) -> None:
+        words = [*sorted(claim.evict), *(f"{m} (to sleep)" for m in sorted(claim.sleep))]
+        log.info("%s: swapping out %s", target, ", ".join(words))
+        ordered = sorted(claim.taken)
+        why = Stop(StopCause.SWAP, for_model=target)
         results = await asyncio.gather(
             *(
-                self.stops.stop(m, Stop(StopCause.SWAP, for_model=target), collatable=True)
+                self.stops.sleep(m, why, collatable=True)
+                if m in claim.sleep
+                else self.stops.stop(m, why, collatable=True)
                 for m in ordered
             ),
             return_exceptions=True,
@@ -272,13 +291,13 @@ class Scheduler(Generic[H]):
                 await self._read_busy_checks(swap, last.check)
                 waits.asked.update(dict.fromkeys(last.check, self.clock()))
                 waits.decision = None
-            model = self.config.models.get(target)
+            model = self._waking_on_its_gpus(target)
             gpus = None
             if model is not None and self.policy.reads_gpus(model):
-                gpus = await self.readings.gpus(model, list(self._occupants(target).values()))
+                gpus = await self.readings.gpus(model, self._read_with(target))
             # 8.
             self._check_aborted(swap)
-            model = self.config.models.get(target)
+            model = self._waking_on_its_gpus(target)
             if model is None:
                 raise ModelNotFound(f"no local model {target!r}")
             assert waits is not None
@@ -305,7 +324,7 @@ class Scheduler(Generic[H]):
             if self.stops.under_way(target):
                 await self._park(swap, f"{target} is being stopped", None)
                 continue
-            if self.swaps.collides(target, decision.stop):
+            if self.swaps.collides(target, decision.evict):
                 await self._park(swap, "collides with a swap under way", None)
                 continue
             # 12.
@@ -315,7 +334,7 @@ class Scheduler(Generic[H]):
                     await self._park(swap, f"behind the swap to {ahead} in the queue", None)
                     continue
             # 13.
-            swap.claimed(Claim(decision.stop, decision.placement))
+            swap.claimed(Claim(decision.stop, decision.placement, decision.sleep))
             self.effects.waiting(target, "", swap.turn.queued_at)
             return None
 
@@ -329,13 +348,15 @@ class Scheduler(Generic[H]):
             theirs = self.policy.decide(ask, Room(self._occupants(other.target)))
             if not isinstance(theirs, MakeRoom):
                 continue
-            if self.stops.under_way(other.target) or self.swaps.collides(other.target, theirs.stop):
+            if self.stops.under_way(other.target) or self.swaps.collides(
+                other.target, theirs.evict
+            ):
                 continue
             if (
                 other.target == swap.target
-                or other.target in mine.stop
-                or swap.target in theirs.stop
-                or theirs.stop & mine.stop
+                or other.target in mine.evict
+                or swap.target in theirs.evict
+                or theirs.evict & mine.evict
             ):
                 return other.target
         return None
@@ -361,6 +382,26 @@ class Scheduler(Generic[H]):
         finally:
             reading.cancel()
 
+    def _waking_on_its_gpus(self, target: str) -> ModelConfig | None:
+        """The target's definition; an asleep one placed by memory may be placed only on the
+        GPUs its process holds (it wakes where it sleeps)."""
+        model = self.config.models.get(target)
+        rec = self.records.get(target)
+        if model is None or rec is None or rec.state != ModelState.ASLEEP or not model.gpus_auto:
+            return model
+        held = rec.model.gpus if rec.model is not None else None
+        return msgspec.structs.replace(model, gpus_allowed=held) if held else model
+
+    def _read_with(self, target: str) -> list[Occupant]:
+        """What a GPU reading attributes memory to: the occupants, and a target with a process
+        (asleep), whose residual is its own, not a stranger's."""
+        occupants = list(self._occupants(target).values())
+        rec = self.records.get(target)
+        if rec is not None and rec.handle is not None:
+            model = rec.model or self.config.models.get(target)
+            occupants.append(room.occupant(target, model, rec.state, rec.handle, self.readings))
+        return occupants
+
     def _occupants(self, target: str | None) -> dict[str, Occupant]:
         return room.occupants(
             self.config, self.swaps.claims(), self.records.values(), self.readings, target
@@ -382,6 +423,35 @@ class Scheduler(Generic[H]):
         """Drain and stop one model (TTL, reload; joins a stop under way); nothing when it is
         not loaded."""
         await self.stops.stop(model_id, Stop(cause))
+
+    async def idle(self, model_id: str, cause: StopCause) -> None:
+        """Take an idle model out of the GPU the way its setting says (its TTL ran out): put it
+        to sleep when it has a sleep setting, stop it otherwise."""
+        model = self.config.models.get(model_id)
+        if model is not None and model.sleep is not None:
+            await self.stops.sleep(model_id, Stop(cause))
+        else:
+            await self.stops.stop(model_id, Stop(cause))
+
+    async def sleep(self, model_id: str, cause: StopCause = StopCause.SLEEP) -> ModelState:
+        """Put one model to sleep on request (`swapd sleep`, the Sleep button): drained, then
+        asleep (or stopped, when its sleep fails). Returns the state it ended in. A model
+        without a sleep setting is 400 `cannot_sleep`; one that is not running, 409."""
+        model = self.config.models.get(model_id)
+        if model is None:
+            raise ModelNotFound(f"no local model {model_id!r}")
+        if model.sleep is None:
+            raise CannotSleep(
+                f"model {model_id} has no sleep setting (docs/configuration.md, sleep): it can "
+                "be unloaded, not put to sleep"
+            )
+        rec = self.record(model_id)
+        if rec.state in (ModelState.STARTING, ModelState.WAKING) or self.swaps.get(model_id):
+            raise NotRunning(f"model {model_id} is starting; put it to sleep once it is ready")
+        if rec.state not in LOADED_STATES:
+            raise NotRunning(f"model {model_id} is not running; there is nothing to put to sleep")
+        await self.stops.sleep(model_id, Stop(cause))
+        return self.record(model_id).state
 
     async def unload(self, model_id: str | None, cause: StopCause = StopCause.UNLOAD) -> list[str]:
         """Stop one model (by id) or, with None, every loaded one. Returns the ids stopped.
@@ -421,9 +491,10 @@ class Scheduler(Generic[H]):
 
     # ------------------------------------------------------------------------ outside events
 
-    def adopt(self, model: ModelConfig, handle: H) -> None:
-        """A process that already runs (found in circusd after a daemon restart) is ready."""
-        self.starts.adopted(model, handle)
+    def adopt(self, model: ModelConfig, handle: H, *, asleep: bool = False) -> None:
+        """A process that already runs (found in circusd after a daemon restart) is ready, or
+        asleep (the last daemon put it to sleep)."""
+        self.starts.adopted(model, handle, asleep=asleep)
 
     def adopt_when_healthy(
         self, model: ModelConfig, waiting: Coroutine[object, object, H | None]
@@ -483,7 +554,10 @@ class Scheduler(Generic[H]):
             if swap.phase is Phase.STARTING and start is not None and outdated(start.model):
                 swap.restarting()
                 restarted.append(swap.target)
-        await asyncio.gather(*(self.stops.stop(m, Stop(StopCause.RELOAD)) for m in stop))
+        # A wake aborted above stops its (asleep) process itself, and its swap starts the new
+        # definition: stopping it here too would stop that new start.
+        stopping = [m for m in stop if m not in restarted]
+        await asyncio.gather(*(self.stops.stop(m, Stop(StopCause.RELOAD)) for m in stopping))
         return restarted
 
     def replace_config(self, config: Config) -> None:

@@ -1,20 +1,25 @@
 """Starting models, the scheduler's first half: a start under way (or a process found starting
 after a daemon restart, awaited until healthy) with the states it goes through, how an aborted or
-failed start ends, and back-off after repeated failed starts."""
+failed start ends, and back-off after repeated failed starts; and waking an asleep model, which a
+failed wake turns into a stop and a cold start."""
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable, Coroutine
 from typing import Generic
 
 from ...ipc.causes import StopCause
+from ...ipc.routing_table import SleepSetting
 from ...ipc.states import ModelState
 from ..config import ModelConfig
-from ..errors import BackingOff, EnsureError, StartFailed
+from ..errors import BackingOff, DaemonError, EnsureError, StartFailed
 from .model_table import ModelTable
 from .records import Effects, H, ModelRecord, Stop
 from .swap import Phase, Start, Swap
+
+log = logging.getLogger("swapd.scheduler")
 
 BACKOFF_AFTER = 3
 BACKOFF_BASE = 5.0
@@ -60,6 +65,12 @@ class Starts(Generic[H]):
             if adopting is not None:
                 adopting.close()
             return rec.handle
+        if rec.state == ModelState.ASLEEP and adopting is None:
+            woken = await self._wake(swap, rec, model)
+            if not isinstance(woken, _FellBack):
+                return woken
+            if swap.abort is not None:
+                return None  # unloaded while its wake fell back: no cold start
         rec.adopted = adopting is not None
         models.set(rec, ModelState.STARTING, "adopting" if adopting is not None else "")
         starter = adopting if adopting is not None else self._start(model)
@@ -104,13 +115,72 @@ class Starts(Generic[H]):
         models.set(rec, ModelState.READY, "adopted" if adopting is not None else "")
         return handle
 
-    def adopted(self, model: ModelConfig, handle: H) -> None:
-        """A process that already runs (found in circusd after a daemon restart) is ready."""
+    def adopted(self, model: ModelConfig, handle: H, *, asleep: bool = False) -> None:
+        """A process that already runs (found in circusd after a daemon restart) is ready, or
+        asleep (with the sleep setting it has now: its wake sends those calls)."""
         rec = self.models.record(model.id)
         rec.handle = handle
         rec.model = model
         rec.adopted = True
-        self.models.set(rec, ModelState.READY, "adopted")
+        if asleep and model.sleep is not None:
+            rec.asleep_with = model.sleep
+            self.models.set(rec, ModelState.ASLEEP, "adopted asleep")
+        else:
+            self.models.set(rec, ModelState.READY, "adopted")
 
     async def _start(self, model: ModelConfig) -> H | None:
         return await self.effects.start(model)
+
+    async def _wake(
+        self, swap: Swap[H], rec: ModelRecord[H], model: ModelConfig
+    ) -> H | _FellBack | None:
+        """Wake an asleep model: its handle once ready; None when an unload, a shutdown or a
+        reload aborted the wake (which stopped its process); `_FELL_BACK` when the wake failed
+        and the model was stopped (the caller starts it cold)."""
+        models = self.models
+        handle = rec.handle
+        assert handle is not None
+        setting = rec.asleep_with or model.sleep
+        if setting is None:  # cannot happen: asleep only with a setting
+            setting = SleepSetting(sleep=())
+        models.set(rec, ModelState.WAKING, "")
+        task = asyncio.get_running_loop().create_task(
+            self.effects.wake(rec.id, handle, rec.model, setting)
+        )
+        swap.starting(Start(rec.model or model, task))
+        try:
+            await task
+        except asyncio.CancelledError:
+            this = asyncio.current_task()
+            aborted = swap.phase in (Phase.ABORTED, Phase.RESTARTING)
+            rec.handle = rec.asleep_with = None
+            if not aborted or (this is not None and this.cancelling()):
+                models.set(rec, ModelState.STOPPED, "wake cancelled", Stop(StopCause.SHUTDOWN))
+                raise
+            why = Stop(swap.abort.cause if swap.abort is not None else StopCause.RELOAD)
+            models.set(rec, ModelState.STOPPED, f"wake aborted: {why.text}", why)
+            return None
+        except Exception as exc:
+            words = exc.message if isinstance(exc, DaemonError) else f"{type(exc).__name__}: {exc}"
+            failed = Stop(StopCause.WAKE_FAILED, detail=words)
+            log.warning("%s: %s", rec.id, failed.text)
+            models.set(rec, ModelState.STOPPING, failed.text, failed)
+            try:
+                await self.effects.stop(rec.id, handle, rec.model, start_follows=True)
+            except Exception:
+                log.exception("%s: stop after a failed wake failed", rec.id)
+            rec.handle = rec.asleep_with = None
+            models.set(rec, ModelState.STOPPED, failed.text, failed)
+            return _FELL_BACK
+        finally:
+            swap.started()
+        rec.asleep_with = None
+        models.set(rec, ModelState.READY, "woken")
+        return handle
+
+
+class _FellBack:
+    """`_wake`'s answer when the wake failed and the model was stopped: start it cold."""
+
+
+_FELL_BACK = _FellBack()

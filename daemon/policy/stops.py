@@ -1,7 +1,8 @@
 """Stopping models, the scheduler's second half: one stop per model (a drain, then the process
-taken down), joined by whoever else wants it stopped; collation, which takes a model back from a
-swap's drain when a request for it comes first; and a process that exited on its own (a crash),
-cleaned up like a stop.
+taken down), joined by whoever else wants it stopped; putting models to sleep the same way (a
+drain, then the server told to give its GPU memory back, its process kept), falling back to a
+stop when the sleep fails; collation, which takes a model back from a swap's drain when a request
+for it comes first; and a process that exited on its own (a crash), cleaned up like a stop.
 
 A stop that a swap began is collatable: within that swap's collation window a request for the
 model cancels the drain, the model serves again, and the swap queues again (`take_back`). Only
@@ -13,14 +14,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 from collections import Counter
 from typing import Generic
 
 from ...ipc import exits
 from ...ipc.causes import StopCause
+from ...ipc.routing_table import SleepSetting
 from ...ipc.states import LOADED_STATES, ModelState
 from ..config import ModelConfig
+from ..errors import DaemonError
 from .changes import Changes
 from .model_table import ModelTable
 from .records import Effects, H, ModelRecord, Stop
@@ -50,6 +54,8 @@ class Stops(Generic[H]):
         self._collatable: set[str] = set()
         # Models an unload is stopping: ensures for them wait, then start them again.
         self.unloading: Counter[str] = Counter()
+        # Models whose take-down under way ends asleep (a sleep), not stopped.
+        self._to_sleep: set[str] = set()
 
     def under_way(self, model_id: str) -> bool:
         """Whether `model_id` is being stopped (or an unload is about to stop it)."""
@@ -69,18 +75,22 @@ class Stops(Generic[H]):
     # ------------------------------------------------------------------------------- stop
 
     async def stop(self, model_id: str, stop: Stop, *, collatable: bool = False) -> None:
-        """Drain and stop one model (joins a stop already under way); nothing when it is not
-        loaded. `collatable`: a swap stops it, so a request for it may still take it back while
-        it drains (collation)."""
+        """Drain and stop one model (joins a stop already under way; after a sleep under way,
+        stops it asleep); nothing when it is not loaded. `collatable`: a swap stops it, so a
+        request for it may still take it back while it drains (collation). With `stop.sleep`,
+        put it to sleep instead (`sleep`)."""
         existing = self._stops.get(model_id)
         if existing is not None:
             if not collatable:
                 # An unload, a TTL or a reload wants it stopped too: no request takes it back.
                 self._collatable.discard(model_id)
+            sleeping = model_id in self._to_sleep
             await asyncio.shield(existing)
+            if sleeping and not stop.sleep:
+                await self.stop(model_id, stop)  # asleep now (or stopped): stop it
             return
         rec = self.models.record(model_id)
-        if rec.state == ModelState.STARTING:
+        if rec.state in (ModelState.STARTING, ModelState.WAKING):
             swap = self.swaps.get(model_id)
             if swap is not None and swap.task is not None:
                 with contextlib.suppress(Exception):
@@ -88,11 +98,20 @@ class Stops(Generic[H]):
             return await self.stop(model_id, stop)
         if rec.state not in LOADED_STATES or rec.handle is None:
             return
+        if stop.sleep and rec.state == ModelState.ASLEEP:
+            return
         task = asyncio.get_running_loop().create_task(self._stop(rec, stop))
         self._stops[model_id] = task
+        if stop.sleep:
+            self._to_sleep.add(model_id)
         if collatable:
             self._collatable.add(model_id)
         await asyncio.shield(task)
+
+    async def sleep(self, model_id: str, why: Stop, *, collatable: bool = False) -> None:
+        """Drain one model and put it to sleep (joins a sleep or a stop under way); stopped
+        instead when its sleep fails, or when its config has no sleep setting any more."""
+        await self.stop(model_id, dataclasses.replace(why, sleep=True), collatable=collatable)
 
     async def _stop(self, rec: ModelRecord[H], stop: Stop) -> None:
         try:
@@ -111,9 +130,15 @@ class Stops(Generic[H]):
                     return  # collation took the model back (`take_back` set it ready)
                 drain.result()
             self._collatable.discard(rec.id)
-            self.models.set(rec, ModelState.STOPPING, stop.text, stop)
             handle = rec.handle
             assert handle is not None
+            if stop.sleep:
+                failed = await self._sleep(rec, handle, stop)
+                if failed is None:
+                    return
+                stop = failed
+            rec.asleep_with = None
+            self.models.set(rec, ModelState.STOPPING, stop.text, stop)
             # A swap stopping this model starts its own target right after.
             follows = self.swaps.start_follows(rec.id)
             try:
@@ -126,7 +151,30 @@ class Stops(Generic[H]):
             if self._stops.get(rec.id) is asyncio.current_task():
                 del self._stops[rec.id]
                 self._collatable.discard(rec.id)
+                self._to_sleep.discard(rec.id)
             self.changes.fire()
+
+    async def _sleep(self, rec: ModelRecord[H], handle: H, why: Stop) -> Stop | None:
+        """Put a drained model to sleep: None once it is asleep, or why it must be stopped
+        instead (its sleep failed; its config has no sleep setting any more)."""
+        model = self.models.config.models.get(rec.id)
+        setting: SleepSetting | None = model.sleep if model is not None else None
+        if setting is None:
+            return dataclasses.replace(why, sleep=False)
+        self.models.set(rec, ModelState.SLEEPING, why.text, why)
+        try:
+            await self.effects.sleep(rec.id, handle, rec.model, setting)
+        except DaemonError as exc:
+            failed = Stop(StopCause.SLEEP_FAILED, why.for_model, detail=exc.message)
+        except Exception as exc:  # a bug in the machinery: still a stop, never a hang
+            log.exception("%s: sleep failed", rec.id)
+            failed = Stop(StopCause.SLEEP_FAILED, why.for_model, f"{type(exc).__name__}: {exc}")
+        else:
+            rec.asleep_with = setting
+            self.models.set(rec, ModelState.ASLEEP, why.text, why)
+            return None
+        log.warning("%s: %s", rec.id, failed.text)
+        return failed
 
     # -------------------------------------------------------------------------- collation
 
@@ -155,13 +203,13 @@ class Stops(Generic[H]):
     # ---------------------------------------------------------------------------- cleanup
 
     def exited(self, model_id: str, pid: int, exit_code: int | None) -> bool:
-        """A ready model's process `pid` died on its own: True when it was its own (then it is
-        `stopped`, and its leftover watcher is cleaned up like a stop; a new start of the model
-        waits for that)."""
+        """A ready (or asleep) model's process `pid` died on its own: True when it was its own
+        (then it is `stopped`, and its leftover watcher is cleaned up like a stop; a new start of
+        the model waits for that)."""
         rec = self.models.records.get(model_id)
         if rec is None or rec.handle is None or rec.handle.pid != pid:
             return False
-        if rec.state != ModelState.READY or model_id in self._stops:
+        if rec.state not in (ModelState.READY, ModelState.ASLEEP) or model_id in self._stops:
             return False
         # By a signal: that is the cause; by its own exit code: it gave up on its own.
         ended = (
@@ -172,7 +220,7 @@ class Stops(Generic[H]):
         crash = Stop(StopCause.CRASH, detail=f"process {pid} {ended}")
         log.warning("%s: %s", model_id, crash.text)
         handle, model = rec.handle, rec.model
-        rec.handle = None
+        rec.handle = rec.asleep_with = None
         self.models.set(rec, ModelState.STOPPED, crash.text, crash)
         self._clean_up(model_id, handle, model)
         return True

@@ -5,13 +5,18 @@
   QUEUED ───────▶ CLAIMED ─────────────────────▶ STOPPING ───────────────────▶ STARTING ──▶ done
     ▲               │ (nothing to stop)              │                           ▲  │
     │               └────────────────────────────────┼───────────────────────────┘  │
-    ├── a request took back a model it was stopping ─┘                              │
+    ├── a request took back a model it was stopping ─┤                              │
+    ├── it put models to sleep, placed by memory ────┘                              │
     ├── an adopted process did not become healthy ──────────────────────────────────┤
     └── RESTARTING ◀── a reload changed the definition being started ───────────────┘
 
   any phase ──▶ ABORTED: answered otherwise (unloaded, swapd shutting down); it still stops
                 what it started, and ends.
 ```
+
+STOPPING puts the evictees with a sleep setting to sleep (`Claim.sleep`) rather than stopping
+them; placed by memory, the swap then decides again with them asleep at their residual. STARTING
+wakes an asleep target rather than starting it (a wake that fails starts it cold, still STARTING).
 
 Each phase holds only what it needs: a queued swap its waits (what it was asked, when it last
 yielded), a claim (CLAIMED to RESTARTING) the models it stops and where its target runs, a start
@@ -83,10 +88,17 @@ class Waits:
 
 @dataclass(frozen=True)
 class Claim:
-    """The models a swap stops (`evict`) and where its target runs (placement by memory)."""
+    """The models a swap stops (`evict`), those it puts to sleep (`sleep`), and where its target
+    runs (placement by memory)."""
 
     evict: frozenset[str]
     placement: Placement | None = None
+    sleep: frozenset[str] = frozenset()
+
+    @property
+    def taken(self) -> frozenset[str]:
+        """Every model it takes out of the way, stopped or put to sleep."""
+        return self.evict | self.sleep
 
     @property
     def gpus(self) -> tuple[str, ...] | None:
@@ -153,8 +165,8 @@ class Swap(Generic[H]):
         return self._abort
 
     def holds(self, model_id: str) -> bool:
-        """Whether it claimed `model_id` to stop it."""
-        return self._claim is not None and model_id in self._claim.evict
+        """Whether it claimed `model_id` to stop it or put it to sleep."""
+        return self._claim is not None and model_id in self._claim.taken
 
     # --------------------------------------------------------------------------- transitions
 
@@ -171,7 +183,10 @@ class Swap(Generic[H]):
         self._to(Phase.STOPPING)
 
     def starting(self, start: Start[H]) -> None:
-        self._to(Phase.STARTING)
+        if self._phase is Phase.STARTING and self._start is None:
+            pass  # a wake failed (its start ended): the cold start that follows, same phase
+        else:
+            self._to(Phase.STARTING)
         self._start = start
 
     def started(self) -> None:

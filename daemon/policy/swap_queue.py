@@ -44,7 +44,7 @@ class SwapQueue(Generic[H]):
         return [s for s in self._swaps.values() if s.claim is not None]
 
     def evicting(self, model_id: str) -> bool:
-        """Whether a swap claimed `model_id` to stop it."""
+        """Whether a swap claimed `model_id` to stop it or put it to sleep."""
         return any(s.holds(model_id) for s in self._swaps.values())
 
     def start_follows(self, model_id: str) -> bool:
@@ -56,12 +56,13 @@ class SwapQueue(Generic[H]):
         return [s for s in self._swaps.values() if s.phase is Phase.STOPPING and s.holds(model_id)]
 
     def collides(self, target: str, evict: frozenset[str]) -> bool:
-        """Whether a claimed swap stops `target` or one of `evict`, or targets one of `evict`."""
+        """Whether a claimed swap stops (or puts to sleep) `target` or one of `evict`, or targets
+        one of `evict`."""
         for other in self._swaps.values():
             claim = other.claim
             if other.target == target or claim is None:
                 continue
-            if target in claim.evict or other.target in evict or claim.evict & evict:
+            if target in claim.taken or other.target in evict or claim.taken & evict:
                 return True
         return False
 

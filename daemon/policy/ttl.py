@@ -5,13 +5,18 @@ REPORT_GRACE of its last report or Ready reply. A model whose `busyCheck` finds 
 too: `held` is infinite while it is busy, then the time it turned idle (`policy/busy_board.py`).
 
 A request may set how long the current run stays loaded in place of `ttl` (Ollama's
-`keep_alive`, `ProxyRegistry.keep`): that many seconds, 0 as soon as it is idle, or never."""
+`keep_alive`, `ProxyRegistry.keep`): that many seconds, 0 as soon as it is idle, or never.
+
+A model with a sleep setting goes to sleep when its TTL runs out (the daemon's chores ask the
+scheduler to `idle` it), and an asleep one is stopped once it has been asleep and unused for its
+`sleep.stopAfter` (0: never): `stop_left`, `asleep_due`."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
 
+from ...ipc.routing_table import SleepSetting
 from ...ipc.states import ModelState
 from ...ipc.timings import REPORT_GRACE
 from ..config import Config, ModelConfig
@@ -80,4 +85,27 @@ def due(
         rec.id
         for rec in records
         if ttl_left(rec, config, registry, now, held(rec.id) if held else 0.0) == 0.0
+    ]
+
+
+def stop_left(
+    rec: ModelRecord[H], setting: SleepSetting, registry: ProxyRegistry, now: float | None = None
+) -> float | None:
+    """Seconds until an asleep model is stopped for its `stopAfter`; None: never (or awake).
+    Counted from when it fell asleep or its last request, whichever came later."""
+    if rec.state != ModelState.ASLEEP or setting.stop_after <= 0:
+        return None
+    now = registry.wall() if now is None else now
+    since = max(rec.since, registry.last_activity.get(rec.id, 0.0))
+    return max(0.0, setting.stop_after - (now - since))
+
+
+def asleep_due(
+    records: list[ModelRecord[H]], registry: ProxyRegistry, now: float | None = None
+) -> list[str]:
+    """The asleep models whose `stopAfter` ran out."""
+    return [
+        rec.id
+        for rec in records
+        if rec.asleep_with is not None and stop_left(rec, rec.asleep_with, registry, now) == 0.0
     ]

@@ -2,8 +2,8 @@
 
 Unlisted models are hidden (they stay requestable); with `includeAliasesInList` each alias gets its
 own entry; peer models appear as `<peer>/<model>`. `status.value` says whether a local model is
-loaded in llama.cpp's router's words (`loading`, `loaded`, `unloaded`; `failed: true` after a
-failed start), so that router's clients read it; peer models are always `unloaded`.
+loaded in llama.cpp's router's words (`loading`, `loaded`, `sleeping`, `unloaded`; `failed: true`
+after a failed start), so that router's clients read it; peer models are always `unloaded`.
 `meta.llamaswap` keeps llama-swap's shape so tools written for it keep working.
 """
 
@@ -75,10 +75,14 @@ def _selector_entry(
 
 
 def status_value(state: ModelState) -> str:
-    """`status.value` in llama.cpp's router's words: `loading` while it starts, `loaded` while
-    a process serves (or is being stopped), `unloaded` otherwise."""
-    if state == ModelState.STARTING:
+    """`status.value` in llama.cpp's router's words: `loading` while it starts (or wakes),
+    `sleeping` while asleep (its router's word for a child that gave its memory back and wakes on
+    the next request), `loaded` while a process serves (or is being stopped or put to sleep),
+    `unloaded` otherwise."""
+    if state in (ModelState.STARTING, ModelState.WAKING):
         return "loading"
+    if state == ModelState.ASLEEP:
+        return "sleeping"
     return "loaded" if state in LOADED_STATES else "unloaded"
 
 

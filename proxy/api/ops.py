@@ -1,4 +1,4 @@
-"""Operations endpoints: `/health`, `/running`, loading and unloading."""
+"""Operations endpoints: `/health`, `/running`, loading, unloading and putting to sleep."""
 
 from __future__ import annotations
 
@@ -8,11 +8,12 @@ import msgspec
 from aiohttp import web
 
 from ...ipc.messages import Error, Ok, Status, StatusReply
+from ...ipc.model_status import ModelStatus
 from ...ipc.routing_table import RouteModel
 from ...ipc.states import ModelState
 from ..context import CTX, ProxyContext
 from ..errors import BadGateway, BadRequest, NotFound, ProxyError
-from ..mirror.state import Routes
+from ..mirror.state import ModelRuntime, Routes
 from ..mirror.wait import routes_of
 from ..observe.events import HUB_KEY
 from ..observe.llama_view import llama_state
@@ -55,7 +56,9 @@ async def handle_running(request: web.Request) -> web.Response:
     `stopping`), with its fields (`model`, `state`, `cmd`, `proxy`, `ttl`, `name`,
     `description`); and swapd's own beside them: `swapd_state`, the TTL left as the daemon counts
     it, pid, port, GPUs; failed starts under `failed`; the GPUs (total, used, free, reserved) as
-    the daemon reads them; this proxy process's counters under `"proxy"`."""
+    the daemon reads them; the asleep models (their process kept, their GPU memory given back)
+    under `asleep`, with what each still holds and its last sleep and wake; this proxy process's
+    counters under `"proxy"`."""
     ctx = request.app[CTX]
     await routes_of(ctx)
     reply = await daemon_status(ctx)
@@ -65,10 +68,13 @@ async def handle_running(request: web.Request) -> web.Response:
     live = None if reply is None else {m.model: m for m in reply.models}
     running = []
     failed = []
+    asleep: list[dict[str, object]] = []
     for rt in sorted(ctx.state.runtimes.values(), key=lambda r: r.id):
         status = rt.status
         if rt.state == "failed":
             failed.append({"model": rt.id, "reason": status.reason, "since": status.since})
+        if rt.state == ModelState.ASLEEP:
+            asleep.append(_asleep_item(rt, live.get(rt.id) if live is not None else None))
         if llama_state(rt.state) == "stopped":
             continue
         now = live.get(rt.id) if live is not None else None
@@ -97,6 +103,9 @@ async def handle_running(request: web.Request) -> web.Response:
         busy = now.busy if now is not None else status.busy
         if busy is not None:  # its busyCheck's last finding
             item["busy"] = msgspec.structs.asdict(busy)
+        sleep = now.sleep if now is not None else status.sleep
+        if sleep is not None:  # its sleep setting: its last sleep and wake
+            item["sleep"] = msgspec.to_builtins(sleep)
         running.append(item)
     # A stopped model's port still in use (CONTRACTS C1), whatever its state.
     lingering = [
@@ -108,6 +117,7 @@ async def handle_running(request: web.Request) -> web.Response:
         body=_encode(
             {
                 "running": running,
+                "asleep": asleep,
                 "failed": failed,
                 "lingering": lingering,
                 # Each GPU's memory (NVML) and what placement reserved on it; absent when the
@@ -118,6 +128,23 @@ async def handle_running(request: web.Request) -> web.Response:
         ),
         content_type="application/json",
     )
+
+
+def _asleep_item(rt: ModelRuntime, now: ModelStatus | None) -> dict[str, object]:
+    """An asleep model, as the daemon's answer has it now (`stop_left` counts down), else as the
+    mirror does."""
+    status = now or rt.status
+    item: dict[str, object] = {
+        "model": rt.id,
+        "state": rt.state,
+        "since": status.since,
+        "pid": status.pid,
+        "port": status.port,
+        "gpus": list(status.gpus),
+    }
+    if status.sleep is not None:
+        item["sleep"] = msgspec.to_builtins(status.sleep)
+    return item
 
 
 async def unload(ctx: ProxyContext, model: str | None) -> None:
@@ -211,4 +238,27 @@ async def handle_unload_one(request: web.Request) -> web.Response:
     await unload(ctx, route.id)
     return web.Response(
         body=_encode({"msg": "ok", "model": route.id}), content_type="application/json"
+    )
+
+
+async def handle_sleep(request: web.Request) -> web.Response:
+    """`POST /api/models/sleep/<id or alias>` (and llmsnap's `/models/sleep/<id>`): put the model
+    to sleep through its server's own calls and answer once it is asleep: `{"msg": "ok",
+    "model", "state": "asleep"}`. A sleep that failed stopped the model instead: 502 with why.
+    A model without a sleep setting is 400 `cannot_sleep`; one that is not running, 409."""
+    ctx = request.app[CTX]
+    routes = await routes_of(ctx)
+    route = local_model(routes, request.match_info["model"])
+    reply = await ctx.link.sleep(route.id)
+    if isinstance(reply, Error):
+        raise ProxyError.from_reply(reply)
+    if not isinstance(reply, Ok):
+        raise BadGateway(f"unexpected reply from the daemon: {type(reply).__name__}")
+    if reply.message != ModelState.ASLEEP:
+        rt = ctx.state.runtimes.get(route.id)
+        why = rt.status.reason if rt is not None and rt.status.reason else "see its log"
+        raise BadGateway(f"model {route.id} did not fall asleep and was stopped: {why}")
+    return web.Response(
+        body=_encode({"msg": "ok", "model": route.id, "state": ModelState.ASLEEP}),
+        content_type="application/json",
     )

@@ -1,4 +1,4 @@
-"""The proxy's side of the daemon conversation: requests (ensure, unload, snapshot) and casts
+"""The proxy's side of the daemon conversation: requests (ensure, unload, sleep, snapshot) and casts
 (hello, activity, drained), over one `DaemonClient` DEALER.
 
 Casts are fire-and-forget and never awaited on a request's path; `ensure` has no timeout of its
@@ -30,6 +30,7 @@ from ...ipc.messages import (
     Ready,
     Reply,
     Request,
+    Sleep,
     Unload,
 )
 from .state import ProxyState
@@ -95,6 +96,9 @@ class DaemonLink:
 
     async def unload(self, model: str | None) -> Reply:
         return await self._until_answered(lambda i: Unload(id=i, model=model))
+
+    async def sleep(self, model: str) -> Reply:
+        return await self._until_answered(lambda i: Sleep(id=i, model=model))
 
     # --- casts -----------------------------------------------------------------------------------
     def cast_soon(self, message: msgspec.Struct) -> None:

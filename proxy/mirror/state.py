@@ -23,7 +23,7 @@ from ...ipc import aliases
 from ...ipc.messages import Draining, Event, SnapshotReply, StateChanged, TableChanged
 from ...ipc.model_status import ModelStatus
 from ...ipc.routing_table import RouteModel, RoutePeer, RouteSelector, RoutingTable
-from ...ipc.states import SERVING_STATES, ModelState
+from ...ipc.states import DOZING_STATES, SERVING_STATES, ModelState
 from ..routing.matching import compile_path_pattern
 from ..upstream.address import NOWHERE, UpstreamAddress
 from .changes import Applied, Changes
@@ -164,6 +164,12 @@ class ProxyState:
         """Whether `model_id` is hot in this process (the route decision's `Ready`)."""
         rt = self.runtimes.get(model_id)
         return rt is not None and rt.hot
+
+    def dozing(self, model_id: str) -> bool:
+        """Whether `model_id` sleeps, falls asleep or wakes: its process runs without its GPU
+        memory (the route decision's `dozing`)."""
+        rt = self.runtimes.get(model_id)
+        return rt is not None and rt.state in DOZING_STATES
 
     def apply_snapshot(self, reply: SnapshotReply) -> None:
         if reply.instance != self.instance:

@@ -8,7 +8,11 @@ states map onto that set by what they mean to such a client:
 * `failed` is `stopped`: llama-swap returns a failed start to `stopped`, and the next request (or
   the UI's Load) tries again, as swapd's does;
 * `draining` is `stopping`: the model admits nothing new and stops once its requests are done
-  (llama-swap has no drain; its evictee goes straight to `stopping`).
+  (llama-swap has no drain; its evictee goes straight to `stopping`);
+* `sleeping` is `stopping` and `asleep` is `stopped`: the model gives its GPU memory back and a
+  request (or the UI's Load) brings it back, as for a stopped one; `waking` is `starting`.
+  Beside `state`, `sleepMode` says whether it can sleep, as llmsnap (llama-swap's fork with
+  sleep) says it: `enable` or `disable`.
 
 swapd's own state stays beside it, as `swapd_state`, and in swapd's own endpoints
 (`/api/status`, `swapd status`)."""
@@ -30,9 +34,9 @@ _LLAMA_STATES: dict[str, str] = {
     ModelState.STOPPING: "stopping",
     ModelState.FAILED: "stopped",
     # A model put to sleep keeps its process but not its GPU memory: a request wakes it.
-    "sleeping": "stopping",
-    "asleep": "stopped",
-    "waking": "starting",
+    ModelState.SLEEPING: "stopping",
+    ModelState.ASLEEP: "stopped",
+    ModelState.WAKING: "starting",
 }
 
 
@@ -52,6 +56,7 @@ def model_item(route: RouteModel, state: str) -> dict[str, Any]:
         "swapd_state": state,
         "unlisted": route.unlisted,
         "peerID": "",
+        "sleepMode": "enable" if route.sleep is not None else "disable",
     }
     if route.aliases:
         item["aliases"] = list(route.aliases)

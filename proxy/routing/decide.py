@@ -12,6 +12,13 @@ The passthrough rules (`/upstream/` and `/comfyui/`), for a local model:
   patterns on a GET) answers 409 while the model is not ready, and is forwarded outside admission
   (no slot, not in flight, not TTL activity) while it is ready;
 * anything else is admitted like a model request, starting the model if it must.
+
+A model whose sleep setting keeps its server serving while asleep (ComfyUI's: `servesAsleep`)
+has one more rule: while it sleeps (`sleeping`, `asleep`, `waking`), a GET or HEAD and a
+websocket upgrade are forwarded to its asleep server outside admission (its page, assets,
+websocket and polls need no GPU), so they neither wake it nor count as its use; any other
+request (a job's POST) is admitted, which wakes it. Without that setting, or while the model is
+stopped, the rules above are exactly as they were.
 """
 
 from __future__ import annotations
@@ -29,10 +36,16 @@ from . import comfyui, selectors
 from .model_routes import upstream_path
 
 UPSTREAM_PREFIX = "/upstream/"
+# What an asleep server that keeps serving (ComfyUI's) answers without waking: reads.
+_NO_GPU = frozenset({"GET", "HEAD"})
 IGNORED_PATH = "path matches upstream.ignorePaths"
 IGNORED_WEBSOCKET = "ignored websocket requests cannot start it"
 
 Ready = Callable[[str], bool]
+
+
+def _never(_model_id: str) -> bool:
+    return False
 
 
 @dataclass(slots=True)
@@ -105,7 +118,7 @@ def redirect_with_slash(ask: Ask, location: str) -> Redirect:
 # --------------------------------------------------------------------------------------------------
 
 
-def for_model(ask: Ask, routes: Routes, ready: Ready) -> Decision:
+def for_model(ask: Ask, routes: Routes, ready: Ready, dozing: Ready = _never) -> Decision:
     """A model route: the model named in the body or query, local first, then peers."""
     name = ask.model or ""
     # The active profile's pin comes first (before aliases and filters), and does not chain.
@@ -124,7 +137,7 @@ def for_model(ask: Ask, routes: Routes, ready: Ready) -> Decision:
     path_qs = upstream_path(ask.path) + ask.query
     if route is not None:
         rename = route.use_model_name or pinned
-        decision = _local(ask, route, path_qs, None, ready, rename, route.filters)
+        decision = _local(ask, route, path_qs, None, ready, rename, route.filters, dozing)
         if isinstance(decision, Serve):
             decision.rename_query = pinned is not None and route.use_model_name is None
             by_id = route.filters.set_params_by_id
@@ -137,7 +150,7 @@ def for_model(ask: Ask, routes: Routes, ready: Ready) -> Decision:
     return model_not_found(name)
 
 
-def for_upstream(ask: Ask, routes: Routes, ready: Ready) -> Decision:
+def for_upstream(ask: Ask, routes: Routes, ready: Ready, dozing: Ready = _never) -> Decision:
     """`/upstream/<model>/<path>`: the model (or peer model) the path names."""
     if routes.pins:
         pinned = _upstream_pin(routes.pins, ask.path)
@@ -159,10 +172,10 @@ def for_upstream(ask: Ask, routes: Routes, ready: Ready) -> Decision:
         assert peer is not None  # upstream_target only returns known names
         return _peer(ask, peer, rest + ask.query, None)
     reason = IGNORED_PATH if routes.path_ignored(urllib.parse.unquote(rest)) else None
-    return _local(ask, route, rest + ask.query, reason, ready, None, None)
+    return _local(ask, route, rest + ask.query, reason, ready, None, None, dozing)
 
 
-def for_comfyui(ask: Ask, routes: Routes, ready: Ready) -> Decision:
+def for_comfyui(ask: Ask, routes: Routes, ready: Ready, dozing: Ready = _never) -> Decision:
     """`/comfyui` and `/comfyui/<path>`: the local model `comfyui_auto`, by exact id only."""
     if ask.path == comfyui.PREFIX:
         return redirect_with_slash(ask, comfyui.PREFIX + "/")
@@ -171,7 +184,7 @@ def for_comfyui(ask: Ask, routes: Routes, ready: Ready) -> Decision:
         return Refuse(404, f"local model {COMFYUI_MODEL_ID} not found")
     rest = ask.path[len(comfyui.PREFIX) :]
     reason = comfyui.IGNORED_PATH if comfyui.is_ignored(ask.method, rest) else None
-    return _local(ask, route, rest + ask.query, reason, ready, None, None)
+    return _local(ask, route, rest + ask.query, reason, ready, None, None, dozing)
 
 
 def _upstream_pin(pins: dict[str, str], path: str) -> tuple[str, str] | None:
@@ -222,8 +235,13 @@ def _local(
     ready: Ready,
     rename: str | None,
     filters: Filters | None,
+    dozing: Ready = _never,
 ) -> Decision:
+    """`dozing`: whether a model is asleep (or falling asleep, or waking)."""
     serve = Serve(path_qs, route, None, rename, filters, False, True, ask.websocket)
+    if (ask.websocket or ask.method in _NO_GPU) and _serves_asleep(route) and dozing(route.id):
+        serve.admitted = False
+        return serve
     if ask.websocket and route.ignore_websockets:
         # The websocket rule answers first: an upgrade on any path, /ws included, is the
         # websocket case; the path rule is what also covers a plain GET to /ws.
@@ -235,6 +253,10 @@ def _local(
             return not_loaded(route.id, reason)
         serve.admitted = ask.websocket
     return serve
+
+
+def _serves_asleep(route: RouteModel) -> bool:
+    return route.sleep is not None and route.sleep.serves_asleep
 
 
 def _peer(ask: Ask, peer: PeerTarget, path_qs: str, named: str | None) -> Serve:

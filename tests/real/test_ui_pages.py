@@ -155,10 +155,12 @@ def test_the_model_page_shows_what_swapd_knows(chromium: Path, stack: Stack) -> 
         # Its swaps, as /api/swaps has them.
         swaps = [s for s in _get(stack, "/api/swaps")["swaps"] if s["model"] == "a"]
         page.wait_for_selector(f'{view} [data-role="swaps"] tr[data-swap="{swaps[-1]["id"]}"]')
-        # The sleep state's place, empty until swapd reports one; no busyCheck here.
+        # The sleep panel says it has no sleep setting (and there is no Sleep button); no
+        # busyCheck here.
         assert page.text_content(f'{view} [data-slot="sleep"]') == (
-            "Sleepthis swapd reports no sleep state"
+            "Sleepno sleep setting: it is stopped, never put to sleep"
         )
+        assert page.query_selector(f'{view} button[data-action="sleep"]') is None
         assert "no busyCheck reading" in (page.text_content(f'{view} [data-role="busy"]') or "")
         # Unload and Load from its page.
         page.click(f'{view} button[data-action="unload"]')

@@ -35,3 +35,25 @@ def test_gpu_placement_check_dry_run_prints_footprints_and_release_times() -> No
         timing = re.search(rf"^{name}\s+(\d+) ms\s+(\d+) ms$", out, re.M)
         assert timing is not None, out  # exit -> NVML lists no pid, exit -> used back
     assert "footprint 0.2 GiB on GPU 0 (placed by memory, from: measured)" in out
+
+
+def test_the_sleep_benchmarks_gpu_mode_dry_run_prints_each_presets_residual() -> None:
+    """benchmarks/sleep_swap.py --gpu is for a GPU host; `--fake` runs the stand-ins on the
+    fake GPU: each preset is loaded, put to sleep through swapd, and woken."""
+    script = REPO / "benchmarks" / "sleep_swap.py"
+    result = subprocess.run(
+        [sys.executable, str(script), "--gpu", "--fake"],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    out = result.stdout
+    for preset, awake, asleep in (
+        ("vllm", "8.00", "0.50"),
+        ("vllm-level2", "8.00", "0.50"),
+        ("comfyui", "6.00", "0.25"),
+    ):
+        row = rf"^  {re.escape(preset)}  awake\s+{awake} GiB, asleep\s+{asleep} GiB .* wake "
+        assert re.search(row, out, re.M), out

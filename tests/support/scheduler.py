@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from swapd.daemon.config import Config, GroupConfig, ModelConfig
+from swapd.daemon.errors import SleepFailed, WakeFailed
 from swapd.daemon.policy.eviction.contract import (
     BusyReading,
     Decision,
@@ -20,6 +21,7 @@ from swapd.daemon.policy.eviction.contract import (
 )
 from swapd.daemon.policy.records import Activity, ModelRecord
 from swapd.daemon.policy.scheduler import EnsureError, Scheduler
+from swapd.ipc.routing_table import SleepSetting
 from tests.support.models import Clock, model
 
 DEADLINE = 10.0
@@ -70,6 +72,13 @@ class FakeEffects:
         self.busy_readings: dict[str, BusyReading] = {}
         self.checked: list[frozenset[str]] = []
         self.gpu_room: Callable[[ModelConfig, Sequence[Occupant]], GpuRoom] | None = None
+        # Sleeps and wakes: held open with gates, failed on demand, and who is asleep now.
+        self.sleep_gates: dict[str, asyncio.Event] = {}
+        self.wake_gates: dict[str, asyncio.Event] = {}
+        self.sleep_fails: set[str] = set()
+        self.wake_fails: set[str] = set()
+        self.asleep: set[str] = set()
+        self.readings_seen: list[tuple[str, tuple[str, ...]]] = []  # (target, occupants read)
 
     def _enter(self, kind: str, model_id: str) -> None:
         self.log.append((kind, model_id))
@@ -79,7 +88,8 @@ class FakeEffects:
         return self._entered.setdefault((kind, model_id), asyncio.Event())
 
     async def entered(self, kind: str, model_id: str) -> None:
-        """Until a `kind` ("start", "drain", "stop") call for `model_id` reached the fake."""
+        """Until a `kind` ("start", "drain", "stop", "sleep", "wake") call for `model_id` reached
+        the fake."""
         await asyncio.wait_for(self._entry(kind, model_id).wait(), DEADLINE)
 
     # -------------------------------------------------------------------------------- effects
@@ -119,6 +129,39 @@ class FakeEffects:
         self._enter("stop", model_id)
         self.told.append((model_id, start_follows))
         self.running.discard(model_id)
+        self.asleep.discard(model_id)
+
+    async def sleep(
+        self, model_id: str, handle: Handle, m: ModelConfig | None, setting: SleepSetting
+    ) -> None:
+        self._enter("sleep", model_id)
+        gate = self.sleep_gates.get(model_id)
+        if gate is not None:
+            await gate.wait()
+        if model_id in self.sleep_fails:
+            raise SleepFailed(f"sleep call 1/1 POST {setting.sleep[0].endpoint} answered 500")
+        self.running.discard(model_id)
+        self.asleep.add(model_id)
+
+    async def wake(
+        self, model_id: str, handle: Handle, m: ModelConfig | None, setting: SleepSetting
+    ) -> None:
+        self._enter("wake", model_id)
+        assert model_id in self.asleep, f"{model_id} woken while not asleep"
+        gate = self.wake_gates.get(model_id)
+        if gate is not None:
+            try:
+                await gate.wait()
+            except asyncio.CancelledError:
+                # As the daemon's effects do: a cancelled wake stops its process.
+                self.log.append(("cancel", model_id))
+                self.asleep.discard(model_id)
+                raise
+        if model_id in self.wake_fails:
+            raise WakeFailed("wake call 1/1 POST /wake_up did not answer within 10s")
+        self.asleep.discard(model_id)
+        self.running.add(model_id)
+        self.max_running = max(self.max_running, len(self.running))
 
     def changed(self, record: ModelRecord[Handle], model: ModelConfig | None) -> None:
         self.states.append((record.id, record.state))
@@ -145,6 +188,7 @@ class FakeEffects:
 
     async def gpus(self, target: ModelConfig, occupants: Sequence[Occupant]) -> GpuRoom:
         assert self.gpu_room is not None, "a GPU reading without GPUs"
+        self.readings_seen.append((target.id, tuple(o.id for o in occupants)))
         return self.gpu_room(target, occupants)
 
 

@@ -1,4 +1,5 @@
-"""The `/comfyui/` ignored-path rule on its own (no processes): every path the seed page names.
+"""The `/comfyui/` ignored-path rule on its own (no processes): every path the seed page names;
+and, with the ComfyUI sleep preset's `servesAsleep`, what an asleep server answers without waking.
 
 The same rows run end to end through swapd in `test_comfyui_endpoint.py`; this table pins the
 matching itself (GET only, fixed patterns, query and escaping) cheaply and exhaustively."""
@@ -7,7 +8,10 @@ from __future__ import annotations
 
 import pytest
 
+from swapd.ipc.routing_table import HttpCall, RouteModel, RoutingTable, SleepSetting
+from swapd.proxy.mirror.state import Routes
 from swapd.proxy.routing.comfyui import IGNORED_PATH, is_ignored
+from swapd.proxy.routing.decide import Ask, Refuse, Serve, for_comfyui
 
 IGNORED = [
     "/scripts/app.js",
@@ -63,3 +67,78 @@ def test_the_rule_is_on_the_decoded_path() -> None:
 
 def test_the_reason_is_the_seed_fragment() -> None:
     assert IGNORED_PATH == "ignored ComfyUI paths cannot start it"
+
+
+# --------------------------------------------------------------- with sleep's `servesAsleep`
+
+
+def _routes(serves_asleep: bool | None) -> Routes:
+    sleep = None
+    if serves_asleep is not None:
+        sleep = SleepSetting(sleep=(HttpCall("/free"),), serves_asleep=serves_asleep)
+    route = RouteModel(
+        id="comfyui_auto",
+        concurrency_limit=999,
+        ttl=0,
+        ignore_websockets=True,
+        upstream="http://127.0.0.1:1",
+        sleep=sleep,
+    )
+    return Routes(RoutingTable(generation=1, models=(route,)))
+
+
+def _never(_: str) -> bool:
+    return False
+
+
+def _always(_: str) -> bool:
+    return True
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "websocket"),
+    [
+        ("GET", "/comfyui/", False),  # the page itself
+        ("GET", "/comfyui/scripts/app.js", False),
+        ("GET", "/comfyui/api/jobs", False),
+        ("GET", "/comfyui/api/queue", False),  # a poll not in the ignored list
+        ("HEAD", "/comfyui/", False),
+        ("GET", "/comfyui/ws", True),
+    ],
+)
+def test_an_asleep_server_that_keeps_serving_answers_reads_without_waking(
+    method: str, path: str, websocket: bool
+) -> None:
+    ask = Ask(method, path, "?clientId=x", websocket)
+    decision = for_comfyui(ask, _routes(serves_asleep=True), _never, _always)
+    assert isinstance(decision, Serve) and not decision.admitted
+
+
+@pytest.mark.parametrize("path", ["/comfyui/api/prompt", "/comfyui/api/interrupt"])
+def test_a_job_is_admitted_which_wakes_it(path: str) -> None:
+    decision = for_comfyui(Ask("POST", path), _routes(serves_asleep=True), _never, _always)
+    assert isinstance(decision, Serve) and decision.admitted
+
+
+@pytest.mark.parametrize("serves_asleep", [None, False])
+def test_without_it_the_seed_rules_stay_exactly_as_they_are(serves_asleep: bool | None) -> None:
+    routes = _routes(serves_asleep)
+    ws = for_comfyui(Ask("GET", "/comfyui/ws", "", True), routes, _never, _always)
+    asset = for_comfyui(Ask("GET", "/comfyui/scripts/app.js"), routes, _never, _always)
+    page = for_comfyui(Ask("GET", "/comfyui/"), routes, _never, _always)
+    assert ws == Refuse(
+        409,
+        "model comfyui_auto is not loaded; ignored websocket requests cannot start it",
+        "model_not_loaded",
+    )
+    assert asset == Refuse(
+        409, f"model comfyui_auto is not loaded; {IGNORED_PATH}", "model_not_loaded"
+    )
+    assert isinstance(page, Serve) and page.admitted  # the page starts it, as before
+
+
+def test_while_it_is_not_dozing_the_seed_rules_apply_even_with_it() -> None:
+    # Stopped (not asleep), a model whose sleep keeps serving follows the seed's rules.
+    routes = _routes(serves_asleep=True)
+    asset = for_comfyui(Ask("GET", "/comfyui/scripts/app.js"), routes, _never, _never)
+    assert isinstance(asset, Refuse) and asset.status == 409

@@ -169,3 +169,42 @@ def test_what_a_queued_swap_waits_for_and_the_wait_its_record_carries() -> None:
     assert log.swap_ended("c")  # told no claim here: it still waits for "busy: a" at its end
     log.waiting("d", "busy: a", 999.0)
     assert log.swap_ended("d") and log.waiting_now("d") is None
+
+
+def test_a_sleep_a_wake_and_a_failed_wake_are_records_of_their_own() -> None:
+    log, _, now = make()
+    swapped = {"cause": StopCause.SWAP, "for_model": "b"}
+    log.changed("a", "ready", "")
+    log.changed("a", "draining", "swapped out for b (asleep)", **swapped)
+    log.phase("a", "drain", 0.1)
+    log.changed("a", "sleeping", "swapped out for b (asleep)", **swapped)
+    log.phase("a", "sleep", 0.4)
+    now[0] += 0.5
+    log.changed("a", "asleep", "swapped out for b (asleep)", **swapped)
+    log.changed("b", "starting", "")
+    log.changed("b", "ready", "")
+    sleep, swap = log.records
+    assert (sleep.kind, sleep.cause, sleep.for_model) == ("sleep", "swap", "b")
+    assert sleep.phases == {"drain": 0.1, "sleep": 0.4}
+    # The sleep is folded into b's swap, as an evicted model's stop is.
+    assert (swap.kind, swap.evicted, swap.phases) == ("swap", ("a",), {"drain": 0.1, "sleep": 0.4})
+
+    log.wanted("a", StartCause.REQUEST)
+    log.changed("a", "waking", "")
+    log.phase("a", "wake", 0.2)
+    log.changed("a", "ready", "woken")
+    wake = log.records[-1]
+    assert (wake.kind, wake.cause, wake.result, wake.phases) == (
+        "wake",
+        "request",
+        "ok",
+        {"wake": 0.2},
+    )
+
+    failed = {"cause": StopCause.WAKE_FAILED}
+    log.changed("a", "asleep", "asked to sleep", cause=StopCause.SLEEP)
+    log.changed("a", "waking", "")
+    log.changed("a", "stopping", "its wake failed", **failed)
+    log.changed("a", "stopped", "its wake failed", **failed)
+    kinds = [(r.kind, r.result, r.cause) for r in list(log.records)[-2:]]
+    assert kinds == [("wake", "failed", "request"), ("stop", "ok", "wake_failed")]

@@ -37,7 +37,9 @@ class Occupant:
     # Its definition in the config now (None: a reload removed it), with `gpus` where it runs when
     # it was placed by memory.
     model: ModelConfig | None
-    state: ModelState  # STARTING too for a claimed target whose start has not begun
+    # STARTING too for a claimed target whose start has not begun; ASLEEP for a process that
+    # holds only its residual (what it keeps asleep: in `GpuRoom.used`).
+    state: ModelState
     pid: int | None = None  # its process, for the GPU readings (None: no process yet)
     in_flight: bool = False  # the proxies report requests in flight for it
     busy: BusyReading | None = None  # its busyCheck's last reading (None: none yet, or no check)
@@ -94,11 +96,20 @@ class Placement:
 
 @dataclass(frozen=True)
 class MakeRoom:
-    """Start the target once the models in `stop` have stopped (none: start it now)."""
+    """Start the target once the models in `stop` have stopped and those in `sleep` are asleep
+    (none: start it now)."""
 
     stop: frozenset[str] = frozenset()
     placement: Placement | None = None  # placement by memory; None: the target's own `gpus`
-    overdue: frozenset[str] = frozenset()  # busy models in `stop` whose swapWait is over
+    # Busy models in `stop` or `sleep` whose swapWait is over.
+    overdue: frozenset[str] = frozenset()
+    # Models with a sleep setting: put to sleep (their process kept) instead of stopped.
+    sleep: frozenset[str] = frozenset()
+
+    @property
+    def evict(self) -> frozenset[str]:
+        """Every model this makes room with, stopped or put to sleep."""
+        return self.stop | self.sleep
 
 
 @dataclass(frozen=True)
@@ -142,6 +153,11 @@ class EvictionPolicy(Protocol):
       The same ask and room give the same decision: the scheduler asks again at every change, and
       asks for other queued swaps too, to keep the queue's order.
     * it names only occupants (`room.occupants`), never the target.
+    * **sleep**: an occupant with a sleep setting (`Occupant.model.sleep`) that is awake is put
+      to sleep (`MakeRoom.sleep`) rather than stopped (`preemption.split`). An `asleep` occupant
+      holds only its residual: the policies of sets (one at a time, `gpus`, groups, matrix) do
+      not count it; placement by memory counts what NVML says it still uses, and stops it when
+      even that leaves no room.
     * **busy-ness is an input** (`Occupant.in_flight`, `Occupant.busy`, a state other than
       `ready`): a busy model is stopped only where the policy decides the swap waited long enough
       for it (`MakeRoom.overdue`); before that the decision is a `Wait`, with its reason and the

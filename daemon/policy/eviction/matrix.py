@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from ....ipc.states import ModelState
 from ...config import MatrixConfig, ModelConfig
 from .contract import Ask, Decision, Room
 from .gpu_sets import Overlap
@@ -29,7 +30,9 @@ class Matrix:
 
     def decide(self, ask: Ask, room: Room) -> Decision:
         target = ask.target
-        stop = solve(target.id, frozenset(room.occupants), self.matrix).evict
+        # An asleep model holds no room the sets count: the solver keeps sets with awake ones.
+        awake = frozenset(m for m, o in room.occupants.items() if o.state != ModelState.ASLEEP)
+        stop = solve(target.id, awake, self.matrix).evict
         if target.id not in self.named:
             stop = frozenset(
                 m for m in stop if not self.overlap.disjoint(target, room.occupants[m].model)

@@ -8,7 +8,11 @@ was reserved for each placed model's run):
 
 * a model placed by memory holds what was reserved for it, or what it uses when that is more;
 * a persistent model (a member of a persistent group) holds what it uses, and is never evicted;
-* any other model holds its GPUs whole (no `gpus`: every GPU), swapd's one-at-a-time meaning.
+* any other model holds its GPUs whole (no `gpus`: every GPU), swapd's one-at-a-time meaning;
+* an asleep model holds what it uses (its residual), whatever it was placed with, and is stopped
+  when even that leaves no room. An awake model with a sleep setting that the placement evicts
+  is put to sleep instead of stopped; the scheduler then reads the GPUs again and decides once
+  more, with it asleep at its residual.
 
 A model that is not ready, that has requests in flight, or whose busyCheck says busy is not
 evicted. When only busy models are in the way the swap waits, looking again every RETRY seconds
@@ -36,7 +40,7 @@ from .contract import (
 from .gpu_sets import normalize_gpu
 from .groups import memberships
 from .memory_fit import Fit, Request, Resident, place
-from .preemption import busy_check_wait
+from .preemption import busy_check_wait, split
 
 RETRY = 0.5
 
@@ -72,7 +76,8 @@ class ByMemory:
             room_made = busy_check_wait(frozenset(result.evict), ask, room)
             if isinstance(room_made, Wait):
                 return room_made
-            return MakeRoom(room_made.stop, placement, overdue=room_made.overdue)
+            made = MakeRoom(room_made.stop, placement, overdue=room_made.overdue)
+            return split(made, room)
         if not result.wait:
             return Refuse(result.reason)
         waited = target.health_check_timeout
@@ -85,6 +90,10 @@ class ByMemory:
         model = o.model
         persistent = o.id in self.persistent
         use = gpus.used.get(o.id, {})
+        if o.state == ModelState.ASLEEP:
+            # What it keeps asleep, as NVML reads it; never busy (a request for it wakes it
+            # through a swap of its own).
+            return Resident(o.id, dict(use), o.last_use, busy=False, persistent=persistent)
         if model is not None and model.gpus_auto:
             reserved = gpus.reserved.get(o.id, {})
             held = {g: max(reserved.get(g, 0), use.get(g, 0)) for g in {*reserved, *use}}

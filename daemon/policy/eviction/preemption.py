@@ -13,6 +13,10 @@ A policy names the models it must stop; this decides whether the swap stops them
    on its last reading (`Wait.check`); while the check reports work the swap waits, at most the
    model's `swapWait` from that reading, and then stops it anyway (`MakeRoom.overdue`).
 
+A policy's set also passes through sleep's rule (`split`): an asleep model holds no room a set
+policy counts, so it is left out; an awake model with a sleep setting is put to sleep instead of
+stopped.
+
 Pure, like the policies that call it.
 """
 
@@ -20,6 +24,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from ....ipc.states import ModelState
 from ....ipc.timings import REPORT_GRACE
 from .contract import Ask, Hold, MakeRoom, Room, Wait
 
@@ -29,14 +34,38 @@ BUSY_POLL = 0.1
 
 
 def make_room(stop: frozenset[str], ask: Ask, room: Room) -> MakeRoom | Wait:
-    """Both rules, in order, for a policy that names `stop`. While collation waits, the busy
-    models the swap already waits for stay held, and none is read again yet."""
+    """Both rules, in order, for a set policy that names `stop` (asleep models left out: they
+    hold no room it counts), then sleep's. While collation waits, the busy models the swap
+    already waits for stay held, and none is read again yet."""
+    stop = frozenset(m for m in stop if not _asleep(room, m))
     checked = busy_check_wait(stop, ask, room)
     waiting = collation_wait(stop, ask, room)
     if waiting is None:
-        return checked
+        return split(checked, room) if isinstance(checked, MakeRoom) else checked
     holding = checked.holding if isinstance(checked, Wait) else {}
     return replace(waiting, holding=holding)
+
+
+def split(made: MakeRoom, room: Room) -> MakeRoom:
+    """`made` with each awake model that has a sleep setting put to sleep instead of stopped."""
+    sleep = frozenset(m for m in made.stop if _sleeps(room, m))
+    if not sleep:
+        return made
+    return replace(made, stop=made.stop - sleep, sleep=made.sleep | sleep)
+
+
+def _asleep(room: Room, model_id: str) -> bool:
+    occupant = room.occupants.get(model_id)
+    return occupant is not None and occupant.state == ModelState.ASLEEP
+
+
+def _sleeps(room: Room, model_id: str) -> bool:
+    """An occupant that can be put to sleep: it has a sleep setting and is awake, or is going to
+    sleep already (a stop under way is joined as it is)."""
+    o = room.occupants.get(model_id)
+    if o is None or o.model is None or o.model.sleep is None:
+        return False
+    return o.state not in (ModelState.STOPPING, ModelState.ASLEEP)
 
 
 def collation_wait(stop: frozenset[str], ask: Ask, room: Room) -> Wait | None:
@@ -64,6 +93,7 @@ def busy_check_wait(stop: frozenset[str], ask: Ask, room: Room) -> MakeRoom | Wa
         if (o := room.occupants.get(m)) is not None
         and o.model is not None
         and o.model.busy_check is not None
+        and o.state != ModelState.ASLEEP  # an asleep server has no work to ask about
     ]
     unasked = frozenset(o.id for o in checked if o.id not in ask.asked)
     busy = [o for o in checked if o.busy is not None and o.busy.busy and o.id in ask.asked]

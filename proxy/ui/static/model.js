@@ -2,9 +2,9 @@
 // pid, port, GPUs and memory, TTL, busyCheck), `/v1/models` (name, capabilities, context length,
 // aliases, metadata), `/running` (its command, where the proxy lists it) and its log (the command
 // it was last started with, on swapd's own marker line); its log, streamed; its recent activity
-// with the daemon's totals and speed histograms for it; and its swaps.
-//
-// A slot for what a later version adds: `data-slot="sleep"`, the sleep state.
+// with the daemon's totals and speed histograms for it; and its swaps. A model with a sleep
+// setting has a Sleep button and a Sleep panel: what it still holds asleep (its residual, NVML's
+// reading once its memory dropped), its last sleep and wake, when `stopAfter` stops it.
 
 import { captureButton } from "./activity.js";
 import * as stats from "./activity_stats.js";
@@ -100,7 +100,9 @@ function head(item, entry) {
   const state = stateOf(item);
   const st = modelStatus(current);
   const remote = Boolean(item && item.peerID);
-  const loaded = ["starting", "ready", "draining", "stopping"].includes(state);
+  const loaded = ["starting", "ready", "draining", "stopping", "sleeping", "waking"].includes(state);
+  // Asleep, its process runs: Unload stops it, Load wakes it.
+  const running = loaded || state === "asleep";
   // Load is the explicit load (it answers once the model is ready, or with why it failed);
   // Unload answers once it stopped.
   const button = (action, label, path, disabled) => {
@@ -117,8 +119,11 @@ function head(item, entry) {
     });
     return node;
   };
-  const load = button("load", "Load", `/api/models/load/${encode(current)}`, loaded);
-  const unload = button("unload", "Unload", `/api/models/unload/${encode(current)}`, !loaded);
+  const load = button("load", state === "asleep" ? "Wake" : "Load", `/api/models/load/${encode(current)}`, loaded);
+  const unload = button("unload", "Unload", `/api/models/unload/${encode(current)}`, !running);
+  // Sleep: only for a model with a sleep setting, while it is ready.
+  const sleeps = (item && item.sleepMode === "enable") || Boolean(st && st.sleep);
+  const sleep = sleeps ? button("sleep", "Sleep", `/api/models/sleep/${encode(current)}`, state !== "ready") : null;
   const name = (item && item.name) || (entry && entry.name) || "";
   const description = (item && item.description) || (entry && entry.description) || "";
   fill(
@@ -132,6 +137,7 @@ function head(item, entry) {
     el("span", { class: "grow" }),
     el("a", { href: href("playground", current), "data-action": "playground", text: "Try in the Playground" }),
     remote ? null : load,
+    remote || !sleep ? null : sleep,
     remote ? null : unload,
   );
   fill(parts.sub, name && name !== current ? el("strong", { text: name }) : null, description ? ` ${description}` : null);
@@ -219,15 +225,33 @@ function renderBusy() {
   parts.busy.replaceChildren(el("dl", { class: "facts", "data-busy": b.busy ? "busy" : "idle" }, facts.filter(Boolean).flat()));
 }
 
+function secondsText(value) {
+  return value === null || value === undefined ? "–" : `${value.toFixed(2)} s`;
+}
+
 function renderSleep() {
   const st = modelStatus(current);
   const sleep = st ? st.sleep : undefined;
   if (sleep === undefined || sleep === null) {
-    parts.sleep.replaceChildren(el("p", { class: "hint", text: "this swapd reports no sleep state" }));
+    parts.sleep.replaceChildren(el("p", { class: "hint", text: "no sleep setting: it is stopped, never put to sleep" }));
     return;
   }
-  const facts = Object.entries(sleep).map(([k, v]) => fact(k, typeof v === "string" ? v : JSON.stringify(v)));
-  parts.sleep.replaceChildren(el("dl", { class: "facts" }, facts.flat()));
+  const asleep = st.state === "asleep";
+  const facts = [
+    fact("setting", sleep.preset ? `preset ${sleep.preset}` : "written out"),
+    asleep ? fact("holds asleep", sum(sleep.residual) ? perGpu(sleep.residual) : "nothing on the GPUs") : null,
+    sum(sleep.held_before) ? fact("held before its last sleep", perGpu(sleep.held_before)) : null,
+    fact("last sleep", secondsText(sleep.last_sleep_s)),
+    fact("last wake", secondsText(sleep.last_wake_s)),
+    fact("sleeps / wakes", `${sleep.sleeps} / ${sleep.wakes}`),
+    fact("stopped after", sleep.stop_after > 0 ? `${sleep.stop_after} s asleep and unused` : "never (stays asleep)"),
+    asleep && sleep.stop_left !== null && sleep.stop_left !== undefined
+      ? fact("stopped in", el("span", { "data-until": String(store.fetchedAt + sleep.stop_left), text: seconds(sleep.stop_left) }))
+      : null,
+    sleep.serves_asleep ? fact("asleep, its server", "still answers its page, websocket and polls") : null,
+    sleep.last_failure ? fact("last failure", el("span", { class: "reason", text: sleep.last_failure })) : null,
+  ];
+  parts.sleep.replaceChildren(el("dl", { class: "facts", "data-sleep": asleep ? "asleep" : "awake" }, facts.filter(Boolean).flat()));
 }
 
 function renderSwaps() {

@@ -1,5 +1,6 @@
-// The Models page: a card per model with its live state, Load / Unload, Unload all, and the
-// active profile (hidden when the proxy has no `/api/profiles`).
+// The Models page: a card per model with its live state, Load / Unload (and Sleep for a model
+// with a sleep setting), Unload all, and the active profile (hidden when the proxy has no
+// `/api/profiles`).
 
 import { encode, getJSON, send } from "./api.js";
 import * as caps from "./caps.js";
@@ -149,23 +150,34 @@ function card(item) {
   if (waiting) facts.push(role(fact("a swap waits", waiting), "waiting"));
   if (!remote) facts.push(fact("in flight", String(inflight)));
   if (detail && memory(detail)) facts.push(fact("GPU memory", memory(detail)));
+  if (detail && state === "asleep" && detail.sleep) {
+    const held = sum(detail.sleep.residual);
+    facts.push(fact("holds asleep", held ? bytes(held) : "nothing on the GPUs"));
+  }
   if (item.aliases && item.aliases.length) facts.push(fact("aliases", item.aliases.join(", ")));
 
   const failed = state === "failed";
   if (failed && !tails.has(item.id)) loadTail(item.id);
   if (!failed) tails.delete(item.id);
-  const loaded = ["starting", "ready", "draining", "stopping"].includes(state);
+  const loaded = ["starting", "ready", "draining", "stopping", "sleeping", "waking"].includes(state);
+  const running = loaded || state === "asleep";
   // A name the active profile turns off answers 404 to any request, Load's included.
   const off = pinOf(item.id) === "";
   const load = el("button", {
-    class: "primary", "data-action": "load", disabled: loaded || off, text: "Load",
+    class: "primary", "data-action": "load", disabled: loaded || off, text: state === "asleep" ? "Wake" : "Load",
     title: off ? `off in profile ${profiles.active}` : null,
   });
   // The explicit load: it answers once the model is ready (or with why its start failed), whatever
   // the model serves at its root.
   load.addEventListener("click", () => act(load, "load", `/api/models/load/${encode(item.id)}`));
-  const unload = el("button", { "data-action": "unload", disabled: !loaded, text: "Unload" });
+  const unload = el("button", { "data-action": "unload", disabled: !running, text: "Unload" });
   unload.addEventListener("click", () => act(unload, "unload", `/api/models/unload/${encode(item.id)}`));
+  // Sleep: its process stays, its GPU memory is given back; its next request wakes it.
+  let sleep = null;
+  if (item.sleepMode === "enable") {
+    sleep = el("button", { "data-action": "sleep", disabled: state !== "ready", text: "Sleep" });
+    sleep.addEventListener("click", () => act(sleep, "sleep", `/api/models/sleep/${encode(item.id)}`));
+  }
   return el(
     "article",
     { class: "card", "data-model": item.id, "data-state": state },
@@ -183,11 +195,11 @@ function card(item) {
     item.description ? el("div", { class: "desc", text: item.description }) : null,
     caps.tags(catalog.entry(item.id)),
     el("dl", { class: "facts" }, facts),
-    detail && detail.reason && (failed || state === "stopped")
+    detail && detail.reason && (failed || state === "stopped" || state === "asleep")
       ? el("div", { class: failed ? "reason" : "desc", "data-role": "reason", text: detail.reason })
       : null,
     failed && tails.get(item.id) ? el("pre", { class: "tail", text: tails.get(item.id) }) : null,
-    remote ? null : el("div", { class: "actions" }, load, unload),
+    remote ? null : el("div", { class: "actions" }, load, sleep, unload),
   );
 }
 

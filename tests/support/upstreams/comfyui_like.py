@@ -29,6 +29,12 @@ appended to `--request-log` as a JSON line, when given), so tests can prove what
 what did not. `--hold-file` keeps it "loading" (not yet listening) while that file exists, so a
 test can hold swapd's model in `starting` for as long as it needs.
 
+`POST /free` is ComfyUI's (`{"unload_models": true, "free_memory": true}`): it answers 200 at once
+and, as ComfyUI's prompt worker does between jobs, unloads the models a little later
+(`--free-delay`). Its GPU memory is reported through the fake NVML backend as NVML would report a
+real ComfyUI's (`SWAPD_FAKE_GPU_MEM_DIR/<pid>`): `--idle-mem` bytes once up (a CUDA context),
+`--gpu-mem` bytes once a job has loaded its models, `--idle-mem` again after a `/free`.
+
 `--pidfile` and `--stop-pidfile` give the docker-like pair: the seed's `cmd` runs a container by
 name and its `cmdStop` is `docker stop <name>`; here `cmd` writes its pid to a file and `cmdStop` is
 this script with `--stop-pidfile`, which stops it through that file.
@@ -74,6 +80,21 @@ JOBS: web.AppKey[dict[str, dict[str, Any]]] = web.AppKey("jobs", dict)
 QUEUE: web.AppKey[asyncio.Queue[str]] = web.AppKey("queue", asyncio.Queue)
 WORKER: web.AppKey[asyncio.Task[None]] = web.AppKey("worker", asyncio.Task)
 COUNTER = itertools.count()
+# Whether a job loaded its models (and so holds `--gpu-mem`).
+MODELS: dict[str, bool] = {"loaded": False}
+# Set while no job runs: ComfyUI unloads between jobs.
+IDLE: web.AppKey[asyncio.Event] = web.AppKey("idle", asyncio.Event)
+
+
+def declare_memory() -> None:
+    """What the fake NVML backend reports for this process."""
+    folder = os.environ.get("SWAPD_FAKE_GPU_MEM_DIR")
+    if not folder:
+        return
+    used = ARGS.gpu_mem if MODELS["loaded"] else ARGS.idle_mem
+    path = Path(folder, str(os.getpid()))
+    path.with_suffix(".tmp").write_text(str(used))
+    path.with_suffix(".tmp").replace(path)
 
 
 def record(event: str, **fields: Any) -> None:
@@ -266,6 +287,11 @@ async def worker(app: web.Application) -> None:
         prompt_id = await app[QUEUE].get()
         current = app[JOBS][prompt_id]
         current["status"] = "running"
+        app[IDLE].clear()
+        if not MODELS["loaded"]:
+            MODELS["loaded"] = True  # the job's checkpoint goes onto the GPU
+            declare_memory()
+            record("models_loaded")
         client = current["client_id"]
         await _broadcast({"type": "execution_start", "data": {"prompt_id": prompt_id}}, client)
         steps = current["steps"]  # -1: a job that never ends
@@ -282,6 +308,7 @@ async def worker(app: web.Application) -> None:
         else:
             current["status"] = "done"
             record("job_done", prompt_id=prompt_id)
+        app[IDLE].set()
         await _broadcast(
             {"type": "executing", "data": {"node": None, "prompt_id": prompt_id}}, client
         )
@@ -294,6 +321,27 @@ async def interrupt(request: web.Request) -> web.Response:
         if current["status"] == "running":
             current["interrupted"] = True
     return web.Response()
+
+
+async def free(request: web.Request) -> web.Response:
+    """ComfyUI's `/free`: flags for its prompt worker, which unloads between jobs."""
+    try:
+        body = await request.json()
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        body = {}
+    body = body if isinstance(body, dict) else {}
+    record("free", body=body)
+    if body.get("unload_models") or body.get("free_memory"):
+        asyncio.get_running_loop().create_task(_free_later())
+    return web.Response()
+
+
+async def _free_later() -> None:
+    await asyncio.sleep(ARGS.free_delay)
+    await APP[IDLE].wait()
+    MODELS["loaded"] = False
+    declare_memory()
+    record("freed")
 
 
 async def not_found(request: web.Request) -> web.Response:
@@ -319,6 +367,8 @@ def _make_app() -> web.Application:
     app[SOCKETS] = {}
     app[JOBS] = {}
     app[QUEUE] = asyncio.Queue()
+    app[IDLE] = asyncio.Event()
+    app[IDLE].set()
     app.router.add_get("/", page)
     for path in ASSETS:
         app.router.add_get(path, asset)
@@ -331,6 +381,7 @@ def _make_app() -> web.Application:
     app.router.add_post("/api/prompt", prompt)
     app.router.add_post("/api/interrupt", interrupt)
     app.router.add_post("/interrupt", interrupt)
+    app.router.add_post("/free", free)
     app.router.add_route("*", "/{tail:.*}", not_found)
     app.on_startup.append(_start_worker)
     app.on_shutdown.append(_close_sockets)
@@ -389,6 +440,9 @@ def main() -> None:
     parser.add_argument("--pidfile", type=Path, default=None)
     parser.add_argument("--stop-pidfile", type=Path, default=None, help="stop that server, exit")
     parser.add_argument("--stop-timeout", type=float, default=10.0)
+    parser.add_argument("--gpu-mem", type=int, default=6 * 1024**3, help="bytes, models loaded")
+    parser.add_argument("--idle-mem", type=int, default=256 * 1024**2, help="bytes, none loaded")
+    parser.add_argument("--free-delay", type=float, default=0.3, help="/free to memory freed")
     ARGS = parser.parse_args()
 
     if ARGS.stop_pidfile is not None:
@@ -404,6 +458,7 @@ def main() -> None:
     while ARGS.hold_file is not None and ARGS.hold_file.exists():
         time.sleep(0.02)
     APP = _make_app()
+    declare_memory()
     try:
         web.run_app(
             APP, host=ARGS.host, port=ARGS.port, print=None, access_log=None, shutdown_timeout=1.0
