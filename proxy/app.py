@@ -58,6 +58,8 @@ _TOKEN_CHARS = frozenset(
     "!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
 )
 SYNC_KEY: web.AppKey[StateSync] = web.AppKey("swapd_proxy_sync", StateSync)
+# The events hub's feeds from the two logs, for the process's lifetime.
+FEEDS_KEY: web.AppKey[contextlib.ExitStack] = web.AppKey("swapd_event_feeds", contextlib.ExitStack)
 
 
 def _preflight(request: web.BaseRequest) -> web.Response:
@@ -177,9 +179,13 @@ def make_app(
         sync.start()
         combined = app[COMBINED_KEY] = CombinedLog(hub, state)
         combined.start()
+        feeds = app[FEEDS_KEY] = contextlib.ExitStack()
+        feeds.enter_context(hub.subscribe(event_hub.proxy_log))
+        feeds.enter_context(combined.upstream.subscribe(event_hub.upstream_log))
         log.info("proxy %s started (pid %d, %d process(es))", link.proxy_id, link.pid, processes)
 
     async def cleanup(app: web.Application) -> None:
+        app[FEEDS_KEY].close()
         await app[COMBINED_KEY].close()
         await app[SYNC_KEY].close()
         ctx = app[CTX]

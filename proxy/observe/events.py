@@ -17,18 +17,19 @@ Activity and in-flight events come from the daemon (`ActivityAdded`, `InFlightCh
 cover every proxy process; `logData` with source `proxy` is this process's own log.
 
 Every event is encoded once (`inflight` ones by the daemon; a batch of `activity` ids, in one
-piece, by each proxy that has subscribers), and offered to each subscriber's bounded queue
-(`QUEUE_FRAMES` events); a subscriber whose queue has no room for them loses the events, and
-before its next frame gets an `eventsDropped` event `{"count": N}` saying how many it lost. A
-publisher never waits for a subscriber, so a slow one never slows a request.
+piece, by each proxy that has subscribers; `logData` from the one log follower, in pieces of at
+most `backlog.PIECE_BYTES` of text), and the same bytes are offered to each subscriber's backlog,
+bounded in bytes (`backlog.CLIENT_BUFFER_BYTES`). A subscriber whose backlog has no room loses
+the events; after what it had queued it gets an `eventsDropped` event `{"count": N, "bytes": B}`
+saying how many it lost, then a fresh `modelStatus` and in-flight `snapshot`, so its view of
+the models and of the requests under way is whole again (the log lines and activity ids lost
+are not sent again). A publisher never waits for a subscriber, so a slow one never slows a
+request, and a stalled one holds at most its backlog.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import os
-from collections import deque
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -49,53 +50,41 @@ from ...ipc.messages import (
 from ...ipc.states import ModelState
 from ..mirror.changes import Applied
 from ..mirror.state import ProxyState
+from .backlog import Backlog, pieces
 from .llama_view import model_item
 
-# llama-swap's send buffer; the environment variable (for tests) sets another.
-QUEUE_FRAMES = int(os.environ.get("SWAPD_EVENTS_QUEUE", "") or 1024)
 
+class Subscriber(Backlog):
+    """One `/api/events` client: its backlog of frames (an `activity` batch counts as its
+    events)."""
 
-class Subscriber:
-    __slots__ = ("dropped", "frames", "queued", "wake")
+    __slots__ = ()
 
-    def __init__(self) -> None:
-        self.frames: deque[bytes] = deque()
-        self.queued = 0  # events in `frames` (one entry may hold a batch of activity events)
-        self.dropped = 0
-        self.wake = asyncio.Event()
-
-    def offer(self, data: bytes, count: int = 1) -> None:
-        # A batch larger than the whole queue still goes to an empty one.
-        if self.queued and self.queued + count > QUEUE_FRAMES:
-            self.dropped += count
-            return
-        self.frames.append(data)
-        self.queued += count
-        self.wake.set()
-
-    def take(self) -> list[bytes]:
-        """The frames waiting, after an `eventsDropped` notice when some were lost."""
-        out = []
-        if self.dropped:
-            out.append(frame("eventsDropped", {"count": self.dropped}))
-            self.dropped = 0
-        out.extend(self.frames)
-        self.frames.clear()
-        self.queued = 0
+    async def next_frames(self, hub: EventHub) -> list[bytes]:
+        """The frames waiting; when some were lost, then the notice and the resync."""
+        out = await self.next_batch()
+        count, size = self.take_lost()
+        if count:
+            out.append(frame("eventsDropped", {"count": count, "bytes": size}))
+            out.append(frame("modelStatus", hub.model_status()))
+            out.append(hub.inflight_snapshot())
         return out
 
 
-class LogSink:
-    """Looks like the queue `LogHub` and the model-log pipes feed; turns chunks into events."""
+class LogEvents:
+    """A log's sink (`log_hub.TextRing.subscribe`): its chunks as `logData` events, each encoded
+    once for every subscriber, in pieces of bounded size."""
 
-    def __init__(self, sub: Subscriber, source: str) -> None:
-        self.sub = sub
+    def __init__(self, hub: EventHub, source: str) -> None:
+        self.hub = hub
         self.source = source
 
     def put_nowait(self, data: bytes) -> None:
-        self.sub.offer(
-            frame("logData", {"source": self.source, "data": data.decode("utf-8", "replace")})
-        )
+        if not self.hub.subscribers:
+            return
+        for piece in pieces(data):
+            text = piece.decode("utf-8", "replace")
+            self.hub.broadcast(frame("logData", {"source": self.source, "data": text}))
 
 
 class EventHub:
@@ -113,9 +102,13 @@ class EventHub:
         # renders in-flight frames only while some proxy has a client).
         self.watchers = 0
         self.on_watchers: Callable[[], object] = lambda: None
-        # How many events were offered, and lost to full queues (tests and operators).
+        # How many events were offered, and lost to full backlogs (tests and operators).
         self.offered = 0
         self.lost = 0
+        self.lost_bytes = 0
+        # The two logs' events (subscribed to the proxy's log and the models' by `app.py`).
+        self.proxy_log = LogEvents(self, "proxy")
+        self.upstream_log = LogEvents(self, "upstream")
         # The active profile last announced (a table change says whether it changed).
         self.active_profile = state.routes.table.active_profile
         self.session_headers = state.routes.table.session_headers  # the `uiConfig` last sent
@@ -142,14 +135,20 @@ class EventHub:
                 self.on_watchers()
 
     def counters(self) -> dict[str, int]:
-        return {"subscribers": len(self.subscribers), "offered": self.offered, "lost": self.lost}
+        return {
+            "subscribers": len(self.subscribers),
+            "offered": self.offered,
+            "lost": self.lost,
+            "lost_bytes": self.lost_bytes,
+            "buffered_bytes": sum(sub.size for sub in self.subscribers),
+        }
 
-    def _broadcast(self, data: bytes, count: int = 1) -> None:
+    def broadcast(self, data: bytes, count: int = 1) -> None:
         for sub in self.subscribers:
-            before = sub.dropped
-            sub.offer(data, count)
             self.offered += count
-            self.lost += sub.dropped - before
+            if not sub.offer(data, count):
+                self.lost += count
+                self.lost_bytes += len(data)
 
     def model_status(self) -> list[dict[str, Any]]:
         models: list[dict[str, Any]] = []
@@ -201,9 +200,9 @@ class EventHub:
         profile_changed = self._profile_changed()
         if self.subscribers:
             if profile_changed:
-                self._broadcast(self.profile_frame())
-            self._broadcast(frame("modelStatus", self.model_status()))
-            self._broadcast(self.inflight_snapshot())
+                self.broadcast(self.profile_frame())
+            self.broadcast(frame("modelStatus", self.model_status()))
+            self.broadcast(self.inflight_snapshot())
 
     def event(self, event: Event) -> None:
         if isinstance(event, InFlightChanged):
@@ -218,17 +217,17 @@ class EventHub:
         if not self.subscribers:
             return
         if ui_changed:  # a reload changed `ui` (llama-swap's clients reconnect after one)
-            self._broadcast(self.ui_config_frame())
+            self.broadcast(self.ui_config_frame())
         if profile_changed:  # as llama-swap: the profile, then the models
-            self._broadcast(self.profile_frame())
+            self.broadcast(self.profile_frame())
         if isinstance(event, StateChanged | TableChanged):
-            self._broadcast(frame("modelStatus", self.model_status()))
+            self.broadcast(frame("modelStatus", self.model_status()))
         elif isinstance(event, SwapRecorded):
-            self._broadcast(frame("swap", event.record))
+            self.broadcast(frame("swap", event.record))
         elif isinstance(event, ActivityAdded) and event.count:
-            self._broadcast(activity_frames(event.first, event.count), event.count)
+            self.broadcast(activity_frames(event.first, event.count), event.count)
         elif isinstance(event, InFlightChanged) and event.count:
-            self._broadcast(event.frames, event.count)  # framed by the daemon, once for all
+            self.broadcast(event.frames, event.count)  # framed by the daemon, once for all
 
 
 HUB_KEY: web.AppKey[EventHub] = web.AppKey("swapd_events", EventHub)

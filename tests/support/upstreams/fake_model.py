@@ -431,6 +431,27 @@ async def metrics(request: web.Request) -> web.Response:
     return web.Response(text=text, content_type="text/plain")
 
 
+async def output(request: web.Request) -> web.Response:
+    """Writes `bytes` bytes of output to its log, in lines of `line` bytes (0: one line), then
+    `end` on a line of its own: a verbose model (or one that prints a huge line)."""
+    size = int(request.query.get("bytes", 1024))
+    line = int(request.query.get("line", 0)) or size
+    end = request.query.get("end", "output done")
+    out = sys.stdout.buffer
+    piece = b"o" * (line - 1) + b"\n" if line < size else b""
+    written = 0
+    while size - written >= line and piece:
+        out.write(piece)
+        written += line
+    while written < size:  # the rest, or the one long line, a MiB a write
+        step = min(1 << 20, size - written)
+        out.write(b"o" * step)
+        written += step
+    out.write(f"\n{end}\n".encode())
+    out.flush()
+    return web.json_response({"written": size})
+
+
 async def blob(request: web.Request) -> web.Response:
     """`n` bytes (a repeating 0..255 pattern) with a Content-Length: a large download."""
     n = int(request.query.get("n", 1024))
@@ -560,6 +581,7 @@ def main() -> None:
     app.router.add_get("/slow", slow)
     app.router.add_get("/sse", sse)
     app.router.add_get("/blob", blob)
+    app.router.add_get("/output", output)
     app.router.add_post("/gpu-mem", gpu_mem)
     app.router.add_get("/slots", slots)
     if ARGS.metrics:
