@@ -35,9 +35,17 @@ class TextRing:
             sink.put_nowait(data)
 
     def trim(self) -> None:
-        if len(self._ring) > self._limit:  # the oldest lines go, whole
-            cut = self._ring.find(b"\n", len(self._ring) - self._limit)
-            del self._ring[: cut + 1 if cut >= 0 else len(self._ring) - self._limit]
+        ring = self._ring
+        if len(ring) > self._limit:  # the oldest lines go, whole
+            start = len(ring) - self._limit
+            cut = ring.find(b"\n", start) + 1
+            if cut <= 0 or cut == len(ring):
+                # No line starts in the last `limit` bytes: the last part of the one that
+                # ends there, from a character's start.
+                cut = start
+                while cut < len(ring) and (ring[cut] & 0xC0) == 0x80:
+                    cut += 1
+            del ring[:cut]
 
     def history(self) -> bytes:
         return bytes(self._ring)
