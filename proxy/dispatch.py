@@ -80,7 +80,10 @@ class Dispatch:
         # Its head is complete: the head's clock stops (connection.py).
         conn.handling = True
         conn.head_since = 0.0
-        conn.body = request.content
+        conn.request = request
+        body = conn.body = request.content
+        if not body.is_eof():  # a body yet to come: its clock runs (connection.py)
+            conn.body_expected()
         try:
             raw = request.raw_path
             # The table's paths have no `%` and no query: a raw path with either (or an
