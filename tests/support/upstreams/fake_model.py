@@ -507,6 +507,13 @@ async def log_requests(request: web.Request, handler: Any) -> web.StreamResponse
     return await handler(request)
 
 
+async def llama_cors(request: web.Request, response: web.StreamResponse) -> None:
+    """As llama-server: the request's Origin echoed in `Access-Control-Allow-Origin`."""
+    origin = request.headers.get("Origin")
+    if origin:
+        response.headers["Access-Control-Allow-Origin"] = origin
+
+
 def _append(path: str, line: str) -> None:
     # Written before the request is handled, so the line is there once the answer is.
     with open(path, "a", encoding="utf-8") as log:
@@ -571,6 +578,7 @@ def main() -> None:
 
     middlewares = [log_requests] if ARGS.request_log else []
     app = web.Application(client_max_size=1024**3, middlewares=middlewares)
+    app.on_response_prepare.append(llama_cors)
     app.router.add_get("/health", health)
     app.router.add_post("/v1/chat/completions", chat)
     app.router.add_post("/v1/embeddings", embeddings)
