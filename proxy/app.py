@@ -82,6 +82,8 @@ async def guard(
     state = ctx.state
     if request.method == "OPTIONS":
         try:
+            if "Origin" in request.headers and not state.synced.is_set():
+                await routes_of(ctx)  # a browser's: answered by the config's security.cors
             return preflight(request, state.routes.table.cors)
         except ProxyError as exc:
             ctx.stats.refused += 1
