@@ -7,6 +7,8 @@ backlog, nothing per model and nothing while idle."""
 
 from __future__ import annotations
 
+import asyncio
+
 from aiohttp import web
 
 from ...ipc.event_frames import frame
@@ -14,6 +16,12 @@ from ..context import CTX, ProxyContext
 from ..mirror.wait import routes_of
 from ..observe.combined_log import COMBINED_KEY
 from ..observe.events import HUB_KEY, EventHub, Subscriber
+
+# The least time between two writes to one subscriber (llama-swap's in-flight pace), and the
+# most writes a second to all of them: an event after a quiet spell goes out at once, a burst
+# together.
+WRITE_EVERY_S = 0.25
+WRITES_S = 1000
 
 
 async def handle_events(request: web.Request) -> web.StreamResponse:
@@ -52,6 +60,11 @@ async def _stream(request: web.Request, ctx: ProxyContext, hub: EventHub) -> web
     try:
         while not ctx.closing:
             await response.write(b"".join(await sub.next_frames(hub)))
+            # What comes meanwhile goes out in one write: a busy proxy writes each subscriber
+            # a few times a second, not once per batch of events, and all of them together
+            # some `WRITES_S` times a second however many there are (with a thousand
+            # subscribers, the writes were what cost requests).
+            await asyncio.sleep(max(WRITE_EVERY_S, len(hub.subscribers) / WRITES_S))
     finally:
         hub.subscribers.discard(sub)
     return response

@@ -23,7 +23,7 @@ from aiohttp import web
 from ..context import CTX
 from ..errors import BadRequest
 from ..mirror.wait import routes_of
-from ..observe.backlog import Backlog
+from ..observe.backlog import Backlog, Gap
 from ..observe.combined_log import COMBINED_KEY
 from ..observe.log_hub import TextRing
 
@@ -71,8 +71,8 @@ async def handle_stream(request: web.Request) -> web.StreamResponse:
         backlog.first(text)
     with source.subscribe(backlog):
         while True:
-            out = await backlog.next_batch()
-            _, lost = backlog.take_lost()
-            if lost:
-                out.append(f"\n— {lost} bytes dropped —\n".encode())
+            out = [
+                f"\n— {item.size} bytes dropped —\n".encode() if isinstance(item, Gap) else item
+                for item in await backlog.next_batch()
+            ]
             await response.write(b"".join(out))

@@ -12,35 +12,49 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 from collections import deque
+from collections.abc import Callable
 
 # Per client. A stalled client holds this much here and about as much in its connection's write
 # buffer (the last batch taken, which it is not reading): a few MiB for ten of them.
 CLIENT_BUFFER_BYTES = int(os.environ.get("SWAPD_CLIENT_BUFFER_BYTES", "") or 1024 * 1024)
 # The most text one `logData` event or one prefixed log line carries.
 PIECE_BYTES = 64 * 1024
+# What the events may cost the proxy, all subscribers together: bytes a second copied out (an
+# event counts once per subscriber it goes to), and as much at once. A UI at a thousand requests a
+# second gets some 250 KB a second (activity ids, access lines).
+FANOUT_BYTES_S = 8 * 1024 * 1024
+
+
+class Gap:
+    """Where a backlog lost items: how many, and their bytes (one per run of losses)."""
+
+    __slots__ = ("items", "size")
+
+    def __init__(self) -> None:
+        self.items = 0
+        self.size = 0
 
 
 class Backlog:
     """A client's unsent items, `limit` bytes at most (an item larger than that still goes to an
-    empty backlog: one item is never split here, its maker bounds it)."""
+    empty backlog: one item is never split here, its maker bounds it). What is lost leaves a
+    `Gap` where it was lost, for the stream to say so there."""
 
-    __slots__ = ("count", "items", "limit", "lost_bytes", "lost_items", "size", "wake")
+    __slots__ = ("count", "items", "limit", "size", "wake")
 
     def __init__(self, limit: int = CLIENT_BUFFER_BYTES) -> None:
-        self.items: deque[bytes] = deque()
+        self.items: deque[bytes | Gap] = deque()
         self.size = 0
         self.count = 0  # what the items stand for (an events batch counts as its events)
         self.limit = limit
-        self.lost_bytes = 0
-        self.lost_items = 0
         self.wake = asyncio.Event()
 
     def offer(self, data: bytes, count: int = 1) -> bool:
         """Queue `data` (standing for `count` items); False when it did not fit and was lost."""
-        if self.items and self.size + len(data) > self.limit:
-            self.lost_bytes += len(data)
-            self.lost_items += count
+        if self.size and self.size + len(data) > self.limit:
+            self.lose(len(data), count)
             return False
         self.items.append(data)
         self.size += len(data)
@@ -60,24 +74,50 @@ class Backlog:
         """A log ring's subscriber (`log_hub.TextRing`)."""
         self.offer(data)
 
-    def take(self) -> list[bytes]:
+    def lose(self, size: int, count: int = 1) -> None:
+        """`count` items of `size` bytes lost here (no room, or a budget ran out)."""
+        items = self.items
+        gap = items[-1] if items else None
+        if not isinstance(gap, Gap):
+            gap = Gap()
+            items.append(gap)
+        gap.items += count
+        gap.size += size
+        self.wake.set()
+
+    def take(self) -> list[bytes | Gap]:
         out = list(self.items)
         self.items.clear()
         self.size = self.count = 0
         return out
 
-    def take_lost(self) -> tuple[int, int]:
-        """(items, bytes) lost since last asked."""
-        lost = self.lost_items, self.lost_bytes
-        self.lost_items = self.lost_bytes = 0
-        return lost
-
-    async def next_batch(self) -> list[bytes]:
-        """Wait for items; then all of them."""
-        while not self.items and not self.lost_items:
+    async def next_batch(self) -> list[bytes | Gap]:
+        """Wait for items (or a loss); then all of them."""
+        while not self.items:
             self.wake.clear()
             await self.wake.wait()
         return self.take()
+
+
+class Budget:
+    """A token bucket: `rate` a second, at most `rate` at once."""
+
+    __slots__ = ("at", "clock", "rate", "tokens")
+
+    def __init__(self, rate: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.rate = rate
+        self.tokens = rate
+        self.clock = clock
+        self.at = clock()
+
+    def take(self, amount: float) -> bool:
+        now = self.clock()
+        self.tokens = min(self.rate, self.tokens + (now - self.at) * self.rate)
+        self.at = now
+        if amount > self.tokens:
+            return False
+        self.tokens -= amount
+        return True
 
 
 def pieces(data: bytes, limit: int = PIECE_BYTES) -> list[bytes]:

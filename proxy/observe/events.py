@@ -19,12 +19,14 @@ cover every proxy process; `logData` with source `proxy` is this process's own l
 Every event is encoded once (`inflight` ones by the daemon; a batch of `activity` ids, in one
 piece, by each proxy that has subscribers; `logData` from the one log follower, in pieces of at
 most `backlog.PIECE_BYTES` of text), and the same bytes are offered to each subscriber's backlog,
-bounded in bytes (`backlog.CLIENT_BUFFER_BYTES`). A subscriber whose backlog has no room loses
-the events; after what it had queued it gets an `eventsDropped` event `{"count": N, "bytes": B}`
-saying how many it lost, then a fresh `modelStatus` and in-flight `snapshot`, so its view of
-the models and of the requests under way is whole again (the log lines and activity ids lost
-are not sent again). A publisher never waits for a subscriber, so a slow one never slows a
-request, and a stalled one holds at most its backlog.
+bounded in bytes (`backlog.CLIENT_BUFFER_BYTES`); what all of them cost together is bounded too
+(`backlog.FANOUT_BYTES_S`). A subscriber whose backlog has no room (or all of them, past the
+fan-out budget) loses the events; where it lost them it gets an `eventsDropped` event
+`{"count": N, "bytes": B}` saying how many, then (when an event that carries state was among
+them) a fresh `modelStatus` and in-flight `snapshot`, so its view of the models and of the
+requests under way is whole again (the log lines and activity ids lost are not sent again). A
+publisher never waits for a subscriber, so a slow one never slows a request, and a stalled one
+holds at most its backlog.
 """
 
 from __future__ import annotations
@@ -50,24 +52,32 @@ from ...ipc.messages import (
 from ...ipc.states import ModelState
 from ..mirror.changes import Applied
 from ..mirror.state import ProxyState
-from .backlog import Backlog, pieces
+from .backlog import CLIENT_BUFFER_BYTES, FANOUT_BYTES_S, Backlog, Budget, Gap, pieces
 from .llama_view import model_item
 
 
 class Subscriber(Backlog):
     """One `/api/events` client: its backlog of frames (an `activity` batch counts as its
-    events)."""
+    events); `stale` once it lost an event that carries state (not a log's)."""
 
-    __slots__ = ()
+    __slots__ = ("stale",)
+
+    def __init__(self, limit: int = CLIENT_BUFFER_BYTES) -> None:
+        super().__init__(limit)
+        self.stale = False
 
     async def next_frames(self, hub: EventHub) -> list[bytes]:
-        """The frames waiting; when some were lost, then the notice and the resync."""
-        out = await self.next_batch()
-        count, size = self.take_lost()
-        if count:
-            out.append(frame("eventsDropped", {"count": count, "bytes": size}))
-            out.append(frame("modelStatus", hub.model_status()))
-            out.append(hub.inflight_snapshot())
+        """The frames waiting; where some were lost, the notice, and the resync when what was
+        lost carried state."""
+        out: list[bytes] = []
+        for item in await self.next_batch():
+            if isinstance(item, Gap):
+                out.append(frame("eventsDropped", {"count": item.items, "bytes": item.size}))
+                if self.stale:
+                    self.stale = False
+                    out += hub.resync_frames()
+            else:
+                out.append(item)
         return out
 
 
@@ -80,11 +90,12 @@ class LogEvents:
         self.source = source
 
     def put_nowait(self, data: bytes) -> None:
-        if not self.hub.subscribers:
+        hub = self.hub
+        if not hub.subscribers:
             return
         for piece in pieces(data):
             text = piece.decode("utf-8", "replace")
-            self.hub.broadcast(frame("logData", {"source": self.source, "data": text}))
+            hub.broadcast(frame("logData", {"source": self.source, "data": text}), log=True)
 
 
 class EventHub:
@@ -106,6 +117,10 @@ class EventHub:
         self.offered = 0
         self.lost = 0
         self.lost_bytes = 0
+        self.fanout = Budget(FANOUT_BYTES_S)  # what the log events may cost, all subscribers
+        # Moves with every change of what a resync sends (`resync_frames`).
+        self.epoch = 0
+        self._resync: tuple[int, list[bytes]] | None = None
         # The two logs' events (subscribed to the proxy's log and the models' by `app.py`).
         self.proxy_log = LogEvents(self, "proxy")
         self.upstream_log = LogEvents(self, "upstream")
@@ -115,6 +130,7 @@ class EventHub:
         state.changes.listen(self._applied)
 
     def _applied(self, applied: Applied) -> None:
+        self.epoch += 1
         message = applied.message
         if isinstance(message, SnapshotReply):
             self.snapshot(message)
@@ -143,12 +159,33 @@ class EventHub:
             "buffered_bytes": sum(sub.size for sub in self.subscribers),
         }
 
-    def broadcast(self, data: bytes, count: int = 1) -> None:
-        for sub in self.subscribers:
-            self.offered += count
+    def broadcast(self, data: bytes, count: int = 1, *, log: bool = False) -> None:
+        """Offer `data` (`count` events) to every subscriber. What the events cost the proxy,
+        all subscribers together, is bounded (`backlog.FANOUT_BYTES_S`, `fanout`): past it an
+        event is lost for every subscriber, and each is told as for a full backlog. One
+        subscriber never gets near it; a thousand share it."""
+        subscribers = self.subscribers
+        self.offered += count * len(subscribers)
+        if not self.fanout.take(len(data) * len(subscribers)):
+            for sub in subscribers:
+                sub.lose(len(data), count)
+                sub.stale = sub.stale or not log
+            self.lost += count * len(subscribers)
+            self.lost_bytes += len(data) * len(subscribers)
+            return
+        for sub in subscribers:
             if not sub.offer(data, count):
                 self.lost += count
                 self.lost_bytes += len(data)
+                sub.stale = sub.stale or not log
+
+    def resync_frames(self) -> list[bytes]:
+        """A fresh `modelStatus` and in-flight snapshot, made once for every subscriber that
+        needs them until the state changes again."""
+        if self._resync is None or self._resync[0] != self.epoch:
+            frames = [frame("modelStatus", self.model_status()), self.inflight_snapshot()]
+            self._resync = (self.epoch, frames)
+        return list(self._resync[1])
 
     def model_status(self) -> list[dict[str, Any]]:
         models: list[dict[str, Any]] = []

@@ -26,7 +26,7 @@ from swapd.proxy.account import Tail
 from swapd.proxy.mirror.state import ProxyState
 from swapd.proxy.observe import events
 from swapd.proxy.observe.activity import counted_part, path_of
-from swapd.proxy.observe.backlog import PIECE_BYTES
+from swapd.proxy.observe.backlog import PIECE_BYTES, Budget, Gap
 
 
 def _finished(**kw: object) -> Finished:
@@ -157,15 +157,16 @@ async def test_a_subscriber_is_bounded_in_bytes_and_resynced_after_a_loss() -> N
     kinds = [json.loads(f.split(b"data:", 1)[1])["type"] for f in out[2:]]
     assert kinds == ["eventsDropped", "modelStatus", "inflight"]
     assert b'\\"count\\":2' in out[2] and b'\\"bytes\\":2' in out[2]
-    assert sub.size == 0 and sub.take_lost() == (0, 0)
+    assert sub.size == 0 and not sub.items
     hub.broadcast(b"d" * 25, 25)  # larger than the whole bound: an empty backlog still takes it
-    assert sub.count == 25 and sub.take_lost() == (0, 0)
+    assert sub.count == 25 and list(sub.items) == [b"d" * 25]
 
 
 async def test_log_text_becomes_events_of_bounded_size() -> None:
     """One 5 MiB line of model output is many `logData` events of at most 64 KiB of text each,
     cut between characters, encoded once for every subscriber (the same bytes object)."""
     hub = events.EventHub(ProxyState())
+    hub.fanout = Budget(1 << 30)
     subs = [events.Subscriber(limit=1 << 30) for _ in range(3)]
     hub.subscribers.update(subs)
     line = ("é" * (5 << 19)).encode() + b"\n"  # 5 MiB of two-byte characters
@@ -205,3 +206,31 @@ def test_a_tail_of_another_kind_is_not_sent() -> None:
     tail = Tail()
     tail.feed(b'RIFF..."usage"...')
     assert counted_part(tail, "audio/wav") is None
+
+
+async def test_what_all_subscribers_cost_together_is_bounded() -> None:
+    """Past the hub's fan-out budget (bytes a second, counted once per subscriber) an event is
+    lost for every subscriber, and each is told; a lost state event makes each resync, a lost
+    log chunk does not. One subscriber's ordinary traffic is far below it."""
+    clock = [0.0]
+    hub = events.EventHub(ProxyState())
+    hub.fanout = Budget(150_000, clock=lambda: clock[0])
+    subs = [events.Subscriber() for _ in range(1000)]
+    hub.subscribers.update(subs)
+    hub.broadcast(b"x" * 100, 1)  # 100 KB in all: within the budget
+    hub.broadcast(b"y" * 100, 1)  # another 100 KB: past it, lost for all
+    hub.upstream_log.put_nowait(b"z" * 100)
+    assert all(s.items[0] == b"x" * 100 and isinstance(s.items[1], Gap) for s in subs)
+    assert all(s.items[1].items == 2 and len(s.items) == 2 for s in subs)
+    assert hub.counters()["lost"] == 2000
+    out = await subs[0].next_frames(hub)
+    kinds = [json.loads(f.split(b"data:", 1)[1])["type"] for f in out[1:]]
+    assert kinds == ["eventsDropped", "modelStatus", "inflight"]  # the state event: a resync
+    clock[0] += 1.0  # a second later the budget is whole again
+    hub.upstream_log.put_nowait(b"w" * 10)  # some 90 KB in all, as an event
+    out = await subs[1].next_frames(hub)
+    kinds = [json.loads(f.split(b"data:", 1)[1])["type"] for f in out[1:]]
+    assert kinds == ["eventsDropped", "modelStatus", "inflight", "logData"]  # where it was lost
+    hub.upstream_log.put_nowait(b"w" * 10)  # past it again: a log chunk, no resync
+    out = await subs[1].next_frames(hub)
+    assert [json.loads(f.split(b"data:", 1)[1])["type"] for f in out] == ["eventsDropped"]
