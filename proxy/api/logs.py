@@ -12,8 +12,9 @@
 
 Every view of the models' output is fed by the process's one follower of their files
 (`combined_log.py`), whatever the number of readers. A reader's unsent text is bounded in bytes
-(`backlog.Backlog`): a slow reader loses what does not fit (a `— N bytes dropped —` line says
-how much, where it was lost), never slows the proxy or makes it hold more.
+(`backlog.Backlog`), and what all readers are sent together in a second (`backlog.Shared`, the
+events' budget): a slow reader, or one of too many, loses what does not fit (a `— N bytes
+dropped —` line says how much, where it was lost), never slows the proxy or makes it hold more.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from aiohttp import web
 from ..context import CTX
 from ..errors import BadRequest
 from ..mirror.wait import routes_of
-from ..observe.backlog import Backlog, Gap
+from ..observe.backlog import Backlog, Gap, Shared
 from ..observe.combined_log import COMBINED_KEY
 from ..observe.log_hub import TextRing
 
@@ -69,7 +70,7 @@ async def handle_stream(request: web.Request) -> web.StreamResponse:
     text = source.history() if history else b""
     if text:
         backlog.first(text)
-    with source.subscribe(backlog):
+    with source.subscribe(Shared(backlog, combined.fanout)):
         while True:
             out = [
                 f"\n— {item.size} bytes dropped —\n".encode() if isinstance(item, Gap) else item

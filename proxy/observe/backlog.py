@@ -120,6 +120,23 @@ class Budget:
         return True
 
 
+class Shared:
+    """A reader's backlog behind the budget all readers of the process share (a log stream's
+    sink): a chunk past the budget is lost for it, and said so where it was."""
+
+    __slots__ = ("backlog", "budget")
+
+    def __init__(self, backlog: Backlog, budget: Budget) -> None:
+        self.backlog = backlog
+        self.budget = budget
+
+    def put_nowait(self, data: bytes) -> None:
+        if self.budget.take(len(data)):
+            self.backlog.offer(data)
+        else:
+            self.backlog.lose(len(data))
+
+
 def pieces(data: bytes, limit: int = PIECE_BYTES) -> list[bytes]:
     """`data` in pieces of at most `limit` bytes, each cut after a line end where one is in
     reach, else between two UTF-8 characters (never inside one)."""

@@ -36,6 +36,7 @@ from pathlib import Path
 from aiohttp import web
 
 from ..mirror.state import ProxyState
+from .backlog import FANOUT_BYTES_S, Budget
 from .log_files import FOLLOW_POLL_S, model_log_path, prefixed, tail_of
 from .log_hub import HISTORY_BYTES, LogHub, TextRing
 
@@ -107,6 +108,8 @@ class CombinedLog(TextRing):
         self._exit = contextlib.ExitStack()
         self.upstream = TextRing(HISTORY_BYTES)  # the models' lines only, in the same order
         self._stepping = asyncio.Lock()  # one look at the table and the files at a time
+        # What the `/logs/stream*` readers cost together (`backlog.Shared`).
+        self.fanout = Budget(FANOUT_BYTES_S)
         # What following costs (`/running`): looks at the files, and the stats they took.
         self.looks = 0
         self.stats = 0
