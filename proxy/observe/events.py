@@ -91,11 +91,16 @@ class LogEvents:
 
     def put_nowait(self, data: bytes) -> None:
         hub = self.hub
-        if not hub.subscribers:
+        subscribers = hub.subscribers
+        if not subscribers:
             return
         for piece in pieces(data):
+            # The budget first: a piece lost for everyone is not encoded at all.
+            if not hub.fanout.take(len(piece) * len(subscribers)):
+                hub.lose_everywhere(len(piece), 1, log=True)
+                continue
             text = piece.decode("utf-8", "replace")
-            hub.broadcast(frame("logData", {"source": self.source, "data": text}), log=True)
+            hub.offer_all(frame("logData", {"source": self.source, "data": text}), 1, log=True)
 
 
 class EventHub:
@@ -164,20 +169,27 @@ class EventHub:
         all subscribers together, is bounded (`backlog.FANOUT_BYTES_S`, `fanout`): past it an
         event is lost for every subscriber, and each is told as for a full backlog. One
         subscriber never gets near it; a thousand share it."""
-        subscribers = self.subscribers
-        self.offered += count * len(subscribers)
-        if not self.fanout.take(len(data) * len(subscribers)):
-            for sub in subscribers:
-                sub.lose(len(data), count)
-                sub.stale = sub.stale or not log
-            self.lost += count * len(subscribers)
-            self.lost_bytes += len(data) * len(subscribers)
-            return
-        for sub in subscribers:
+        if self.fanout.take(len(data) * len(self.subscribers)):
+            self.offer_all(data, count, log=log)
+        else:
+            self.lose_everywhere(len(data), count, log=log)
+
+    def offer_all(self, data: bytes, count: int, *, log: bool) -> None:
+        for sub in self.subscribers:
+            self.offered += count
             if not sub.offer(data, count):
                 self.lost += count
                 self.lost_bytes += len(data)
                 sub.stale = sub.stale or not log
+
+    def lose_everywhere(self, size: int, count: int, *, log: bool) -> None:
+        subscribers = self.subscribers
+        for sub in subscribers:
+            sub.lose(size, count)
+            sub.stale = sub.stale or not log
+        self.offered += count * len(subscribers)
+        self.lost += count * len(subscribers)
+        self.lost_bytes += size * len(subscribers)
 
     def resync_frames(self) -> list[bytes]:
         """A fresh `modelStatus` and in-flight snapshot, made once for every subscriber that

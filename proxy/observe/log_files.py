@@ -44,24 +44,26 @@ def prefixed(model_id: str, data: bytes, pending: bytearray, limit: int = PIECE_
     more than that."""
     pending += data
     lines, newline, rest = bytes(pending).rpartition(b"\n")
-    out = lines.split(b"\n") if newline else []
-    while len(rest) > limit:
-        cut = char_boundary(rest, limit)
-        out.append(rest[:cut])
-        rest = rest[cut:]
-    pending[:] = rest
+    out = [piece for line in lines.split(b"\n") for piece in _cut(line, limit)] if newline else []
+    whole = _cut(rest, limit)
+    out += whole[:-1]  # pieces of a long line cut already; its last part waits for more
+    pending[:] = whole[-1]
     if not out:
         return b""
     prefix = f"[{model_id}] ".encode()
-    return b"".join(prefix + piece + b"\n" for line in out for piece in _cut(line, limit))
+    return b"".join(prefix + piece + b"\n" for piece in out)
 
 
 def _cut(line: bytes, limit: int) -> list[bytes]:
+    """`line` in pieces of at most `limit` bytes, cut between characters (the last may be
+    shorter, or empty for an empty line)."""
     if len(line) <= limit:
         return [line]
     out = []
-    while len(line) > limit:
-        cut = char_boundary(line, limit)
-        out.append(line[:cut])
-        line = line[cut:]
-    return [*out, line]
+    start = 0
+    while len(line) - start > limit:
+        cut = char_boundary(line, start + limit, start)
+        out.append(line[start:cut])
+        start = cut
+    out.append(line[start:])
+    return out

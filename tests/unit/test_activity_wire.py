@@ -227,10 +227,10 @@ async def test_what_all_subscribers_cost_together_is_bounded() -> None:
     kinds = [json.loads(f.split(b"data:", 1)[1])["type"] for f in out[1:]]
     assert kinds == ["eventsDropped", "modelStatus", "inflight"]  # the state event: a resync
     clock[0] += 1.0  # a second later the budget is whole again
-    hub.upstream_log.put_nowait(b"w" * 10)  # some 90 KB in all, as an event
+    hub.upstream_log.put_nowait(b"w" * 10)  # 10 KB of log text in all
     out = await subs[1].next_frames(hub)
     kinds = [json.loads(f.split(b"data:", 1)[1])["type"] for f in out[1:]]
     assert kinds == ["eventsDropped", "modelStatus", "inflight", "logData"]  # where it was lost
-    hub.upstream_log.put_nowait(b"w" * 10)  # past it again: a log chunk, no resync
+    hub.upstream_log.put_nowait(b"v" * 145)  # 145 KB: past it again, a log chunk, no resync
     out = await subs[1].next_frames(hub)
     assert [json.loads(f.split(b"data:", 1)[1])["type"] for f in out] == ["eventsDropped"]
