@@ -3,9 +3,9 @@ two swapd run at once from the same config, `quiet` (no hostile client) and `hos
 each row compares a figure of the two. Rounds alternate the sides in a rotating order
 (`paired.py`), so what the machine's neighbours do to one they mostly do to the other.
 
-Rows (`ROWS`; each a function of the settings that returns its rows, so the others the issue
-asks for, stalled subscribers' RSS, idle CPU with 1,000 subscribers, a swap's delay behind a
-stalled upload, are one function each):
+Rows (`ROWS`; each a function of the settings that returns its rows; the shared pieces are in
+`hostile_harness.py`, the rows other than `metrics` in `hostile_rows.py`, whose docstring says
+what each measures: `readers`, `subscribers`, `upload`):
 
 - `metrics`: `/metrics` after `--names` requests each naming a model that does not exist (every
   tenth shaped like an API key) against after none: its size, the time a scrape takes, the
@@ -14,7 +14,8 @@ stalled upload, are one function each):
   the requests per second of an ordinary client (`load_clients.py ordinary`) while new names
   keep coming at `--rate` a second, with Prometheus scraping every second on both sides.
 
-    .venv/bin/python benchmarks/hostile_clients.py --names 20000 --rounds 3 --seconds 5
+    .venv/bin/python benchmarks/hostile_clients.py --names 20000 --rounds 3 --seconds 4
+    .venv/bin/python benchmarks/hostile_clients.py --rows readers,subscribers,upload
 
 The models are tests/support/upstreams/fake_model.py (`bench`: an OpenAI-compatible server).
 """
