@@ -3,9 +3,9 @@ two swapd run at once from the same config, `quiet` (no hostile client) and `hos
 each row compares a figure of the two. Rounds alternate the sides in a rotating order
 (`paired.py`), so what the machine's neighbours do to one they mostly do to the other.
 
-Rows (`ROWS`; each a function of the settings that returns its rows, so the others the issue
-asks for, stalled subscribers' RSS, idle CPU with 1,000 subscribers, a swap's delay behind a
-stalled upload, are one function each):
+Rows (`ROWS`; each a function of the settings that returns its rows; the shared pieces are in
+`hostile_harness.py`, the rows other than `metrics` in `hostile_rows.py`, whose docstring says
+what each measures: `readers`, `subscribers`, `upload`):
 
 - `metrics`: `/metrics` after `--names` requests each naming a model that does not exist (every
   tenth shaped like an API key) against after none: its size, the time a scrape takes, the
@@ -14,7 +14,8 @@ stalled upload, are one function each):
   the requests per second of an ordinary client (`load_clients.py ordinary`) while new names
   keep coming at `--rate` a second, with Prometheus scraping every second on both sides.
 
-    .venv/bin/python benchmarks/hostile_clients.py --names 20000 --rounds 3 --seconds 5
+    .venv/bin/python benchmarks/hostile_clients.py --names 20000 --rounds 3 --seconds 4
+    .venv/bin/python benchmarks/hostile_clients.py --rows readers,subscribers,upload
 
 The models are tests/support/upstreams/fake_model.py (`bench`: an OpenAI-compatible server).
 """
@@ -22,112 +23,44 @@ The models are tests/support/upstreams/fake_model.py (`bench`: an OpenAI-compati
 from __future__ import annotations
 
 import argparse
-import contextlib
-import functools
-import statistics
-import subprocess
 import sys
 import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
 
 import psutil
 import zmq
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import hostile_rows
+from hostile_harness import (
+    SIDES,
+    Row,
+    Settings,
+    Work,
+    clients,
+    daemon_pid,
+    med,
+    ordinary_during,
+    two_swapd,
+)
 from paired import median_interval, paired, rotated
-from running_swapd import RunningSwapd, free_port
+from running_swapd import RunningSwapd
 
 from swapd.ipc import codec
 from swapd.ipc.endpoints import Endpoints
 from swapd.ipc.messages import Status
 
-HERE = Path(__file__).resolve().parent
-CLIENTS = HERE / "load_clients.py"
-FAKE_MODEL = HERE.parent / "tests" / "support" / "upstreams" / "fake_model.py"
-SIDES = ("quiet", "hostile")
-
-
-@dataclass
-class Row:
-    figure: str
-    quiet: str
-    hostile: str
-    target: str
-    met: bool | None  # None: a figure with no target of its own
-
-
-@dataclass
-class Settings:
-    names: int
-    rate: float
-    rounds: int
-    seconds: float
-    connections: int
-    scrapes: int
-
-
-# ------------------------------------------------------------------------------------------------
-# the two swapd
-
-
-def config(port: int) -> str:
-    return f"""
-healthCheckTimeout: 15
-models:
-  bench:
-    cmd: {sys.executable} {FAKE_MODEL} --port {port} --name bench
-    proxy: http://127.0.0.1:{port}
-    concurrencyLimit: 100000
-"""
-
-
-@contextlib.contextmanager
-def two_swapd() -> Iterator[dict[str, RunningSwapd]]:
-    with contextlib.ExitStack() as stack:
-        sides = {side: stack.enter_context(RunningSwapd(config(free_port()))) for side in SIDES}
-        for swapd in sides.values():
-            ordinary(swapd, 0.2, 1)  # `bench` loaded
-        yield sides
-
-
-def daemon_pid(swapd: RunningSwapd) -> int:
-    for child in psutil.Process(swapd.pid).children(recursive=True):
-        if "swapd.daemon.main" in " ".join(child.cmdline()):
-            return child.pid
-    raise RuntimeError("no swapd daemon process found")
-
-
 # ------------------------------------------------------------------------------------------------
 # clients
-
-
-def clients(*args: object) -> str:
-    argv = [sys.executable, str(CLIENTS), *(str(a) for a in args)]
-    return subprocess.run(argv, capture_output=True, text=True, check=True).stdout.strip()
-
-
-def ordinary(swapd: RunningSwapd, seconds: float, connections: int) -> float:
-    return float(clients("ordinary", swapd.url, seconds, connections))
 
 
 def send_names(swapd: RunningSwapd, count: int, rate: float = 0.0) -> tuple[int, int]:
     sent, not_found = clients("names", swapd.url, count, rate, 8).split()
     return int(sent), int(not_found)
-
-
-@contextlib.contextmanager
-def in_background(work: Callable[[], object]) -> Iterator[None]:
-    thread = threading.Thread(target=work, daemon=True)
-    thread.start()
-    try:
-        yield
-    finally:
-        thread.join()
 
 
 def scrape(swapd: RunningSwapd, timeout: float = 30.0) -> tuple[int, int, float]:
@@ -188,29 +121,12 @@ def scrape_every_second(swapd: RunningSwapd, until: threading.Event) -> None:
         until.wait(max(0.0, 1.0 - (time.monotonic() - started)))
 
 
-Work = Callable[[threading.Event], object]
-
-
 def scraping(swapd: RunningSwapd) -> Work:
     return lambda stop: scrape_every_second(swapd, stop)
 
 
 def new_names(swapd: RunningSwapd, count: int, rate: float) -> Work:
     return lambda _stop: send_names(swapd, count, rate)
-
-
-def ordinary_during(swapd: RunningSwapd, settings: Settings, *work: Work) -> float:
-    """The ordinary client's req/s while each of `work` runs in a thread of its own (a hostile
-    client, a scraper), each told by its event that the measurement is over. Every row measures
-    its ordinary client this way, on both sides."""
-    stop = threading.Event()
-    with contextlib.ExitStack() as running:
-        for one in work:
-            running.enter_context(in_background(functools.partial(one, stop)))
-        try:
-            return ordinary(swapd, settings.seconds, settings.connections)
-        finally:
-            stop.set()
 
 
 # ------------------------------------------------------------------------------------------------
@@ -249,9 +165,6 @@ def metrics_rows(settings: Settings) -> list[Row]:
                     work.append(new_names(swapd, count, settings.rate))
                 rps[side].append(ordinary_during(swapd, settings, *work))
         rss = {side: psutil.Process(daemon_pid(sides[side])).memory_info().rss for side in SIDES}
-
-    def med(values: list[float]) -> float:
-        return statistics.median(values) if values else float("nan")
 
     ratio, low, high = median_interval(paired(rps["hostile"], rps["quiet"]))
     one_label_set = 16 * 1024
@@ -302,7 +215,12 @@ def metrics_rows(settings: Settings) -> list[Row]:
     ]
 
 
-ROWS: dict[str, Callable[[Settings], list[Row]]] = {"metrics": metrics_rows}
+ROWS: dict[str, Callable[[Settings], list[Row]]] = {
+    "metrics": metrics_rows,
+    "readers": hostile_rows.readers_rows,
+    "subscribers": hostile_rows.subscribers_rows,
+    "upload": hostile_rows.upload_rows,
+}
 
 
 def print_rows(rows: list[Row]) -> None:
@@ -325,9 +243,28 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=5.0, help="each ordinary client's run")
     parser.add_argument("--connections", type=int, default=4, help="the ordinary client's")
     parser.add_argument("--scrapes", type=int, default=3, help="timed scrapes a side a round")
+    parser.add_argument("--output-mb", type=int, default=50, help="readers: what the model writes")
+    parser.add_argument("--stalled", type=int, default=10, help="readers: stalled subscribers")
+    parser.add_argument("--subscribers", type=int, default=1000, help="subscribers: how many")
+    parser.add_argument(
+        "--idle-seconds", type=float, default=5.0, help="subscribers: the idle CPU's window"
+    )
+    parser.add_argument(
+        "--body-timeout", type=float, default=5.0, help="upload: clientBodyTimeout, both sides"
+    )
     args = parser.parse_args()
     settings = Settings(
-        args.names, args.rate, args.rounds, args.seconds, args.connections, args.scrapes
+        args.names,
+        args.rate,
+        args.rounds,
+        args.seconds,
+        args.connections,
+        args.scrapes,
+        output_mb=args.output_mb,
+        stalled=args.stalled,
+        subscribers=args.subscribers,
+        idle_seconds=args.idle_seconds,
+        body_timeout=args.body_timeout,
     )
     rows: list[Row] = []
     for name in args.rows.split(","):

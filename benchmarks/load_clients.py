@@ -3,12 +3,15 @@ interpreter lock with the benchmark or with another client, as real clients woul
 
     python load_clients.py ordinary URL SECONDS CONNECTIONS   -> prints requests/s
     python load_clients.py names URL COUNT RATE CONNECTIONS   -> prints names sent, 404s
+    python load_clients.py subscribers URL COUNT              -> "ready", reads until stdin ends
 
 `ordinary`: small chat completions to the `bench` model on kept-alive connections, as fast as
 they are answered; any answer but a 200 is an error (exit 1). `names`: COUNT chat completions
 each naming a model that does not exist (a new name every time, some shaped like API keys), at
 RATE a second in all (0: as fast as they are answered); prints how many were sent and how many
-were answered 404.
+were answered 404. `subscribers`: COUNT `/api/events` clients, connected 50 at a time, each
+reading everything it is sent (and dropping it), until this process's stdin is closed; prints
+`ready` once all are connected.
 """
 
 from __future__ import annotations
@@ -77,6 +80,31 @@ async def names(url: str, count: int, rate: float, connections: int) -> tuple[in
     return sent, not_found
 
 
+async def subscribers(url: str, count: int) -> None:
+    connector = aiohttp.TCPConnector(limit=0)
+    timeout = aiohttp.ClientTimeout(total=None, sock_read=None)
+    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
+        responses: list[aiohttp.ClientResponse] = []
+        for first in range(0, count, 50):
+            wave = [session.get(url + "/api/events") for _ in range(first, min(count, first + 50))]
+            responses += await asyncio.gather(*wave)
+        if any(r.status != 200 for r in responses):
+            raise RuntimeError("a subscriber was not answered 200")
+
+        async def drain(resp: aiohttp.ClientResponse) -> None:
+            async for _ in resp.content.iter_any():
+                pass
+
+        readers = [asyncio.ensure_future(drain(r)) for r in responses]
+        print("ready", flush=True)
+        await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
+        for reader in readers:
+            reader.cancel()
+        await asyncio.gather(*readers, return_exceptions=True)
+        for resp in responses:
+            resp.close()
+
+
 def main(argv: list[str]) -> int:
     role, url, *rest = argv
     if role == "ordinary":
@@ -86,6 +114,8 @@ def main(argv: list[str]) -> int:
         count, rate, connections = int(rest[0]), float(rest[1]), int(rest[2])
         sent, not_found = asyncio.run(names(url, count, rate, connections))
         print(sent, not_found)
+    elif role == "subscribers":
+        asyncio.run(subscribers(url, int(rest[0])))
     else:
         print(__doc__, file=sys.stderr)
         return 2

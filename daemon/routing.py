@@ -50,4 +50,7 @@ def routing_table(config: Config, generation: int, log_dir: Path | None = None) 
         capture_bytes=config.capture_buffer * 1024 * 1024,
         ollama_api=config.ollama_api,
         session_headers=config.session_headers,
+        client_body_timeout=config.client_body_timeout,
+        send_timeout=config.send_timeout,
+        cors=config.cors,
     )

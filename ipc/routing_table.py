@@ -23,6 +23,20 @@ class Timeouts(msgspec.Struct, frozen=True):
     idle_conn: float = 90.0  # how long a kept-alive connection may sit unused in the pool
 
 
+class CorsPolicy(msgspec.Struct, frozen=True):
+    """llama-swap's `security.cors`: the other sites whose pages may use swapd from a browser, and
+    the CORS headers they are answered with (docs/endpoints.md, "Browsers and other sites").
+    Unlike llama-swap's, an empty `allowed_origins` allows no other site (only the editors' and
+    apps' own origins that no web page can have); `*` allows every site, llama-swap's default."""
+
+    allowed_origins: tuple[str, ...] = ()
+    allow_credentials: bool = False
+    allowed_methods: tuple[str, ...] = ()  # a preflight's answer; () is llama-swap's list
+    allowed_headers: tuple[str, ...] = ()  # a preflight's answer; (): the ones it asked for
+    exposed_headers: tuple[str, ...] = ()
+    max_age: int = 86400  # seconds a browser keeps a preflight's answer
+
+
 class Filters(msgspec.Struct, frozen=True):
     """Body rewrites before a request is forwarded (a model's or a peer's `filters`)."""
 
@@ -156,3 +170,9 @@ class RoutingTable(msgspec.Struct, frozen=True):
     ollama_api: bool = True
     # `ui.activity.session_id`: what llama-swap's web UI reads in the `uiConfig` event.
     session_headers: tuple[str, ...] = ("X-Session-ID", "X-Litellm-Session-Id")
+    # `clientBodyTimeout` and `sendTimeout` (nginx's `client_body_timeout`, `send_timeout`), in
+    # seconds, 0: none: how long a request body may stall, and a response go unread.
+    client_body_timeout: float = 60.0
+    send_timeout: float = 60.0
+    # `security.cors`: which other sites' pages may use swapd, and their CORS answers.
+    cors: CorsPolicy = CorsPolicy()

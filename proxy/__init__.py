@@ -41,7 +41,8 @@ The top: ingress and the pipeline.
   the accounting stage's logger; `stats`: the counters; `events`: the `/api/events` hub;
   `llama_view`: model states as llama-swap's clients read them; `capabilities`: a model's
   capabilities as `/v1/models` and `modelStatus` show them; `log_hub`: the proxy's own log ring;
-  `log_files`: the models' log files; `combined_log`: the `/logs` stream of both.
+  `log_files`: the models' log files; `combined_log`: the one follower of the models' logs and
+  the `/logs` stream of both; `backlog`: a streaming client's unsent data, bounded in bytes.
 
 `api/`: route handlers of swapd's own endpoints.
 * `models`: `/v1/models`; `ops`: `/health`, `/running`, unloading; `events`: `/api/events`;

@@ -1,7 +1,7 @@
 """The proxy's aiohttp application: the app factory, the route table and the front checks
 (`guard`), the first stage of every request (shutting down -> 503, CORS preflight, ambiguous
-credentials -> 400, API keys -> 401, a cross-site state change -> 403 (`origin_check.py`),
-`ProxyError` -> JSON error), which the one middleware,
+credentials -> 400, another site's page or a DNS-rebinding host -> 403 (`origin_check.py`), API
+keys -> 401, `ProxyError` -> JSON error), which the one middleware,
 `front`, runs for every route and `dispatch.py` for the model routes it serves directly. The
 forwarding routes are `pipeline.py`'s."""
 
@@ -25,7 +25,7 @@ from .api import events as events_api
 from .api import logs, ops, profiles, ui_routes
 from .api import models as models_list
 from .api import observe as observe_api
-from .auth import check_api_key, check_single_credentials
+from .auth import OPEN_PATHS, check_api_key, check_single_credentials
 from .context import CTX, ProxyContext
 from .dialects import llamacpp_router
 from .dialects.ollama import routes as ollama_routes
@@ -39,7 +39,7 @@ from .observe.access_log import AccessLines
 from .observe.activity import Recorder
 from .observe.combined_log import COMBINED_KEY, CombinedLog
 from .observe.log_hub import LogHub
-from .origin_check import check_origin
+from .origin_check import CORS_ORIGIN, check_browser, cors_headers, preflight
 from .routing.model_routes import MODEL_ROUTES
 from .stages import Stages
 from .upstream.pool import UpstreamPool
@@ -51,27 +51,9 @@ log = logging.getLogger(__name__)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 R = TypeVar("R", bound=web.BaseRequest)
 
-_OPEN_PATHS = frozenset({"/health", "/wol-health", "/favicon.ico"})
-_CORS_METHODS = "GET, POST, PUT, PATCH, DELETE, OPTIONS"
-_CORS_DEFAULT_HEADERS = "Content-Type, Authorization, Accept, X-Requested-With"
-_TOKEN_CHARS = frozenset(
-    "!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
-)
 SYNC_KEY: web.AppKey[StateSync] = web.AppKey("swapd_proxy_sync", StateSync)
-
-
-def _preflight(request: web.BaseRequest) -> web.Response:
-    asked = request.headers.get("Access-Control-Request-Headers", "")
-    names = [n.strip() for n in asked.split(",") if n.strip() and set(n.strip()) <= _TOKEN_CHARS]
-    return web.Response(
-        status=204,
-        headers={
-            "Access-Control-Allow-Origin": "*",
-            "Access-Control-Allow-Methods": _CORS_METHODS,
-            "Access-Control-Allow-Headers": ", ".join(names) or _CORS_DEFAULT_HEADERS,
-            "Access-Control-Max-Age": "86400",
-        },
-    )
+# The events hub's feeds from the two logs, for the process's lifetime.
+FEEDS_KEY: web.AppKey[contextlib.ExitStack] = web.AppKey("swapd_event_feeds", contextlib.ExitStack)
 
 
 @web.middleware
@@ -90,29 +72,38 @@ async def guard(
     (the Application's middleware `front`, or `dispatch.Dispatch` for model requests).
 
     `model_route`: the request is on one of `MODEL_ROUTES` (dispatch.py knows it by its table).
-    None of those is an open path or one of swapd's own state-changing routes, so the two checks
-    that look at the path are skipped for them (`tests/unit/test_proxy_dispatch.py` holds the table
-    to that)."""
+    None of those is an open path, so that lookup is skipped for them
+    (`tests/unit/test_proxy_dispatch.py` holds the table to that)."""
     if ctx.closing:
         ctx.stats.refused += 1
         response = error_response(503, "swapd is shutting down", "shutting_down")
         response.force_close()
         return response
+    state = ctx.state
     if request.method == "OPTIONS":
-        return _preflight(request)
+        try:
+            if "Origin" in request.headers and not state.synced.is_set():
+                await routes_of(ctx)  # a browser's: answered by the config's security.cors
+            return preflight(request, state.routes.table.cors)
+        except ProxyError as exc:
+            ctx.stats.refused += 1
+            return exc.response()
     ctx.enter()
     try:
         check_single_credentials(request)
-        if model_route or request.path not in _OPEN_PATHS:
-            state = ctx.state
-            if not state.synced.is_set():
-                # No table yet means no keys known yet: wait for it rather than let anyone in.
-                await routes_of(ctx)
+        guarded = model_route or request.path not in OPEN_PATHS
+        if guarded and not state.synced.is_set():
+            # No table yet means no keys known yet: wait for it rather than let anyone in.
+            await routes_of(ctx)
+        # Before the key: another site's page is refused whatever it presents, and an allowed
+        # one can read a 401 too.
+        allowed = check_browser(request, state.routes.table.cors)
+        if allowed is not None:
+            request[CORS_ORIGIN] = allowed
+        if guarded:
             keys = state.routes.api_keys
             if keys:
                 check_api_key(request, keys)
-        if not model_route:
-            check_origin(request)
         return await handler(request)
     except ProxyError as exc:
         ctx.stats.refused += 1
@@ -128,6 +119,14 @@ async def guard(
         raise
     finally:
         ctx.leave()
+
+
+async def _cors_answer(request: web.Request, response: web.StreamResponse) -> None:
+    """The answer to an allowed other site's request carries its CORS headers (every request
+    with an `Origin` comes the Application's way: `dispatch.py`)."""
+    origin = request.get(CORS_ORIGIN)
+    if origin is not None:
+        cors_headers(origin, request.app[CTX].state.routes.table.cors, response.headers)
 
 
 def make_app(
@@ -177,9 +176,13 @@ def make_app(
         sync.start()
         combined = app[COMBINED_KEY] = CombinedLog(hub, state)
         combined.start()
+        feeds = app[FEEDS_KEY] = contextlib.ExitStack()
+        feeds.enter_context(hub.subscribe(event_hub.proxy_log))
+        feeds.enter_context(combined.upstream.subscribe(event_hub.upstream_log))
         log.info("proxy %s started (pid %d, %d process(es))", link.proxy_id, link.pid, processes)
 
     async def cleanup(app: web.Application) -> None:
+        app[FEEDS_KEY].close()
         await app[COMBINED_KEY].close()
         await app[SYNC_KEY].close()
         ctx = app[CTX]
@@ -197,6 +200,7 @@ def make_app(
 
     app.on_startup.append(startup)
     app.on_cleanup.append(cleanup)
+    app.on_response_prepare.append(_cors_answer)
 
     router = app.router
     router.add_get("/health", ops.handle_health)

@@ -17,6 +17,8 @@ from aiohttp import web
 from .errors import BadRequest, Unauthorized
 
 REALM = 'Basic realm="swapd"'
+# What answers without a key (and to any site's page: `origin_check.py`).
+OPEN_PATHS = frozenset({"/health", "/wol-health", "/favicon.ico"})
 UNAUTHORIZED = "unauthorized: invalid or missing API key"
 
 

@@ -1,5 +1,6 @@
 """One client connection: aiohttp's connection handler (`RequestHandler`), with a bounded time for
-each request head and quiet bad requests (`server.py` makes one per connection).
+each request head, for each stall of a request body and of a response nobody reads, and quiet bad
+requests (`server.py` makes one per connection).
 
 * A request head must arrive within `head_timeout` (`HEAD_TIMEOUT_S`) of its first byte, or the
   connection gets a 408 and is closed. Bytes begin a head when they arrive while no request of
@@ -9,6 +10,21 @@ each request head and quiet bad requests (`server.py` makes one per connection).
   head begins and none is, looks at the head's deadline when it fires and arms again for a
   later head: a kept-alive connection costs a timer every `head_timeout` at most, not one per
   request.
+* A request body that stalls (`clientBodyTimeout`, nginx's `client_body_timeout`): while a
+  request is handled and its body has not all arrived, bytes must keep coming, at most that many
+  seconds apart, or the connection gets a 408 (a closed connection, when the response has begun)
+  and is closed. The clock runs only while the proxy reads: when it has stopped reading because
+  it holds all it may of the body (the model is slower than the client, or the request waits for
+  a swap), the client is not stalling and its clock starts again when reading resumes. One timer
+  per connection, armed when a request with a body yet to come begins.
+* A response nobody reads (`sendTimeout`, nginx's `send_timeout`): when the connection's write
+  buffer is full (the transport paused writing: the client reads nothing), the client must read
+  again within that many seconds, or the connection is dropped. A client that reads, however
+  slowly, and a response that waits for its model, are never cut.
+* Either way the request's handler is cancelled (the connection is gone), so its in-flight count
+  is released and a drain waiting for it proceeds. Both limits are the routing table's, so a
+  reload changes them for the next timer; 0 turns one off. Counted in `stats.body_timeouts` and
+  `stats.send_timeouts`.
 * A request the parser rejects is a client's mistake: a 400 in the OpenAI error shape with a
   fixed message per kind of fault (never the offending bytes, which may hold a key), one DEBUG
   log line naming the kind, and a count in `stats.bad_requests`; never an ERROR traceback. An
@@ -29,6 +45,7 @@ from typing import Any
 from aiohttp import StreamReader, http_exceptions, web
 
 from .errors import error_response
+from .mirror.state import ProxyState
 from .observe.stats import Stats
 
 log = logging.getLogger(__name__)
@@ -59,13 +76,18 @@ class SwapdRequestHandler(web.RequestHandler):
     """aiohttp's connection handler, with the bounded head time and quiet bad requests."""
 
     __slots__ = (
+        "_body_timer",
         "_clock",
         "_head_timeout",
         "_head_timer",
+        "_send_timer",
+        "_state",
         "_stats",
         "body",
+        "body_at",
         "handling",
         "head_since",
+        "request",
     )
 
     def __init__(
@@ -74,20 +96,26 @@ class SwapdRequestHandler(web.RequestHandler):
         stats: Stats,
         *,
         loop: asyncio.AbstractEventLoop,
+        state: ProxyState | None = None,
         head_timeout: float = HEAD_TIMEOUT_S,
         **kwargs: Any,
     ) -> None:
         super().__init__(manager, loop=loop, **kwargs)
         self._stats = stats
         self._clock = loop
+        self._state = state  # its routing table holds the body and send timeouts
         self._head_timeout = head_timeout
         self._head_timer: asyncio.TimerHandle | None = None
+        self._body_timer: asyncio.TimerHandle | None = None
+        self._send_timer: asyncio.TimerHandle | None = None
         # Loop time of the first byte of a head under way (0: none); `Dispatch` sets it to 0 when
         # the head is complete, and (attributes, not calls: every request sets them) whether a
-        # request of this connection is being handled, and the last request's body.
+        # request of this connection is being handled, the request, and its body.
         self.head_since = 0.0
         self.handling = False
+        self.request: web.BaseRequest | None = None
         self.body: StreamReader | None = None
+        self.body_at = 0.0  # loop time a body's last bytes came (or reading resumed)
 
     # --- the head's clock ---------------------------------------------------------------------
     def data_received(self, data: bytes) -> None:
@@ -99,6 +127,8 @@ class SwapdRequestHandler(web.RequestHandler):
             head = body is None or body.is_eof()
         super().data_received(data)
         if not head:  # a head's clock already runs, or a request or its body is under way
+            if self.handling:
+                self.body_at = self._clock.time()
             return
         self.head_since = now = self._clock.time()
         if self._head_timer is None:
@@ -117,19 +147,88 @@ class SwapdRequestHandler(web.RequestHandler):
         log.debug(
             "request head not complete after %.0f s; closing the connection", self._head_timeout
         )
-        body = error_response(408, "request head not received in time").body
-        assert isinstance(body, bytes)
-        self.transport.write(
-            b"HTTP/1.1 408 Request Timeout\r\nContent-Type: application/json\r\n"
-            b"Connection: close\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
-        )
+        self._time_out("request head not received in time")
+
+    def _time_out(self, message: str) -> None:
+        """A 408 with `message` (unless a response has begun), and the connection closed."""
+        assert self.transport is not None
+        request = self.request
+        if not self.handling or request is None or request.writer.output_size == 0:
+            body = error_response(408, message).body
+            assert isinstance(body, bytes)
+            self.transport.write(
+                b"HTTP/1.1 408 Request Timeout\r\nContent-Type: application/json\r\n"
+                b"Connection: close\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
+            )
         self.force_close()
 
+    # --- a body's clock -------------------------------------------------------------------------
+    def body_expected(self) -> None:
+        """`Dispatch`: the request being handled has a body yet to come."""
+        self.body_at = now = self._clock.time()
+        timeout = self._timeouts()[0]
+        if timeout > 0 and self._body_timer is None:
+            self._body_timer = self._clock.call_at(now + timeout, self._body_deadline)
+
+    def _timeouts(self) -> tuple[float, float]:
+        if self._state is None:
+            return 0.0, 0.0
+        table = self._state.routes.table
+        return table.client_body_timeout, table.send_timeout
+
+    def _body_deadline(self) -> None:
+        self._body_timer = None
+        body, transport = self.body, self.transport
+        if not self.handling or body is None or body.is_eof() or transport is None:
+            return  # no body under way: the next one arms the timer again
+        timeout = self._timeouts()[0]
+        if timeout <= 0:
+            return
+        now = self._clock.time()
+        if not transport.is_reading():
+            self.body_at = now  # the proxy holds the client back: not the client's stall
+        left = self.body_at + timeout - now
+        if left > 0:
+            self._body_timer = self._clock.call_later(left, self._body_deadline)
+            return
+        self._stats.body_timeouts += 1
+        log.info(
+            "request body stalled for %g s (clientBodyTimeout): closing the connection", timeout
+        )
+        self._time_out(f"request body not received in time (clientBodyTimeout {timeout:g} s)")
+
+    # --- a response nobody reads ----------------------------------------------------------------
+    def pause_writing(self) -> None:
+        super().pause_writing()
+        timeout = self._timeouts()[1]
+        if timeout > 0 and self._send_timer is None:
+            self._send_timer = self._clock.call_later(timeout, self._send_deadline)
+
+    def resume_writing(self) -> None:
+        super().resume_writing()
+        if self._send_timer is not None:
+            self._send_timer.cancel()
+            self._send_timer = None
+
+    def _send_deadline(self) -> None:
+        self._send_timer = None
+        transport = self.transport
+        if transport is None:
+            return
+        self._stats.send_timeouts += 1
+        log.info(
+            "a client read nothing of its response for %g s (sendTimeout): dropping the connection",
+            self._timeouts()[1],
+        )
+        transport.abort()  # not close(): that would wait for the client to read what is queued
+
     def connection_lost(self, exc: BaseException | None) -> None:
-        if self._head_timer is not None:
-            self._head_timer.cancel()
-            self._head_timer = None
+        for timer in (self._head_timer, self._body_timer, self._send_timer):
+            if timer is not None:
+                timer.cancel()
+        self._head_timer = self._body_timer = self._send_timer = None
         self.body = None
+        self.request = None
         super().connection_lost(exc)
 
     # --- bad requests ---------------------------------------------------------------------------

@@ -1,8 +1,8 @@
 """Which way a request comes in: the handler of aiohttp's low-level server (`web.Server`).
 
 A model request (the method and path of a plain route whose handler is the pipeline's
-`handle_model_route`, with no `Expect` header) goes straight to `app.guard` and the pipeline
-(`pipeline.serve_model`, handed the proxy's context); every other request goes to the
+`handle_model_route`, with no `Expect` and no `Origin` header) goes straight to `app.guard` and
+the pipeline (`pipeline.serve_model`, handed the proxy's context); every other request goes to the
 `web.Application` as before (its router, its middleware `front`, which runs the same `guard`).
 Nothing is decided twice: the table is read from the Application's own router once it is set
 up, so a route added there is found there, and the front checks are one function both ways
@@ -16,7 +16,9 @@ request as aiohttp's `BaseRequest`, which has no `app`, so the type check holds 
 `Expect: 100-continue` goes the Application's way, which answers it; any other expectation is
 answered here, 417 (RFC 9110 §10.1.1), before the Application's default expect handler, which
 echoes the value into a text body and, for a value that is not UTF-8, failed with a 500 and a
-traceback.
+traceback. A request with an `Origin` (a browser's) goes the Application's way too: an allowed
+other site's answer gets its CORS headers as it is prepared (`app._cors_answer`, aiohttp's
+`on_response_prepare`, which only the Application's requests have).
 
 Every request, either way, tells its connection when its handling begins and ends: the head's
 clock (`connection.py`).
@@ -80,7 +82,10 @@ class Dispatch:
         # Its head is complete: the head's clock stops (connection.py).
         conn.handling = True
         conn.head_since = 0.0
-        conn.body = request.content
+        conn.request = request
+        body = conn.body = request.content
+        if not body.is_eof():  # a body yet to come: its clock runs (connection.py)
+            conn.body_expected()
         try:
             raw = request.raw_path
             # The table's paths have no `%` and no query: a raw path with either (or an
@@ -89,7 +94,7 @@ class Dispatch:
             key = (request.method, path or request.rel_url.path_safe)
             if hdrs.EXPECT in request.headers:
                 return unmet_expectation(request, self._ctx.stats) or await self._to_app(request)
-            if key not in self._routes:
+            if key not in self._routes or hdrs.ORIGIN in request.headers:
                 return await self._to_app(request)
             return await self._guard(self._ctx, request, self._serve, model_route=True)
         finally:

@@ -1,57 +1,154 @@
-"""Cross-site request refusal for swapd's own state-changing routes (the web UI's buttons).
+"""Browsers and other sites: a page on another site (another port of this host included) cannot
+drive swapd, and a page under a name that is not this machine's (DNS rebinding) cannot either;
+sites the operator allows get CORS answers (`security.cors`, llama-swap's keys).
 
-A browser resends the Basic credentials it cached for swapd with any request to it, a cross-site
-page's included, so a page elsewhere could unload models or switch the profile. Browsers send an
-`Origin` header with every non-GET `fetch` and form post; where it is present and names another
-host:port than the request's `Host`, the request is refused with a 403, as ComfyUI refuses them.
-Requests without an `Origin` (curl, SDKs, servers) pass.
+A browser sends every request a page makes to swapd, cached Basic credentials included, and a
+page needs no answer to do harm: a no-cors `POST /v1/chat/completions` with a `text/plain` body,
+an `<img src=/upstream/m/>`, a websocket swap models as well as a script that can read. So every
+request a browser makes for another site is refused (403, `cross_origin`), whatever the route;
+what is not a browser's (curl, SDKs, servers: no `Origin`, no `Sec-Fetch-Site`) is never looked
+at. Where a request comes from:
 
-Browsers also send `Sec-Fetch-Site` with every request, an image or a link included; where it is
-present and says anything but `same-origin` or `none` (typed in, a bookmark), the request is
-refused too, as Go's `http.CrossOriginProtection` refuses it. That also covers llama-swap's
-`GET /unload`, which changes state with a GET: a cross-site `<img src=.../unload>` carries no
-`Origin` but does carry `Sec-Fetch-Site: cross-site`.
+* `Origin` (sent with every non-GET, every websocket and every CORS request): the request's own
+  site when it names the host:port of `Host` (one side without a port: the hosts alone, as
+  ComfyUI compares them), else the site it names;
+* `Sec-Fetch-Site` (sent by browsers with every request, an image and a link included):
+  `same-origin` or `none` (typed in, a bookmark) is the page's own; `same-site` (another port)
+  and `cross-site` are another site's, which for a request without `Origin` is the origin in its
+  `Referer`, when there is one.
 
-Only swapd's own routes that change something are checked: a non-GET on `/api/...` or `/unload`,
-llama.cpp's router `POST /models/load` and `/models/unload`, llmsnap's `POST /models/sleep/<id>`,
-and `GET /unload`. Model routes
-(Ollama's `/api/chat`, `/api/generate`, `/api/embed`, `/api/embeddings` and `/api/show`
-included), `/upstream/` and `/comfyui/` are forwarded as the client sent them (the upstream
-applies its own rule, ComfyUI's for instance).
+A request of this host's own pages passes; so does a top-level navigation the user made
+(`GET`/`HEAD`, `Sec-Fetch-Mode: navigate`, `Sec-Fetch-Dest: document`, `Sec-Fetch-User: ?1`: a
+link clicked on another site), except to llama-swap's `GET /unload`. Another site's request
+passes only when its origin is allowed: listed in `security.cors.allowedOrigins` (`*`: every
+site, llama-swap's default), or the origin of an editor's or app's own page (`app://`,
+`tauri://`, `vscode-webview://`, `vscode-file://`), which no web page can have. Its answer then
+carries `Access-Control-Allow-Origin` (`cors_headers`), and a preflight (`OPTIONS`) is answered
+for it (`preflight`).
+
+DNS rebinding: a page at `http://rebind.example:8080` whose name an attacker points at 127.0.0.1
+is same-origin with swapd as the browser sees it. So a request taken as the page's own must name
+this machine in `Host` by a name no other site can point here: an IP address, a name without a
+dot (`localhost`, the machine's name), one under `.localhost`, `.local`, `.lan`, `.home`,
+`.internal`, `.home.arpa` or `.localdomain`, the machine's own host name, or the host of an
+allowed origin; otherwise the request is refused (403, `cross_origin`).
 """
 
 from __future__ import annotations
 
+import functools
+import ipaddress
+import socket
+from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from aiohttp import web
+from multidict import CIMultiDict
 
-from .dialects.paths import OLLAMA_MODEL_ROUTES, ROUTER_CHANGES
+from ..ipc.routing_table import CorsPolicy
+from .auth import OPEN_PATHS
 from .errors import Forbidden
 
-_CHANGING = frozenset({"POST", "PUT", "DELETE", "PATCH"})
+# What the request's answer must carry: the allowed origin it came from (`cors_headers`).
+CORS_ORIGIN = "swapd.cors_origin"
 
-
+APP_SCHEMES = frozenset({"app", "tauri", "vscode-webview", "vscode-file"})
+LOCAL_SUFFIXES = (
+    ".localhost",
+    ".local",
+    ".lan",
+    ".home",
+    ".internal",
+    ".home.arpa",
+    ".localdomain",
+)
 _OWN_SITE = frozenset({"same-origin", "none"})
-# llmsnap's spelling of `POST /api/models/sleep/<id>` (the sleep API, api/ops.py).
-SLEEP_PREFIX = "/models/sleep/"
+_STATE_CHANGING_GETS = frozenset({"/unload"})  # llama-swap's unload-all by GET
+DEFAULT_METHODS = "GET, POST, PUT, PATCH, DELETE, OPTIONS"
+DEFAULT_HEADERS = "Content-Type, Authorization, Accept, X-Requested-With"
+_TOKEN_CHARS = frozenset(
+    "!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+)
 
 
-def guarded(method: str, path: str) -> bool:
-    if method not in _CHANGING:
-        return False
-    if path.startswith("/api/"):
-        return path not in OLLAMA_MODEL_ROUTES  # those are model routes, forwarded
-    return path == "/unload" or path in ROUTER_CHANGES or path.startswith(SLEEP_PREFIX)
+@dataclass(frozen=True, slots=True)
+class Policy:
+    """`security.cors` made ready to match against (`policy_of`)."""
+
+    any: bool  # `*`
+    origins: frozenset[str]  # lower-case scheme://host[:port], default ports left out
+    hosts: frozenset[str]  # their host names: names this machine is also served under
+    cors: CorsPolicy
+
+    def allows(self, origin: str) -> bool:
+        if self.any:
+            return True
+        key = _origin_key(origin)
+        if key is None:
+            return False
+        return key in self.origins or key.split(":", 1)[0] in APP_SCHEMES
+
+    def trusted_host(self, host: str) -> bool:
+        if self.any:
+            return True
+        name = _host_name(host)
+        return name is not None and (is_local_name(name) or name in self.hosts)
 
 
-def changes_state(method: str, path: str) -> bool:
-    """`guarded`, and llama-swap's unload-all by GET: what `check_origin` checks."""
-    return guarded(method, path) or _unload_by_get(method, path)
+@functools.lru_cache(maxsize=8)
+def policy_of(cors: CorsPolicy) -> Policy:
+    origins = set()
+    hosts = set()
+    for origin in cors.allowed_origins:
+        key = _origin_key(origin)
+        if key is not None:
+            origins.add(key)
+            name = _host_name(urlsplit(key).netloc)
+            if name:
+                hosts.add(name)
+    return Policy("*" in cors.allowed_origins, frozenset(origins), frozenset(hosts), cors)
 
 
-def _unload_by_get(method: str, path: str) -> bool:
-    return method == "GET" and path == "/unload"
+def _origin_key(origin: str) -> str | None:
+    """`scheme://host[:port]`, lower-case, without the scheme's default port; None: not one."""
+    try:
+        parts = urlsplit(origin.strip().lower())
+        port = parts.port
+    except ValueError:
+        return None
+    if not parts.scheme or not parts.hostname:
+        return None
+    host = parts.hostname
+    if ":" in host:
+        host = f"[{host}]"
+    if port is None or (parts.scheme, port) in (("http", 80), ("https", 443)):
+        return f"{parts.scheme}://{host}"
+    return f"{parts.scheme}://{host}:{port}"
+
+
+def _host_name(netloc: str) -> str | None:
+    try:
+        name = urlsplit("//" + netloc).hostname
+    except ValueError:
+        return None
+    return name.rstrip(".") if name else None
+
+
+@functools.cache
+def _own_names() -> frozenset[str]:
+    names = {socket.gethostname().lower()}
+    names.add(next(iter(names)).split(".", 1)[0])
+    return frozenset(names)
+
+
+def is_local_name(name: str) -> bool:
+    """Whether `name` (a Host's, lower-case) is one no other site can point at this machine."""
+    try:
+        ipaddress.ip_address(name)
+        return True
+    except ValueError:
+        pass
+    return "." not in name or name.endswith(LOCAL_SUFFIXES) or name in _own_names()
 
 
 def _host_port(netloc: str) -> tuple[str, int | None] | None:
@@ -78,28 +175,122 @@ def same_origin(origin: str, host: str) -> bool:
     return theirs == ours
 
 
-def check_origin(request: web.BaseRequest) -> None:
-    method, path = request.method, request.path
-    own_change = guarded(method, path)
-    if not own_change and not _unload_by_get(method, path):
-        return
+def _referer_origin(referer: str | None) -> str | None:
+    if not referer:
+        return None
+    return _origin_key(referer)
+
+
+def _user_navigation(request: web.BaseRequest) -> bool:
     headers = request.headers
-    site = headers.get("Sec-Fetch-Site")
-    if site is not None and site.strip().lower() not in _OWN_SITE:
-        raise Forbidden(
-            f"cross-site request refused: Sec-Fetch-Site {site[:40]!r} (only same-origin "
-            "requests may change swapd's state from a browser)",
-            code="cross_origin",
-        )
-    if not own_change:
-        return  # GET /unload: a GET's Origin, where a browser sends one, says nothing more
+    return (
+        request.method in ("GET", "HEAD")
+        and request.path not in _STATE_CHANGING_GETS
+        and headers.get("Sec-Fetch-Mode") == "navigate"
+        and headers.get("Sec-Fetch-Dest") == "document"
+        and headers.get("Sec-Fetch-User") == "?1"
+    )
+
+
+def check_browser(request: web.BaseRequest, cors: CorsPolicy) -> str | None:
+    """None for a request that is no browser's or a page's own; the allowed origin of another
+    site's request (its answer carries CORS headers); `Forbidden` for any other."""
+    headers = request.headers
     origin = headers.get("Origin")
-    if origin is None:
-        return
+    site = headers.get("Sec-Fetch-Site")
+    if origin is None and site is None:
+        return None  # curl, SDKs, servers
+    if request.path in OPEN_PATHS:
+        return origin if origin is not None and policy_of(cors).allows(origin) else None
+    policy = policy_of(cors)
     host = headers.get("Host", "")
-    if not same_origin(origin, host):
+    site = site.strip().lower() if site is not None else None
+    if origin is None:
+        if site == "none":
+            return None  # typed in, a bookmark: the user's own doing
+        if site == "same-origin":
+            _check_host(policy, host)
+            return None
+        if _user_navigation(request):
+            return None  # a link on another site, followed by the user
+        seen = _referer_origin(headers.get("Referer"))
+        if policy.any or (seen is not None and policy.allows(seen)):
+            return None  # an allowed site's image or script: no CORS answer to give
         raise Forbidden(
-            f"cross-origin request refused: Origin {origin[:200]!r} is not this host "
-            f"({host[:200]!r})",
+            f"cross-site request refused: Sec-Fetch-Site {(site or '')[:40]!r} (a page of another "
+            "site; allow it in security.cors.allowedOrigins)",
             code="cross_origin",
         )
+    if same_origin(origin, host) and site in (None, "same-origin", "none"):
+        _check_host(policy, host)
+        return None
+    if policy.allows(origin):
+        return origin
+    if same_origin(origin, host):
+        raise Forbidden(
+            f"cross-site request refused: Sec-Fetch-Site {(site or '')[:40]!r} (a page of "
+            "another site)",
+            code="cross_origin",
+        )
+    raise Forbidden(
+        f"cross-origin request refused: Origin {origin[:200]!r} is not this host "
+        f"({host[:200]!r}) and not in security.cors.allowedOrigins",
+        code="cross_origin",
+    )
+
+
+def _check_host(policy: Policy, host: str) -> None:
+    if not policy.trusted_host(host):
+        raise Forbidden(
+            f"request refused: Host {host[:200]!r} is not a name of this machine (a DNS-"
+            "rebinding page?); to serve browsers under it, add its origin to "
+            "security.cors.allowedOrigins",
+            code="cross_origin",
+        )
+
+
+def cors_headers(origin: str, cors: CorsPolicy, headers: CIMultiDict[str]) -> None:
+    """What the answer to an allowed other site's request carries (the upstream's own
+    `Access-Control-*` headers replaced: one set, swapd's, as llama-swap sends)."""
+    for name in [k for k in headers if k.lower().startswith("access-control-")]:
+        headers.popall(name, None)
+    wildcard = "*" in cors.allowed_origins and not cors.allow_credentials
+    headers["Access-Control-Allow-Origin"] = "*" if wildcard else origin
+    if not wildcard:
+        vary = headers.get("Vary")
+        if vary is None:
+            headers["Vary"] = "Origin"
+        elif "origin" not in vary.lower():
+            headers["Vary"] = f"{vary}, Origin"
+    if cors.allow_credentials:
+        headers["Access-Control-Allow-Credentials"] = "true"
+    if cors.exposed_headers:
+        headers["Access-Control-Expose-Headers"] = ", ".join(cors.exposed_headers)
+
+
+def preflight(request: web.BaseRequest, cors: CorsPolicy) -> web.Response:
+    """The answer to `OPTIONS`: without an `Origin` (no browser's), llama-swap's permissive
+    one; a browser's preflight for an allowed origin, its CORS answer; for any other, 403."""
+    origin = request.headers.get("Origin")
+    headers: CIMultiDict[str] = CIMultiDict()
+    if origin is None:
+        headers["Access-Control-Allow-Origin"] = "*"
+    else:
+        policy = policy_of(cors)
+        host = request.headers.get("Host", "")
+        if same_origin(origin, host):
+            _check_host(policy, host)
+        elif not policy.allows(origin):
+            raise Forbidden(
+                f"cross-origin request refused: Origin {origin[:200]!r} is not in "
+                "security.cors.allowedOrigins",
+                code="cross_origin",
+            )
+        cors_headers(origin, cors, headers)
+    asked = request.headers.get("Access-Control-Request-Headers", "")
+    names = [n.strip() for n in asked.split(",") if n.strip() and set(n.strip()) <= _TOKEN_CHARS]
+    allowed = ", ".join(cors.allowed_headers) or ", ".join(names) or DEFAULT_HEADERS
+    headers["Access-Control-Allow-Methods"] = ", ".join(cors.allowed_methods) or DEFAULT_METHODS
+    headers["Access-Control-Allow-Headers"] = allowed
+    headers["Access-Control-Max-Age"] = str(cors.max_age)
+    return web.Response(status=204, headers=headers)

@@ -80,7 +80,9 @@ async def serve(
         "access_log_class": access_logger(ctx.stats, ctx.recorder, ctx.lines),
     }
     loop = asyncio.get_running_loop()
-    server = await create_server(lambda: SwapdRequestHandler(manager, ctx.stats, loop=loop, **args))
+    server = await create_server(
+        lambda: SwapdRequestHandler(manager, ctx.stats, loop=loop, state=ctx.state, **args)
+    )
     try:
         await stop.wait()
     finally:

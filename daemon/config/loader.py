@@ -24,6 +24,7 @@ from . import (
     profiles,
     router_members,
     routing,
+    security_fields,
     selectors,
     shape,
     sleep_fields,
@@ -204,6 +205,10 @@ def _load_document(
     return Loaded(config, tuple(builder.report.warnings))
 
 
+def _or(value: float | None, default: float) -> float:
+    return default if value is None else float(value)
+
+
 def _without(mapping: Mapping[str, Any], *keys: str) -> dict[str, Any]:
     return {k: v for k, v in mapping.items() if k not in keys}
 
@@ -367,6 +372,9 @@ class _Build:
             session_headers=observe_fields.session_headers(top, self.typed),
             performance_disabled=perf_disabled,
             performance_every=perf_every,
+            client_body_timeout=_or(top.client_body_timeout, c.DEFAULT_CLIENT_TIMEOUT),
+            send_timeout=_or(top.send_timeout, c.DEFAULT_CLIENT_TIMEOUT),
+            cors=security_fields.cors(top, self.typed, report),
         )
 
     def _usable_ids(self, models: dict[str, Any]) -> dict[str, Any]:

@@ -13,7 +13,14 @@ from typing import Any
 import msgspec
 
 from ...ipc import aliases
-from ...ipc.routing_table import Filters, ModelRouting, Profile, RoutePeer, RouteSelector
+from ...ipc.routing_table import (
+    CorsPolicy,
+    Filters,
+    ModelRouting,
+    Profile,
+    RoutePeer,
+    RouteSelector,
+)
 from .busy_check_fields import BusyCheck
 from .matrix_dsl import MatrixSet
 
@@ -112,6 +119,8 @@ DEFAULT_CAPTURE_BUFFER_MB = 5
 # and its minimum).
 DEFAULT_SESSION_HEADERS: tuple[str, ...] = ("X-Session-ID", "X-Litellm-Session-Id")
 DEFAULT_PERFORMANCE_EVERY = 5.0
+# `clientBodyTimeout` and `sendTimeout`: nginx's defaults.
+DEFAULT_CLIENT_TIMEOUT = 60.0
 
 
 class Config(msgspec.Struct, frozen=True):
@@ -154,6 +163,10 @@ class Config(msgspec.Struct, frozen=True):
     # `performance`: the host and GPU sampler off, and its interval in seconds.
     performance_disabled: bool = False
     performance_every: float = DEFAULT_PERFORMANCE_EVERY
+    # `clientBodyTimeout`, `sendTimeout` (seconds; 0: none) and `security.cors`.
+    client_body_timeout: float = DEFAULT_CLIENT_TIMEOUT
+    send_timeout: float = DEFAULT_CLIENT_TIMEOUT
+    cors: CorsPolicy = CorsPolicy()
 
     @property
     def models_to_stdout(self) -> bool:

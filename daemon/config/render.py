@@ -51,8 +51,27 @@ def _top(config: Config) -> dict[str, Any]:
         "metricsMaxInMemory": config.metrics_max_in_memory,
         "vramMargin": config.vram_margin,  # bytes
         "captureBuffer": config.capture_buffer,
+        "clientBodyTimeout": _number(config.client_body_timeout),
+        "sendTimeout": _number(config.send_timeout),
         **({"store": {"path": config.store_path}} if config.store_path else {}),
         "apiKeys": [HIDDEN for _ in config.api_keys],
+        **_security(config),
+    }
+
+
+def _security(config: Config) -> dict[str, Any]:
+    cors = config.cors
+    return {
+        "security": {
+            "cors": {
+                "allowedOrigins": list(cors.allowed_origins),
+                "allowCredentials": cors.allow_credentials,
+                "allowedMethods": list(cors.allowed_methods),
+                "allowedHeaders": list(cors.allowed_headers),
+                "exposedHeaders": list(cors.exposed_headers),
+                "maxAge": cors.max_age,
+            }
+        }
     }
 
 

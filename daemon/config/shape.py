@@ -118,6 +118,10 @@ class Model(Section, frozen=True):
     filters: ModelFilters | None = None
     # Stream loading progress to a streaming chat request that waits for a start.
     send_loading_state: bool | None = None
+    # nginx's `client_body_timeout` and `send_timeout`, in seconds (0: none; default 60).
+    client_body_timeout: Seconds | None = None
+    send_timeout: Seconds | None = None
+    security: Security | None = None
     timeouts: Timeouts | None = None
     capabilities: Capabilities | None = None
 
@@ -240,6 +244,21 @@ class Performance(Section, frozen=True):
     every: Any = None
 
 
+class Cors(Section, frozen=True):
+    """llama-swap's `security.cors` (read in security_fields.py)."""
+
+    allowed_origins: Texts | None = None
+    allow_credentials: bool | None = None
+    allowed_methods: Texts | None = None
+    allowed_headers: Texts | None = None
+    exposed_headers: Texts | None = None
+    max_age: Int | None = None
+
+
+class Security(Section, frozen=True):
+    cors: Cors | None = None
+
+
 class Top(Section, frozen=True):
     health_check_timeout: Int | None = None
     log_level: str | None = None
@@ -273,6 +292,10 @@ class Top(Section, frozen=True):
     # llmsnap's: seconds each sleep (wake) call may take, unless it sets its own (sleep_fields.py).
     sleep_request_timeout: Any = None
     wake_request_timeout: Any = None
+    # nginx's `client_body_timeout` and `send_timeout`, in seconds (0: none; default 60).
+    client_body_timeout: Seconds | None = None
+    send_timeout: Seconds | None = None
+    security: Security | None = None
     store: Store | None = None
     ui: Ui | None = None
     performance: Performance | None = None

@@ -1,37 +1,40 @@
 """`GET /api/events`: one subscriber of the event hub (`events.py`), streamed as llama-swap's
-server-sent events. A new subscriber first gets the log histories, `modelStatus`, `uiConfig`,
-`profileChanged` and the in-flight snapshot, then every event as it is offered."""
+server-sent events. A new subscriber first gets the log histories (each at most the last
+`HISTORY_BYTES` of its log), `modelStatus`, `uiConfig`, `profileChanged` and the in-flight
+snapshot, then every event as it is offered. The logs' live events come from the one follower of
+the process (`combined_log.py`), encoded once for every subscriber: a subscriber costs its
+backlog, nothing per model and nothing while idle."""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from typing import cast
 
 from aiohttp import web
 
 from ...ipc.event_frames import frame
 from ..context import CTX, ProxyContext
-from ..mirror.state import Routes
 from ..mirror.wait import routes_of
 from ..observe.combined_log import COMBINED_KEY
-from ..observe.events import HUB_KEY, EventHub, LogSink, Subscriber
-from ..observe.log_files import model_log_path, pipe_model
+from ..observe.events import HUB_KEY, EventHub, Subscriber
+
+# The least time between two writes to one subscriber (llama-swap's in-flight pace), and the
+# most writes a second to all of them: an event after a quiet spell goes out at once, a burst
+# together.
+WRITE_EVERY_S = 0.25
+WRITES_S = 1000
 
 
 async def handle_events(request: web.Request) -> web.StreamResponse:
     ctx = request.app[CTX]
     hub = request.app[HUB_KEY]
-    routes = await routes_of(ctx)
+    await routes_of(ctx)
     # Counted before the client sees a byte: the daemon hears of it then, and announces every
     # record it stores from that moment on.
     with hub.watched():
-        return await _stream(request, ctx, hub, routes)
+        return await _stream(request, ctx, hub)
 
 
-async def _stream(
-    request: web.Request, ctx: ProxyContext, hub: EventHub, routes: Routes
-) -> web.StreamResponse:
+async def _stream(request: web.Request, ctx: ProxyContext, hub: EventHub) -> web.StreamResponse:
     response = web.StreamResponse(
         headers={
             "Content-Type": "text/event-stream",
@@ -44,37 +47,24 @@ async def _stream(
     sub = Subscriber()
     # The models' lines in the order they came (llama-swap's one upstream log), not model by model.
     upstream_history = await request.app[COMBINED_KEY].upstream_history()
-    sub.offer(frame("logData", {"source": "proxy", "data": ctx.logs.history().decode()}))
+    # From here to joining the hub nothing awaits: no line is missed or sent twice.
+    proxy_text = ctx.logs.history().decode("utf-8", "replace")
+    sub.first(frame("logData", {"source": "proxy", "data": proxy_text}))
     upstream_text = upstream_history.decode("utf-8", "replace")
-    sub.offer(frame("logData", {"source": "upstream", "data": upstream_text}))
-    sub.offer(frame("modelStatus", hub.model_status()))
-    sub.offer(hub.ui_config_frame())
-    sub.offer(hub.profile_frame())
-    sub.offer(hub.inflight_snapshot())
-    upstream = LogSink(sub, "upstream")
-    pipes = [
-        asyncio.ensure_future(
-            pipe_model(
-                m.id,
-                model_log_path(routes.log_dir, m.id),
-                False,
-                cast(asyncio.Queue[bytes], upstream),
-                True,
-            )
-        )
-        for m in routes.table.models
-    ]
+    sub.first(frame("logData", {"source": "upstream", "data": upstream_text}))
+    sub.first(frame("modelStatus", hub.model_status()))
+    sub.first(hub.ui_config_frame())
+    sub.first(hub.profile_frame())
+    sub.first(hub.inflight_snapshot())
     hub.subscribers.add(sub)
     try:
-        with ctx.logs.subscribe(cast(asyncio.Queue[bytes], LogSink(sub, "proxy"))):
-            while not ctx.closing:
-                await sub.wake.wait()
-                sub.wake.clear()
-                await response.write(b"".join(sub.take()))
+        while not ctx.closing:
+            await response.write(b"".join(await sub.next_frames(hub)))
+            # What comes meanwhile goes out in one write: a busy proxy writes each subscriber
+            # a few times a second, not once per batch of events, and all of them together
+            # some `WRITES_S` times a second however many there are (with a thousand
+            # subscribers, the writes were what cost requests).
+            await asyncio.sleep(max(WRITE_EVERY_S, len(hub.subscribers) / WRITES_S))
     finally:
         hub.subscribers.discard(sub)
-        for pipe in pipes:
-            pipe.cancel()
-        with contextlib.suppress(Exception):
-            await asyncio.gather(*pipes, return_exceptions=True)
     return response

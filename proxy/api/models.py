@@ -146,12 +146,8 @@ async def handle_models(request: web.Request) -> web.Response:
                 }
             )
     data.sort(key=lambda item: item["id"])
-    headers = {}
-    origin = request.headers.get("Origin")
-    if origin:
-        headers["Access-Control-Allow-Origin"] = origin
+    # (llama-swap echoes any Origin here; swapd answers the sites `security.cors` allows, as it
+    # answers them on every route: `origin_check.py`.)
     return web.Response(
-        body=_encode({"object": "list", "data": data}),
-        content_type="application/json",
-        headers=headers,
+        body=_encode({"object": "list", "data": data}), content_type="application/json"
     )

@@ -15,6 +15,7 @@ from ..context import CTX, ProxyContext
 from ..errors import BadGateway, BadRequest, NotFound, ProxyError
 from ..mirror.state import ModelRuntime, Routes
 from ..mirror.wait import routes_of
+from ..observe.combined_log import COMBINED_KEY
 from ..observe.events import HUB_KEY
 from ..observe.llama_view import llama_state
 from ..routing.decide import model_not_found
@@ -123,7 +124,11 @@ async def handle_running(request: web.Request) -> web.Response:
                 # Each GPU's memory (NVML) and what placement reserved on it; absent when the
                 # daemon did not answer in time.
                 **({"gpus": msgspec.to_builtins(reply.gpus)} if reply is not None else {}),
-                "proxy": {**ctx.stats.as_dict(), "events": request.app[HUB_KEY].counters()},
+                "proxy": {
+                    **ctx.stats.as_dict(),
+                    "events": request.app[HUB_KEY].counters(),
+                    "logs": request.app[COMBINED_KEY].counters(),
+                },
             }
         ),
         content_type="application/json",

@@ -15,6 +15,14 @@ The models' lines alone, in the same order, are kept too (`upstream`): the histo
 
 Files are read on the loop, not in a thread, so that the catch-up before a proxy line is never
 racing a read of the same file; a read takes at most `READ_MAX` (the rest comes next time).
+
+It is the one follower of the models' log files in the process: besides the combined ring it
+keeps the models' lines alone (`upstream`, prefixed) and each model's own output (`model`, as
+written), each with its live subscribers (`/logs/stream/upstream`, `/logs/stream/<model>`,
+`/api/events`' upstream `logData`). So following the logs costs a stat per model every
+`FOLLOW_POLL_S`, whatever the number of clients, and a client's history is a ring's (at most
+`HISTORY_BYTES`). A file that grew by more than `READ_MAX` is read a piece at a time, the next at
+once, so a model writing fast is followed at the pace of the disk, in pieces of bounded size.
 """
 
 from __future__ import annotations
@@ -28,6 +36,7 @@ from pathlib import Path
 from aiohttp import web
 
 from ..mirror.state import ProxyState
+from .backlog import FANOUT_BYTES_S, Budget
 from .log_files import FOLLOW_POLL_S, model_log_path, prefixed, tail_of
 from .log_hub import HISTORY_BYTES, LogHub, TextRing
 
@@ -39,13 +48,15 @@ READ_MAX = 1024 * 1024
 
 
 class _File:
-    __slots__ = ("inode", "offset", "path", "pending")
+    __slots__ = ("inode", "offset", "path", "pending", "ring")
 
-    def __init__(self, path: Path, offset: int) -> None:
+    def __init__(self, path: Path, offset: int, history: bytes) -> None:
         self.path = path
         self.offset = offset
         self.inode: int | None = None
         self.pending = bytearray()
+        self.ring = TextRing(HISTORY_BYTES)  # the model's own output, as written
+        self.ring.seed(history)
 
 
 def _changed(files: dict[str, _File]) -> dict[str, _File]:
@@ -62,7 +73,8 @@ def _changed(files: dict[str, _File]) -> dict[str, _File]:
 
 
 def _read_new(files: dict[str, _File]) -> list[tuple[str, bytes]]:
-    """What each file gained since its offset (a rotated or truncated file from its start)."""
+    """What each file gained since its offset, `READ_MAX` at most (a rotated or truncated file
+    from its start)."""
     out = []
     for model_id, f in files.items():
         try:
@@ -96,6 +108,11 @@ class CombinedLog(TextRing):
         self._exit = contextlib.ExitStack()
         self.upstream = TextRing(HISTORY_BYTES)  # the models' lines only, in the same order
         self._stepping = asyncio.Lock()  # one look at the table and the files at a time
+        # What the `/logs/stream*` readers cost together (`backlog.Shared`).
+        self.fanout = Budget(FANOUT_BYTES_S)
+        # What following costs (`/running`): looks at the files, and the stats they took.
+        self.looks = 0
+        self.stats = 0
 
     async def upstream_history(self) -> bytes:
         """The models' recent lines in the order they came, up to this moment."""
@@ -103,14 +120,9 @@ class CombinedLog(TextRing):
             await self._step()
         return self.upstream.history()
 
-    async def _step(self) -> None:
-        async with self._stepping:
-            await self._follow_table()
-            self._catch_up()
-
     def start(self) -> None:
         self._ring += self._hub.history()
-        self._exit.enter_context(self._hub.subscribe(self))  # type: ignore[arg-type]
+        self._exit.enter_context(self._hub.subscribe(self))
         self._task = asyncio.ensure_future(self._run())
 
     async def close(self) -> None:
@@ -120,9 +132,20 @@ class CombinedLog(TextRing):
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
 
+    def counters(self) -> dict[str, int]:
+        return {"followed": len(self._files), "looks": self.looks, "stats": self.stats}
+
     def following(self) -> frozenset[str]:
         """The models whose log files are followed now (from where they ended when taken up)."""
         return frozenset(self._files)
+
+    async def model(self, model_id: str) -> TextRing | None:
+        """A model's own output: its recent text and its live subscribers (None: not a model
+        of the table)."""
+        with contextlib.suppress(Exception):
+            await self._step()
+        f = self._files.get(model_id)
+        return f.ring if f is not None else None
 
     def put_nowait(self, data: bytes) -> None:
         """The proxy's own lines, as `LogHub` offers them to a subscriber: the models' output
@@ -131,23 +154,37 @@ class CombinedLog(TextRing):
             self._catch_up()
         self.put(data)
 
-    def _catch_up(self) -> None:
+    def _catch_up(self) -> bool:
+        """Whatever the files gained; True when one has more than a read took."""
+        self.looks += 1
+        self.stats += len(self._files)
         changed = _changed(self._files)
         if not changed:
-            return
+            return False
+        more = False
         for model_id, data in _read_new(changed):
-            out = prefixed(model_id, data, changed[model_id].pending)
+            f = changed[model_id]
+            f.ring.put(data)
+            out = prefixed(model_id, data, f.pending)
             if out:
                 self.put(out)
                 self.upstream.put(out)
+            more = more or len(data) == READ_MAX
+        return more
+
+    async def _step(self) -> bool:
+        async with self._stepping:
+            await self._follow_table()
+            return self._catch_up()
 
     async def _run(self) -> None:
         while True:
+            more = False
             try:
-                await self._step()
+                more = await self._step()
             except Exception:  # never let the combined log stop following
                 log.exception("following the model logs failed")
-            await asyncio.sleep(FOLLOW_POLL_S)
+            await asyncio.sleep(0 if more else FOLLOW_POLL_S)
 
     async def _follow_table(self) -> None:
         routes = self._state.routes
@@ -166,12 +203,12 @@ class CombinedLog(TextRing):
                 continue
             path = model_log_path(routes.log_dir, model_id)
             data, end = await asyncio.to_thread(tail_of, path)
-            if not first:  # a model the table gained: its lines from now on
-                data = b""
-            elif data:
+            # A model the table gained: its own history, but its lines in the combined views
+            # from now on.
+            if first and data:
                 ended = data if data.endswith(b"\n") else data + b"\n"
                 seeds.append((_modified(path), prefixed(model_id, ended, bytearray())))
-            self._files[model_id] = _File(path, end)
+            self._files[model_id] = _File(path, end, data)
         if seeds:
             # Older than everything this process logged, which the ring already holds; the
             # model written to last goes last.

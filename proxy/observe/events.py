@@ -17,18 +17,21 @@ Activity and in-flight events come from the daemon (`ActivityAdded`, `InFlightCh
 cover every proxy process; `logData` with source `proxy` is this process's own log.
 
 Every event is encoded once (`inflight` ones by the daemon; a batch of `activity` ids, in one
-piece, by each proxy that has subscribers), and offered to each subscriber's bounded queue
-(`QUEUE_FRAMES` events); a subscriber whose queue has no room for them loses the events, and
-before its next frame gets an `eventsDropped` event `{"count": N}` saying how many it lost. A
-publisher never waits for a subscriber, so a slow one never slows a request.
+piece, by each proxy that has subscribers; `logData` from the one log follower, in pieces of at
+most `backlog.PIECE_BYTES` of text), and the same bytes are offered to each subscriber's backlog,
+bounded in bytes (`backlog.CLIENT_BUFFER_BYTES`); what all of them cost together is bounded too
+(`backlog.FANOUT_BYTES_S`). A subscriber whose backlog has no room (or all of them, past the
+fan-out budget) loses the events; where it lost them it gets an `eventsDropped` event
+`{"count": N, "bytes": B}` saying how many, then (when an event that carries state was among
+them) a fresh `modelStatus` and in-flight `snapshot`, so its view of the models and of the
+requests under way is whole again (the log lines and activity ids lost are not sent again). A
+publisher never waits for a subscriber, so a slow one never slows a request, and a stalled one
+holds at most its backlog.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import os
-from collections import deque
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -49,53 +52,55 @@ from ...ipc.messages import (
 from ...ipc.states import ModelState
 from ..mirror.changes import Applied
 from ..mirror.state import ProxyState
+from .backlog import CLIENT_BUFFER_BYTES, FANOUT_BYTES_S, Backlog, Budget, Gap, pieces
 from .llama_view import model_item
 
-# llama-swap's send buffer; the environment variable (for tests) sets another.
-QUEUE_FRAMES = int(os.environ.get("SWAPD_EVENTS_QUEUE", "") or 1024)
 
+class Subscriber(Backlog):
+    """One `/api/events` client: its backlog of frames (an `activity` batch counts as its
+    events); `stale` once it lost an event that carries state (not a log's)."""
 
-class Subscriber:
-    __slots__ = ("dropped", "frames", "queued", "wake")
+    __slots__ = ("stale",)
 
-    def __init__(self) -> None:
-        self.frames: deque[bytes] = deque()
-        self.queued = 0  # events in `frames` (one entry may hold a batch of activity events)
-        self.dropped = 0
-        self.wake = asyncio.Event()
+    def __init__(self, limit: int = CLIENT_BUFFER_BYTES) -> None:
+        super().__init__(limit)
+        self.stale = False
 
-    def offer(self, data: bytes, count: int = 1) -> None:
-        # A batch larger than the whole queue still goes to an empty one.
-        if self.queued and self.queued + count > QUEUE_FRAMES:
-            self.dropped += count
-            return
-        self.frames.append(data)
-        self.queued += count
-        self.wake.set()
-
-    def take(self) -> list[bytes]:
-        """The frames waiting, after an `eventsDropped` notice when some were lost."""
-        out = []
-        if self.dropped:
-            out.append(frame("eventsDropped", {"count": self.dropped}))
-            self.dropped = 0
-        out.extend(self.frames)
-        self.frames.clear()
-        self.queued = 0
+    async def next_frames(self, hub: EventHub) -> list[bytes]:
+        """The frames waiting; where some were lost, the notice, and the resync when what was
+        lost carried state."""
+        out: list[bytes] = []
+        for item in await self.next_batch():
+            if isinstance(item, Gap):
+                out.append(frame("eventsDropped", {"count": item.items, "bytes": item.size}))
+                if self.stale:
+                    self.stale = False
+                    out += hub.resync_frames()
+            else:
+                out.append(item)
         return out
 
 
-class LogSink:
-    """Looks like the queue `LogHub` and the model-log pipes feed; turns chunks into events."""
+class LogEvents:
+    """A log's sink (`log_hub.TextRing.subscribe`): its chunks as `logData` events, each encoded
+    once for every subscriber, in pieces of bounded size."""
 
-    def __init__(self, sub: Subscriber, source: str) -> None:
-        self.sub = sub
+    def __init__(self, hub: EventHub, source: str) -> None:
+        self.hub = hub
         self.source = source
 
     def put_nowait(self, data: bytes) -> None:
-        self.sub.offer(
-            frame("logData", {"source": self.source, "data": data.decode("utf-8", "replace")})
-        )
+        hub = self.hub
+        subscribers = hub.subscribers
+        if not subscribers:
+            return
+        for piece in pieces(data):
+            # The budget first: a piece lost for everyone is not encoded at all.
+            if not hub.fanout.take(len(piece) * len(subscribers)):
+                hub.lose_everywhere(len(piece), 1, log=True)
+                continue
+            text = piece.decode("utf-8", "replace")
+            hub.offer_all(frame("logData", {"source": self.source, "data": text}), 1, log=True)
 
 
 class EventHub:
@@ -113,15 +118,24 @@ class EventHub:
         # renders in-flight frames only while some proxy has a client).
         self.watchers = 0
         self.on_watchers: Callable[[], object] = lambda: None
-        # How many events were offered, and lost to full queues (tests and operators).
+        # How many events were offered, and lost to full backlogs (tests and operators).
         self.offered = 0
         self.lost = 0
+        self.lost_bytes = 0
+        self.fanout = Budget(FANOUT_BYTES_S)  # what the log events may cost, all subscribers
+        # Moves with every change of what a resync sends (`resync_frames`).
+        self.epoch = 0
+        self._resync: tuple[int, list[bytes]] | None = None
+        # The two logs' events (subscribed to the proxy's log and the models' by `app.py`).
+        self.proxy_log = LogEvents(self, "proxy")
+        self.upstream_log = LogEvents(self, "upstream")
         # The active profile last announced (a table change says whether it changed).
         self.active_profile = state.routes.table.active_profile
         self.session_headers = state.routes.table.session_headers  # the `uiConfig` last sent
         state.changes.listen(self._applied)
 
     def _applied(self, applied: Applied) -> None:
+        self.epoch += 1
         message = applied.message
         if isinstance(message, SnapshotReply):
             self.snapshot(message)
@@ -142,14 +156,48 @@ class EventHub:
                 self.on_watchers()
 
     def counters(self) -> dict[str, int]:
-        return {"subscribers": len(self.subscribers), "offered": self.offered, "lost": self.lost}
+        return {
+            "subscribers": len(self.subscribers),
+            "offered": self.offered,
+            "lost": self.lost,
+            "lost_bytes": self.lost_bytes,
+            "buffered_bytes": sum(sub.size for sub in self.subscribers),
+        }
 
-    def _broadcast(self, data: bytes, count: int = 1) -> None:
+    def broadcast(self, data: bytes, count: int = 1, *, log: bool = False) -> None:
+        """Offer `data` (`count` events) to every subscriber. What the events cost the proxy,
+        all subscribers together, is bounded (`backlog.FANOUT_BYTES_S`, `fanout`): past it an
+        event is lost for every subscriber, and each is told as for a full backlog. One
+        subscriber never gets near it; a thousand share it."""
+        if self.fanout.take(len(data) * len(self.subscribers)):
+            self.offer_all(data, count, log=log)
+        else:
+            self.lose_everywhere(len(data), count, log=log)
+
+    def offer_all(self, data: bytes, count: int, *, log: bool) -> None:
         for sub in self.subscribers:
-            before = sub.dropped
-            sub.offer(data, count)
             self.offered += count
-            self.lost += sub.dropped - before
+            if not sub.offer(data, count):
+                self.lost += count
+                self.lost_bytes += len(data)
+                sub.stale = sub.stale or not log
+
+    def lose_everywhere(self, size: int, count: int, *, log: bool) -> None:
+        subscribers = self.subscribers
+        for sub in subscribers:
+            sub.lose(size, count)
+            sub.stale = sub.stale or not log
+        self.offered += count * len(subscribers)
+        self.lost += count * len(subscribers)
+        self.lost_bytes += size * len(subscribers)
+
+    def resync_frames(self) -> list[bytes]:
+        """A fresh `modelStatus` and in-flight snapshot, made once for every subscriber that
+        needs them until the state changes again."""
+        if self._resync is None or self._resync[0] != self.epoch:
+            frames = [frame("modelStatus", self.model_status()), self.inflight_snapshot()]
+            self._resync = (self.epoch, frames)
+        return list(self._resync[1])
 
     def model_status(self) -> list[dict[str, Any]]:
         models: list[dict[str, Any]] = []
@@ -201,9 +249,9 @@ class EventHub:
         profile_changed = self._profile_changed()
         if self.subscribers:
             if profile_changed:
-                self._broadcast(self.profile_frame())
-            self._broadcast(frame("modelStatus", self.model_status()))
-            self._broadcast(self.inflight_snapshot())
+                self.broadcast(self.profile_frame())
+            self.broadcast(frame("modelStatus", self.model_status()))
+            self.broadcast(self.inflight_snapshot())
 
     def event(self, event: Event) -> None:
         if isinstance(event, InFlightChanged):
@@ -218,17 +266,17 @@ class EventHub:
         if not self.subscribers:
             return
         if ui_changed:  # a reload changed `ui` (llama-swap's clients reconnect after one)
-            self._broadcast(self.ui_config_frame())
+            self.broadcast(self.ui_config_frame())
         if profile_changed:  # as llama-swap: the profile, then the models
-            self._broadcast(self.profile_frame())
+            self.broadcast(self.profile_frame())
         if isinstance(event, StateChanged | TableChanged):
-            self._broadcast(frame("modelStatus", self.model_status()))
+            self.broadcast(frame("modelStatus", self.model_status()))
         elif isinstance(event, SwapRecorded):
-            self._broadcast(frame("swap", event.record))
+            self.broadcast(frame("swap", event.record))
         elif isinstance(event, ActivityAdded) and event.count:
-            self._broadcast(activity_frames(event.first, event.count), event.count)
+            self.broadcast(activity_frames(event.first, event.count), event.count)
         elif isinstance(event, InFlightChanged) and event.count:
-            self._broadcast(event.frames, event.count)  # framed by the daemon, once for all
+            self.broadcast(event.frames, event.count)  # framed by the daemon, once for all
 
 
 HUB_KEY: web.AppKey[EventHub] = web.AppKey("swapd_events", EventHub)

@@ -1,16 +1,19 @@
-"""The models' log files as the proxy reads them: where one is, its last part (the history), its
-lines prefixed with the model's id (the `upstream` and combined views), and following one as it
-grows (`follow`, `pipe_model`)."""
+"""The models' log files as the proxy reads them: where one is, its last part (the history), and
+its lines prefixed with the model's id (the `upstream` and combined views). One follower reads
+them all (`combined_log.py`), however many clients watch.
+
+A line is cut into lines of at most `backlog.PIECE_BYTES` in the prefixed views (between two
+UTF-8 characters): a model that writes 50 MB without a newline costs the proxy one piece at a
+time, never the whole line."""
 
 from __future__ import annotations
 
-import asyncio
 import os
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 from ...ipc.watcher_names import model_log_name
-from .log_hub import HISTORY_BYTES, offer
+from .backlog import PIECE_BYTES, char_boundary
+from .log_hub import HISTORY_BYTES
 
 FOLLOW_POLL_S = 0.2
 
@@ -35,49 +38,32 @@ def tail_of(path: Path, size: int = HISTORY_BYTES) -> tuple[bytes, int]:
     return data, end
 
 
-def prefixed(model_id: str, data: bytes, pending: bytearray) -> bytes:
-    """Complete lines of `data` (after what `pending` held), each prefixed with the model id."""
+def prefixed(model_id: str, data: bytes, pending: bytearray, limit: int = PIECE_BYTES) -> bytes:
+    """Complete lines of `data` (after what `pending` held), each prefixed with the model id; a
+    line longer than `limit` is cut into lines of at most `limit` bytes, so `pending` never holds
+    more than that."""
     pending += data
     lines, newline, rest = bytes(pending).rpartition(b"\n")
-    pending[:] = rest
-    if not newline:
+    out = [piece for line in lines.split(b"\n") for piece in _cut(line, limit)] if newline else []
+    whole = _cut(rest, limit)
+    out += whole[:-1]  # pieces of a long line cut already; its last part waits for more
+    pending[:] = whole[-1]
+    if not out:
         return b""
     prefix = f"[{model_id}] ".encode()
-    return b"".join(prefix + line + b"\n" for line in lines.split(b"\n"))
+    return b"".join(prefix + piece + b"\n" for piece in out)
 
 
-def _read_range(path: Path, start: int, end: int) -> bytes:
-    with path.open("rb") as f:
-        f.seek(start)
-        return f.read(end - start)
-
-
-async def follow(path: Path, history: bool) -> AsyncIterator[bytes]:
-    """The file's history (optional), then whatever is appended, until cancelled."""
-    data, offset = await asyncio.to_thread(tail_of, path)
-    if history and data:
-        yield data
-    inode = None
-    while True:
-        await asyncio.sleep(FOLLOW_POLL_S)
-        try:
-            stat = await asyncio.to_thread(path.stat)
-        except FileNotFoundError:
-            continue
-        if (inode is not None and stat.st_ino != inode) or stat.st_size < offset:
-            offset = 0  # rotated or truncated: the new file from its start
-        inode = stat.st_ino
-        if stat.st_size > offset:
-            chunk = await asyncio.to_thread(_read_range, path, offset, stat.st_size)
-            offset += len(chunk)
-            yield chunk
-
-
-async def pipe_model(
-    model_id: str, path: Path, history: bool, queue: asyncio.Queue[bytes], prefix: bool
-) -> None:
-    pending = bytearray()
-    async for chunk in follow(path, history):
-        out = prefixed(model_id, chunk, pending) if prefix else chunk
-        if out:
-            offer(queue, out)
+def _cut(line: bytes, limit: int) -> list[bytes]:
+    """`line` in pieces of at most `limit` bytes, cut between characters (the last may be
+    shorter, or empty for an empty line)."""
+    if len(line) <= limit:
+        return [line]
+    out = []
+    start = 0
+    while len(line) - start > limit:
+        cut = char_boundary(line, start + limit, start)
+        out.append(line[start:cut])
+        start = cut
+    out.append(line[start:])
+    return out

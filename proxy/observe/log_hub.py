@@ -1,15 +1,22 @@
 """The proxy's own log: a `logging.Handler` keeping a ring of recent text and feeding live
-subscribers (`/logs/stream/proxy`). A slow subscriber loses chunks, never the writer."""
+subscribers (`/logs/stream/proxy`). A subscriber is a sink that never blocks (a client's
+`backlog.Backlog`, bounded in bytes, or the combined log): a slow reader loses chunks, never the
+writer."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 from collections.abc import Iterator
+from typing import Protocol
 
 HISTORY_BYTES = 100 * 1024
-QUEUE_CHUNKS = 1024
+
+
+class Sink(Protocol):
+    """Takes a chunk at once, without waiting (what it cannot keep it drops and counts)."""
+
+    def put_nowait(self, data: bytes) -> None: ...
 
 
 class TextRing:
@@ -19,18 +26,26 @@ class TextRing:
     def __init__(self, limit: int) -> None:
         self._limit = limit
         self._ring = bytearray()
-        self._subscribers: set[asyncio.Queue[bytes]] = set()
+        self._subscribers: set[Sink] = set()
 
     def put(self, data: bytes) -> None:
         self._ring += data
         self.trim()
-        for queue in self._subscribers:
-            offer(queue, data)
+        for sink in self._subscribers:
+            sink.put_nowait(data)
 
     def trim(self) -> None:
-        if len(self._ring) > self._limit:  # the oldest lines go, whole
-            cut = self._ring.find(b"\n", len(self._ring) - self._limit)
-            del self._ring[: cut + 1 if cut >= 0 else len(self._ring) - self._limit]
+        ring = self._ring
+        if len(ring) > self._limit:  # the oldest lines go, whole
+            start = len(ring) - self._limit
+            cut = ring.find(b"\n", start) + 1
+            if cut <= 0 or cut == len(ring):
+                # No line starts in the last `limit` bytes: the last part of the one that
+                # ends there, from a character's start.
+                cut = start
+                while cut < len(ring) and (ring[cut] & 0xC0) == 0x80:
+                    cut += 1
+            del ring[:cut]
 
     def history(self) -> bytes:
         return bytes(self._ring)
@@ -41,12 +56,12 @@ class TextRing:
         self.trim()
 
     @contextlib.contextmanager
-    def subscribe(self, queue: asyncio.Queue[bytes]) -> Iterator[None]:
-        self._subscribers.add(queue)
+    def subscribe(self, sink: Sink) -> Iterator[None]:
+        self._subscribers.add(sink)
         try:
             yield
         finally:
-            self._subscribers.discard(queue)
+            self._subscribers.discard(sink)
 
 
 class LogHub(logging.Handler, TextRing):
@@ -69,15 +84,3 @@ class LogHub(logging.Handler, TextRing):
     def feed(self, line: bytes) -> None:
         """Text already formatted (the access log's batches)."""
         self.put(line)
-
-
-def offer(queue: asyncio.Queue[bytes], data: bytes) -> None:
-    try:
-        queue.put_nowait(data)
-    except asyncio.QueueFull:
-        # Drop the oldest chunk and say so; the writer never waits for a reader.
-        with contextlib.suppress(asyncio.QueueEmpty):
-            dropped = queue.get_nowait()
-            queue.put_nowait(f"\n— {len(dropped)} bytes dropped —\n".encode())
-        with contextlib.suppress(asyncio.QueueFull):
-            queue.put_nowait(data)

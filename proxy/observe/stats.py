@@ -31,6 +31,10 @@ class Stats:
     refused: int = 0
     # Requests the HTTP parser rejected (malformed, over the head limits, too slow a head).
     bad_requests: int = 0
+    # Connections closed because a request body stalled (`clientBodyTimeout`) or a response went
+    # unread (`sendTimeout`).
+    body_timeouts: int = 0
+    send_timeouts: int = 0
 
     def as_dict(self) -> dict[str, int]:
         return {"pid": os.getpid(), **asdict(self)}

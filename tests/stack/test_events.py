@@ -131,7 +131,7 @@ def small_queue_stack(stack_factory: Callable[..., Stack]) -> Stack:
     (a,) = model_ports(1)
     return stack_factory(
         {"healthCheckTimeout": 15, "models": {"a": local_model("a", a)}},
-        env={"SWAPD_EVENTS_QUEUE": "16"},
+        env={"SWAPD_CLIENT_BUFFER_BYTES": "16384"},
     )
 
 
@@ -173,7 +173,7 @@ def _proxy_events(stack: Stack) -> dict[str, int]:
 def test_a_stalled_subscriber_loses_events_never_slows_requests(small_queue_stack: Stack) -> None:
     stack = small_queue_stack
     # A subscriber that stops reading: once the proxy's socket and transport buffers are full
-    # (a few MiB on loopback) and then its 16-frame queue, events are lost.
+    # (a few MiB on loopback) and then its 16 KiB backlog, events are lost.
     sock = socket.socket()
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     sock.connect(("127.0.0.1", stack.port))

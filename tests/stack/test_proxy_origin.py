@@ -1,8 +1,11 @@
-"""Cross-site state changes refused (proxy/origin_check.py), over raw HTTP against the real stack:
-a non-GET on swapd's own `/api/...` or `/unload` whose `Origin` names another host:port than its
-`Host` gets a 403 in the OpenAI error shape and changes nothing; the same request with this host's
-Origin, or with none (curl, SDKs), is served; model routes, `/upstream/` and reads are not
-checked (a faithful proxy forwards the Origin to the upstream untouched)."""
+"""Another site's requests refused (proxy/origin_check.py, issue 29 item 5), over raw HTTP against
+the real stack: a request whose `Origin` names another host:port than its `Host`, or that a
+browser marks as another site's (`Sec-Fetch-Site`), gets a 403 in the OpenAI error shape and
+changes nothing, on swapd's own routes, model routes, `/upstream/` and reads alike, and so does
+one whose `Host` is a name another site could point here (DNS rebinding); the same request with
+this host's Origin, or with none (curl, SDKs), is served, its Origin forwarded untouched; an
+origin in `security.cors.allowedOrigins` is served with CORS headers (swapd's, the upstream's
+replaced), and its preflight answered."""
 
 from __future__ import annotations
 
@@ -13,13 +16,13 @@ from typing import Any
 
 import pytest
 
-from swapd.proxy.origin_check import changes_state, guarded, same_origin
 from tests.support.proxy import local_model, model_ports
 from tests.support.stack import Stack
 
 pytestmark = pytest.mark.processes
 
 EVIL = "http://evil.example:8080"
+JSON = "application/json"
 
 
 @pytest.fixture
@@ -40,10 +43,13 @@ def _raw(
     origin: str | None,
     body: Any = None,
     site: str | None = None,
+    host: str | None = None,
 ) -> tuple[int, dict[str, Any]]:
-    host, port = stack.url.removeprefix("http://").split(":")
-    conn = http.client.HTTPConnection(host, int(port), timeout=30)
+    address, port = stack.url.removeprefix("http://").split(":")
+    conn = http.client.HTTPConnection(address, int(port), timeout=30)
     headers = {"Content-Type": "application/json"}
+    if host is not None:
+        headers["Host"] = host
     if origin is not None:
         headers["Origin"] = origin
     if site is not None:
@@ -65,25 +71,6 @@ def _chat(stack: Stack, model: str, origin: str | None = None) -> tuple[int, dic
     return _raw(stack, "POST", "/v1/chat/completions", origin, body)
 
 
-def test_the_rule() -> None:
-    assert guarded("POST", "/api/models/unload/a") and guarded("PUT", "/api/profiles/active")
-    assert guarded("DELETE", "/api/x") and guarded("PATCH", "/api/x") and guarded("POST", "/unload")
-    assert not guarded("GET", "/api/status") and not guarded("GET", "/unload")
-    assert changes_state("GET", "/unload") and changes_state("POST", "/api/x")
-    assert not changes_state("GET", "/api/status") and not changes_state("GET", "/running")
-    assert not guarded("POST", "/v1/chat/completions") and not guarded("POST", "/upstream/a/x")
-    assert not guarded("POST", "/comfyui/prompt")
-    assert same_origin("http://127.0.0.1:8080", "127.0.0.1:8080")
-    assert same_origin("http://LOCALHOST:8080", "localhost:8080")
-    assert same_origin("https://swapd.lan", "swapd.lan:443")  # one side without a port
-    assert same_origin("http://[::1]:9", "[::1]:9")
-    assert not same_origin("http://127.0.0.1:8081", "127.0.0.1:8080")
-    assert not same_origin("http://evil.example:8080", "127.0.0.1:8080")
-    assert not same_origin("null", "127.0.0.1:8080")
-    assert not same_origin("http://[::1", "127.0.0.1:8080")
-    assert not same_origin("http://127.0.0.1:8080", "")
-
-
 def test_cross_site_state_changes_are_refused(stack: Stack) -> None:
     assert _chat(stack, "a")[0] == 200
     own = stack.url  # http://127.0.0.1:<port>, what a page served by swapd sends
@@ -102,7 +89,7 @@ def test_cross_site_state_changes_are_refused(stack: Stack) -> None:
             assert "cross-origin request refused" in error["message"]
     # Nothing changed.
     assert stack.model("a")["state"] == "ready"
-    assert _raw(stack, "GET", "/api/profiles", EVIL)[1]["active"] is None
+    assert _raw(stack, "GET", "/api/profiles", None)[1]["active"] is None
     # This host's Origin, and no Origin at all, are served.
     status, answer = _raw(stack, "PUT", "/api/profiles/active", own, {"name": "quiet"})
     assert (status, answer) == (200, {"active": "quiet"})
@@ -115,14 +102,38 @@ def test_cross_site_state_changes_are_refused(stack: Stack) -> None:
     assert stack.model("a")["state"] == "stopped"
 
 
-def test_model_routes_and_upstream_are_forwarded_with_their_origin(stack: Stack) -> None:
-    status, answer = _chat(stack, "a", EVIL)
+def test_model_routes_upstream_and_reads_are_refused_to_another_site(stack: Stack) -> None:
+    assert _chat(stack, "b")[0] == 200
+    for method, path, body in (
+        ("POST", "/v1/chat/completions", {"model": "a", "messages": []}),
+        ("POST", "/upstream/a/anything", {"x": 1}),
+        ("GET", "/upstream/a/", None),
+        ("GET", "/v1/models", None),
+        ("GET", "/api/status", None),
+        ("POST", "/api/chat", {"model": "a", "messages": []}),  # Ollama's
+    ):
+        status, answer = _raw(stack, method, path, EVIL, body)
+        assert status == 403 and answer["error"]["code"] == "cross_origin", (path, answer)
+    assert stack.model("a")["state"] == "stopped"  # nothing started or swapped
+    # The page's own Origin reaches the upstream untouched.
+    status, answer = _chat(stack, "a", stack.url)
     assert status == 200
-    assert answer["request_headers"]["Origin"] == EVIL  # reached the upstream untouched
-    status, answer = _raw(stack, "POST", "/upstream/a/anything", EVIL, {"x": 1})
-    assert status == 200 and answer["headers"]["Origin"] == EVIL
-    status, answer = _raw(stack, "GET", "/api/status", EVIL)  # a read: not checked
-    assert status == 200 and answer["models"]
+    assert answer["request_headers"]["Origin"] == stack.url
+    status, answer = _raw(stack, "POST", "/upstream/a/anything", stack.url, {"x": 1})
+    assert status == 200 and answer["headers"]["Origin"] == stack.url
+
+
+def test_a_dns_rebinding_host_is_refused(stack: Stack) -> None:
+    """A page at `http://rebind.example:<port>` whose name points here is same-origin as the
+    browser sees it: its `Host` is what gives it away."""
+    assert _chat(stack, "a")[0] == 200
+    rebind = f"rebind.example:{stack.port}"
+    for method, path in (("POST", "/api/models/unload"), ("GET", "/v1/models")):
+        status, answer = _raw(stack, method, path, f"http://{rebind}", host=rebind)
+        assert status == 403 and "DNS" in answer["error"]["message"], answer
+    assert stack.model("a")["state"] == "ready"
+    # curl with that Host is no browser: served.
+    assert _raw(stack, "GET", "/v1/models", None, host=rebind)[0] == 200
 
 
 def test_cross_site_by_sec_fetch_site_get_unload_included(stack: Stack) -> None:
@@ -136,10 +147,54 @@ def test_cross_site_by_sec_fetch_site_get_unload_included(stack: Stack) -> None:
         status, _ = _raw(stack, "POST", "/api/models/unload", stack.url, site=site)
         assert status == 403  # this host's Origin, but the browser says another site sent it
     assert stack.model("a")["state"] == "ready"  # nothing changed
-    # A read is never checked; the page's own requests and typed-in URLs are served.
-    assert _raw(stack, "GET", "/api/status", None, site="cross-site")[0] == 200
+    # A read of another site's is refused too; the page's own requests and typed-in URLs are
+    # served.
+    assert _raw(stack, "GET", "/api/status", None, site="cross-site")[0] == 403
     assert _raw(stack, "GET", "/unload", None, site="same-origin")[0] == 200
     assert stack.model("a")["state"] == "stopped"
     assert _chat(stack, "a")[0] == 200
     assert _raw(stack, "GET", "/unload", None, site="none")[0] == 200
     assert stack.model("a")["state"] == "stopped"
+
+
+def test_an_allowed_origin_is_served_with_cors_headers(stack_factory: Callable[..., Stack]) -> None:
+    (a,) = model_ports(1)
+    stack = stack_factory(
+        {
+            "models": {"a": local_model("a", a)},
+            "security": {"cors": {"allowedOrigins": [EVIL], "exposedHeaders": ["X-Req"]}},
+        }
+    )
+    host, port = stack.url.removeprefix("http://").split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=30)
+    try:
+        conn.request(
+            "OPTIONS",
+            "/v1/chat/completions",
+            headers={"Origin": EVIL, "Access-Control-Request-Headers": "content-type"},
+        )
+        preflight = conn.getresponse()
+        preflight.read()
+        assert preflight.status == 204
+        assert preflight.getheader("Access-Control-Allow-Origin") == EVIL
+        assert preflight.getheader("Access-Control-Allow-Headers") == "content-type"
+        body = json.dumps({"model": "a", "messages": []})
+        headers = {"Origin": EVIL, "Sec-Fetch-Site": "cross-site", "Content-Type": JSON}
+        conn.request("POST", "/v1/chat/completions", body=body, headers=headers)
+        answer = conn.getresponse()
+        answer.read()
+        assert answer.status == 200
+        # One Access-Control-Allow-Origin, swapd's (the upstream sends its own `*`).
+        assert answer.headers.get_all("Access-Control-Allow-Origin") == [EVIL]
+        assert answer.getheader("Vary") == "Origin"
+        assert answer.getheader("Access-Control-Expose-Headers") == "X-Req"
+        conn.request("GET", "/v1/models", headers={"Origin": EVIL})
+        listing = conn.getresponse()
+        assert listing.status == 200 and json.loads(listing.read())["data"]
+        assert listing.getheader("Access-Control-Allow-Origin") == EVIL
+        conn.request("GET", "/v1/models", headers={"Origin": "http://127.0.0.1:1"})
+        other = conn.getresponse()
+        other.read()
+        assert other.status == 403 and other.getheader("Access-Control-Allow-Origin") is None
+    finally:
+        conn.close()

@@ -55,9 +55,15 @@ def _csp_violation(message: Any) -> bool:
 
 @contextmanager
 def ui_page(
-    executable: Path, url: str, *, viewport: dict[str, int] = DESKTOP, password: str | None = None
+    executable: Path,
+    url: str,
+    *,
+    viewport: dict[str, int] = DESKTOP,
+    password: str | None = None,
+    args: tuple[str, ...] = (),
 ) -> Iterator[Any]:
-    """A fresh chromium (own profile) with one page on `url`; `password`: the Basic one."""
+    """A fresh chromium (own profile) with one page on `url`; `password`: the Basic one; `args`:
+    more command-line flags (a host resolver rule, say)."""
     from playwright.sync_api import sync_playwright
 
     profile = browser_part.new_profile()
@@ -69,7 +75,7 @@ def ui_page(
             context = p.chromium.launch_persistent_context(
                 str(profile),
                 executable_path=str(executable),
-                args=list(browser_part.FLAGS),
+                args=[*browser_part.FLAGS, *args],
                 headless=True,
                 **options,
             )

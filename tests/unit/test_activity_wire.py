@@ -2,8 +2,9 @@
 array-like `Finished` with its `RawCapture` through the real codec (a record of another shape is
 refused, never misread), the stream tail cut to the lines that carry counts (the daemon parses
 the same counts from it as from the whole tail), the path cut from the request target, the
-daemon's redaction of a capture's headers, and an events subscriber's queue counting a batch of
-activity frames as the events it holds, and the in-flight frames the daemon renders."""
+daemon's redaction of a capture's headers, an events subscriber's backlog bounded in bytes
+(counting a batch of activity frames as the events it holds, resynced after a loss), log text
+in events of bounded size, and the in-flight frames the daemon renders."""
 
 from __future__ import annotations
 
@@ -22,8 +23,10 @@ from swapd.ipc.activity import Finished, InFlight, RawCapture, Tokens, flight_js
 from swapd.ipc.event_frames import frame
 from swapd.ipc.messages import ActivityReport
 from swapd.proxy.account import Tail
+from swapd.proxy.mirror.state import ProxyState
 from swapd.proxy.observe import events
 from swapd.proxy.observe.activity import counted_part, path_of
+from swapd.proxy.observe.backlog import PIECE_BYTES, Budget, Gap
 
 
 def _finished(**kw: object) -> Finished:
@@ -137,20 +140,46 @@ def test_the_path_is_the_target_without_its_query(target: str, path: str) -> Non
     assert path_of(request) == path
 
 
-async def test_a_batch_of_activity_frames_counts_as_its_events(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.setattr(events, "QUEUE_FRAMES", 10)
-    sub = events.Subscriber()
-    sub.offer(b"a" * 6, 6)
-    sub.offer(b"b" * 3, 3)
-    sub.offer(b"c" * 2, 2)  # 11 > 10: lost, as two events
-    assert sub.queued == 9 and sub.dropped == 2
-    out = sub.take()
-    assert b'"eventsDropped"' in out[0] and b'\\"count\\":2' in out[0]
-    assert out[1:] == [b"a" * 6, b"b" * 3] and sub.queued == 0
-    sub.offer(b"d" * 25, 25)  # larger than the whole queue: an empty one still takes it
-    assert sub.queued == 25 and sub.dropped == 0
+async def test_a_subscriber_is_bounded_in_bytes_and_resynced_after_a_loss() -> None:
+    """A batch of activity frames counts as its events; what does not fit the subscriber's bytes
+    is lost and counted; after what it had queued it is told (count and bytes) and sent the
+    models' states and the in-flight snapshot afresh."""
+    hub = events.EventHub(ProxyState())
+    sub = events.Subscriber(limit=10)
+    hub.subscribers.add(sub)
+    hub.broadcast(b"a" * 6, 6)
+    hub.broadcast(b"b" * 3, 3)
+    hub.broadcast(b"c" * 2, 2)  # 11 bytes > 10: lost, as two events
+    assert sub.count == 9 and sub.size == 9
+    assert hub.counters()["lost"] == 2 and hub.counters()["lost_bytes"] == 2
+    out = await sub.next_frames(hub)
+    assert out[:2] == [b"a" * 6, b"b" * 3]
+    kinds = [json.loads(f.split(b"data:", 1)[1])["type"] for f in out[2:]]
+    assert kinds == ["eventsDropped", "modelStatus", "inflight"]
+    assert b'\\"count\\":2' in out[2] and b'\\"bytes\\":2' in out[2]
+    assert sub.size == 0 and not sub.items
+    hub.broadcast(b"d" * 25, 25)  # larger than the whole bound: an empty backlog still takes it
+    assert sub.count == 25 and list(sub.items) == [b"d" * 25]
+
+
+async def test_log_text_becomes_events_of_bounded_size() -> None:
+    """One 5 MiB line of model output is many `logData` events of at most 64 KiB of text each,
+    cut between characters, encoded once for every subscriber (the same bytes object)."""
+    hub = events.EventHub(ProxyState())
+    hub.fanout = Budget(1 << 30)
+    subs = [events.Subscriber(limit=1 << 30) for _ in range(3)]
+    hub.subscribers.update(subs)
+    line = ("é" * (5 << 19)).encode() + b"\n"  # 5 MiB of two-byte characters
+    hub.upstream_log.put_nowait(line)
+    frames = subs[0].take()
+    assert len(frames) >= len(line) // PIECE_BYTES
+    text = ""
+    for raw in frames:
+        data = json.loads(json.loads(raw.split(b"data:", 1)[1])["data"])
+        assert data["source"] == "upstream" and len(data["data"].encode()) <= PIECE_BYTES
+        text += data["data"]
+    assert text.encode() == line  # nothing lost or mangled at the cuts
+    assert all(a is b for a, b in zip(frames, subs[1].take(), strict=True))
 
 
 def test_header_bytes_that_are_not_utf8_read_as_replacement() -> None:
@@ -177,3 +206,31 @@ def test_a_tail_of_another_kind_is_not_sent() -> None:
     tail = Tail()
     tail.feed(b'RIFF..."usage"...')
     assert counted_part(tail, "audio/wav") is None
+
+
+async def test_what_all_subscribers_cost_together_is_bounded() -> None:
+    """Past the hub's fan-out budget (bytes a second, counted once per subscriber) an event is
+    lost for every subscriber, and each is told; a lost state event makes each resync, a lost
+    log chunk does not. One subscriber's ordinary traffic is far below it."""
+    clock = [0.0]
+    hub = events.EventHub(ProxyState())
+    hub.fanout = Budget(150_000, clock=lambda: clock[0])
+    subs = [events.Subscriber() for _ in range(1000)]
+    hub.subscribers.update(subs)
+    hub.broadcast(b"x" * 100, 1)  # 100 KB in all: within the budget
+    hub.broadcast(b"y" * 100, 1)  # another 100 KB: past it, lost for all
+    hub.upstream_log.put_nowait(b"z" * 100)
+    assert all(s.items[0] == b"x" * 100 and isinstance(s.items[1], Gap) for s in subs)
+    assert all(s.items[1].items == 2 and len(s.items) == 2 for s in subs)
+    assert hub.counters()["lost"] == 2000
+    out = await subs[0].next_frames(hub)
+    kinds = [json.loads(f.split(b"data:", 1)[1])["type"] for f in out[1:]]
+    assert kinds == ["eventsDropped", "modelStatus", "inflight"]  # the state event: a resync
+    clock[0] += 1.0  # a second later the budget is whole again
+    hub.upstream_log.put_nowait(b"w" * 10)  # 10 KB of log text in all
+    out = await subs[1].next_frames(hub)
+    kinds = [json.loads(f.split(b"data:", 1)[1])["type"] for f in out[1:]]
+    assert kinds == ["eventsDropped", "modelStatus", "inflight", "logData"]  # where it was lost
+    hub.upstream_log.put_nowait(b"v" * 145)  # 145 KB: past it again, a log chunk, no resync
+    out = await subs[1].next_frames(hub)
+    assert [json.loads(f.split(b"data:", 1)[1])["type"] for f in out] == ["eventsDropped"]

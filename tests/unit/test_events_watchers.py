@@ -107,5 +107,5 @@ async def test_the_hub_gives_each_subscriber_an_activity_event_per_announced_id(
     sub = Subscriber()
     hub.subscribers.add(sub)
     hub.event(ActivityAdded(instance="i", seq=2, first=40, count=3))
-    assert sub.queued == 3 and hub.offered == 3
+    assert sub.count == 3 and hub.offered == 3
     assert b"".join(sub.take()) == b"".join(frame("activity", {"id": n}) for n in (40, 41, 42))

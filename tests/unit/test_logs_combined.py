@@ -8,9 +8,10 @@ from pathlib import Path
 
 from swapd.ipc.routing_table import RouteModel, RoutingTable
 from swapd.proxy.mirror.state import ProxyState
-from swapd.proxy.observe.combined_log import COMBINED_BYTES, CombinedLog
+from swapd.proxy.observe.backlog import PIECE_BYTES
+from swapd.proxy.observe.combined_log import COMBINED_BYTES, READ_MAX, CombinedLog
 from swapd.proxy.observe.log_files import model_log_path
-from swapd.proxy.observe.log_hub import LogHub
+from swapd.proxy.observe.log_hub import HISTORY_BYTES, LogHub
 
 
 def _state(log_dir: Path, *ids: str) -> ProxyState:
@@ -72,6 +73,39 @@ def test_the_ring_follows_rotation_and_keeps_whole_lines(tmp_path: Path) -> None
                 hub.feed(b"y" * 99 + b"\n")
             ring = log.history()
             assert len(ring) <= COMBINED_BYTES and ring.startswith(b"y")
+        finally:
+            await log.close()
+
+    asyncio.run(scenario())
+
+
+def test_long_lines_are_cut_and_each_model_keeps_its_own_output(tmp_path: Path) -> None:
+    """A 200 KiB line is three lines of at most 64 KiB in the prefixed views, cut between
+    characters; the model's own ring has its end as written, and a file grown by more than a read
+    takes is read a piece at a time."""
+    a = model_log_path(str(tmp_path), "a")
+    a.write_bytes(b"")
+
+    async def scenario() -> None:
+        state = _state(tmp_path, "a")
+        log = CombinedLog(LogHub(), state)
+        log.start()
+        try:
+            ring = await log.model("a")
+            assert ring is not None and await log.model("nope") is None
+            line = "ü".encode() * (100 * 1024) + b"\n"
+            with a.open("ab") as f:
+                f.write(b"x" * (READ_MAX + 10) + b"\n" + line)
+            async with asyncio.timeout(5):
+                while not log.upstream.history().endswith(b"\xbc\n"):  # noqa: ASYNC110
+                    await asyncio.sleep(0.02)
+            tail = log.upstream.history().splitlines(keepends=True)[-4:]
+            assert all(len(t) <= len(b"[a] \n") + PIECE_BYTES for t in tail)
+            cut = b"".join(t.removeprefix(b"[a] ").removesuffix(b"\n") for t in tail[-4:])
+            assert cut.endswith(line[:-1][-len(cut) :]) and cut.decode().count("ü") > 0
+            own = ring.history()  # the last 100 KiB of the line, from a character's start
+            assert 0 < len(own) <= HISTORY_BYTES and line.endswith(own) and own[0] == 0xC3
+            assert log.counters()["followed"] == 1
         finally:
             await log.close()
 

@@ -431,6 +431,27 @@ async def metrics(request: web.Request) -> web.Response:
     return web.Response(text=text, content_type="text/plain")
 
 
+async def output(request: web.Request) -> web.Response:
+    """Writes `bytes` bytes of output to its log, in lines of `line` bytes (0: one line), then
+    `end` on a line of its own: a verbose model (or one that prints a huge line)."""
+    size = int(request.query.get("bytes", 1024))
+    line = int(request.query.get("line", 0)) or size
+    end = request.query.get("end", "output done")
+    out = sys.stdout.buffer
+    piece = b"o" * (line - 1) + b"\n" if line < size else b""
+    written = 0
+    while size - written >= line and piece:
+        out.write(piece)
+        written += line
+    while written < size:  # the rest, or the one long line, a MiB a write
+        step = min(1 << 20, size - written)
+        out.write(b"o" * step)
+        written += step
+    out.write(f"\n{end}\n".encode())
+    out.flush()
+    return web.json_response({"written": size})
+
+
 async def blob(request: web.Request) -> web.Response:
     """`n` bytes (a repeating 0..255 pattern) with a Content-Length: a large download."""
     n = int(request.query.get("n", 1024))
@@ -484,6 +505,13 @@ async def log_requests(request: web.Request, handler: Any) -> web.StreamResponse
     }
     _append(ARGS.request_log, json.dumps(entry))
     return await handler(request)
+
+
+async def llama_cors(request: web.Request, response: web.StreamResponse) -> None:
+    """As llama-server: the request's Origin echoed in `Access-Control-Allow-Origin`."""
+    origin = request.headers.get("Origin")
+    if origin:
+        response.headers["Access-Control-Allow-Origin"] = origin
 
 
 def _append(path: str, line: str) -> None:
@@ -550,6 +578,7 @@ def main() -> None:
 
     middlewares = [log_requests] if ARGS.request_log else []
     app = web.Application(client_max_size=1024**3, middlewares=middlewares)
+    app.on_response_prepare.append(llama_cors)
     app.router.add_get("/health", health)
     app.router.add_post("/v1/chat/completions", chat)
     app.router.add_post("/v1/embeddings", embeddings)
@@ -560,6 +589,7 @@ def main() -> None:
     app.router.add_get("/slow", slow)
     app.router.add_get("/sse", sse)
     app.router.add_get("/blob", blob)
+    app.router.add_get("/output", output)
     app.router.add_post("/gpu-mem", gpu_mem)
     app.router.add_get("/slots", slots)
     if ARGS.metrics:
