@@ -3,7 +3,7 @@
 Run as `python pipeline_stages.py STAGES -- ARGS...`: STAGES is a comma-separated list of what to
 switch off (or `-` for none), ARGS are `python -m swapd.proxy`'s. Each switch puts, in place of
 one stage, what the floor (`pipeline_floor.py`) does there, so the difference in cost is the
-stage's. The switches are the proxy's own hooks (`swapd.proxy.stages.Stages`, handed to its
+stage's. The switches are the proxy's own hooks (`swapd.proxy.context.Stages`, handed to its
 `main`): nothing is patched by name, and a hook renamed or reshaped fails the type check and
 this start, never silently.
 
@@ -28,9 +28,8 @@ from typing import TypeVar
 from aiohttp import web
 from multidict import CIMultiDict
 
-from swapd.proxy.context import ProxyContext
+from swapd.proxy.context import ProxyContext, Stages
 from swapd.proxy.routing.body import RequestModel
-from swapd.proxy.stages import Stages
 
 _HOP = {"connection", "keep-alive", "transfer-encoding", "content-length"}
 SWITCHES = frozenset({"activity", "access", "front", "model", "headers", "pipeline"})

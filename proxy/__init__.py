@@ -14,8 +14,8 @@ The top: ingress and the pipeline.
   relay -> accounting; `admission`: concurrency limit (429), in-flight counts, drains,
   rate-limited activity; `loading`: loading progress streamed while a model starts;
   `account`: what the accounting stage learns about a request (and the capture tee).
-* `context`: everything one proxy holds, made at start-up; `errors`: the one error tree and
-  error shape; `stages`: a benchmark's stand-ins for stages.
+* `context`: everything one proxy holds, made at start-up, and a benchmark's stand-ins for
+  stages (`Stages`); `errors`: the one error tree and error shape.
 
 `routing/`: the route decision, pure functions.
 * `decide`: the decision; `body`: the request's model (JSON, multipart, form, query), bounded

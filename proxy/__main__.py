@@ -24,9 +24,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from .app import make_app
-from .context import CTX
+from .context import CTX, Stages
 from .server import serve
-from .stages import Stages
 
 
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:

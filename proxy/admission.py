@@ -87,7 +87,7 @@ class Admission:
         self._link.activity(rt.id, rt.in_flight, rt.last_activity)
 
     # --- the daemon's changes: drains, stops ---------------------------------------------------
-    def _applied(self, applied: Applied) -> None:
+    def _applied(self, applied: Applied[ModelRuntime]) -> None:
         drain = applied.draining
         if drain is not None and drain.drain_epoch is not None:
             log.info(

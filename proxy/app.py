@@ -26,7 +26,7 @@ from .api import logs, ops, profiles, ui_routes
 from .api import models as models_list
 from .api import observe as observe_api
 from .auth import OPEN_PATHS, check_api_key, check_single_credentials
-from .context import CTX, ProxyContext
+from .context import CTX, ProxyContext, Stages
 from .dialects import llamacpp_router
 from .dialects.ollama import routes as ollama_routes
 from .errors import ProxyError, error_response
@@ -41,7 +41,6 @@ from .observe.combined_log import COMBINED_KEY, CombinedLog
 from .observe.log_hub import LogHub
 from .origin_check import CORS_ORIGIN, check_browser, cors_headers, preflight
 from .routing.model_routes import MODEL_ROUTES
-from .stages import Stages
 from .upstream.pool import UpstreamPool
 from .upstream.relay import Streams
 from .upstream.transport import make_session

@@ -1,5 +1,6 @@
 """The per-process objects every handler needs, stored on the app under `CTX`: everything a
-proxy holds lives here (made by `app.make_app` at start-up), none of it in module globals.
+proxy holds lives here (made by `app.make_app` at start-up), none of it in module globals; and
+`Stages`, the stand-ins a benchmark may put in place of some of the pipeline's stages.
 
 Route handlers get it with `request.app[CTX]`; the pipeline is handed it (`pipeline.py`).
 """
@@ -10,6 +11,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol, TypeVar
 
 import aiohttp
 from aiohttp import web
@@ -22,11 +24,50 @@ from .observe.activity import Recorder
 from .observe.log_hub import LogHub
 from .observe.stats import Stats
 from .routing.body import RequestModel, read_model
-from .stages import Stages
 from .upstream.forward import HeaderLines, upstream_headers
 from .upstream.pool import UpstreamPool
 from .upstream.relay import Streams
 from .upstream.transport import AiohttpTransport, LeanTransport
+
+R = TypeVar("R", bound=web.BaseRequest)
+
+
+class Guard(Protocol):
+    """The front checks, then `handler` (`app.guard`)."""
+
+    async def __call__(
+        self,
+        ctx: ProxyContext,
+        request: R,
+        handler: Callable[[R], Awaitable[web.StreamResponse]],
+        *,
+        model_route: bool = ...,
+    ) -> web.StreamResponse: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Stages:
+    """Stand-ins for stages of the pipeline, for measuring what each one costs
+    (`benchmarks/pipeline_stages.py`, which `benchmarks/pipeline_cost.py` runs row by row).
+
+    swapd itself never sets one: a field left at its default is swapd's own stage. Each is read
+    once, at start-up, into the place that calls it (`ProxyContext`, `dispatch.Dispatch`,
+    `observe/access_log.AccessLines`), so a stand-in costs a request nothing, and the hooks are
+    typed: a stage renamed or reshaped fails the type check and the benchmark's start, never
+    silently."""
+
+    # The front checks of the model routes `dispatch.py` serves (`app.guard`'s signature).
+    front: Guard | None = None
+    # Finding the model a request names (`routing.body.read_model`).
+    read_model: Callable[[web.BaseRequest], Awaitable[RequestModel]] | None = None
+    # The header lines that go upstream (`upstream.forward.upstream_headers`).
+    upstream_headers: HeaderLines | None = None
+    # The whole pipeline of the model routes `dispatch.py` serves (`pipeline.serve_model`).
+    model_route: Callable[[ProxyContext, web.BaseRequest], Awaitable[web.StreamResponse]] | None = (
+        None
+    )
+    # Access lines at all, whatever the config's `logLevel` says.
+    access_lines: bool = True
 
 
 @dataclass(slots=True)

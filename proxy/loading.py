@@ -92,7 +92,7 @@ class Progress:
         assert self.response is not None
         await self.response.write(self._chunk(text))
 
-    def _applied(self, applied: Applied) -> None:
+    def _applied(self, applied: Applied[ModelRuntime]) -> None:
         """A listener of the mirror's changes: a model's status changed."""
         if applied.models:
             self._changed()

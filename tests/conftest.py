@@ -5,6 +5,7 @@ test module)."""
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
@@ -42,6 +43,10 @@ def stack_factory() -> Iterator[Callable[..., Stack]]:
             stack.stop()
         except AssertionError as exc:
             problems.append(str(exc))
+        else:
+            # Its run directory, config and logs go with it; a stack that stopped badly keeps
+            # them for a look (the failure names the directory).
+            shutil.rmtree(stack.base, ignore_errors=True)
     if problems:
         pytest.fail("\n\n".join(problems), pytrace=False)
 

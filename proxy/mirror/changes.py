@@ -18,29 +18,31 @@ import contextlib
 import logging
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Any, Generic, TypeVar
 
 from ...ipc.messages import Event, SnapshotReply
-
-if TYPE_CHECKING:
-    from .state import ModelRuntime
 
 log = logging.getLogger(__name__)
 
 
+# A model's runtime (`state.ModelRuntime`), which the mirror's state defines and this channel
+# only carries.
+R = TypeVar("R")
+
+
 @dataclass(frozen=True, slots=True)
-class Applied:
+class Applied(Generic[R]):
     """One of the daemon's messages, as the mirror now holds it."""
 
     message: Event | SnapshotReply
     # Each model whose status (or, for one the table or a snapshot dropped, whose state) was set,
     # with its state before: a status may change its reason and keep its state.
-    models: tuple[tuple[ModelRuntime, str], ...] = ()
+    models: tuple[tuple[R, str], ...] = ()
     # The model whose drain began (`Draining`; the epoch is its runtime's `drain_epoch`).
-    draining: ModelRuntime | None = None
+    draining: R | None = None
 
 
-Listener = Callable[[Applied], object]
+Listener = Callable[[Applied[Any]], object]
 
 
 class Changes:

@@ -38,6 +38,7 @@ from ...ipc.messages import SnapshotReply, TableChanged
 from ...ipc.routing_table import RoutingTable
 from ..account import ACCOUNT, Account
 from ..mirror.changes import Applied
+from ..mirror.state import ModelRuntime
 from .activity import Recorder
 from .log_hub import LogHub
 from .stats import Stats
@@ -68,7 +69,7 @@ class AccessLines:
         self.time_format: str | None = None
         self.stamp: Callable[[int], str] | None = None
 
-    def applied(self, applied: Applied) -> None:
+    def applied(self, applied: Applied[ModelRuntime]) -> None:
         """A listener of the mirror's changes: a snapshot's or a new table's config followed."""
         message = applied.message
         if isinstance(message, SnapshotReply | TableChanged):

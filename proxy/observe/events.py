@@ -51,7 +51,7 @@ from ...ipc.messages import (
 )
 from ...ipc.states import ModelState
 from ..mirror.changes import Applied
-from ..mirror.state import ProxyState
+from ..mirror.state import ModelRuntime, ProxyState
 from .backlog import CLIENT_BUFFER_BYTES, FANOUT_BYTES_S, Backlog, Budget, Gap, pieces
 from .llama_view import model_item
 
@@ -134,7 +134,7 @@ class EventHub:
         self.session_headers = state.routes.table.session_headers  # the `uiConfig` last sent
         state.changes.listen(self._applied)
 
-    def _applied(self, applied: Applied) -> None:
+    def _applied(self, applied: Applied[ModelRuntime]) -> None:
         self.epoch += 1
         message = applied.message
         if isinstance(message, SnapshotReply):

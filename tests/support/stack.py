@@ -409,7 +409,9 @@ class Stack:
                         proc.kill()
                 psutil.wait_procs(alive, timeout=5.0)
         if check and problems:
-            raise AssertionError("; ".join(problems) + f"\nswapd output:\n{self.output()[-6000:]}")
+            raise AssertionError(
+                "; ".join(problems) + f"\nswapd output ({self.base}):\n{self.output()[-6000:]}"
+            )
         return self.exit_code
 
     def __enter__(self) -> Stack:

@@ -1,7 +1,7 @@
 """benchmarks/pipeline_stages.py switches stages off through the proxy's own hooks
-(proxy/stages.py), never by patching names: every switch a row of `pipeline_cost.py` names is a
-hook, the hooks reach the places that call them, and swapd's own stages are there when none is
-set. (A run of the benchmark shows each row measuring a stage: benchmarks/README.md.)"""
+(`proxy/context.py`'s `Stages`), never by patching names: every switch a row of `pipeline_cost.py`
+names is a hook, the hooks reach the places that call them, and swapd's own stages are there when
+none is set. (A run of the benchmark shows each row measuring a stage: benchmarks/README.md.)"""
 
 from __future__ import annotations
 
@@ -17,13 +17,12 @@ import pytest
 from swapd.ipc.routing_table import RoutingTable
 from swapd.proxy.account import TeeBudget
 from swapd.proxy.admission import Admission
-from swapd.proxy.context import ProxyContext
+from swapd.proxy.context import ProxyContext, Stages
 from swapd.proxy.mirror.state import ProxyState
 from swapd.proxy.observe.access_log import AccessLines
 from swapd.proxy.observe.activity import Recorder
 from swapd.proxy.observe.log_hub import LogHub
 from swapd.proxy.routing.body import read_model
-from swapd.proxy.stages import Stages
 from swapd.proxy.upstream.forward import upstream_headers
 from swapd.proxy.upstream.pool import UpstreamPool
 from swapd.proxy.upstream.relay import Streams

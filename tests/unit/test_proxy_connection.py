@@ -18,10 +18,10 @@ from aiohttp import web
 
 from swapd.proxy import pipeline
 from swapd.proxy.connection import SwapdRequestHandler
+from swapd.proxy.context import Stages
 from swapd.proxy.dispatch import Dispatch
 from swapd.proxy.observe.stats import Stats
 from swapd.proxy.server import HANDLER_ARGS
-from swapd.proxy.stages import Stages
 
 HEAD_TIMEOUT_S = 0.3
 CHAT = "/v1/chat/completions"
