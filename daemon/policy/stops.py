@@ -95,6 +95,10 @@ class Stops(Generic[H]):
             if swap is not None and swap.task is not None:
                 with contextlib.suppress(Exception):
                     await asyncio.shield(swap.task)
+            else:
+                # Its swap was answered otherwise and taken out of the queue (an unload under
+                # way): its start is ending, and that swap's end is a change.
+                await self.changes.wait(None)
             return await self.stop(model_id, stop)
         if rec.state not in LOADED_STATES or rec.handle is None:
             return

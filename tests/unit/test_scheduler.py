@@ -247,6 +247,24 @@ async def test_unload_aborts_a_start_and_answers_every_waiter_at_once() -> None:
     assert fx.log[-1] == ("start", "a") and sched.record("a").state == "ready"
 
 
+async def test_a_second_unload_of_a_starting_model_waits_for_the_first() -> None:
+    """The first unload takes the swap out of the queue; the second finds the model still
+    starting (its start being cancelled) with no swap to join, and waits for that start to end
+    rather than looking again at once (which recursed until Python gave up)."""
+    sched, fx, _ = setup("a")
+    fx.start_gates["a"] = asyncio.Event()
+    starting = asyncio.create_task(sched.ensure("a"))
+    await fx.entered("start", "a")
+    first = asyncio.create_task(sched.unload("a"))
+    second = asyncio.create_task(sched.unload("a"))
+    assert await asyncio.wait_for(asyncio.gather(first, second), 5) == [["a"], ["a"]]
+    with pytest.raises(EnsureError) as err:
+        await starting
+    assert err.value.code == "model_unloaded"
+    assert fx.log == [("start", "a"), ("cancel", "a")]
+    assert sched.record("a").state == "stopped"
+
+
 async def test_unload_answers_a_request_queued_behind_a_swap() -> None:
     sched, fx, clock = setup("a", "b")
     await sched.ensure("a")
