@@ -65,10 +65,6 @@ class Stops(Generic[H]):
         """Whether a request for `model_id` may still take it back from its stop (collation)."""
         return model_id in self._collatable
 
-    def stopping(self, model_id: str) -> bool:
-        """Whether a stop (or a cleanup after an exit) of `model_id` runs now."""
-        return model_id in self._stops
-
     def tasks(self) -> list[asyncio.Task[None]]:
         return list(self._stops.values())
 
