@@ -79,15 +79,8 @@ class Starts(Generic[H]):
         try:
             handle = await start.task
         except asyncio.CancelledError:
-            this = asyncio.current_task()
-            aborted = swap.phase in (Phase.ABORTED, Phase.RESTARTING)
-            if not aborted or (this is not None and this.cancelling()):
-                models.set(rec, ModelState.STOPPED, "start cancelled", Stop(StopCause.SHUTDOWN))
+            if not self._cancelled(swap, rec, "start"):
                 raise
-            # The start cleaned up after itself (its process is stopped).
-            rec.handle = None
-            why = Stop(swap.abort.cause if swap.abort is not None else StopCause.RELOAD)
-            models.set(rec, ModelState.STOPPED, f"start aborted: {why.text}", why)
             return None
         except Exception as exc:
             rec.handle = None
@@ -114,6 +107,20 @@ class Starts(Generic[H]):
         rec.retry_at = 0.0
         models.set(rec, ModelState.READY, "adopted" if adopting is not None else "")
         return handle
+
+    def _cancelled(self, swap: Swap[H], rec: ModelRecord[H], what: str) -> bool:
+        """A start or a wake (`what`) was cancelled, which stopped its process: the record says
+        so. True when an unload, a shutdown or a reload aborted it (the swap goes on to answer or
+        start again); False when the swap's own task is cancelled (the caller raises)."""
+        rec.handle = rec.asleep_with = None
+        this = asyncio.current_task()
+        aborted = swap.phase in (Phase.ABORTED, Phase.RESTARTING)
+        if not aborted or (this is not None and this.cancelling()):
+            self.models.set(rec, ModelState.STOPPED, f"{what} cancelled", Stop(StopCause.SHUTDOWN))
+            return False
+        why = Stop(swap.abort.cause if swap.abort is not None else StopCause.RELOAD)
+        self.models.set(rec, ModelState.STOPPED, f"{what} aborted: {why.text}", why)
+        return True
 
     def adopted(self, model: ModelConfig, handle: H, *, asleep: bool = False) -> None:
         """A process that already runs (found in circusd after a daemon restart) is ready, or
@@ -151,14 +158,8 @@ class Starts(Generic[H]):
         try:
             await task
         except asyncio.CancelledError:
-            this = asyncio.current_task()
-            aborted = swap.phase in (Phase.ABORTED, Phase.RESTARTING)
-            rec.handle = rec.asleep_with = None
-            if not aborted or (this is not None and this.cancelling()):
-                models.set(rec, ModelState.STOPPED, "wake cancelled", Stop(StopCause.SHUTDOWN))
+            if not self._cancelled(swap, rec, "wake"):
                 raise
-            why = Stop(swap.abort.cause if swap.abort is not None else StopCause.RELOAD)
-            models.set(rec, ModelState.STOPPED, f"wake aborted: {why.text}", why)
             return None
         except Exception as exc:
             words = exc.message if isinstance(exc, DaemonError) else f"{type(exc).__name__}: {exc}"
