@@ -19,8 +19,9 @@ The top: ingress and the pipeline.
 
 `routing/`: the route decision, pure functions.
 * `decide`: the decision; `body`: the request's model (JSON, multipart, form, query), bounded
-  reads, filters; `model_routes`: the routes dispatched by `model`; `comfyui`: the `/comfyui/`
-  rules; `selectors`: selector strategies; `matching`: linear-time path patterns.
+  reads, filters; `rewrite`: the body and query a decision asks for; `model_routes`: the routes
+  dispatched by `model`; `comfyui`: the `/comfyui/` rules; `selectors`: selector strategies;
+  `matching`: linear-time path patterns.
 
 `upstream/`: forwarding.
 * `forward`: what goes upstream (headers, Host, X-Forwarded-*, body); `transport`: the one

@@ -23,7 +23,6 @@ records it records through the context.
 
 from __future__ import annotations
 
-import urllib.parse
 from collections.abc import Awaitable, Callable
 
 from aiohttp import web
@@ -37,8 +36,9 @@ from .errors import BadGateway, ProxyError, Refused, Unavailable
 from .mirror.state import ModelRuntime
 from .mirror.wait import routes_of
 from .routing import decide
-from .routing.body import RequestModel, filter_json, replace_span
+from .routing.body import RequestModel
 from .routing.model_routes import is_model_route
+from .routing.rewrite import outgoing_body
 from .upstream.address import UpstreamAddress
 from .upstream.forward import ReplyRewrite, forward, outgoing
 from .upstream.websocket import is_websocket, relay_websocket
@@ -183,7 +183,7 @@ async def _serve_local(
 ) -> web.StreamResponse:
     acc.model = rt.id
     stats = ctx.stats
-    body, plain, path_qs = _body(found, decision)
+    body, plain, path_qs = outgoing_body(found, decision)
     if not decision.admitted:
         stats.outside_admission += 1
         return await _send(
@@ -341,7 +341,7 @@ async def _serve_peer(
     acc.model = f"{peer.id}/{target_.model}"
     acc.route = "peer"
     ctx.stats.peer += 1
-    body, plain, path_qs = _body(found, decision)
+    body, plain, path_qs = outgoing_body(found, decision)
     keys = (
         {"Authorization": f"Bearer {peer.api_key}", "x-api-key": peer.api_key}
         if peer.api_key
@@ -371,48 +371,3 @@ async def _serve_peer(
         if exc.status == 502:
             raise BadGateway(f"peer proxy error: {exc.message}") from exc
         raise
-
-
-# --------------------------------------------------------------------------------------------------
-# the body rewrite a decision asks for
-
-
-def _body(found: RequestModel | None, decision: decide.Serve) -> tuple[bytes | None, bool, str]:
-    """(body to send or None to stream it, whether it is a rewrite, path and query to send).
-
-    JSON bodies get the rename and the filters; multipart bodies the rename, in place; a peer's
-    `?model=` the rename. Anything not rewritten goes as the client sent it."""
-    path_qs = decision.path_qs
-    if found is None:
-        return None, False, path_qs
-    rename = decision.rename
-    if found.kind == "query" and rename and decision.rename_query:
-        return None, False, _with_query_model(path_qs, rename)
-    if found.body is None:
-        return None, False, path_qs
-    filters = decision.filters
-    if found.kind == "json" and (
-        rename
-        or decision.by_id
-        or (filters is not None and (filters.strip_params or filters.set_params))
-    ):
-        strip = filters.strip_params if filters is not None else ()
-        params = filters.set_params if filters is not None else None
-        body = filter_json(
-            found.body, model=rename, strip=strip, set_params=params, then=decision.by_id
-        )
-        return body, True, path_qs
-    if found.kind == "multipart" and rename and found.model_span is not None:
-        return replace_span(found.body, found.model_span, rename), True, path_qs
-    if found.rewritten:
-        return found.body, True, path_qs
-    return found.raw, False, path_qs
-
-
-def _with_query_model(path_qs: str, model: str) -> str:
-    path, sep, query = path_qs.partition("?")
-    pairs = [
-        (k, model if k == "model" else v)
-        for k, v in urllib.parse.parse_qsl(query, keep_blank_values=True)
-    ]
-    return path + "?" + urllib.parse.urlencode(pairs) if sep else path

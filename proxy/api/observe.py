@@ -14,43 +14,26 @@ import msgspec
 from aiohttp import web
 
 from ...ipc.activity import flight_json
-from ...ipc.client import DaemonUnavailable
 from ...ipc.messages import (
     CancelInFlight,
     Document,
-    Error,
     QueryActivity,
     QueryCapture,
     QueryHardware,
     QueryMetrics,
     QueryPerformance,
     QueryStats,
-    Reply,
     Request,
 )
 from ..context import CTX
 from ..dialects.ollama import values as ollama_values
-from ..errors import BadGateway, BadRequest, NotFound, ProxyError, Unavailable
+from ..errors import BadRequest, NotFound
 from ..mirror.wait import routes_of
 from ..observe.events import HUB_KEY
 
 
-async def ask_daemon(request: web.Request, make: Callable[[int], Request]) -> Reply:
-    """The daemon's reply to the request `make` builds; no answer is a 503, an `Error` reply the
-    error it names (the one error shape either way)."""
-    try:
-        reply = await request.app[CTX].link.request(make, timeout=10.0)
-    except DaemonUnavailable as exc:
-        raise Unavailable("the daemon did not answer", code="daemon_unavailable") from exc
-    if isinstance(reply, Error):
-        raise ProxyError.from_reply(reply)
-    return reply
-
-
 async def _ask(request: web.Request, make: Callable[[int], Request]) -> web.Response:
-    reply = await ask_daemon(request, make)
-    if not isinstance(reply, Document):
-        raise BadGateway(f"unexpected reply from the daemon: {type(reply).__name__}")
+    reply = await request.app[CTX].link.ask(make, Document)
     response = web.Response(body=reply.body, status=reply.status)
     response.headers["Content-Type"] = reply.content_type
     return response

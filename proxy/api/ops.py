@@ -7,12 +7,13 @@ import logging
 import msgspec
 from aiohttp import web
 
-from ...ipc.messages import Error, Ok, Status, StatusReply
+from ...ipc.messages import Error, Ok, Ready, Status, StatusReply
 from ...ipc.model_status import ModelStatus
 from ...ipc.routing_table import RouteModel
 from ...ipc.states import ModelState
 from ..context import CTX, ProxyContext
-from ..errors import BadGateway, BadRequest, NotFound, ProxyError
+from ..errors import BadGateway, BadRequest, NotFound
+from ..mirror.link import answer
 from ..mirror.state import ModelRuntime, Routes
 from ..mirror.wait import routes_of
 from ..observe.combined_log import COMBINED_KEY
@@ -154,11 +155,7 @@ def _asleep_item(rt: ModelRuntime, now: ModelStatus | None) -> dict[str, object]
 
 async def unload(ctx: ProxyContext, model: str | None) -> None:
     """Ask the daemon to stop `model` (None: every model) and wait until it has."""
-    reply = await ctx.link.unload(model)
-    if isinstance(reply, Error):
-        raise ProxyError.from_reply(reply)
-    if not isinstance(reply, Ok):
-        raise BadGateway(f"unexpected reply from the daemon: {type(reply).__name__}")
+    answer(await ctx.link.unload(model), Ok)
 
 
 async def handle_unload_all(request: web.Request) -> web.Response:
@@ -215,9 +212,7 @@ async def handle_load(request: web.Request) -> web.Response:
             body=_encode({"msg": "loading", "model": route.id, "state": state}),
             content_type="application/json",
         )
-    reply = await ctx.link.ensure(route.id, cause="load")
-    if isinstance(reply, Error):
-        raise ProxyError.from_reply(reply)
+    answer(await ctx.link.ensure(route.id, cause="load"), Ready)
     return web.Response(
         body=_encode({"msg": "ok", "model": route.id, "state": ModelState.READY}),
         content_type="application/json",
@@ -254,11 +249,7 @@ async def handle_sleep(request: web.Request) -> web.Response:
     ctx = request.app[CTX]
     routes = await routes_of(ctx)
     route = local_model(routes, request.match_info["model"])
-    reply = await ctx.link.sleep(route.id)
-    if isinstance(reply, Error):
-        raise ProxyError.from_reply(reply)
-    if not isinstance(reply, Ok):
-        raise BadGateway(f"unexpected reply from the daemon: {type(reply).__name__}")
+    reply = answer(await ctx.link.sleep(route.id), Ok)
     if reply.message != ModelState.ASLEEP:
         rt = ctx.state.runtimes.get(route.id)
         why = rt.status.reason if rt is not None and rt.status.reason else "see its log"

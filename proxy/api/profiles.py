@@ -7,20 +7,18 @@ arrives on the event stream, the reply on the request socket: either may come fi
 
 from __future__ import annotations
 
-import asyncio
 import json
 
 import msgspec
 from aiohttp import web
 
-from ...ipc.messages import Error, SetProfile
+from ...ipc.messages import Ok, SetProfile
 from ..context import CTX
-from ..errors import BadRequest, ProxyError
+from ..errors import BadRequest
 from ..mirror.wait import routes_of
 
 # How long a PUT waits for the event stream to bring the table the daemon just published.
 _TABLE_WAIT_S = 2.0
-_TABLE_POLL_S = 0.01
 
 _encode = msgspec.json.Encoder().encode
 
@@ -53,11 +51,9 @@ async def handle_set_active(request: web.Request) -> web.Response:
     if name is not None and not isinstance(name, str):
         raise BadRequest("profile name must be a string or null")
     name = name or None
-    reply = await ctx.link.request(lambda i: SetProfile(id=i, name=name))
-    if isinstance(reply, Error):
-        raise ProxyError.from_reply(reply)
-    for _ in range(int(_TABLE_WAIT_S / _TABLE_POLL_S)):
-        if ctx.state.routes.table.active_profile == name:
-            break
-        await asyncio.sleep(_TABLE_POLL_S)
+    await ctx.link.ask(lambda i: SetProfile(id=i, name=name), Ok)
+    # Woken by the table's arrival (the mirror's changes), not a poll.
+    await ctx.state.changes.until(
+        lambda: ctx.state.routes.table.active_profile == name, _TABLE_WAIT_S
+    )
     return _json({"active": name})

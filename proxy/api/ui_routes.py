@@ -17,9 +17,9 @@ from aiohttp import web
 
 from ...ipc.messages import Document, QuerySwaps, Status, StatusReply
 from ...ipc.status_doc import status_json
-from ..errors import BadGateway, NotFound
+from ..context import CTX
+from ..errors import NotFound
 from ..ui import assets
-from .observe import ask_daemon
 
 # The page loads nothing but its own files: no CDN, no request leaving the host.
 _HEADERS = {
@@ -68,16 +68,12 @@ async def handle_favicon(request: web.Request) -> web.StreamResponse:
 
 
 async def handle_status(request: web.Request) -> web.Response:
-    reply = await ask_daemon(request, lambda i: Status(id=i))
-    if not isinstance(reply, StatusReply):
-        raise BadGateway(f"unexpected reply from the daemon: {type(reply).__name__}")
+    reply = await request.app[CTX].link.ask(lambda i: Status(id=i), StatusReply)
     return web.Response(body=_encode(status_json(reply)), content_type="application/json")
 
 
 async def handle_swaps(request: web.Request) -> web.Response:
-    reply = await ask_daemon(request, lambda i: QuerySwaps(id=i))
-    if not isinstance(reply, Document):
-        raise BadGateway(f"unexpected reply from the daemon: {type(reply).__name__}")
+    reply = await request.app[CTX].link.ask(lambda i: QuerySwaps(id=i), Document)
     return web.Response(body=reply.body, content_type=reply.content_type)
 
 

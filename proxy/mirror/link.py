@@ -15,11 +15,11 @@ import secrets
 import socket
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 
-from ...ipc.client import DaemonClient
+from ...ipc.client import DaemonClient, DaemonUnavailable
 from ...ipc.messages import (
     Activity,
     Drained,
@@ -33,9 +33,22 @@ from ...ipc.messages import (
     Sleep,
     Unload,
 )
+from ..errors import BadGateway, ProxyError, Unavailable
 from .state import ProxyState
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T", bound=Reply)
+
+
+def answer(reply: Reply, expect: type[T]) -> T:
+    """`reply` as the `expect` it should be: an `Error` reply is raised again as the error it
+    names, any other reply is a 502 (the one error shape either way)."""
+    if isinstance(reply, expect):
+        return reply
+    if isinstance(reply, Error):
+        raise ProxyError.from_reply(reply)
+    raise BadGateway(f"unexpected reply from the daemon: {type(reply).__name__}")
 
 
 def make_proxy_id() -> str:
@@ -57,6 +70,17 @@ class DaemonLink:
     # --- requests --------------------------------------------------------------------------------
     async def request(self, make: Callable[[int], Request], timeout: float | None = 10.0) -> Reply:
         return await self.client.request(make, timeout=timeout)
+
+    async def ask(
+        self, make: Callable[[int], Request], expect: type[T], timeout: float = 10.0
+    ) -> T:
+        """The daemon's `expect` reply to the request `make` builds (`answer`); no answer within
+        `timeout` is a 503 `daemon_unavailable`."""
+        try:
+            reply = await self.client.request(make, timeout=timeout)
+        except DaemonUnavailable as exc:
+            raise Unavailable("the daemon did not answer", code="daemon_unavailable") from exc
+        return answer(reply, expect)
 
     async def _until_answered(self, make: Callable[[int], Request]) -> Reply:
         """Send and wait without a deadline; resend if the daemon instance changes meanwhile."""

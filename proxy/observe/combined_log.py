@@ -59,42 +59,36 @@ class _File:
         self.ring.seed(history)
 
 
-def _changed(files: dict[str, _File]) -> dict[str, _File]:
-    """The files whose size or inode moved: a stat each (microseconds on a local file)."""
-    out = {}
+def _changed(files: dict[str, _File]) -> list[tuple[str, _File, os.stat_result]]:
+    """The files whose size or inode moved, with what their stat found: a stat each
+    (microseconds on a local file)."""
+    out = []
     for model_id, f in files.items():
         try:
             stat = os.stat(f.path)
         except OSError:
             continue
         if stat.st_size != f.offset or stat.st_ino != f.inode:
-            out[model_id] = f
+            out.append((model_id, f, stat))
     return out
 
 
-def _read_new(files: dict[str, _File]) -> list[tuple[str, bytes]]:
-    """What each file gained since its offset, `READ_MAX` at most (a rotated or truncated file
-    from its start)."""
-    out = []
-    for model_id, f in files.items():
-        try:
-            stat = f.path.stat()
-        except FileNotFoundError:
-            continue
-        if (f.inode is not None and stat.st_ino != f.inode) or stat.st_size < f.offset:
-            f.offset = 0
-        f.inode = stat.st_ino
-        if stat.st_size <= f.offset:
-            continue
-        try:
-            with f.path.open("rb") as handle:
-                handle.seek(f.offset)
-                data = handle.read(min(stat.st_size - f.offset, READ_MAX))
-        except OSError:
-            continue
-        f.offset += len(data)
-        out.append((model_id, data))
-    return out
+def _read_new(f: _File, stat: os.stat_result) -> bytes:
+    """What `f` gained since its offset (`stat`: its size and inode now), `READ_MAX` at most (a
+    rotated or truncated file from its start)."""
+    if (f.inode is not None and stat.st_ino != f.inode) or stat.st_size < f.offset:
+        f.offset = 0
+    f.inode = stat.st_ino
+    if stat.st_size <= f.offset:
+        return b""
+    try:
+        with f.path.open("rb") as handle:
+            handle.seek(f.offset)
+            data = handle.read(min(stat.st_size - f.offset, READ_MAX))
+    except OSError:
+        return b""
+    f.offset += len(data)
+    return data
 
 
 class CombinedLog(TextRing):
@@ -158,12 +152,11 @@ class CombinedLog(TextRing):
         """Whatever the files gained; True when one has more than a read took."""
         self.looks += 1
         self.stats += len(self._files)
-        changed = _changed(self._files)
-        if not changed:
-            return False
         more = False
-        for model_id, data in _read_new(changed):
-            f = changed[model_id]
+        for model_id, f, stat in _changed(self._files):
+            data = _read_new(f, stat)
+            if not data:
+                continue
             f.ring.put(data)
             out = prefixed(model_id, data, f.pending)
             if out:

@@ -22,12 +22,13 @@ from collections.abc import Awaitable, Callable
 import msgspec
 from aiohttp import web
 
-from ....ipc.messages import Error
+from ....ipc.messages import Ready
 from ....ipc.states import LOADED_STATES
 from ... import pipeline
 from ...api import ops
 from ...context import CTX, ProxyContext
 from ...errors import NotFound, ProxyError
+from ...mirror import link
 from ...mirror.state import Routes
 from ...mirror.wait import routes_of
 from ...routing import decide
@@ -190,9 +191,7 @@ async def _load_or_unload(
         if rt is not None and rt.state in LOADED_STATES:
             await ops.unload(ctx, route.id)
     elif route is not None:
-        ready = await ctx.link.ensure(route.id, cause="load")
-        if isinstance(ready, Error):
-            raise ProxyError.from_reply(ready)
+        link.answer(await ctx.link.ensure(route.id, cause="load"), Ready)
         request.app[KEEPS].answered(ctx, route.id, translated)
     answer = replies.empty_answer(translated.kind, translated.asked, reason)
     return web.Response(body=replies.encode(answer), content_type=JSON.split(";")[0])

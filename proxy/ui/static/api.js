@@ -41,3 +41,26 @@ export async function stream(path, onText, signal) {
 }
 
 export const encode = encodeURIComponent;
+
+// `read` (an async function that handles its own errors) made into a refresh: one read at a time;
+// a call while one runs asks for one more read after it, however many calls came, and gets the
+// running one's promise. `after` runs once the reads are done.
+export function coalesced(read, after) {
+  let running = null;
+  let again = false;
+  return function refresh() {
+    if (running) { again = true; return running; }
+    running = (async () => {
+      try {
+        do {
+          again = false;
+          await read();
+        } while (again);
+      } finally {
+        running = null;
+      }
+      after();
+    })();
+    return running;
+  };
+}

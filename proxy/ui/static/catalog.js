@@ -4,15 +4,13 @@
 // again when one shows another set of models or other facts about them (a reload); a state
 // change alone does not change the catalog.
 
-import { getJSON } from "./api.js";
+import { coalesced, getJSON } from "./api.js";
 import * as events from "./events.js";
 
 const subscribers = [];
 let entries = [];
 let loaded = false;
 let lastShape = "";
-let fetching = null;
-let again = false;
 
 export function subscribe(fn) { subscribers.push(fn); }
 
@@ -37,27 +35,15 @@ export function entry(id) {
 
 export function selectors() { return entries.filter((e) => typeOf(e) === "selector"); }
 
-export function refresh() {
-  if (fetching) { again = true; return fetching; }
-  fetching = (async () => {
-    try {
-      do {
-        again = false;
-        try {
-          const data = await getJSON("/v1/models");
-          entries = Array.isArray(data.data) ? data.data : [];
-          loaded = true;
-        } catch (err) {
-          console.warn("catalog", err);
-        }
-      } while (again);
-    } finally {
-      fetching = null;
-    }
-    for (const fn of subscribers) fn();
-  })();
-  return fetching;
-}
+export const refresh = coalesced(async () => {
+  try {
+    const data = await getJSON("/v1/models");
+    entries = Array.isArray(data.data) ? data.data : [];
+    loaded = true;
+  } catch (err) {
+    console.warn("catalog", err);
+  }
+}, () => { for (const fn of subscribers) fn(); });
 
 // A model list's facts, less the states (which change without a reload).
 function shape(models) {

@@ -3,7 +3,7 @@
 // fetched again whenever an event says a model changed. In-flight counts come from the
 // `inflight` events, which cover every proxy process.
 
-import { getJSON } from "./api.js";
+import { coalesced, getJSON } from "./api.js";
 import * as events from "./events.js";
 import { now } from "./dom.js";
 
@@ -15,8 +15,6 @@ export const store = {
 };
 
 const subscribers = [];
-let fetching = null;
-let again = false;
 
 // `fn(store)` on every change; the answer stops it.
 export function subscribe(fn) {
@@ -29,26 +27,14 @@ export function subscribe(fn) {
 
 function changed() { for (const fn of subscribers) fn(store); }
 
-export function refresh() {
-  if (fetching) { again = true; return fetching; }
-  fetching = (async () => {
-    try {
-      do {
-        again = false;
-        try {
-          store.status = await getJSON("/api/status");
-          store.fetchedAt = now();
-        } catch (err) {
-          console.warn("status", err);
-        }
-      } while (again);
-    } finally {
-      fetching = null;
-    }
-    changed();
-  })();
-  return fetching;
-}
+export const refresh = coalesced(async () => {
+  try {
+    store.status = await getJSON("/api/status");
+    store.fetchedAt = now();
+  } catch (err) {
+    console.warn("status", err);
+  }
+}, changed);
 
 export function modelStatus(id) {
   if (!store.status) return null;
