@@ -10,7 +10,8 @@ admission, forward.
 Reported (rounds alternate between targets, the median is kept; the machine is shared, so ratios
 measured in the same round matter more than absolute numbers):
 * req/s at 32 connections, and swapd / nginx (target >= 0.25);
-* median latency at 1 connection, and what swapd adds over direct (target <= 0.15 ms);
+* median latency at 1 connection, and what swapd adds over direct (no target here: its 0.15 ms
+  was withdrawn by issue 9, and proxy_pipeline.py holds the latency target against its floor);
 * SSE events relayed per second through swapd vs directly from the model (target >= 0.9x), with
   tests/support/upstreams/fake_model.py's `/sse` as the model;
 * 1,000 concurrent open streams through swapd (fake_model `/slow`), none failing.
@@ -252,9 +253,10 @@ def main() -> int:
     for name in targets:
         rounds = ", ".join(f"{v:,.0f}" for v in rps[name])
         print(f"  {name:7s} {med[name]:>10,.0f}   ({rounds})")
+    vs_nginx = med["swapd"] / med["nginx"]
     print(
-        f"  swapd / nginx = {med['swapd'] / med['nginx']:.3f} (target >= 0.25); per round: "
-        + ", ".join(f"{r:.3f}" for r in ratio_rounds)
+        f"  swapd / nginx = {vs_nginx:.3f} (target >= 0.25: {verdict(vs_nginx >= 0.25)}); "
+        "per round: " + ", ".join(f"{r:.3f}" for r in ratio_rounds)
     )
     print(f"  nginx / direct = {med['nginx'] / med['direct']:.3f}")
     print(f"  bare aiohttp proxy / nginx = {med['aiohttp'] / med['nginx']:.3f}")
@@ -263,8 +265,8 @@ def main() -> int:
         print(f"  {name:7s} {lat[name]:.3f} ms")
     added = lat["swapd"] - lat["direct"]
     print(
-        f"  swapd adds {added:.3f} ms over direct (target <= 0.15); nginx adds "
-        f"{lat['nginx'] - lat['direct']:.3f} ms"
+        f"  swapd adds {added:.3f} ms over direct (no target here: proxy_pipeline.py holds the "
+        f"latency target since issue 9); nginx adds {lat['nginx'] - lat['direct']:.3f} ms"
     )
     print(
         "  proxy CPU per request at 1 connection: "
@@ -272,17 +274,23 @@ def main() -> int:
     )
     sse_med = {k: statistics.median(v) for k, v in sse.items()}
     print(f"SSE relay ({len(sse['swapd'])} rounds of {SSE_EVENTS:,} events of 64 bytes):")
+    sse_ratio = sse_med["swapd"] / sse_med["direct"]
     print(
         f"  direct {sse_med['direct']:,.0f} events/s, swapd {sse_med['swapd']:,.0f} events/s, "
-        f"ratio {sse_med['swapd'] / sse_med['direct']:.3f} (target >= 0.9)"
+        f"ratio {sse_ratio:.3f} (target >= 0.9: {verdict(sse_ratio >= 0.9)})"
     )
     for name, values in sse.items():
         print(f"  {name:7s} per round: " + ", ".join(f"{v:,.0f}" for v in values))
     print(
         f"concurrent streams: {done} of {args.streams} completed, {failed} failed; all "
-        f"{args.streams} were open at once after {held:.2f}s"
+        f"{args.streams} were open at once after {held:.2f}s (target: no error: "
+        f"{verdict(failed == 0)})"
     )
-    return 0 if failed == 0 else 1
+    return 0 if failed == 0 and vs_nginx >= 0.25 and sse_ratio >= 0.9 else 1
+
+
+def verdict(met: bool) -> str:
+    return "met" if met else "MISSED"
 
 
 if __name__ == "__main__":

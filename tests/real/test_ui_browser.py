@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from tests.support.daemon import chat
 from tests.support.proxy import local_model, model_ports
 from tests.support.stack import FAKE_MODEL, Stack, wait_for
 from tests.support.ui import DESKTOP, PHONE, call, module_shots, shoot, tab, ui_page
@@ -61,16 +62,6 @@ def shots(request: pytest.FixtureRequest) -> Path:
     return module_shots(request)
 
 
-def _chat(stack: Stack, model: str, timeout: float = 30.0) -> dict[str, Any]:
-    body = json.dumps({"model": model, "messages": [{"role": "user", "content": "hi"}]}).encode()
-    request = urllib.request.Request(
-        stack.url + CHAT, data=body, headers={"Content-Type": "application/json"}
-    )
-    with urllib.request.urlopen(request, timeout=timeout) as response:
-        result: dict[str, Any] = json.load(response)
-        return result
-
-
 def _state_of(page: Any, model: str) -> str:
     value: str = page.get_attribute(f'article[data-model="{model}"]', "data-state")
     return value
@@ -102,12 +93,12 @@ def test_a_swap_shows_live_then_in_the_timeline(chromium: Path, stack: Stack, sh
     stack.swapd("unload")
     with ui_page(chromium, stack.url + "/ui/") as page:
         page.wait_for_selector("#conn.live")
-        _chat(stack, "a")
+        chat(stack.url, "a")
         page.wait_for_selector('article[data-model="a"][data-state="ready"]')
         # `b` starts slowly (health answers after 1.5 s): the page shows it starting, with the
         # time it has been starting, then ready, and `a` stopped (swapped out).
         done = threading.Event()
-        threading.Thread(target=lambda: (_chat(stack, "b"), done.set()), daemon=True).start()
+        threading.Thread(target=lambda: (chat(stack.url, "b"), done.set()), daemon=True).start()
         page.wait_for_selector('article[data-model="b"][data-state="starting"]')
         page.wait_for_selector('article[data-model="b"] [data-since]')
         page.wait_for_selector('article[data-model="b"][data-state="ready"]', timeout=30_000)
@@ -129,7 +120,7 @@ def test_a_swap_shows_live_then_in_the_timeline(chromium: Path, stack: Stack, sh
 
 
 def test_the_unload_button_unloads(chromium: Path, stack: Stack) -> None:
-    _chat(stack, "a")
+    chat(stack.url, "a")
     with ui_page(chromium, stack.url + "/ui/") as page:
         page.wait_for_selector('article[data-model="a"][data-state="ready"]')
         page.wait_for_selector('article[data-model="a"] [data-until]')  # the TTL counting down
@@ -148,7 +139,7 @@ def test_a_model_log_streams_new_lines_in_colour(chromium: Path, stack: Stack) -
     with ui_page(chromium, stack.url + "/ui/#logs") as page:
         page.select_option("#log-source", "b")
         before = page.locator("#log span.fg-31", has_text=COLOUR).count()
-        _chat(stack, "b")  # a start of `b` writes the coloured line again
+        chat(stack.url, "b")  # a start of `b` writes the coloured line again
         pid = stack.model("b")["pid"]
         wait_for(
             lambda: page.locator("#log span.fg-31", has_text=COLOUR).count() > before,
@@ -166,7 +157,7 @@ def test_a_model_log_streams_new_lines_in_colour(chromium: Path, stack: Stack) -
 def test_an_activity_row_with_its_token_speed(chromium: Path, stack: Stack) -> None:
     with ui_page(chromium, stack.url + "/ui/#activity") as page:
         page.wait_for_selector("#conn.live")
-        _chat(stack, "a")
+        chat(stack.url, "a")
         activity = json.loads(call(stack.url + "/api/metrics/activity?limit=1")[2])["data"][0]
         assert activity["tokens"]["tokens_per_second"] > 0
         row = page.wait_for_selector(f'#activity-table tr[data-activity="{activity["id"]}"]')
@@ -177,7 +168,7 @@ def test_an_activity_row_with_its_token_speed(chromium: Path, stack: Stack) -> N
 
 
 def test_in_flight_request_cancelled_from_the_page(chromium: Path, stack: Stack) -> None:
-    _chat(stack, "a")
+    chat(stack.url, "a")
     with ui_page(chromium, stack.url + "/ui/#activity") as page:
         page.wait_for_selector("#conn.live")
         ended = threading.Event()
@@ -213,7 +204,7 @@ def test_in_flight_request_cancelled_from_the_page(chromium: Path, stack: Stack)
 
 
 def test_every_page_at_desktop_and_phone_width(chromium: Path, stack: Stack, shots: Path) -> None:
-    _chat(stack, "a")
+    chat(stack.url, "a")
     for label, viewport in (("desktop", DESKTOP), ("phone", PHONE)):
         with ui_page(chromium, stack.url + "/ui/", viewport=viewport) as page:
             page.wait_for_selector('article[data-model="a"][data-state="ready"]')
@@ -274,7 +265,7 @@ def test_gpus_page_shows_memory_and_holders(
         {"healthCheckTimeout": 15, "models": {"g": model}},
         env={"SWAPD_GPU_BACKEND": "fake", "SWAPD_FAKE_GPUS": "2"},
     )
-    _chat(stack, "g")
+    chat(stack.url, "g")
     status = json.loads(call(stack.url + "/api/status")[2])
     gpu0 = next(g for g in status["gpus"] if g["index"] == 0)
     assert gpu0["used_bytes"] == held
@@ -319,7 +310,7 @@ def test_failed_start_remote_models_and_two_proxy_processes(
         tail = page.text_content('article[data-model="broken"] pre.tail') or ""
         assert "error: broken cannot load its weights" in tail
         for _ in range(4):  # spread over both processes
-            _chat(stack, "ok")
+            chat(stack.url, "ok")
         tab(page, "activity")
         wait_for(
             lambda: page.locator('#activity-table tr[data-model="ok"]').count() == 4,

@@ -10,7 +10,6 @@ import http.server
 import json
 import signal
 import threading
-import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -18,6 +17,7 @@ from typing import Any
 import pytest
 
 from tests.support.combined_log import served, started
+from tests.support.daemon import chat
 from tests.support.proxy import local_model, model_ports
 from tests.support.stack import Stack, wait_for
 from tests.support.ui import DESKTOP, PHONE, call, module_shots, shoot, tab, ui_page
@@ -52,16 +52,6 @@ def stack(chromium: Path) -> Iterator[Stack]:  # no browser, no stack: skipped b
 @pytest.fixture
 def shots(request: pytest.FixtureRequest) -> Path:
     return module_shots(request)
-
-
-def _chat(stack: Stack, model: str, text: str = "hi") -> dict[str, Any]:
-    body = json.dumps({"model": model, "messages": [{"role": "user", "content": text}]}).encode()
-    request = urllib.request.Request(
-        stack.url + CHAT, data=body, headers={"Content-Type": "application/json"}
-    )
-    with urllib.request.urlopen(request, timeout=30) as response:
-        result: dict[str, Any] = json.load(response)
-        return result
 
 
 def _newest(stack: Stack) -> dict[str, Any] | None:
@@ -127,7 +117,7 @@ def test_the_capture_viewer_shows_both_bodies_decoded(
     with ui_page(chromium, stack.url + "/ui/#activity") as page:
         page.wait_for_selector("#conn.live")
         before = _newest(stack)
-        answer = _chat(stack, "a", "please capture me")
+        answer = chat(stack.url, "a", "please capture me")
         wait_for(lambda: _newest(stack) != before, 10, what="the request's activity record")
         record = _newest(stack)
         assert record is not None
@@ -161,7 +151,7 @@ def test_the_request_log_reads_new_records_a_batch_at_a_time(chromium: Path, sta
     """An `activity` event is llama-swap's `{id}`: the page reads the new records from the
     activity API (`min_id`), at most every 250 ms however many events come, and shows each."""
     prior = _newest(stack)
-    _chat(stack, "a", "one before")
+    chat(stack.url, "a", "one before")
     wait_for(lambda: _newest(stack) != prior, 10, what="a record before the page opens")
     before = _newest(stack)
     assert before is not None
@@ -172,7 +162,7 @@ def test_the_request_log_reads_new_records_a_batch_at_a_time(chromium: Path, sta
         page.on("request", lambda r: "/api/metrics/activity" in r.url and reads.append(r.url))
         first, last = before["id"] + 1, before["id"] + 20
         for _ in range(20):
-            _chat(stack, "a", "one of many")
+            chat(stack.url, "a", "one of many")
         stored = lambda: (_newest(stack) or {"id": 0})["id"] == last  # noqa: E731
         wait_for(stored, 10, what="the 20 records stored")
         shown = lambda: page.locator(f'#activity-table tr[data-activity="{last}"]').count()  # noqa: E731
@@ -196,13 +186,13 @@ def test_the_request_log_is_read_again_when_the_daemon_numbers_from_one_again(
     with ui_page(chromium, alone.url + "/ui/#activity") as page:
         page.wait_for_selector("#conn.live")
         for _ in range(3):
-            _chat(alone, "a")
+            chat(alone.url, "a")
         rows = lambda: page.locator("#activity-table tr[data-activity]").count()  # noqa: E731
         wait_for(lambda: rows() == 3, 15, what="three rows")
         alone.kill_watcher("swapd-daemon", signal.SIGKILL, timeout=15)
         # The proxy's next heartbeat tells the new daemon it has an events client.
         wait_for(lambda: alone.status()["watching"], 10, what="the new daemon told of the page")
-        _chat(alone, "a", "after the restart")
+        chat(alone.url, "a", "after the restart")
         wait_for(lambda: rows() == 1, 15, what="the log read again: one record")
         assert page.locator('#activity-table tr[data-activity="1"]').count() == 1
         assert page.errors == []
@@ -214,7 +204,7 @@ def _logs(stack: Stack) -> str:
 
 def _request_then_logged(stack: Stack, model: str) -> None:
     count = _logs(stack).count(served(model))
-    _chat(stack, model)
+    chat(stack.url, model)
     wait_for(lambda: _logs(stack).count(served(model)) > count, 10, what=f"{model}'s access line")
 
 
@@ -246,7 +236,7 @@ def test_the_combined_log_in_the_order_lines_were_written(
         assert page.locator("#log .line[data-source]", has_text=served("b")).count() == 0
         before = len(_page_lines(page))
         # Then new lines, live, in their order too.
-        _chat(stack, "a")  # swaps back
+        chat(stack.url, "a")  # swaps back
         wait_for(
             lambda: any(served("a") in line for line in _page_lines(page)[before:]),
             15,
@@ -293,18 +283,18 @@ def test_the_buttons_pass_the_cross_site_check(
     """Unload and the profile switch carry the page's Origin: from swapd's own page they pass;
     the same request from another site's page is refused (test_proxy_origin.py has the raw
     HTTP cases)."""
-    _chat(stack, "a")
+    chat(stack.url, "a")
     with ui_page(chromium, stack.url + "/ui/") as page:
         page.wait_for_selector('article[data-model="a"][data-state="ready"]')
         page.click('article[data-model="a"] button[data-action="unload"]')
         page.wait_for_selector('article[data-model="a"][data-state="stopped"]')
         assert stack.model("a")["state"] == "stopped"
-        _chat(stack, "a")
+        chat(stack.url, "a")
         page.wait_for_selector('article[data-model="a"][data-state="ready"]')
         page.click("#unload-all")
         page.wait_for_selector('article[data-model="a"][data-state="stopped"]')
         assert page.errors == []
-    _chat(stack, "a")
+    chat(stack.url, "a")
     with ui_page(chromium, elsewhere) as other:
         # A simple POST (no preflight), as a hostile page would send it; the browser adds its
         # Origin (whether the page may read swapd's 403 depends on its CORS headers).

@@ -6,7 +6,6 @@ page draws is checked against swapd's own `/api/performance`, `/api/hardware` an
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -38,12 +37,6 @@ def shots(request: pytest.FixtureRequest) -> Path:
     return module_shots(request)
 
 
-def _get(stack: Stack, path: str) -> Any:
-    status, _, body = call(stack.url + path)
-    assert status == 200, (path, body)
-    return json.loads(body)
-
-
 def _legend(page: Any, card: str, chart: str) -> str:
     text: str = page.text_content(f'{card} [data-figure="{chart}"] .legend') or ""
     return text
@@ -53,14 +46,14 @@ def test_the_hardware_page_draws_the_host_and_each_gpu_over_time(
     chromium: Path, stack: Stack, shots: Path
 ) -> None:
     chat(stack.url, "g")
-    gpus = {g["index"]: g for g in _get(stack, "/api/status")["gpus"]}
+    gpus = {g["index"]: g for g in stack.get_ok("/api/status")["gpus"]}
     busy, idle = f'[data-hw-gpu="{gpus[0]["uuid"]}"]', f'[data-hw-gpu="{gpus[1]["uuid"]}"]'
     with ui_page(chromium, stack.url + "/ui/#hardware") as page:
         host = '[data-hw="host"]'
         page.wait_for_selector(f'{host} svg[data-chart="cpu"]')
         page.wait_for_selector(f'{host} svg[data-chart="memory"]')
         # What the machine is (`/api/hardware`, read once).
-        hardware = _get(stack, "/api/hardware")
+        hardware = stack.get_ok("/api/hardware")
         facts = page.text_content(f"{host} .facts") or ""
         if hardware["cpu"]["model"]:
             assert hardware["cpu"]["model"] in facts
@@ -96,7 +89,7 @@ def test_the_hardware_page_draws_the_host_and_each_gpu_over_time(
         )
         assert page.text_content(f"{busy} .hint") == "no model on it"
         # Every sample the page drew is one the daemon has.
-        performance = _get(stack, "/api/performance")
+        performance = stack.get_ok("/api/performance")
         kept = [s for s in performance["gpu_stats"] if s["uuid"] == gpus[0]["uuid"]]
         drawn = int(page.get_attribute(f'{busy} svg[data-chart="gpu-memory"]', "data-points") or 0)
         assert 2 <= drawn <= len(kept)

@@ -5,22 +5,20 @@ own interfaces (`/api/status`, `/v1/models`, `/api/metrics/*`, `/api/swaps`, the
 
 from __future__ import annotations
 
-import json
 import sys
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.support.daemon import chat
 from tests.support.proxy import local_model, model_ports
 from tests.support.stack import Stack, wait_for
-from tests.support.ui import DESKTOP, PHONE, call, module_shots, shoot, tab, ui_page
+from tests.support.ui import DESKTOP, PHONE, module_shots, shoot, tab, ui_page
 
 pytestmark = [pytest.mark.processes, pytest.mark.browser]
 
-CHAT = "/v1/chat/completions"
 NEWEST = "error: broken cannot find its weights (the newest line)"
 CAPABILITIES = {"in": ["text", "image"], "out": ["text"], "tools": True, "context": 32768}
 
@@ -63,16 +61,6 @@ def shots(request: pytest.FixtureRequest) -> Path:
     return module_shots(request)
 
 
-def _chat(stack: Stack, model: str) -> dict[str, Any]:
-    body = json.dumps({"model": model, "messages": [{"role": "user", "content": "hi"}]}).encode()
-    request = urllib.request.Request(
-        stack.url + CHAT, data=body, headers={"Content-Type": "application/json"}
-    )
-    with urllib.request.urlopen(request, timeout=30) as response:
-        result: dict[str, Any] = json.load(response)
-        return result
-
-
 def _get(stack: Stack, path: str) -> Any:
     status, _, body = call(stack.url + path)
     assert status == 200, (path, body)
@@ -110,7 +98,7 @@ def test_models_page_capability_tags_links_and_selectors(chromium: Path, stack: 
 
 
 def test_the_model_page_shows_what_swapd_knows(chromium: Path, stack: Stack) -> None:
-    _chat(stack, "alpha")  # through the alias: a start of `a`, a request, a swap record
+    chat(stack.url, "alpha")  # through the alias: a start of `a`, a request, a swap record
     status = stack.model("a")
     # The daemon has the request's record (records come in batches, after the answer).
     (record,) = wait_for(
@@ -239,7 +227,7 @@ def test_a_swap_row_shows_the_wait_its_record_carries(chromium: Path, stack: Sta
     shows it; the others do not. `/api/swaps` is answered by the browser here (Playwright's
     route) with swapd's own records, the last with a long wait such as a busy model causes (the
     daemon's own, from a real busy wait: tests/real/test_ui_waits.py)."""
-    _chat(stack, "b")
+    chat(stack.url, "b")
     swaps = _get(stack, "/api/swaps")["swaps"]
     waited = {**swaps[-1], "waited": 59.25}
     with ui_page(chromium, "") as page:
@@ -262,8 +250,8 @@ def test_a_swap_row_shows_the_wait_its_record_carries(chromium: Path, stack: Sta
 def test_every_page_at_both_widths_in_both_themes(
     chromium: Path, stack: Stack, shots: Path
 ) -> None:
-    _chat(stack, "a")
-    _chat(stack, "b")
+    chat(stack.url, "a")
+    chat(stack.url, "b")
     pages = ("models", "model/a", "playground", "activity", "swaps", "logs")
     for theme in ("light", "dark"):
         for label, viewport in (("desktop", DESKTOP), ("phone", PHONE)):

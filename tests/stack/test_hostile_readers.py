@@ -36,13 +36,8 @@ def stack(stack_factory: Callable[..., Stack]) -> Stack:
     )
 
 
-def _get(stack: Stack, path: str) -> Any:
-    with urllib.request.urlopen(stack.url + path, timeout=30) as resp:
-        return json.load(resp)
-
-
 def _counters(stack: Stack) -> dict[str, Any]:
-    return dict(_get(stack, "/running")["proxy"])
+    return dict(stack.get_ok("/running")["proxy"])
 
 
 def _post(stack: Stack, path: str) -> int:
@@ -105,7 +100,7 @@ async def _frames(resp: aiohttp.ClientResponse) -> AsyncIterator[tuple[str, Any]
 async def test_stalled_readers_cost_a_bounded_amount_while_a_model_writes_20_mb(
     stack: Stack,
 ) -> None:
-    assert _get(stack, "/upstream/a/output?bytes=10&end=warm")["written"] == 10
+    assert stack.get_ok("/upstream/a/output?bytes=10&end=warm")["written"] == 10
     proc = proxy_process(stack)
     stalled = [_stalled(stack, "/api/events") for _ in range(10)]
     stalled += [_stalled(stack, "/logs/stream/upstream") for _ in range(2)]
@@ -150,7 +145,7 @@ async def test_stalled_readers_cost_a_bounded_amount_while_a_model_writes_20_mb(
         # state event was among them, the models' states afresh: tests/unit/test_activity_wire.py),
         # and sees the model stopped.
         assert _post(stack, "/api/models/unload/a") == 200
-        running = lambda: {m["model"] for m in _get(stack, "/running")["running"]}  # noqa: E731
+        running = lambda: {m["model"] for m in stack.get_ok("/running")["running"]}  # noqa: E731
         wait_for(lambda: "a" not in running(), 15, what="this proxy sees a stopped")
         frames = _sse_frames(stalled[0])
         seen: list[str] = []
@@ -172,7 +167,7 @@ async def test_stalled_readers_cost_a_bounded_amount_while_a_model_writes_20_mb(
 async def test_one_follower_for_every_reader_and_bounded_histories(stack: Stack) -> None:
     # Both models write 150 KiB (in 100-byte lines) to their logs, one after the other.
     for model in ("a", "b"):
-        got = _get(stack, f"/upstream/{model}/output?bytes=150000&line=100&end={model}-history")
+        got = stack.get_ok(f"/upstream/{model}/output?bytes=150000&line=100&end={model}-history")
         assert got["written"] == 150000
     wait_for(lambda: _counters(stack)["logs"]["followed"] == 2, 15, what="both followed")
 
@@ -208,7 +203,7 @@ async def test_one_follower_for_every_reader_and_bounded_histories(stack: Stack)
             assert later["stats"] - first["stats"] == 2 * (later["looks"] - first["looks"])
 
             # A line a model writes now reaches every reader, once.
-            _get(stack, "/upstream/b/output?bytes=1&end=for-everyone")
+            stack.get_ok("/upstream/b/output?bytes=1&end=for-everyone")
             for frames in firsts:
                 async with asyncio.timeout(30):
                     async for kind, data in frames:

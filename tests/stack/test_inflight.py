@@ -34,11 +34,6 @@ def stack(stack_factory: Callable[..., Stack]) -> Stack:
     )
 
 
-def _get(stack: Stack, path: str) -> Any:
-    with urllib.request.urlopen(stack.url + path, timeout=10) as resp:
-        return json.load(resp)
-
-
 def _cancel(stack: Stack, flight: str) -> tuple[int, Any]:
     req = urllib.request.Request(stack.url + f"/api/inflight/{flight}/cancel", method="POST")
     try:
@@ -58,7 +53,7 @@ async def test_list_and_cancel_from_either_process(stack: Stack) -> None:
                 await resp.content.readline()  # under way
 
                 def listed() -> dict[str, Any] | None:
-                    found = _get(stack, "/api/inflight")["requests"]
+                    found = stack.get_ok("/api/inflight")["requests"]
                     return found[0] if found else None
 
                 entry = await asyncio.to_thread(wait_for, listed, 10, what="the request listed")
@@ -66,7 +61,7 @@ async def test_list_and_cancel_from_either_process(stack: Stack) -> None:
                 assert entry["method"] == "POST" and entry["id"].startswith(entry["proxy_id"])
                 # Both processes list it (the daemon collects every proxy's table).
                 for _ in range(4):
-                    assert _get(stack, "/api/inflight")["requests"][0]["id"] == entry["id"]
+                    assert stack.get_ok("/api/inflight")["requests"][0]["id"] == entry["id"]
                 status, answer = await asyncio.to_thread(_cancel, stack, entry["id"])
                 assert (status, answer) == (200, {"msg": "ok"})
                 with pytest.raises(aiohttp.ClientPayloadError):
@@ -74,7 +69,7 @@ async def test_list_and_cancel_from_either_process(stack: Stack) -> None:
             await asyncio.to_thread(model_log_has, stack, "m", f"chat {tag}: client gone")
             await asyncio.to_thread(
                 wait_for,
-                lambda: not _get(stack, "/api/inflight")["requests"],
+                lambda: not stack.get_ok("/api/inflight")["requests"],
                 10,
                 what="the request gone from the table",
             )
@@ -86,7 +81,7 @@ def test_version(stack: Stack) -> None:
     """llama-swap's fields: the checkout's commit (these tests run in one), the install's date
     in RFC 3339. With Ollama's API on (the default) `version` is the Ollama API version swapd
     answers as, and swapd's own is beside it (off: tests/stack/test_ollama_api.py)."""
-    version = _get(stack, "/api/version")
+    version = stack.get_ok("/api/version")
     assert version["version"] == ollama_values.API_VERSION
     assert version["swapd_version"] == "0.1.0"
     assert version["commit"] == checkout_commit(Path(__file__).resolve())

@@ -10,7 +10,6 @@ the test waits for each request's access line before sending the next."""
 from __future__ import annotations
 
 import asyncio
-import json
 import signal
 import urllib.request
 from collections.abc import Callable
@@ -19,6 +18,7 @@ import aiohttp
 import pytest
 
 from tests.support.combined_log import served, started
+from tests.support.daemon import chat
 from tests.support.proxy import local_model, model_ports
 from tests.support.stack import Stack, wait_for
 
@@ -36,22 +36,13 @@ def _logs_or_empty(stack: Stack) -> str:
         return ""
 
 
-def _chat(stack: Stack, model: str) -> None:
-    body = json.dumps({"model": model, "messages": []}).encode()
-    request = urllib.request.Request(
-        stack.url + "/v1/chat/completions", data=body, headers={"Content-Type": "application/json"}
-    )
-    with urllib.request.urlopen(request, timeout=30) as response:
-        assert response.status == 200
-
-
 def _order(text: str, *needles: str) -> list[int]:
     return [text.index(n) for n in needles]
 
 
 def _request_then_logged(stack: Stack, model: str) -> None:
     count = _logs(stack).count(served(model))
-    _chat(stack, model)
+    chat(stack.url, model)
     wait_for(lambda: _logs(stack).count(served(model)) > count, 10, what=f"{model}'s access line")
 
 
@@ -79,7 +70,7 @@ def test_lines_in_the_order_they_were_written(stack_factory: Callable[..., Stack
             session.get(stack.url + "/logs/stream") as resp,
         ):
             history = (await resp.content.readuntil(served("b").encode())).decode()
-            await asyncio.to_thread(_chat, stack, "a")  # swaps back: new lines, live
+            await asyncio.to_thread(chat, stack.url, "a")  # swaps back: new lines, live
             live = b""
             async with asyncio.timeout(15):
                 while served("a").encode() not in live:
@@ -99,7 +90,7 @@ def test_models_older_lines_come_first(stack_factory: Callable[..., Stack]) -> N
     are older than anything the new process logged, so they come first."""
     (a,) = model_ports(1)
     stack = stack_factory({"models": {"a": local_model("a", a)}})
-    _chat(stack, "a")
+    chat(stack.url, "a")
     wait_for(lambda: started("a") in _logs(stack), 10, what="a's start line")
     stack.kill_watcher("swapd-proxy", signal.SIGTERM)
     wait_for(lambda: started("a") in _logs_or_empty(stack), 20, what="the new proxy's /logs")

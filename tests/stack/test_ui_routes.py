@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from tests.support.daemon import chat
 from tests.support.proxy import local_model, model_ports
 from tests.support.stack import Stack, wait_for
 from tests.support.ui import call
@@ -26,15 +27,6 @@ def stack(stack_factory: Callable[..., Stack]) -> Stack:
     return stack_factory(
         {"healthCheckTimeout": 15, "models": {"a": local_model("a", a), "b": local_model("b", b)}}
     )
-
-
-def _chat(stack: Stack, model: str) -> None:
-    body = json.dumps({"model": model, "messages": [{"role": "user", "content": "hi"}]}).encode()
-    request = urllib.request.Request(
-        stack.url + "/v1/chat/completions", data=body, headers={"Content-Type": "application/json"}
-    )
-    with urllib.request.urlopen(request, timeout=30) as response:
-        assert response.status == 200
 
 
 def test_redirects_and_static_files(stack: Stack) -> None:
@@ -73,7 +65,7 @@ def test_redirects_and_static_files(stack: Stack) -> None:
 
 
 def test_api_status_is_what_swapd_status_prints(stack: Stack) -> None:
-    _chat(stack, "a")
+    chat(stack.url, "a")
     status, _, body = call(stack.url + "/api/status")
     assert status == 200
     page = json.loads(body)
@@ -85,7 +77,7 @@ def test_api_status_is_what_swapd_status_prints(stack: Stack) -> None:
 
 
 def test_swaps_api_and_the_swap_event(stack: Stack) -> None:
-    _chat(stack, "a")
+    chat(stack.url, "a")
     frames: list[dict[str, Any]] = []
     opened = threading.Event()
 
@@ -102,7 +94,7 @@ def test_swaps_api_and_the_swap_event(stack: Stack) -> None:
     listener.start()
     assert opened.wait(10)
     wait_for(lambda: any(f["type"] == "modelStatus" for f in frames), 10, what="the snapshot")
-    _chat(stack, "b")  # swaps a out
+    chat(stack.url, "b")  # swaps a out
     listener.join(20)
     swaps = [json.loads(f["data"]) for f in frames if f["type"] == "swap"]
     assert [(s["kind"], s["model"]) for s in swaps] == [("stop", "a"), ("swap", "b")]

@@ -7,6 +7,7 @@ import json
 import os
 import urllib.error
 import urllib.request
+from typing import Any
 
 from swapd.ipc.client import DaemonClient
 from swapd.ipc.endpoints import Endpoints
@@ -14,13 +15,17 @@ from swapd.ipc.messages import Ensure
 from tests.support.stack import free_port_range
 
 
-def chat(url: str, model: str) -> dict[str, object]:
-    body = json.dumps({"model": model, "messages": [{"role": "user", "content": "hi"}]}).encode()
+def chat(url: str, model: str, text: str = "hi", timeout: float = 30.0) -> dict[str, Any]:
+    """One chat completion through the proxy at `url`; its answer, which must be a 200."""
+    message = {"role": "user", "content": text}
+    body = json.dumps({"model": model, "messages": [message]}).encode()
     request = urllib.request.Request(
         url + "/v1/chat/completions", data=body, headers={"Content-Type": "application/json"}
     )
-    with urllib.request.urlopen(request, timeout=30) as response:
-        return json.loads(response.read())
+    with urllib.request.urlopen(request, timeout=timeout) as response:
+        assert response.status == 200, response.status
+        answer: dict[str, Any] = json.loads(response.read())
+        return answer
 
 
 def config(models: dict[str, dict[str, object]], **top: object) -> dict[str, object]:

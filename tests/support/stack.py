@@ -299,6 +299,12 @@ class Stack:
         status, body = http_get(self.url + path, timeout, self.ssl_context)
         return status, json.loads(body)
 
+    def get_ok(self, path: str, timeout: float = 30.0) -> Any:
+        """The JSON body of a GET of `path` on the proxy, which must answer 200."""
+        status, body = http_get(self.url + path, timeout, self.ssl_context)
+        assert status == 200, (path, status, body[:1000])
+        return json.loads(body)
+
     def status(self, timeout: float = 5.0) -> dict[str, Any]:
         """What `swapd status --json` prints, parsed: the CLI's request (`Status`, on the daemon's
         ROUTER) and its document (`ipc.status_doc.status_json`), asked from this process. A

@@ -26,7 +26,7 @@ from swapd.daemon.policy.scheduler import Scheduler
 from swapd.daemon.readings import DaemonReadings
 from swapd.ipc.model_status import GpuInfo
 from tests.support.models import model
-from tests.support.scheduler import FakeEffects, Handle
+from tests.support.scheduler import FakeEffects, Handle, until
 
 GPU = Gpu(id="gpu-0", index=0, total=10 * GIB)
 FOOTPRINTS = {"a": 4 * GIB, "b": 4 * GIB, "c": 4 * GIB}
@@ -53,13 +53,6 @@ def scheduler(
     return Scheduler(config, effects, effects, choose_policy=policies), reading
 
 
-async def until(predicate, timeout: float = 5.0) -> None:  # type: ignore[no-untyped-def]
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not predicate():
-        assert asyncio.get_running_loop().time() < deadline, "timed out"
-        await asyncio.sleep(0.005)
-
-
 def auto_config() -> Config:
     return Config(models={m: model(m, gpus_auto=True) for m in FOOTPRINTS}, vram_margin=0)
 
@@ -71,9 +64,9 @@ def test_two_that_fit_start_side_by_side_and_each_placement_sees_the_other() -> 
         sched, placer = scheduler(config, effects)
         gate = effects.start_gates["a"] = asyncio.Event()
         first = asyncio.create_task(sched.ensure("a"))
-        await until(lambda: ("start", "a") in effects.log)  # a is starting, held open
+        await until(lambda: ("start", "a") in effects.log, "a to start")  # held open
         second = asyncio.create_task(sched.ensure("b"))
-        await until(lambda: ("start", "b") in effects.log)
+        await until(lambda: ("start", "b") in effects.log, "b to start")
         gate.set()
         await asyncio.gather(first, second)
         assert effects.running == {"a", "b"} and effects.max_running == 2
