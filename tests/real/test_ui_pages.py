@@ -61,14 +61,8 @@ def shots(request: pytest.FixtureRequest) -> Path:
     return module_shots(request)
 
 
-def _get(stack: Stack, path: str) -> Any:
-    status, _, body = call(stack.url + path)
-    assert status == 200, (path, body)
-    return json.loads(body)
-
-
 def _entry(stack: Stack, model: str) -> dict[str, Any]:
-    entries = _get(stack, "/v1/models")["data"]
+    entries = stack.get_ok("/v1/models")["data"]
     found: dict[str, Any] = next(e for e in entries if e["id"] == model)
     return found
 
@@ -102,7 +96,7 @@ def test_the_model_page_shows_what_swapd_knows(chromium: Path, stack: Stack) -> 
     status = stack.model("a")
     # The daemon has the request's record (records come in batches, after the answer).
     (record,) = wait_for(
-        lambda: _get(stack, "/api/metrics/activity?model=a&limit=1")["data"], 15, what="a record"
+        lambda: stack.get_ok("/api/metrics/activity?model=a&limit=1")["data"], 15, what="a record"
     )
     with ui_page(chromium, stack.url + "/ui/#model/a") as page:
         view = "#model-view"
@@ -135,13 +129,13 @@ def test_the_model_page_shows_what_swapd_knows(chromium: Path, stack: Stack) -> 
         assert at_end
         # Its activity: the daemon's totals for it, and the request as a row.
         page.wait_for_selector(f'{view} [data-role="recent"] tr[data-activity="{record["id"]}"]')
-        stats = _get(stack, "/api/metrics/stats?model=a")
+        stats = stack.get_ok("/api/metrics/stats?model=a")
         shown = page.text_content(f'{view} [data-total="requests"] dd')
         assert shown == str(stats["total_requests"])
         gen = page.get_attribute(f'{view} [data-histogram="gen"]', "data-count")
         assert gen == str(sum(stats["gen_histogram"]["bins"]))
         # Its swaps, as /api/swaps has them.
-        swaps = [s for s in _get(stack, "/api/swaps")["swaps"] if s["model"] == "a"]
+        swaps = [s for s in stack.get_ok("/api/swaps")["swaps"] if s["model"] == "a"]
         page.wait_for_selector(f'{view} [data-role="swaps"] tr[data-swap="{swaps[-1]["id"]}"]')
         # The sleep panel says it has no sleep setting (and there is no Sleep button); no
         # busyCheck here.
@@ -228,7 +222,7 @@ def test_a_swap_row_shows_the_wait_its_record_carries(chromium: Path, stack: Sta
     route) with swapd's own records, the last with a long wait such as a busy model causes (the
     daemon's own, from a real busy wait: tests/real/test_ui_waits.py)."""
     chat(stack.url, "b")
-    swaps = _get(stack, "/api/swaps")["swaps"]
+    swaps = stack.get_ok("/api/swaps")["swaps"]
     waited = {**swaps[-1], "waited": 59.25}
     with ui_page(chromium, "") as page:
         page.route(
