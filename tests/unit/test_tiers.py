@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import ast
+from pathlib import Path
+
 import pytest
 
 from tests.support.tiers import problem
@@ -35,3 +38,24 @@ def test_agreeing_markers_pass(nodeid: str, markers: list[str]) -> None:
 def test_disagreeing_markers_are_named(nodeid: str, markers: list[str], said: str) -> None:
     found = problem(nodeid, markers)
     assert found is not None and said in found and nodeid in found
+
+
+def test_no_test_module_imports_another() -> None:
+    """Helpers live in tests/support/; a test module that imports from another test module (or a
+    tier package) couples two files that should change alone."""
+    root = Path(__file__).resolve().parents[1]
+    tiers = ("tests.unit", "tests.stack", "tests.real")
+    found = []
+    for path in sorted(root.glob("*/test_*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ImportFrom):
+                names = [node.module or ""] if node.level == 0 else [f".{node.module or ''}"]
+            elif isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            else:
+                continue
+            for name in names:
+                if name.startswith(tiers) or name.startswith(".") or name.startswith("test_"):
+                    found.append(f"{path.relative_to(root)}:{node.lineno} imports {name}")
+    assert len(list(root.glob("*/test_*.py"))) > 100  # the walk found the tiers
+    assert found == []
