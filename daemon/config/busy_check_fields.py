@@ -10,13 +10,13 @@ nothing changes.
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Mapping
 from typing import Any
 
 import msgspec
 
 from .issues import Report, describe
+from .schema import known_keys, named_preset
 from .yaml_nodes import Path
 
 KEY = "busyCheck"
@@ -94,7 +94,7 @@ def read_busy_check(body: Mapping[str, Any], path: Path, report: Report) -> Busy
             f"expected a preset name ({_preset_names()}) or a mapping, got {describe(value)}",
         )
         return None
-    if not _known_keys(value, _SETTINGS, where, report):
+    if not known_keys(value, _SETTINGS, where, report):
         return None
     base = None
     if value.get("preset") is not None:
@@ -142,23 +142,7 @@ def _preset_names() -> str:
 
 
 def _preset(name: str, where: Path, report: Report) -> BusyCheck | None:
-    preset = PRESETS.get(name.strip())
-    if preset is None:
-        close = difflib.get_close_matches(name, list(PRESETS), n=1, cutoff=0.6)
-        hint = f"; did you mean {close[0]!r}?" if close else ""
-        report.error(where, f"unknown preset {name!r}: expected {_preset_names()}{hint}")
-    return preset
-
-
-def _known_keys(
-    mapping: Mapping[str, Any], known: tuple[str, ...], where: Path, report: Report
-) -> bool:
-    unknown = [k for k in mapping if k not in known]
-    for key in unknown:
-        close = difflib.get_close_matches(str(key), known, n=1, cutoff=0.6)
-        hint = f"; did you mean {close[0]!r}?" if close else ""
-        report.error((*where, key), f"unknown key {key!r}{hint}", key=True)
-    return not unknown
+    return named_preset(PRESETS, name, where, report)
 
 
 def _counts(value: Any, where: Path, report: Report) -> tuple[BusyCount, ...] | None:
@@ -177,7 +161,7 @@ def _counts(value: Any, where: Path, report: Report) -> tuple[BusyCount, ...] | 
                 at, f"expected a mapping with json or metric, and label, got {describe(item)}"
             )
             continue
-        if not _known_keys(item, _COUNT_KEYS, at, report):
+        if not known_keys(item, _COUNT_KEYS, at, report):
             continue
         texts = {k: item.get(k) for k in _COUNT_KEYS}
         wrong = [k for k, v in texts.items() if v is not None and not isinstance(v, str)]

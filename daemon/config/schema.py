@@ -15,7 +15,7 @@ import difflib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import UnionType
-from typing import Annotated, Any, Union, get_args, get_origin
+from typing import Annotated, Any, TypeVar, Union, get_args, get_origin
 
 import msgspec
 
@@ -139,3 +139,31 @@ def unknown_key_message(name: str, table: Mapping[str, Key]) -> str:
     guess = suggest(name, table)
     hint = f"; did you mean {guess!r}?" if guess else ""
     return f"unknown key {name!r}{hint}"
+
+
+T = TypeVar("T")
+
+
+def named_preset(presets: Mapping[str, T], name: str, where: Path, report: Report) -> T | None:
+    """The preset `name` names (a `sleep` or `busyCheck` preset), or an error at `where` that
+    lists them, with a "did you mean"."""
+    preset = presets.get(name.strip())
+    if preset is None:
+        guess = suggest(name, presets)
+        hint = f"; did you mean {guess!r}?" if guess else ""
+        names = ", ".join(presets)
+        report.error(where, f"unknown preset {name!r}: expected {names}{hint}")
+    return preset
+
+
+def known_keys(
+    mapping: Mapping[str, Any], known: tuple[str, ...], where: Path, report: Report
+) -> bool:
+    """Whether `mapping` has only `known` keys; an error at each other key, with a "did you
+    mean", when not (a setting's strict keys, where an unknown one is an error)."""
+    unknown = [k for k in mapping if k not in known]
+    for key in unknown:
+        guess = suggest(str(key), known)
+        hint = f"; did you mean {guess!r}?" if guess else ""
+        report.error((*where, key), f"unknown key {key!r}{hint}", key=True)
+    return not unknown

@@ -14,7 +14,6 @@ and nothing in its HTTP API tells it to sleep now (its `POST /props` changes no 
 
 from __future__ import annotations
 
-import difflib
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -24,6 +23,7 @@ import msgspec
 
 from ...ipc.routing_table import HttpCall, SleepSetting
 from .issues import Report, describe
+from .schema import known_keys, named_preset
 from .yaml_nodes import Path
 
 KEY = "sleep"
@@ -146,29 +146,13 @@ def _preset_names() -> str:
 
 
 def _preset(name: str, where: Path, report: Report) -> SleepSetting | None:
-    preset = PRESETS.get(name.strip())
-    if preset is None:
-        close = difflib.get_close_matches(name, list(PRESETS), n=1, cutoff=0.6)
-        hint = f"; did you mean {close[0]!r}?" if close else ""
-        report.error(where, f"unknown preset {name!r}: expected {_preset_names()}{hint}")
-    return preset
-
-
-def _known_keys(
-    mapping: Mapping[str, Any], known: tuple[str, ...], where: Path, report: Report
-) -> bool:
-    unknown = [k for k in mapping if k not in known]
-    for key in unknown:
-        close = difflib.get_close_matches(str(key), known, n=1, cutoff=0.6)
-        hint = f"; did you mean {close[0]!r}?" if close else ""
-        report.error((*where, key), f"unknown key {key!r}{hint}", key=True)
-    return not unknown
+    return named_preset(PRESETS, name, where, report)
 
 
 def _mapping(
     value: Mapping[str, Any], where: Path, report: Report, top: Timeouts
 ) -> SleepSetting | None:
-    if not _known_keys(value, _SETTINGS, where, report):
+    if not known_keys(value, _SETTINGS, where, report):
         return None
     base = None
     if value.get("preset") is not None:
@@ -299,7 +283,7 @@ def _call(
         shape = "a mapping with endpoint" + ("" if llmsnap else ", or 'METHOD /path'")
         report.error(where, f"expected {shape}, got {describe(item)}")
         return None
-    if not _known_keys(item, _CALL_KEYS, where, report):
+    if not known_keys(item, _CALL_KEYS, where, report):
         return None
     written = item.get("endpoint")
     if not isinstance(written, str) or not written.strip():
