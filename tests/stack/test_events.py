@@ -10,12 +10,13 @@ import socket
 import time
 import urllib.parse
 import urllib.request
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from typing import Any
 
 import aiohttp
 import pytest
 
+from tests.support import llama_ui
 from tests.support.proxy import local_model, model_ports
 from tests.support.stack import Stack, wait_for
 
@@ -35,20 +36,6 @@ def stack(stack_factory: Callable[..., Stack]) -> Stack:
     )
 
 
-async def _events(resp: aiohttp.ClientResponse) -> AsyncIterator[tuple[str, Any]]:
-    """(type, decoded data) of each frame, checking llama-swap's framing."""
-    buffer = b""
-    async for chunk in resp.content.iter_any():
-        buffer += chunk
-        while b"\n\n" in buffer:
-            raw, buffer = buffer.split(b"\n\n", 1)
-            event, data = raw.split(b"\n", 1)
-            assert event == b"event:message"
-            assert data.startswith(b"data:")
-            envelope = json.loads(data[5:])
-            yield envelope["type"], json.loads(envelope["data"])
-
-
 async def test_snapshot_swap_states_activity_inflight(stack: Stack) -> None:
     async with (
         aiohttp.ClientSession() as session,
@@ -57,7 +44,7 @@ async def test_snapshot_swap_states_activity_inflight(stack: Stack) -> None:
         assert resp.status == 200
         assert resp.headers["Content-Type"] == "text/event-stream"
         assert resp.headers["X-Accel-Buffering"] == "no"
-        stream = _events(resp)
+        stream = llama_ui.events(resp)
         first = [await anext(stream) for _ in range(6)]
         assert [kind for kind, _ in first] == [
             "logData",
@@ -147,7 +134,7 @@ async def test_activity_events_follow_the_clients(stack: Stack) -> None:
     async with aiohttp.ClientSession() as session:
         for _ in range(2):
             async with session.get(stack.url + "/api/events") as resp:
-                stream = _events(resp)
+                stream = llama_ui.events(resp)
                 told = lambda: list(watching().values()) == [1]  # noqa: E731
                 await asyncio.to_thread(wait_for, told, 10, what="the daemon told")
                 body = {"model": "a", "messages": []}
@@ -240,7 +227,7 @@ async def test_profile_changes_are_pushed(stack_factory: Callable[..., Stack]) -
         async with session.put(stack.url + "/api/profiles/active", json={"name": "p"}) as r:
             assert r.status == 200
         async with session.get(stack.url + "/api/events") as resp:
-            stream = _events(resp)
+            stream = llama_ui.events(resp)
             first = [await anext(stream) for _ in range(6)]
             assert ("profileChanged", {"active": "p"}) in first
             for name in (None, "p", None):

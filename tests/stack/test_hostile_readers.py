@@ -17,6 +17,7 @@ from typing import Any
 import aiohttp
 import pytest
 
+from tests.support import llama_ui
 from tests.support.hostile import peak_rss, proxy_process, reset_peak_rss
 from tests.support.proxy import local_model, model_ports
 from tests.support.stack import Stack, wait_for
@@ -87,16 +88,6 @@ def _stalled(stack: Stack, path: str) -> socket.socket:
     return sock
 
 
-async def _frames(resp: aiohttp.ClientResponse) -> AsyncIterator[tuple[str, Any]]:
-    buffer = b""
-    async for chunk in resp.content.iter_any():
-        buffer += chunk
-        while b"\n\n" in buffer:
-            raw, buffer = buffer.split(b"\n\n", 1)
-            envelope = json.loads(raw.split(b"data:", 1)[1])
-            yield envelope["type"], json.loads(envelope["data"])
-
-
 async def _pump(frames: AsyncIterator[tuple[str, Any]], got: asyncio.Queue[Any]) -> None:
     async for item in frames:
         got.put_nowait(item)
@@ -139,7 +130,7 @@ async def test_stalled_readers_cost_a_bounded_amount_while_a_model_writes_20_mb(
             aiohttp.ClientSession() as session,
             session.get(stack.url + "/api/events") as resp,
         ):
-            frames = _frames(resp)
+            frames = llama_ui.events(resp)
             for _ in range(6):  # the snapshot
                 await anext(frames)
             # One line of 20 MB, written while everyone else reads nothing.
@@ -211,7 +202,7 @@ async def test_one_follower_for_every_reader_and_bounded_histories(stack: Stack)
         try:
             # What each is sent first is bounded: the last 100 KiB of the models' lines (each
             # model's last 100 KiB, one after the other, were twice that).
-            firsts = [_frames(resp) for resp in events]
+            firsts = [llama_ui.events(resp) for resp in events]
             for frames in firsts:
                 histories = [await anext(frames) for _ in range(2)]
                 upstream = next(d for _, d in histories if d["source"] == "upstream")

@@ -17,13 +17,13 @@ import json
 import threading
 import urllib.error
 import urllib.request
-from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
 import pytest
 
 from swapd.daemon.machinery.gpu_fake import fake_uuid
+from tests.support import llama_ui
 from tests.support.daemon import chat
 from tests.support.sleeping import GIB, MIB, config, events, gpu_env, plain_model, vllm_model
 from tests.support.stack import Stack, http_get
@@ -252,7 +252,7 @@ async def test_a_waking_request_streams_waking_and_llama_swaps_ui_sees_its_state
         aiohttp.ClientSession() as session,
         session.get(stack.url + "/api/events") as events_resp,
     ):
-        frames = _events(events_resp)
+        frames = llama_ui.events(events_resp)
         seen: dict[str, list[tuple[str, str]]] = {"a": []}
         body = {"model": "a", "stream": True, "messages": [{"role": "user", "content": "hi"}]}
         async with session.post(stack.url + "/v1/chat/completions", json=body) as resp:
@@ -280,18 +280,6 @@ async def test_a_waking_request_streams_waking_and_llama_swaps_ui_sees_its_state
     # llama-swap's UI: asleep is `stopped`, waking `starting` (swapd's own state beside it).
     assert seen["a"][0] == ("stopped", "asleep")
     assert ("starting", "waking") in seen["a"] and seen["a"][-1] == ("ready", "ready")
-
-
-async def _events(resp: aiohttp.ClientResponse) -> AsyncIterator[tuple[str, Any]]:
-    """(type, decoded data) of each `/api/events` frame."""
-    buffer = b""
-    async for chunk in resp.content.iter_any():
-        buffer += chunk
-        while b"\n\n" in buffer:
-            raw, buffer = buffer.split(b"\n\n", 1)
-            _, data = raw.split(b"\n", 1)
-            envelope = json.loads(data[5:])
-            yield envelope["type"], json.loads(envelope["data"])
 
 
 def test_a_daemon_restart_adopts_an_asleep_model_asleep(stack_factory) -> None:
