@@ -29,6 +29,7 @@ from swapd.daemon.policy.records import ModelRecord
 from swapd.daemon.policy.scheduler import Scheduler
 from swapd.daemon.status import waiting_of
 from swapd.ipc.model_status import Busy
+from tests.support.loopback_app import serving
 from tests.support.models import model as scheduler_model
 from tests.support.paths import BUSY_ANSWERS
 from tests.support.scheduler import FakeEffects, Handle, make_config, parked, until
@@ -419,15 +420,8 @@ async def queue_server() -> AsyncIterator[tuple[str, dict[str, Any]]]:
 
     app = web.Application()
     app.router.add_get("/api/queue", handler)
-    runner = web.AppRunner(app, shutdown_timeout=0.1)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    try:
-        yield f"http://127.0.0.1:{port}", behaviour
-    finally:
-        await runner.cleanup()
+    async with serving(app) as url:
+        yield url, behaviour
 
 
 async def test_the_probe_polls_a_ready_model_and_a_timeout_counts_as_idle(

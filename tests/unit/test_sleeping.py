@@ -16,6 +16,7 @@ from swapd.daemon.machinery.gpu_backend import GpuProcess, GpuTelemetry, NullBac
 from swapd.daemon.machinery.sleeping import CONTEXT_BYTES, released, send_all, wait_released
 from swapd.ipc.model_status import GpuInfo
 from swapd.ipc.routing_table import HttpCall
+from tests.support.loopback_app import serving
 
 GIB = 1024**3
 UUID = "GPU-0"
@@ -99,15 +100,8 @@ async def server() -> AsyncIterator[tuple[str, list[tuple[str, str, bytes, str]]
 
     app = web.Application()
     app.router.add_route("*", "/{tail:.*}", handle)
-    runner = web.AppRunner(app, shutdown_timeout=0.1)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    try:
-        yield f"http://127.0.0.1:{port}/", seen
-    finally:
-        await runner.cleanup()
+    async with serving(app) as url:
+        yield url + "/", seen
 
 
 async def test_the_calls_go_in_order_with_their_bodies(
