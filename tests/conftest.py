@@ -27,8 +27,20 @@ pytest_plugins = [
 ]
 
 
+# Set on a test that failed (any phase), so its stacks keep their directories for a look.
+FAILED = pytest.StashKey[bool]()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    report = yield
+    if report.failed:
+        item.stash[FAILED] = True
+    return report
+
+
 @pytest.fixture
-def stack_factory() -> Iterator[Callable[..., Stack]]:
+def stack_factory(request: pytest.FixtureRequest) -> Iterator[Callable[..., Stack]]:
     stacks: list[Stack] = []
 
     def make(config: str | dict[str, Any], *, start: bool = True, **kwargs: Any) -> Stack:
@@ -44,8 +56,11 @@ def stack_factory() -> Iterator[Callable[..., Stack]]:
         except AssertionError as exc:
             problems.append(str(exc))
         else:
-            # Its run directory, config and logs go with it; a stack that stopped badly keeps
-            # them for a look (the failure names the directory).
+            if request.node.stash.get(FAILED, False):
+                print(f"swapd's run directory, config and logs are kept in {stack.base}")
+                continue
+            # Its run directory, config and logs go with it; a stack that stopped badly, or
+            # whose test failed, keeps them for a look (the failure names the directory).
             shutil.rmtree(stack.base, ignore_errors=True)
     if problems:
         pytest.fail("\n\n".join(problems), pytrace=False)
