@@ -255,7 +255,9 @@ def test_a_container_killed_from_outside_is_seen_and_started_again(
 
     assert http_get(stack.url + "/comfyui/", timeout=60) == (200, PAGE.encode())
     assert stack.model("comfyui_auto")["pid"] != first_client
-    assert running_names(docker) == ["comfyui-auto"]
+    # Seen once in a full run: none running here after the 200; the listing says how it ended.
+    listing = [(c["Names"], c["State"], c["Status"]) for c in docker.containers()]
+    assert running_names(docker) == ["comfyui-auto"], (listing, stack.model("comfyui_auto"))
 
 
 def test_a_container_that_exits_at_start_gives_its_exit_code_and_dockers_error(
