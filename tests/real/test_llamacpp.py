@@ -59,7 +59,7 @@ def stack(llamacpp: LlamaCpp) -> Iterator[Stack]:
     try:
         yield stack.start()
     finally:
-        stack.stop()
+        stack.close()
 
 
 @pytest.fixture(scope="module")

@@ -51,7 +51,7 @@ models:
     try:
         yield stack.start()
     finally:
-        stack.stop()
+        stack.close()
 
 
 @pytest.fixture

@@ -47,7 +47,7 @@ def stack(chromium: Path) -> Iterator[Stack]:  # no browser, no stack: skipped b
     try:
         yield stack.start()
     finally:
-        stack.stop()
+        stack.close()
 
 
 @pytest.fixture

@@ -60,7 +60,7 @@ def stack() -> Iterator[Stack]:
     try:
         yield stack.start()
     finally:
-        stack.stop()
+        stack.close()
 
 
 @pytest.fixture

@@ -50,7 +50,7 @@ def stack() -> Iterator[Stack]:
     try:
         yield stack.start()
     finally:
-        stack.stop()
+        stack.close()
 
 
 async def _unload(stack: Stack) -> None:

@@ -67,7 +67,7 @@ def stack() -> Iterator[Stack]:
     try:
         yield stack.start()
     finally:
-        stack.stop()
+        stack.close()
 
 
 async def _stopped(swapd: Running) -> None:

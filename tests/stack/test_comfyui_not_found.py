@@ -58,7 +58,7 @@ models:
     try:
         yield stack.start()
     finally:
-        stack.stop()
+        stack.close()
 
 
 async def test_an_alias_named_comfyui_auto_is_not_used(
@@ -138,7 +138,7 @@ peers:
         yield stack.start()
     finally:
         try:
-            stack.stop()
+            stack.close()
         finally:
             peer.kill()
             peer.wait()

@@ -57,7 +57,7 @@ models:
     try:
         yield stack.start()
     finally:
-        stack.stop()
+        stack.close()
 
 
 PREFIXES = ["/comfyui", f"/upstream/{OTHER}"]

@@ -74,7 +74,7 @@ def stack() -> Iterator[Stack]:
     try:
         yield stack.start()
     finally:
-        stack.stop()
+        stack.close()
 
 
 async def _stopped(swapd: Running, model: str = OTHER) -> None:

@@ -46,7 +46,7 @@ def stack() -> Iterator[Stack]:
     try:
         yield stack.start()
     finally:
-        stack.stop()
+        stack.close()
 
 
 async def _fresh_start(swapd: Running, session: aiohttp.ClientSession) -> int:

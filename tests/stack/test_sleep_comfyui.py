@@ -46,7 +46,7 @@ def stack() -> Iterator[Stack]:
     try:
         yield stack.start()
     finally:
-        stack.stop()
+        stack.close()
 
 
 async def _job(session: aiohttp.ClientSession, url: str, up: ComfyUpstream) -> None:

@@ -14,6 +14,7 @@ import contextlib
 import json
 import os
 import random
+import shutil
 import signal
 import socket
 import ssl
@@ -420,11 +421,20 @@ class Stack:
             )
         return self.exit_code
 
+    def close(self) -> None:
+        """`stop()`, then remove the stack's directory (run dir, config, logs): a stop that went
+        badly raises first, and keeps it for a look (the failure names it)."""
+        self.stop()
+        shutil.rmtree(self.base, ignore_errors=True)
+
     def __enter__(self) -> Stack:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
-        self.stop(check=exc[0] is None)
+        if exc[0] is None:
+            self.close()
+        else:
+            self.stop(check=False)  # the block failed: its directory stays for a look
 
 
 def _cmdline(proc: psutil.Process) -> list[str]:
