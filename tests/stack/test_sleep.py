@@ -17,6 +17,7 @@ import json
 import threading
 import urllib.error
 import urllib.request
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -47,19 +48,18 @@ def served_pid(reply: dict[str, Any]) -> int:
 
 
 def test_a_swap_back_and_forth_keeps_the_process_and_calls_its_sleep_and_wake(
-    stack_factory,
+    stack_factory, tmp_path: Path
 ) -> None:
-    stack: Stack = stack_factory(config({}), start=False, env=gpu_env())
-    log = stack.base / "vllm.jsonl"
-    stack.write_config(
+    log = tmp_path / "vllm.jsonl"
+    stack: Stack = stack_factory(
         config(
             {
                 "a": vllm_model("a", log, "--gpu-mem", str(8 * GIB), "--residual", str(512 * MIB)),
                 "b": plain_model("b"),
             }
-        )
+        ),
+        env=gpu_env(),
     )
-    stack.start()
     first = served_pid(chat(stack.url, "a"))
     assert served_pid(chat(stack.url, "b")) != first
     a = stack.wait_state("a", "asleep")
@@ -99,11 +99,13 @@ def test_a_swap_back_and_forth_keeps_the_process_and_calls_its_sleep_and_wake(
     assert kinds == [("start", "a"), ("sleep", "a"), ("wake", "a")]
 
 
-def test_sleep_on_request_the_cli_and_the_api_and_their_refusals(stack_factory) -> None:
-    stack: Stack = stack_factory(config({}), start=False, env=gpu_env())
-    log = stack.base / "vllm.jsonl"
-    stack.write_config(config({"a": vllm_model("a", log), "b": plain_model("b")}))
-    stack.start()
+def test_sleep_on_request_the_cli_and_the_api_and_their_refusals(
+    stack_factory, tmp_path: Path
+) -> None:
+    log = tmp_path / "vllm.jsonl"
+    stack: Stack = stack_factory(
+        config({"a": vllm_model("a", log), "b": plain_model("b")}), env=gpu_env()
+    )
     status, body = post(stack.url + "/api/models/sleep/a")
     assert (status, body["error"]["code"]) == (409, "model_not_loaded")
     pid = served_pid(chat(stack.url, "a"))
@@ -122,13 +124,13 @@ def test_sleep_on_request_the_cli_and_the_api_and_their_refusals(stack_factory) 
 
 
 @pytest.mark.parametrize("fault", ["500", "hang"])
-def test_a_sleep_that_fails_or_hangs_stops_the_model_instead(stack_factory, fault: str) -> None:
-    stack: Stack = stack_factory(config({}), start=False, env=gpu_env())
-    log = stack.base / "vllm.jsonl"
+def test_a_sleep_that_fails_or_hangs_stops_the_model_instead(
+    stack_factory, fault: str, tmp_path: Path
+) -> None:
+    log = tmp_path / "vllm.jsonl"
     sleep = {"preset": "vllm", "sleepRequestTimeout": 1}
     model = vllm_model("a", log, "--sleep-fault", fault, sleep=sleep)
-    stack.write_config(config({"a": model, "b": plain_model("b")}))
-    stack.start()
+    stack: Stack = stack_factory(config({"a": model, "b": plain_model("b")}), env=gpu_env())
     chat(stack.url, "a")
     chat(stack.url, "b")
     a = stack.model("a")
@@ -142,13 +144,14 @@ def test_a_sleep_that_fails_or_hangs_stops_the_model_instead(stack_factory, faul
     assert 'swapd_model_sleeps_total{model="a",result="failed"} 1.0' in metrics
 
 
-def test_a_wake_that_fails_stops_the_model_and_starts_it_cold(stack_factory) -> None:
-    stack: Stack = stack_factory(config({}), start=False, env=gpu_env())
-    log = stack.base / "vllm.jsonl"
-    stack.write_config(
-        config({"a": vllm_model("a", log, "--wake-fault", "500"), "b": plain_model("b")})
+def test_a_wake_that_fails_stops_the_model_and_starts_it_cold(
+    stack_factory, tmp_path: Path
+) -> None:
+    log = tmp_path / "vllm.jsonl"
+    stack: Stack = stack_factory(
+        config({"a": vllm_model("a", log, "--wake-fault", "500"), "b": plain_model("b")}),
+        env=gpu_env(),
     )
-    stack.start()
     first = served_pid(chat(stack.url, "a"))
     chat(stack.url, "b")
     stack.wait_state("a", "asleep")
@@ -166,13 +169,14 @@ def test_a_wake_that_fails_stops_the_model_and_starts_it_cold(stack_factory) -> 
     assert 'swapd_model_stops_total{cause="wake_failed",model="a"} 1.0' in metrics
 
 
-def test_a_request_while_it_falls_asleep_waits_and_is_served_awake(stack_factory) -> None:
-    stack: Stack = stack_factory(config({}), start=False, env=gpu_env())
-    log = stack.base / "vllm.jsonl"
-    stack.write_config(
-        config({"a": vllm_model("a", log, "--sleep-delay", "1.5"), "b": plain_model("b")})
+def test_a_request_while_it_falls_asleep_waits_and_is_served_awake(
+    stack_factory, tmp_path: Path
+) -> None:
+    log = tmp_path / "vllm.jsonl"
+    stack: Stack = stack_factory(
+        config({"a": vllm_model("a", log, "--sleep-delay", "1.5"), "b": plain_model("b")}),
+        env=gpu_env(),
     )
-    stack.start()
     first = served_pid(chat(stack.url, "a"))
     swapping = threading.Thread(target=chat, args=(stack.url, "b"))
     swapping.start()
@@ -189,12 +193,12 @@ def test_a_request_while_it_falls_asleep_waits_and_is_served_awake(stack_factory
     assert "request_while_asleep" not in seen
 
 
-def test_the_ttl_puts_it_to_sleep_and_stop_after_stops_it(stack_factory) -> None:
-    stack: Stack = stack_factory(config({}), start=False, env=gpu_env())
-    log = stack.base / "vllm.jsonl"
+def test_the_ttl_puts_it_to_sleep_and_stop_after_stops_it(stack_factory, tmp_path: Path) -> None:
+    log = tmp_path / "vllm.jsonl"
     sleep = {"preset": "vllm", "stopAfter": 2}
-    stack.write_config(config({"a": vllm_model("a", log, sleep=sleep, ttl=1)}))
-    stack.start()
+    stack: Stack = stack_factory(
+        config({"a": vllm_model("a", log, sleep=sleep, ttl=1)}), env=gpu_env()
+    )
     pid = served_pid(chat(stack.url, "a"))
     asleep = stack.wait_state("a", "asleep", timeout=20)
     assert asleep["pid"] == pid and asleep["reason"] == "ttl expired (asleep)"
@@ -208,19 +212,17 @@ def test_the_ttl_puts_it_to_sleep_and_stop_after_stops_it(stack_factory) -> None
 
 @pytest.mark.parametrize(("residual_gib", "kept"), [(1, True), (4, False)])
 def test_placement_counts_what_an_asleep_model_still_holds(
-    stack_factory, residual_gib: int, kept: bool
+    stack_factory, residual_gib: int, kept: bool, tmp_path: Path
 ) -> None:
     # 16 GiB, less the 0.5 GiB margin: a (10 GiB awake) and b (12 GiB) never fit together;
     # asleep, a holds its residual, which leaves room for b (1 GiB) or not (4 GiB: a is stopped).
-    stack: Stack = stack_factory(config({}), start=False, env=gpu_env(16))
-    log = stack.base / "vllm.jsonl"
+    log = tmp_path / "vllm.jsonl"
     residual = str(residual_gib * GIB)
     a = vllm_model("a", log, "--gpu-mem", str(10 * GIB), "--residual", residual, gpus="auto")
     a["vram"] = "10GiB"
     b = vllm_model("b", log, "--gpu-mem", str(12 * GIB), gpus="auto", vram="12GiB")
     del b["sleep"]  # b has none: it is stopped when it must make room
-    stack.write_config(config({"a": a, "b": b}))
-    stack.start()
+    stack: Stack = stack_factory(config({"a": a, "b": b}), env=gpu_env(16))
     pid = served_pid(chat(stack.url, "a"))
     chat(stack.url, "b")
     after = {m["model"]: m for m in stack.status()["models"]}
@@ -234,17 +236,16 @@ def test_placement_counts_what_an_asleep_model_still_holds(
 
 
 async def test_a_waking_request_streams_waking_and_llama_swaps_ui_sees_its_states(
-    stack_factory,
+    stack_factory, tmp_path: Path
 ) -> None:
-    stack: Stack = stack_factory(config({}), start=False, env=gpu_env())
-    log = stack.base / "vllm.jsonl"
-    stack.write_config(
+    log = tmp_path / "vllm.jsonl"
+    stack: Stack = stack_factory(
         config(
             {"a": vllm_model("a", log, "--wake-delay", "0.5"), "b": plain_model("b")},
             sendLoadingState=True,
-        )
+        ),
+        env=gpu_env(),
     )
-    stack.start()
     chat(stack.url, "a")
     chat(stack.url, "b")
     stack.wait_state("a", "asleep")
@@ -282,11 +283,11 @@ async def test_a_waking_request_streams_waking_and_llama_swaps_ui_sees_its_state
     assert ("starting", "waking") in seen["a"] and seen["a"][-1] == ("ready", "ready")
 
 
-def test_a_daemon_restart_adopts_an_asleep_model_asleep(stack_factory) -> None:
-    stack: Stack = stack_factory(config({}), start=False, env=gpu_env())
-    log = stack.base / "vllm.jsonl"
-    stack.write_config(config({"a": vllm_model("a", log), "b": plain_model("b")}))
-    stack.start()
+def test_a_daemon_restart_adopts_an_asleep_model_asleep(stack_factory, tmp_path: Path) -> None:
+    log = tmp_path / "vllm.jsonl"
+    stack: Stack = stack_factory(
+        config({"a": vllm_model("a", log), "b": plain_model("b")}), env=gpu_env()
+    )
     pid = served_pid(chat(stack.url, "a"))
     assert stack.swapd("sleep", "a").returncode == 0
     stack.kill_watcher("swapd-daemon")
