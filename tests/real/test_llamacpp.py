@@ -56,10 +56,8 @@ def stack(llamacpp: LlamaCpp) -> Iterator[Stack]:
     config += _model(EMBED, str(llamacpp.gguf), llamacpp, "--embeddings")
     config += _model(MISSING, str(stack.missing), llamacpp)  # type: ignore[attr-defined]
     stack.write_config(config)
-    try:
-        yield stack.start()
-    finally:
-        stack.close()
+    with stack:
+        yield stack
 
 
 @pytest.fixture(scope="module")

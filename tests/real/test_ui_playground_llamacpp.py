@@ -48,10 +48,8 @@ models:
 """
     stack = Stack("")
     stack.write_config(config)
-    try:
-        yield stack.start()
-    finally:
-        stack.close()
+    with stack:
+        yield stack
 
 
 @pytest.fixture

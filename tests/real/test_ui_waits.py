@@ -44,10 +44,8 @@ def stack(chromium: Path) -> Iterator[Stack]:  # no browser, no stack: skipped b
     stack.write_config(
         f"healthCheckTimeout: 15\nstartPort: {free_port_run(3)}\nmodels:\n{comfy}{llm}{sigill}"
     )
-    try:
-        yield stack.start()
-    finally:
-        stack.close()
+    with stack:
+        yield stack
 
 
 @pytest.fixture

@@ -57,10 +57,8 @@ def stack() -> Iterator[Stack]:
     stack.write_config(
         f"healthCheckTimeout: 15\nstartPort: {free_port_run(3)}\nmodels:\n{comfy}{other}{llm}"
     )
-    try:
-        yield stack.start()
-    finally:
-        stack.close()
+    with stack:
+        yield stack
 
 
 @pytest.fixture

@@ -42,10 +42,8 @@ def stack() -> Iterator[Stack]:
         for name, (cmd, preset) in models.items()
     )
     stack = Stack(f"startPort: {free_port_run(3)}\nmodels:\n{body}")
-    try:
-        yield stack.start()
-    finally:
-        stack.close()
+    with stack:
+        yield stack
 
 
 @pytest.fixture

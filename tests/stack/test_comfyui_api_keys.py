@@ -47,10 +47,8 @@ def stack() -> Iterator[Stack]:
         f"healthCheckTimeout: 15\nstartPort: {free_port_run(1)}\n"
         f"apiKeys: ['{KEY}']\nmodels:\n{comfy}"
     )
-    try:
-        yield stack.start()
-    finally:
-        stack.close()
+    with stack:
+        yield stack
 
 
 async def _unload(stack: Stack) -> None:

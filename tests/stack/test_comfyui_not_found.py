@@ -55,10 +55,8 @@ upstream:
 models:
 {comfy}"""
     )
-    try:
-        yield stack.start()
-    finally:
-        stack.close()
+    with stack:
+        yield stack
 
 
 async def test_an_alias_named_comfyui_auto_is_not_used(

@@ -54,10 +54,8 @@ models:
       {other.cmd()}
 """
     )
-    try:
-        yield stack.start()
-    finally:
-        stack.close()
+    with stack:
+        yield stack
 
 
 PREFIXES = ["/comfyui", f"/upstream/{OTHER}"]

@@ -71,10 +71,8 @@ def stack() -> Iterator[Stack]:
     stack = Stack("")
     stack.up = ComfyUpstream(stack.base, OTHER)  # type: ignore[attr-defined]
     stack.write_config(_config(stack.up))  # type: ignore[attr-defined]
-    try:
-        yield stack.start()
-    finally:
-        stack.close()
+    with stack:
+        yield stack
 
 
 async def _stopped(swapd: Running, model: str = OTHER) -> None:

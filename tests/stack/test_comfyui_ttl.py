@@ -43,10 +43,8 @@ def stack() -> Iterator[Stack]:
     stack.up = up  # type: ignore[attr-defined]
     comfy = comfyui_model_yaml(up, ttl=TTL, job_steps=JOB_STEPS, step_delay=0.15)
     stack.write_config(f"healthCheckTimeout: 15\nstartPort: {free_port_run(1)}\nmodels:\n{comfy}")
-    try:
-        yield stack.start()
-    finally:
-        stack.close()
+    with stack:
+        yield stack
 
 
 async def _fresh_start(swapd: Running, session: aiohttp.ClientSession) -> int:

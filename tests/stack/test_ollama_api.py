@@ -65,10 +65,8 @@ def stack() -> Iterator[Stack]:
             },
         }
     )
-    try:
-        yield stack.start()
-    finally:
-        stack.close()
+    with stack:
+        yield stack
 
 
 @pytest.fixture(scope="module")

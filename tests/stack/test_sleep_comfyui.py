@@ -43,10 +43,8 @@ def stack() -> Iterator[Stack]:
     comfy = comfyui_model_yaml(up, extra=extra, job_steps=3, step_delay=0.05)
     comfy = comfy.replace("--step-delay 0.05", f"--step-delay 0.05 --gpu-mem {6 * GIB}")
     stack.write_config(f"healthCheckTimeout: 15\nstartPort: {free_port_run(1)}\nmodels:\n{comfy}")
-    try:
-        yield stack.start()
-    finally:
-        stack.close()
+    with stack:
+        yield stack
 
 
 async def _job(session: aiohttp.ClientSession, url: str, up: ComfyUpstream) -> None:
