@@ -21,6 +21,7 @@ from collections.abc import Callable
 
 import msgspec
 
+from ..ipc.causes import DeferCause
 from ..ipc.messages import Draining, StateChanged
 from ..ipc.model_status import ModelStatus
 from ..ipc.routing_table import SleepSetting
@@ -195,9 +196,11 @@ class DaemonEffects:
         if self.ledger is not None:
             self.ledger.book(target, decision)
 
-    def waiting(self, target: str, on: str, queued_at: float) -> None:
+    def waiting(
+        self, target: str, on: str, queued_at: float, deferred: DeferCause | None = None
+    ) -> None:
         since = time.time() - (time.monotonic() - queued_at)
-        if self.swap_log.waiting(target, on, since):
+        if self.swap_log.waiting(target, on, since, deferred):
             self.republish(target)
 
     def ended(self, target: str) -> None:

@@ -28,7 +28,7 @@ from typing import Any, Protocol
 
 import msgspec
 
-from ...ipc.causes import StartCause, StopCause
+from ...ipc.causes import DeferCause, StartCause, StopCause
 from ...ipc.messages import Document, Event, QuerySwaps, SwapRecorded
 from ...ipc.states import LEAVING_STATES, ModelState
 from ...ipc.swap_record import SwapRecord
@@ -57,6 +57,7 @@ class _Open:
     for_model: str = ""
     queued: float = 0.0
     waited_for: tuple[str, ...] = ()
+    deferred: tuple[DeferCause, ...] = ()
     folded: tuple[int, ...] = ()
 
 
@@ -67,6 +68,7 @@ class _Queued:
     since: float  # wall clock
     on: str = ""  # what it waits for now
     waited_for: list[str] = field(default_factory=list)
+    deferred: list[DeferCause] = field(default_factory=list)
     recorded: bool = False  # a start's record carries its wait already
 
 
@@ -104,11 +106,16 @@ class SwapLog:
         load, the preload)."""
         self._hints[model_id] = cause
 
-    def waiting(self, target: str, on: str, since: float) -> bool:
+    def waiting(
+        self, target: str, on: str, since: float, deferred: DeferCause | None = None
+    ) -> bool:
         """The swap to `target`, queued at `since` (wall clock), waits for `on` now ("": for
-        nothing: it decides, or it claimed its room). True when that changed what it waits
-        for (its status is to be published again)."""
+        nothing: it decides, or it claimed its room); `deferred`: why its room was decided and
+        it was held back all the same. True when that changed what it waits for (its status is
+        to be published again)."""
         queued = self._queued.setdefault(target, _Queued(since))
+        if deferred is not None and deferred not in queued.deferred:
+            queued.deferred.append(deferred)
         if on == queued.on:
             return False
         queued.on = on
@@ -199,6 +206,7 @@ class SwapLog:
         if queued is not None and not adopted and not queued.recorded:
             # One start per queued swap carries its request's wait (a restart does not).
             episode.queued, episode.waited_for = queued.since, tuple(queued.waited_for)
+            episode.deferred = tuple(queued.deferred)
             queued.recorded = True
         if stops:
             episode.began = min(s.began for s in stops)
@@ -230,6 +238,7 @@ class SwapLog:
             queued=episode.queued,
             waited=round(ended - episode.queued, 4) if episode.queued else 0.0,
             waited_for=episode.waited_for,
+            deferred=episode.deferred,
             folded=episode.folded,
         )
         self.next_id += 1

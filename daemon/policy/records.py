@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Generic, Protocol, TypeVar
 
-from ...ipc.causes import StopCause
+from ...ipc.causes import DeferCause, StopCause
 from ...ipc.routing_table import SleepSetting
 from ...ipc.states import ModelState
 from ..config import ModelConfig
@@ -172,10 +172,13 @@ class Effects(Protocol[H]):
         for."""
         ...
 
-    def waiting(self, target: str, on: str, queued_at: float) -> None:
+    def waiting(
+        self, target: str, on: str, queued_at: float, deferred: DeferCause | None = None
+    ) -> None:
         """The swap to `target`, queued at `queued_at` (the scheduler's clock), waits for `on`
-        now ("": for nothing: it was just queued, or it claimed its room and goes ahead). The
-        daemon shows it on the target's status and keeps it for the target's swap record."""
+        now ("": for nothing: it was just queued, or it claimed its room and goes ahead);
+        `deferred`: why a swap whose room was decided is held back. The daemon shows it on the
+        target's status and keeps it for the target's swap record."""
         ...
 
     def ended(self, target: str) -> None:

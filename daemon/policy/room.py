@@ -3,7 +3,7 @@ hold their share of the machine (`Occupant`s), each with what the readings say o
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import msgspec
 
@@ -33,10 +33,11 @@ def occupants(
     records: Iterable[ModelRecord[H]],
     readings: Readings,
     target: str | None,
+    readys_out: Callable[[str], int] = lambda _: 0,
 ) -> dict[str, Occupant]:
     """The targets of claimed swaps (placed, maybe not started yet), then every model with a
     process; never `target`. Each with its definition in `config`, a placed model's `gpus` where
-    it runs."""
+    it runs; a model with `readys_out` (Readys handed out, not claimed yet) is in flight."""
     result: dict[str, Occupant] = {}
     for swap in claims:
         model = config.models.get(swap.target)
@@ -53,7 +54,8 @@ def occupants(
         placed = rec.model.gpus if rec.model is not None else None
         if model is not None and model.gpus_auto and placed is not None:
             model = msgspec.structs.replace(model, gpus=placed)
-        result[rec.id] = occupant(rec.id, model, rec.state, rec.handle, readings)
+        unclaimed = readys_out(rec.id) > 0
+        result[rec.id] = occupant(rec.id, model, rec.state, rec.handle, readings, unclaimed)
     return result
 
 
@@ -63,7 +65,10 @@ def occupant(
     state: ModelState,
     handle: RunningModel | None,
     readings: Readings,
+    unclaimed: bool = False,
 ) -> Occupant:
+    """`unclaimed`: requests made ready for it are on their way to its proxies (`claims.py`):
+    they count as in flight."""
     activity = readings.activity(model_id)
     started = handle.started_at if handle is not None else 0.0
     return Occupant(
@@ -71,7 +76,7 @@ def occupant(
         model,
         state,
         pid=handle.pid if handle is not None else None,
-        in_flight=activity.in_flight,
+        in_flight=activity.in_flight or unclaimed,
         busy=readings.busy(model_id) if state == ModelState.READY else None,
         last_use=max(activity.last, started),
     )

@@ -15,6 +15,9 @@ request enters the daemon):
 
  1. An unknown model: 404. swapd is shutting down: 503.
  2. Ready, and no swap or stop is taking it down: serve it now.
+    Whenever an ensure is answered with a handle, its `Ready` is booked for the proxy that asked
+    (`claims.py`) until that proxy claims it: the model counts as busy meanwhile (step 10) and no
+    swap takes it out (step 11).
  3. Draining for a swap still in its collation window: take it back (the drain is cancelled, the
     swap queues again) and serve it now.
  4. A swap to it is under way: join it. One swap per target; every waiter gets its result.
@@ -33,7 +36,9 @@ ended, an unload, a busy reading), and at its last decision's deadline:
 10. Ask the eviction policy. Refuse: 503 `no_gpu_room`. Wait (busy models, GPU room): wait, and
     decide again at the next change or the deadline.
 11. MakeRoom, but a claimed swap stops this target or one of its evictees, or targets one of
-    them; or the target itself is still being stopped: wait for a change.
+    them; or the target itself is still being stopped; or an evictee has Readys out that are not
+    claimed yet (deferred: `DeferCause.UNCLAIMED_READY`, until claimed or CLAIM_WITHIN): wait
+    for a change.
 12. A swap ahead in the queue (higher `priority`, then arrival) that may begin now conflicts with
     this one: wait for a change. Placement by memory neither waits for the queue nor holds it.
 13. Claim: drain and stop the evictees in parallel, or put them to sleep where the policy says
@@ -61,7 +66,7 @@ from typing import Any, Generic
 
 import msgspec
 
-from ...ipc.causes import StopCause
+from ...ipc.causes import DeferCause, StopCause
 from ...ipc.states import LOADED_STATES, ModelState
 from ..config import Config, ModelConfig
 from ..errors import (
@@ -75,6 +80,7 @@ from ..errors import (
 )
 from . import room
 from .changes import Changes
+from .claims import ReadyClaims
 from .eviction.choose import choose
 from .eviction.contract import EvictionPolicy, MakeRoom, Occupant, Refuse, Room, Wait
 from .eviction.preemption import COLLATE_WINDOW
@@ -112,9 +118,10 @@ class Scheduler(Generic[H]):
         self.collate_window = collate_window
         self.shutting_down = False
         self.changes = Changes()
+        self.claims = ReadyClaims(clock, self.changes)
         self.models: ModelTable[H] = ModelTable(config, effects)
         self.swaps: SwapQueue[H] = SwapQueue()
-        self.stops: Stops[H] = Stops(self.models, effects, self.swaps, self.changes)
+        self.stops: Stops[H] = Stops(self.models, effects, self.swaps, self.changes, self.claims)
         self.starts: Starts[H] = Starts(self.models, effects, clock, backoff_base)
 
     @property
@@ -146,8 +153,10 @@ class Scheduler(Generic[H]):
 
     # ----------------------------------------------------------------------------- ensure
 
-    async def ensure(self, model_id: str) -> H:
-        """The handle of a ready model (starting it, and swapping others out, when needed)."""
+    async def ensure(self, model_id: str, claimant: str = "") -> H:
+        """The handle of a ready model (starting it, and swapping others out, when needed).
+        `claimant`: the proxy that will admit the request with it; its `Ready` is booked until
+        that proxy claims it (`claimed`)."""
         # 1.
         if model_id not in self.config.models:
             raise ModelNotFound(f"no local model {model_id!r}")
@@ -157,10 +166,12 @@ class Scheduler(Generic[H]):
         # 2.
         if rec.state == ModelState.READY and rec.handle is not None:
             if not self._taken_down(model_id):
+                self.claims.hand_out(model_id, {claimant: 1})
                 return rec.handle
         # 3.
         if rec.state == ModelState.DRAINING and rec.handle is not None:
             if self.stops.take_back(rec, self.clock(), self.collate_window):
+                self.claims.hand_out(model_id, {claimant: 1})
                 return rec.handle
         # 4.
         swap = self.swaps.get(model_id)
@@ -174,8 +185,26 @@ class Scheduler(Generic[H]):
             swap.result.add_done_callback(retrieve)
             self.effects.waiting(model_id, "", swap.turn.queued_at)
             swap.task = loop.create_task(self._run(swap))
-        # A requester that gives up must not cancel a start others (or the next request) wait for.
-        return await asyncio.shield(swap.result)
+        swap.claimants[claimant] += 1
+        try:
+            # A requester that gives up must not cancel a start others (or the next request)
+            # wait for.
+            return await asyncio.shield(swap.result)
+        except asyncio.CancelledError:
+            if swap.result.done() and not swap.result.cancelled() and not swap.result.exception():
+                self.claims.claimed(model_id, claimant)  # booked, and never to be sent
+            else:
+                swap.claimants[claimant] -= 1
+            raise
+
+    def claimed(self, model_id: str, proxy: str, count: int = 1) -> None:
+        """Proxy `proxy` handled `count` of the Readys for `model_id` it was sent (admitted their
+        requests, or did not take them): they hold the model no longer."""
+        self.claims.claimed(model_id, proxy, count)
+
+    def proxy_gone(self, proxy: str) -> None:
+        """A proxy went silent: the Readys it was sent will never be claimed."""
+        self.claims.forget(proxy)
 
     def _taken_down(self, model_id: str) -> bool:
         return self.stops.under_way(model_id) or self.swaps.evicting(model_id)
@@ -201,6 +230,8 @@ class Scheduler(Generic[H]):
         else:
             if not swap.result.done():
                 swap.result.set_result(handle)
+                # Now, before any other swap decides: each waiter's Ready is out from here on.
+                self.claims.hand_out(swap.target, swap.claimants)
         finally:
             self.swaps.remove(swap)
             self.effects.ended(swap.target)
@@ -327,6 +358,13 @@ class Scheduler(Generic[H]):
             if self.swaps.collides(target, decision.evict):
                 await self._park(swap, "collides with a swap under way", None)
                 continue
+            held = self.claims.holding(decision.evict)
+            if held:
+                words = ", ".join(f"{m} ({n})" for m, n in held.items())
+                on = f"requests made ready for {words} to be admitted first"
+                until = self.claims.due(frozenset(held))
+                await self._park(swap, on, until, DeferCause.UNCLAIMED_READY)
+                continue
             # 12.
             if not self.policy.reads_gpus(model):
                 ahead = self._ahead_in_conflict(swap, decision)
@@ -361,13 +399,16 @@ class Scheduler(Generic[H]):
                 return other.target
         return None
 
-    async def _park(self, swap: Swap[H], on: str, until: float | None) -> None:
+    async def _park(
+        self, swap: Swap[H], on: str, until: float | None, deferred: DeferCause | None = None
+    ) -> None:
         """Wait for a change, or until `until` (monotonic) at the latest; `on` says what for
-        (told to the effects: it is what the swap waits for until it decides otherwise)."""
+        (told to the effects: it is what the swap waits for until it decides otherwise), and
+        `deferred` why a swap whose room was decided is held back."""
         waits = swap.waits
         assert waits is not None
         waits.on = on
-        self.effects.waiting(swap.target, on, swap.turn.queued_at)
+        self.effects.waiting(swap.target, on, swap.turn.queued_at, deferred)
         try:
             await self.changes.wait(None if until is None else max(0.0, until - self.clock()))
         finally:
@@ -404,7 +445,12 @@ class Scheduler(Generic[H]):
 
     def _occupants(self, target: str | None) -> dict[str, Occupant]:
         return room.occupants(
-            self.config, self.swaps.claims(), self.records.values(), self.readings, target
+            self.config,
+            self.swaps.claims(),
+            self.records.values(),
+            self.readings,
+            target,
+            self.claims.out,
         )
 
     def occupants(self) -> list[Occupant]:

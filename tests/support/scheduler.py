@@ -21,6 +21,7 @@ from swapd.daemon.policy.eviction.contract import (
 )
 from swapd.daemon.policy.records import Activity, ModelRecord
 from swapd.daemon.policy.scheduler import EnsureError, Scheduler
+from swapd.ipc.causes import DeferCause
 from swapd.ipc.routing_table import SleepSetting
 from tests.support.models import Clock, model
 
@@ -66,6 +67,7 @@ class FakeEffects:
         self.drain_hooks: dict[str, Callable[[], object]] = {}
         self.decisions: list[tuple[str, Decision]] = []
         self.waits: list[tuple[str, str]] = []  # (target, what its swap waits for) as told
+        self.deferred: list[tuple[str, DeferCause]] = []  # (target, why its swap was held back)
         # Set once a call of that kind for that model reached the fake (before any gate).
         self._entered: dict[tuple[str, str], asyncio.Event] = {}
         # Readings: what each busyCheck says; the GPU reading (None: no GPUs to read).
@@ -169,8 +171,12 @@ class FakeEffects:
     def decided(self, target: ModelConfig, decision: Decision) -> None:
         self.decisions.append((target.id, decision))
 
-    def waiting(self, target: str, on: str, queued_at: float) -> None:
+    def waiting(
+        self, target: str, on: str, queued_at: float, deferred: DeferCause | None = None
+    ) -> None:
         self.waits.append((target, on))
+        if deferred is not None:
+            self.deferred.append((target, deferred))
 
     def ended(self, target: str) -> None:
         pass

@@ -28,6 +28,7 @@ from swapd.daemon.policy.proxies import ProxyRegistry
 from swapd.daemon.policy.records import ModelRecord
 from swapd.daemon.policy.scheduler import Scheduler
 from swapd.daemon.status import waiting_of
+from swapd.ipc.causes import DeferCause
 from swapd.ipc.model_status import Busy
 from tests.support.loopback_app import serving
 from tests.support.models import model as scheduler_model
@@ -340,9 +341,12 @@ class LoggedEffects(HeldEffects):
             for_model=stop.for_model if stop is not None else "",
         )
 
-    def waiting(self, target: str, on: str, queued_at: float) -> None:
-        super().waiting(target, on, queued_at)
-        if self.swaps.waiting(target, on, time.time() - (time.monotonic() - queued_at)):
+    def waiting(
+        self, target: str, on: str, queued_at: float, deferred: DeferCause | None = None
+    ) -> None:
+        super().waiting(target, on, queued_at, deferred)
+        since = time.time() - (time.monotonic() - queued_at)
+        if self.swaps.waiting(target, on, since, deferred):
             self.republished.append(target)
 
     def ended(self, target: str) -> None:
