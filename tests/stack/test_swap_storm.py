@@ -23,7 +23,7 @@ pytestmark = pytest.mark.processes
 MODELS = ("alpha", "beta", "gamma")
 CLIENTS = 16
 REQUESTS = 300
-STORMS = 3
+STORMS = 2
 
 
 @pytest.fixture(scope="module")

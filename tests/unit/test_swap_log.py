@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from swapd.daemon.observe.swap_log import SwapLog
-from swapd.ipc.causes import StartCause, StopCause
+from swapd.ipc.causes import DeferCause, StartCause, StopCause
 from swapd.ipc.messages import Document, Event, QuerySwaps, SwapRecorded
 
 
@@ -208,3 +208,17 @@ def test_a_sleep_a_wake_and_a_failed_wake_are_records_of_their_own() -> None:
     log.changed("a", "stopped", "its wake failed", **failed)
     kinds = [(r.kind, r.result, r.cause) for r in list(log.records)[-2:]]
     assert kinds == [("wake", "failed", "request"), ("stop", "ok", "wake_failed")]
+
+
+def test_a_swap_held_back_for_readys_out_says_so_in_its_record() -> None:
+    log, _, now = make()
+    log.wanted("a", StartCause.REQUEST)
+    on = "requests made ready for b (1) to be admitted first"
+    assert log.waiting("a", on, 990.0, DeferCause.UNCLAIMED_READY)
+    assert log.waiting("a", "", 990.0)
+    log.changed("a", "starting", "")
+    now[0] += 1.0
+    log.changed("a", "ready", "")
+    (record,) = log.records
+    assert record.deferred == (DeferCause.UNCLAIMED_READY,)
+    assert record.waited_for == (on,)
