@@ -5,9 +5,10 @@ once its proxy admits it, and between the two the reply is in transit (or queued
 swap that drained the model in that gap found it idle, stopped it, and the request was sent to a
 closed port, or the start it waited for was wasted (docs/swapping.md, "A model made ready serves
 its waiting requests first"). So each `Ready` is booked here until its proxy claims it (admitted,
-or not taken: the proxy's `Activity.claimed`), the proxy goes silent, or CLAIM_WITHIN passes; a
-model with Readys out counts as busy for the room and collation rules, no swap drains it, and its
-drain does not end before they are claimed.
+then in flight in the same report, or not taken: the proxy's `Activity.claimed`), the proxy goes
+silent, or CLAIM_WITHIN passes; no swap takes a model with Readys out (the scheduler's step 11,
+whatever the eviction policy and collation's window say), and its drain does not end before they
+are claimed.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ hold their share of the machine (`Occupant`s), each with what the readings say o
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 
 import msgspec
 
@@ -33,11 +33,10 @@ def occupants(
     records: Iterable[ModelRecord[H]],
     readings: Readings,
     target: str | None,
-    readys_out: Callable[[str], int] = lambda _: 0,
 ) -> dict[str, Occupant]:
     """The targets of claimed swaps (placed, maybe not started yet), then every model with a
     process; never `target`. Each with its definition in `config`, a placed model's `gpus` where
-    it runs; a model with `readys_out` (Readys handed out, not claimed yet) is in flight."""
+    it runs."""
     result: dict[str, Occupant] = {}
     for swap in claims:
         model = config.models.get(swap.target)
@@ -54,8 +53,7 @@ def occupants(
         placed = rec.model.gpus if rec.model is not None else None
         if model is not None and model.gpus_auto and placed is not None:
             model = msgspec.structs.replace(model, gpus=placed)
-        unclaimed = readys_out(rec.id) > 0
-        result[rec.id] = occupant(rec.id, model, rec.state, rec.handle, readings, unclaimed)
+        result[rec.id] = occupant(rec.id, model, rec.state, rec.handle, readings)
     return result
 
 
@@ -65,10 +63,7 @@ def occupant(
     state: ModelState,
     handle: RunningModel | None,
     readings: Readings,
-    unclaimed: bool = False,
 ) -> Occupant:
-    """`unclaimed`: requests made ready for it are on their way to its proxies (`claims.py`):
-    they count as in flight."""
     activity = readings.activity(model_id)
     started = handle.started_at if handle is not None else 0.0
     return Occupant(
@@ -76,7 +71,7 @@ def occupant(
         model,
         state,
         pid=handle.pid if handle is not None else None,
-        in_flight=activity.in_flight or unclaimed,
+        in_flight=activity.in_flight,
         busy=readings.busy(model_id) if state == ModelState.READY else None,
         last_use=max(activity.last, started),
     )

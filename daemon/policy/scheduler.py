@@ -16,8 +16,8 @@ request enters the daemon):
  1. An unknown model: 404. swapd is shutting down: 503.
  2. Ready, and no swap or stop is taking it down: serve it now.
     Whenever an ensure is answered with a handle, its `Ready` is booked for the proxy that asked
-    (`claims.py`) until that proxy claims it: the model counts as busy meanwhile (step 10) and no
-    swap takes it out (step 11).
+    (`claims.py`) until that proxy claims it (admitted, its request is in flight from the same
+    report on): meanwhile no swap takes the model out (step 11).
  3. Draining for a swap still in its collation window: take it back (the drain is cancelled, the
     swap queues again) and serve it now.
  4. A swap to it is under way: join it. One swap per target; every waiter gets its result.
@@ -445,12 +445,7 @@ class Scheduler(Generic[H]):
 
     def _occupants(self, target: str | None) -> dict[str, Occupant]:
         return room.occupants(
-            self.config,
-            self.swaps.claims(),
-            self.records.values(),
-            self.readings,
-            target,
-            self.claims.out,
+            self.config, self.swaps.claims(), self.records.values(), self.readings, target
         )
 
     def occupants(self) -> list[Occupant]:
