@@ -1,4 +1,4 @@
-"""What `hostile_clients.py`'s rows share: a row of figures, the settings, two swapd run at once
+"""What `hostile_clients`'s rows share: a row of figures, the settings, two swapd run at once
 from one config (`quiet` and `hostile`), the clients (`load_clients.py`, each a process of its
 own), and the ordinary client's requests per second while a hostile client works
 (`ordinary_during`)."""
@@ -18,12 +18,12 @@ from pathlib import Path
 
 import psutil
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from running_swapd import RunningSwapd, free_port
+from tests.support.ports import free_port_range
 
-HERE = Path(__file__).resolve().parent
-CLIENTS = HERE / "load_clients.py"
-FAKE_MODEL = HERE.parent / "tests" / "support" / "upstreams" / "fake_model.py"
+from .side_by_side import FAKE_MODEL
+from .swapd import RunningSwapd
+
+CLIENTS = Path(__file__).resolve().parent / "load_clients.py"
 SIDES = ("quiet", "hostile")
 MiB = 2**20
 
@@ -33,8 +33,8 @@ class Row:
     figure: str
     quiet: str
     hostile: str
-    target: str
-    met: bool | None  # None: a figure with no target of its own
+    target: str = ""  # its target's key in benchmarks/targets.py; "": a figure with none
+    value: float = 0.0  # what the target judges
 
 
 @dataclass
@@ -74,7 +74,7 @@ def config(extra_models: str = "", top: str = "") -> str:
     """`bench` (the ordinary client's model), more models, more top-level keys."""
     return f"""
 healthCheckTimeout: 15
-startPort: {free_port(16)}
+startPort: {free_port_range(16)}
 {top}
 models:
 {bench_model()}{extra_models}
