@@ -29,7 +29,7 @@ from tests.support.ports import free_port
 from .harness.paired import rotated
 from .harness.report import Report
 from .harness.side_by_side import FAKE_MODEL
-from .harness.swapd import RunningSwapd
+from .harness.swapd_run import RunningSwapd
 
 ROUTES = {
     "openai": ("/v1/chat/completions", {"stream": True}),

@@ -48,7 +48,7 @@ from .harness.hostile import (
 )
 from .harness.paired import median_interval, paired, rotated
 from .harness.report import Report
-from .harness.swapd import RunningSwapd
+from .harness.swapd_run import RunningSwapd
 
 # ------------------------------------------------------------------------------------------------
 # clients

@@ -23,7 +23,7 @@ import psutil
 from tests.support.ports import free_port_range
 
 from .harness.report import Report
-from .harness.swapd import RunningSwapd
+from .harness.swapd_run import RunningSwapd
 
 CONFIG = """\
 healthCheckTimeout: 15

@@ -60,7 +60,7 @@ from .harness.side_by_side import (
     proxy_pid,
     wrk,
 )
-from .harness.swapd import RunningSwapd, wait_http_ok
+from .harness.swapd_run import RunningSwapd, wait_http_ok
 
 CHAT = "/v1/chat/completions"
 REPLY = (

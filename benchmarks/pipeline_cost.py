@@ -33,7 +33,7 @@ from tests.support.ports import free_port
 from .harness.contenders import HARNESS
 from .harness.report import Report
 from .harness.side_by_side import BODY, bench_config, nginx
-from .harness.swapd import RunningSwapd, wait_http_ok
+from .harness.swapd_run import RunningSwapd, wait_http_ok
 
 # Each row switches off one more stage than the row above (see harness/pipeline_stages.py).
 ROWS = (

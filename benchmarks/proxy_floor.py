@@ -27,7 +27,7 @@ from tests.support.ports import free_port
 
 from .harness.report import Report
 from .harness.side_by_side import bench_config, nginx, post_script, wrk
-from .harness.swapd import RunningSwapd, wait_http_ok
+from .harness.swapd_run import RunningSwapd, wait_http_ok
 
 # Each runs as `python SCRIPT LISTEN_PORT UPSTREAM_PORT`.
 REFERENCES = {

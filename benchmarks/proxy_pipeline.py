@@ -55,7 +55,7 @@ from .harness.side_by_side import (
     wrk,
 )
 from .harness.streams import CHAT, SSE_EVENTS, first_byte_times, open_streams, sse_rounds
-from .harness.swapd import RunningSwapd, wait_http_ok
+from .harness.swapd_run import RunningSwapd, wait_http_ok
 
 TTFB_REQUESTS = 300
 IDLE_RSS_BEFORE_MB = 46.1  # the proxy's idle RSS before issue 9 (benchmarks/HISTORY.md)

@@ -54,7 +54,7 @@ from tests.support.paths import UPSTREAMS
 from tests.support.ports import free_port, free_port_range
 
 from .harness.report import Report
-from .harness.swapd import RunningSwapd
+from .harness.swapd_run import RunningSwapd
 
 VLLM_LIKE = UPSTREAMS / "vllm_like.py"
 COMFYUI_LIKE = UPSTREAMS / "comfyui_like.py"

@@ -40,7 +40,7 @@ from tests.support.paths import UPSTREAMS as STAND_INS
 from tests.support.ports import free_port, free_port_range
 
 from .harness.report import Report
-from .harness.swapd import RunningSwapd
+from .harness.swapd_run import RunningSwapd
 
 # argv of each upstream; {port} and {model} are filled for the floor, macros for swapd.
 UPSTREAMS = {

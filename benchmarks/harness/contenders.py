@@ -15,7 +15,7 @@ from pathlib import Path
 from tests.support.ports import free_port
 
 from .side_by_side import FAKE_MODEL
-from .swapd import wait_http_ok
+from .swapd_run import wait_http_ok
 
 HARNESS = Path(__file__).resolve().parent
 # For scale: the "bare 30-line aiohttp proxy" the targets are set against (reads the body, one

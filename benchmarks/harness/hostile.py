@@ -21,7 +21,7 @@ import psutil
 from tests.support.ports import free_port_range
 
 from .side_by_side import FAKE_MODEL
-from .swapd import RunningSwapd
+from .swapd_run import RunningSwapd
 
 CLIENTS = Path(__file__).resolve().parent / "load_clients.py"
 SIDES = ("quiet", "hostile")

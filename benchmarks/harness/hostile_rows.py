@@ -41,7 +41,7 @@ from .hostile import (
     two_swapd,
 )
 from .paired import median_interval, paired, rotated
-from .swapd import RunningSwapd
+from .swapd_run import RunningSwapd
 
 
 def _rps_row(what: str, settings: Settings, rps: dict[str, list[float]]) -> Row:

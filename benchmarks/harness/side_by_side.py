@@ -2,7 +2,7 @@
 upstream (and as the reference reverse proxy), the swapd config of the `bench` model pointed at
 that upstream, and the CPU time of the proxy processes measured.
 
-`swapd.py` runs swapd itself, `contenders.py` the other proxies measured beside it; the
+`swapd_run.py` runs swapd itself, `contenders.py` the other proxies measured beside it; the
 benchmarks (`proxy_pipeline`, `proxy_floor`, `pipeline_cost`, `observability_cost`) import these
 from here.
 """
@@ -21,7 +21,7 @@ import psutil
 from tests.support.paths import UPSTREAMS
 from tests.support.ports import free_port
 
-from .swapd import wait_http_ok
+from .swapd_run import wait_http_ok
 
 FAKE_MODEL = UPSTREAMS / "fake_model.py"
 BODY = '{"model":"bench","messages":[{"role":"user","content":"hi"}]}'

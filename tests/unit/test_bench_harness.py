@@ -47,6 +47,20 @@ def test_only_the_harness_says_met_or_missed_and_nothing_patches_sys_path() -> N
             assert not re.search(r"""["'](met|MISSED|NOT met|TOO SLOW)["']""", text), path
 
 
+def test_no_harness_module_hides_a_package_from_the_programs_run_by_path() -> None:
+    """`python benchmarks/harness/pipeline_floor.py` puts harness/ first on sys.path: a
+    `harness/swapd.py` there made `import swapd` find it (the floor never started)."""
+    code = (
+        "import importlib.util, sys; "
+        "print([m for m in sys.argv[1:] if importlib.util.find_spec(m) is not None])"
+    )
+    stems = [p.stem for p in HARNESS.glob("*.py") if p.stem != "__init__"]
+    found = subprocess.run(
+        [sys.executable, "-c", code, *stems], cwd="/", capture_output=True, text=True, check=True
+    ).stdout.strip()
+    assert found == "[]"
+
+
 def test_every_target_a_benchmark_checks_is_in_the_table() -> None:
     for bench in BENCHMARKS:
         checked = set(
