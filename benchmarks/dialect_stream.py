@@ -37,13 +37,6 @@ ROUTES = {
 }
 
 
-def proxy_process(swapd: RunningSwapd) -> psutil.Process:
-    for child in psutil.Process(swapd.pid).children(recursive=True):
-        if "swapd.proxy" in " ".join(child.cmdline()):
-            return child
-    raise RuntimeError("no proxy process")
-
-
 def one_stream(port: int, route: str, pieces: int) -> tuple[float, int]:
     path, extra = ROUTES[route]
     body = {"model": "bench", "messages": [{"role": "user", "content": "go"}], **extra}
@@ -82,7 +75,7 @@ models:
     rates: dict[str, list[float]] = {name: [] for name in ROUTES}
     cpu_per_piece: dict[str, list[float]] = {name: [] for name in ROUTES}
     with RunningSwapd(config) as swapd:
-        proxy = proxy_process(swapd)
+        proxy = swapd.proxy
         for route in ROUTES:  # warm up: the model starts, both ways are used once
             one_stream(swapd.port, route, 10)
         for round_no in range(args.rounds):

@@ -27,7 +27,6 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable
 
-import psutil
 import zmq
 
 from swapd.ipc import codec
@@ -41,7 +40,6 @@ from .harness.hostile import (
     Settings,
     Work,
     clients,
-    daemon_pid,
     med,
     ordinary_during,
     two_swapd,
@@ -160,7 +158,7 @@ def metrics_rows(settings: Settings) -> list[Row]:
                     count = int(settings.rate * settings.seconds)
                     work.append(new_names(swapd, count, settings.rate))
                 rps[side].append(ordinary_during(swapd, settings, *work))
-        rss = {side: psutil.Process(daemon_pid(sides[side])).memory_info().rss for side in SIDES}
+        rss = {side: sides[side].daemon.memory_info().rss for side in SIDES}
 
     ratio, low, high = median_interval(paired(rps["hostile"], rps["quiet"]))
     return [

@@ -57,7 +57,6 @@ from .harness.side_by_side import (
     cpu_seconds,
     nginx_serving,
     post_script,
-    proxy_pid,
     wrk,
 )
 from .harness.swapd_run import RunningSwapd, wait_http_ok
@@ -247,7 +246,7 @@ def main(argv: list[str], report: Report) -> int:
                     watcher = None
                     if not args.no_subscriber:
                         watcher = stack.enter_context(Watcher(targets["on"].url))
-                    proxies = {name: proxy_pid(s.pid) for name, s in targets.items()}
+                    proxies = {name: s.proxy.pid for name, s in targets.items()}
                     others = (
                         nginx_pids(tmp)
                         + ([watcher.pid] if watcher is not None else [])

@@ -51,7 +51,6 @@ from .harness.side_by_side import (
     cpu_seconds,
     nginx,
     post_script,
-    proxy_pid,
     wrk,
 )
 from .harness.streams import CHAT, SSE_EVENTS, first_byte_times, open_streams, sse_rounds
@@ -97,11 +96,11 @@ def main(argv: list[str], report: Report) -> int:
                     wait_http_ok(before.url + "/upstream/bench/", 30)
                 for warm in ("/upstream/bench/", "/upstream/sse/health"):
                     wait_http_ok(swapd.url + warm, 30)
-                pid = proxy_pid(swapd.pid)
+                pid = swapd.proxy.pid
                 time.sleep(2)  # idle is the point: let start-up garbage settle
                 idle_before = rss_mb(pid)
                 # The older tree's proxy, idle for as long, in the same run.
-                idle_older = rss_mb(proxy_pid(before.pid)) if before is not None else None
+                idle_older = rss_mb(before.proxy.pid) if before is not None else None
                 targets = {
                     "direct": direct,
                     "nginx": via_nginx,
@@ -114,7 +113,7 @@ def main(argv: list[str], report: Report) -> int:
                 pids = {"floor": floor_pid, "bare": bare_pid, "swapd": pid}
                 if before is not None:
                     targets["before"] = before.url
-                    pids["before"] = proxy_pid(before.pid)
+                    pids["before"] = before.proxy.pid
                 rps: dict[str, list[float]] = {t: [] for t in targets}
                 p50: dict[str, list[float]] = {t: [] for t in targets}
                 cpu: dict[str, list[float]] = {t: [] for t in pids}

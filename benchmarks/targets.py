@@ -178,7 +178,13 @@ BENCHMARKS: tuple[Benchmark, ...] = (
                 "daemon_stall", "the daemon's longest stall, hostile - quiet", Op.AT_MOST, 5, "ms"
             ),
             Target("readers_rss", "proxy peak RSS - idle, stalled readers", Op.AT_MOST, 64, "MiB"),
-            Target("subscribers_cpu", "idle proxy CPU, 1,000 subscribers", Op.UNDER, 5, "%"),
+            Target(
+                "subscribers_cpu",
+                "idle proxy CPU, --subscribers reading /api/events",
+                Op.UNDER,
+                5,
+                "%",
+            ),
             Target(
                 "upload_delay",
                 "a swap's delay behind a stalled upload - quiet - the body timeout",

@@ -16,8 +16,6 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import psutil
-
 from tests.support.ports import free_port_range
 
 from .side_by_side import FAKE_MODEL
@@ -89,22 +87,6 @@ def two_swapd(make: Callable[[], str] = config) -> Iterator[dict[str, RunningSwa
         for swapd in sides.values():
             ordinary(swapd, 0.2, 1)  # `bench` loaded
         yield sides
-
-
-def process_of(swapd: RunningSwapd, module: str) -> psutil.Process:
-    """The swapd process running `module` (`swapd.daemon.main`, `swapd.proxy`)."""
-    for child in psutil.Process(swapd.pid).children(recursive=True):
-        if module in " ".join(child.cmdline()):
-            return child
-    raise RuntimeError(f"no {module} process found")
-
-
-def daemon_pid(swapd: RunningSwapd) -> int:
-    return process_of(swapd, "swapd.daemon.main").pid
-
-
-def proxy_process(swapd: RunningSwapd) -> psutil.Process:
-    return process_of(swapd, "swapd.proxy")
 
 
 def get(swapd: RunningSwapd, path: str, timeout: float = 120.0) -> bytes:

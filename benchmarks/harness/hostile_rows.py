@@ -37,7 +37,6 @@ from .hostile import (
     get,
     med,
     ordinary_during,
-    proxy_process,
     two_swapd,
 )
 from .paired import median_interval, paired, rotated
@@ -108,7 +107,7 @@ def readers_rows(settings: Settings) -> list[Row]:
         for round_no in range(settings.rounds):
             for side in rotated(SIDES, round_no):
                 swapd = sides[side]
-                proxy = proxy_process(swapd)
+                proxy = swapd.proxy
                 idle[side].append(proxy.memory_info().rss)
                 count = settings.stalled if side == "hostile" else 0
                 stalled = [_raw(swapd, "GET /api/events HTTP/1.1") for _ in range(count)]
@@ -182,7 +181,7 @@ def subscribers_rows(settings: Settings) -> list[Row]:
         for round_no in range(settings.rounds):
             for side in rotated(SIDES, round_no):
                 swapd = sides[side]
-                proxy = proxy_process(swapd)
+                proxy = swapd.proxy
                 count = settings.subscribers if side == "hostile" else 0
                 with _many_subscribers(swapd, count):
                     _until(lambda s=swapd, n=count: _subscribers(s) == n, "subscribers")

@@ -103,14 +103,6 @@ def nginx(tmp: Path) -> Iterator[tuple[str, str]]:
         yield urls
 
 
-def proxy_pid(circusd_pid: int) -> int:
-    """The swapd proxy process under circusd."""
-    for child in psutil.Process(circusd_pid).children(recursive=True):
-        if "swapd.proxy" in " ".join(child.cmdline()):
-            return child.pid
-    raise RuntimeError("no swapd proxy process found")
-
-
 def cpu_seconds(pid: int | None) -> float:
     if pid is None:
         return 0.0

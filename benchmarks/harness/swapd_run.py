@@ -80,6 +80,21 @@ class RunningSwapd:
         assert self.proc is not None
         return self.proc.pid  # circusd: `swapd run` execs it
 
+    def process(self, module: str) -> psutil.Process:
+        """The process under circusd running `module` (`swapd.proxy`, `swapd.daemon.main`)."""
+        for child in psutil.Process(self.pid).children(recursive=True):
+            if module in " ".join(child.cmdline()):
+                return child
+        raise RuntimeError(f"no {module} process under {self.pid}")
+
+    @property
+    def proxy(self) -> psutil.Process:
+        return self.process("swapd.proxy")
+
+    @property
+    def daemon(self) -> psutil.Process:
+        return self.process("swapd.daemon.main")
+
     def stop(self) -> int | None:
         proc = self.proc
         if proc is None:
