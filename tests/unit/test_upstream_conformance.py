@@ -6,15 +6,14 @@ until close, none for HEAD, 204 and 304), interim 1xx answers, the request's own
 upstream that closes early, keep-alive reuse (also after an error, and the upstream closing a
 kept-alive connection as the next request goes out), and the response-head timeout.
 
-Each case talks to a raw-socket server on loopback that writes exactly the bytes given, and
-counts the connections it accepted (what keep-alive reuse is observed by)."""
+Each case talks to a raw-socket server on loopback (tests/support/raw_upstream.py) that writes
+exactly the bytes given, and counts the connections it accepted (what keep-alive reuse is
+observed by)."""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator, Callable
 
 import pytest
 
@@ -29,82 +28,14 @@ from swapd.proxy.upstream.transport import (
     Transport,
     make_session,
 )
-
-# What a connection's handler gets: the connection's number (0 for the first accepted), and
-# its reader and writer. It answers as many requests as it likes, then returns (the server then
-# closes the connection) or leaves it open by awaiting the reader's end.
-Handler = Callable[[int, asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
-
-
-@dataclass
-class Received:
-    head: bytes
-    body: bytes
-
-
-@dataclass
-class RawUpstream:
-    url: str
-    accepted: int = 0
-    requests: list[Received] = field(default_factory=list)
-
-
-async def read_request(reader: asyncio.StreamReader) -> Received:
-    """One request off the connection, its body de-framed (a Content-Length, or chunked)."""
-    head = await reader.readuntil(b"\r\n\r\n")
-    lines = head.decode("latin-1").lower().split("\r\n")
-    length = next((int(x.split(":", 1)[1]) for x in lines if x.startswith("content-length:")), 0)
-    if any(x.startswith("transfer-encoding:") and "chunked" in x for x in lines):
-        body = b""
-        while (size := int((await reader.readline()).split(b";")[0], 16)) > 0:
-            body += await reader.readexactly(size)
-            await reader.readexactly(2)
-        await reader.readuntil(b"\r\n")  # the last chunk's blank line (no trailers sent here)
-        return Received(head, body)
-    return Received(head, await reader.readexactly(length))
-
-
-@contextlib.asynccontextmanager
-async def raw_upstream(handler: Handler) -> AsyncIterator[RawUpstream]:
-    """A loopback server whose every connection runs `handler`; closed at the end."""
-    server_state = RawUpstream("")
-
-    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        number = server_state.accepted
-        server_state.accepted += 1
-        try:
-            await handler(number, reader, writer)
-        except (ConnectionError, asyncio.IncompleteReadError):
-            pass  # the client went away: some cases expect it
-        finally:
-            writer.close()
-
-    server = await asyncio.start_server(serve, "127.0.0.1", 0)  # bound at once: no race
-    server_state.url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
-    try:
-        yield server_state
-    finally:
-        server.close()
-        await server.wait_closed()
-
-
-def answering(*answers: bytes, then_close: bool = False) -> Callable[[RawUpstream], Handler]:
-    """A handler answering the connection's requests in turn with `answers` (each recorded in
-    `upstream.requests`); then it closes, or waits for the client to close."""
-
-    def make(upstream: RawUpstream) -> Handler:
-        async def handle(_: int, reader: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
-            for answer in answers:
-                upstream.requests.append(await read_request(reader))
-                w.write(answer)
-                await w.drain()
-            if not then_close:
-                await reader.read()  # until the client closes
-
-        return handle
-
-    return make
-
+from tests.support.raw_upstream import (
+    Handler,
+    RawUpstream,
+    answering,
+    raw_upstream,
+    read_request,
+    serving,
+)
 
 # aiohttp's client sends a request again on a fresh connection when the kept-alive one it went
 # out on was closed before any answer, but only for an idempotent method (GET passes); a POST
@@ -148,19 +79,6 @@ def outgoing(
 async def _pieces(*parts: bytes) -> AsyncIterator[bytes]:
     for part in parts:
         yield part
-
-
-@contextlib.asynccontextmanager
-async def serving(make: Callable[[RawUpstream], Handler]) -> AsyncIterator[RawUpstream]:
-    """`raw_upstream` with a handler that may record into the upstream it serves."""
-    holder: list[Handler] = []
-
-    async def handle(n: int, r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
-        await holder[0](n, r, w)
-
-    async with raw_upstream(handle) as upstream:
-        holder.append(make(upstream))
-        yield upstream
 
 
 # ------------------------------------------------------------------------------------------------
