@@ -215,9 +215,19 @@ BY_NAME = {b.name: b for b in BENCHMARKS}
 
 
 def markdown() -> str:
-    """benchmarks/README.md's table of benchmarks and targets."""
-    lines = ["| benchmark | what it measures | targets |", "|---|---|---|"]
+    """benchmarks/README.md's tables: the benchmarks (how to run each), then every target."""
+    lines = [
+        "| benchmark | what it measures | needs | `--quick` runs it with |",
+        "|---|---|---|---|",
+    ]
     for bench in BENCHMARKS:
-        targets = "; ".join(f"`{t.key}`: {t.text}" for t in bench.targets) or f"— ({bench.note})"
-        lines.append(f"| `{bench.name}` | {bench.what} | {targets} |")
+        needs = ", ".join(bench.needs) or "—"
+        lines.append(f"| `{bench.name}` | {bench.what} | {needs} | `{' '.join(bench.quick)}` |")
+    lines += ["", "| benchmark | target | value judged | must be |", "|---|---|---|---|"]
+    for bench in BENCHMARKS:
+        for t in bench.targets:
+            bound = f"{t.op.value} {t.bound:g}{_spaced(t.unit)}"
+            lines.append(f"| `{bench.name}` | `{t.key}` | {t.what} | {bound} |")
+        if not bench.targets:
+            lines.append(f"| `{bench.name}` | — | {bench.note} | |")
     return "\n".join(lines) + "\n"
