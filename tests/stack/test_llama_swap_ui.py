@@ -127,6 +127,7 @@ async def test_events_and_in_flight_entries_as_the_ui_reads_them(stack: Stack) -
         body = {"model": "a", "messages": [], "stream": True, "x_chunks": 6, "x_delay": 0.4}
         headers = {
             "User-Agent": "ui-test-agent/1.0",
+            "X-Session-ID": "chat-7",  # "session" in its name: once read [REDACTED]
             "X-Conversation": "conv-42",
             "X-Note": f"holds {KEY} inside",  # a configured key, wherever it is, is redacted
         }
@@ -155,6 +156,8 @@ async def test_events_and_in_flight_entries_as_the_ui_reads_them(stack: Stack) -
     # activity table reads them (names compared without case).
     got = {k.lower(): v for k, v in entry["req_headers"].items()}
     assert got["user-agent"] == "ui-test-agent/1.0" and got["x-conversation"] == "conv-42"
+    sessions = first[3][1]["activity"]["session_id"]
+    assert llama_ui.session_id(entry["req_headers"], sessions) == "chat-7"
     assert got["authorization"] == "[REDACTED]" and got["x-note"] == "[REDACTED]"
     assert KEY not in json.dumps(upserts)
     # The UI sorts rows by `Date.parse(timestamp)`, and counts `elapsed_ms` on from receipt.
