@@ -246,7 +246,8 @@ HARDWARE = Obj(
                 "detector": Null(Obj({"name": STR, "version": STR})),
             }
         ),
-        "architecture": Obj({"name": STR}, {"raw_name": _NSTR}),
+        # Go's `RawName *string \`json:"raw_name"\``: no omitempty, so always there (null).
+        "architecture": Obj({"name": STR, "raw_name": _NSTR}),
         "operating_system": Obj(
             {"family": STR, "name": _NSTR, "version": _NSTR, "kernel": _NSTR}, {"raw_family": _NSTR}
         ),
