@@ -21,6 +21,7 @@ from aiohttp import web
 from ..ipc.model_status import Waiting
 from ..ipc.states import DOZING_STATES, HEALTH_CHECK_REASON, LEAVING_STATES, ModelState
 from .context import ProxyContext
+from .dialects.way import PROGRESS_FRAMES, ProgressFrames
 from .errors import ProxyError, error_body
 from .mirror.changes import Applied
 from .mirror.state import ModelRuntime
@@ -42,7 +43,8 @@ _decode_stream = msgspec.json.Decoder(_Stream).decode
 def wanted(request: web.BaseRequest, rt: ModelRuntime, found: RequestModel | None) -> bool:
     if not rt.route.send_loading_state or request.method != "POST":
         return False
-    if not request.path.startswith("/v1/chat/completions"):
+    dialect = PROGRESS_FRAMES in request  # another API's stream (Ollama's chat and generate)
+    if not dialect and not request.path.startswith("/v1/chat/completions"):
         return False
     if found is None or found.kind != "json" or found.body is None:
         return False
@@ -66,19 +68,16 @@ def waiting_words(waiting: Waiting) -> str:
     return text
 
 
-class Progress:
-    def __init__(self, request: web.BaseRequest, ctx: ProxyContext, rt: ModelRuntime, name: str):
-        self.request = request
-        self.ctx = ctx
-        self.rt = rt
-        self.name = name  # as the client asked (the chunks' `model`)
-        self.response: web.StreamResponse | None = None
-        self._began = 0.0
-        self._phase = ""
-        self._news: list[str] = []  # phases seen since the last write, with their times
-        self._wake = asyncio.Event()
+class OpenAIFrames:
+    """The progress as OpenAI's stream events (`reasoning_content` deltas); a failure as an
+    OpenAI error event."""
 
-    def _chunk(self, text: str) -> bytes:
+    content_type = "text/event-stream"
+
+    def __init__(self, name: str) -> None:
+        self.name = name  # as the client asked (the chunks' `model`)
+
+    def text(self, text: str) -> bytes:
         delta = {
             "id": "swapd-loading",
             "object": "chat.completion.chunk",
@@ -88,9 +87,26 @@ class Progress:
         }
         return b"data: " + _encode(delta) + b"\n\n"
 
+    def failed(self, exc: ProxyError) -> bytes:
+        return b"data: " + error_body(exc.status, exc.message, exc.code, exc.log_tail) + b"\n\n"
+
+
+class Progress:
+    def __init__(self, request: web.BaseRequest, ctx: ProxyContext, rt: ModelRuntime, name: str):
+        self.request = request
+        self.ctx = ctx
+        self.rt = rt
+        frames: ProgressFrames | None = request.get(PROGRESS_FRAMES)
+        self.frames = frames if frames is not None else OpenAIFrames(name)
+        self.response: web.StreamResponse | None = None
+        self._began = 0.0
+        self._phase = ""
+        self._news: list[str] = []  # phases seen since the last write, with their times
+        self._wake = asyncio.Event()
+
     async def _say(self, text: str) -> None:
         assert self.response is not None
-        await self.response.write(self._chunk(text))
+        await self.response.write(self.frames.text(text))
 
     def _applied(self, applied: Applied[ModelRuntime]) -> None:
         """A listener of the mirror's changes: a model's status changed."""
@@ -116,7 +132,7 @@ class Progress:
                 self._began = asyncio.get_running_loop().time()
                 self.response = web.StreamResponse(
                     headers={
-                        "Content-Type": "text/event-stream",
+                        "Content-Type": self.frames.content_type,
                         "Cache-Control": "no-cache",
                         "X-Accel-Buffering": "no",
                     }
@@ -188,10 +204,9 @@ class Progress:
     async def failed(self, exc: ProxyError) -> web.StreamResponse:
         """The error, appended to the stream already sent (it cannot be a status any more)."""
         assert self.response is not None
-        error = error_body(exc.status, exc.message, exc.code, exc.log_tail)
         try:
             await self._say(f"\nfailed: {exc.message}\n")
-            await self.response.write(b"data: " + error + b"\n\n")
+            await self.response.write(self.frames.failed(exc))
             await self.response.write_eof()
         except ConnectionError:
             pass
