@@ -237,12 +237,12 @@ def main(args: argparse.Namespace) -> int:
         return 0
     if isinstance(reply, Error):
         # A refused reload's message ends with the file's warnings: first, as check-config does.
-        lines = reply.message.splitlines() or [""]
-        said = [line for line in lines if not line.startswith("warning: ")]
-        for line in lines:
+        told = reply.message.splitlines() or [""]
+        kept = [line for line in told if not line.startswith("warning: ")]
+        for line in told:
             if line.startswith("warning: "):
                 print(line, file=sys.stderr)
-        print("swapd: " + "\n".join(said), file=sys.stderr)
+        print("swapd: " + "\n".join(kept), file=sys.stderr)
         for line in reply.log_tail:  # a failed start: the last lines of its output
             print(f"  {line}", file=sys.stderr)
         return 1
