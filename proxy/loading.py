@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 import msgspec
 from aiohttp import web
 
-from ..ipc.model_status import Waiting
+from ..ipc.model_status import ModelStatus, Waiting
 from ..ipc.states import DOZING_STATES, HEALTH_CHECK_REASON, LEAVING_STATES, ModelState
 from .context import ProxyContext
 from .dialects.way import PROGRESS_FRAMES, ProgressFrames
@@ -68,6 +68,19 @@ def waiting_words(waiting: Waiting) -> str:
     return text
 
 
+def estimate_words(status: ModelStatus, waking: bool) -> str:
+    """How long the model's own load (or wake) took lately, "" before its first."""
+    seconds = status.wake_estimate if waking else status.load_estimate
+    if seconds is None:
+        return ""
+    return f"its last {'wakes' if waking else 'loads'} took about {about(seconds)}\n"
+
+
+def about(seconds: float) -> str:
+    """`about N s`'s N s: whole seconds, tenths below 10."""
+    return f"{seconds:.0f} s" if seconds >= 10 else f"{seconds:.1f} s"
+
+
 class OpenAIFrames:
     """The progress as OpenAI's stream events (`reasoning_content` deltas); a failure as an
     OpenAI error event."""
@@ -114,9 +127,10 @@ class Progress:
             self._changed()
 
     def _changed(self) -> None:
-        """Note the phase now (several may pass between two writes)."""
+        """Note the phase now (several may pass between two writes); between two phases (None)
+        the last one stands."""
         phase = self.phase()
-        if phase != self._phase:
+        if phase is not None and phase != self._phase:
             self._phase = phase
             elapsed = asyncio.get_running_loop().time() - self._began
             self._news.append(f"\n[{elapsed:.1f}s] {phase}\n")
@@ -139,8 +153,12 @@ class Progress:
                 )
                 await self.response.prepare(self.request)
                 await self._say(BAR)
-                verb = "waking" if self.rt.state in DOZING_STATES else "loading"
+                waking = self.rt.state in DOZING_STATES
+                verb = "waking" if waking else "loading"
                 await self._say(f"swapd {verb} model: {self.rt.id}\n")
+                said = estimate_words(self.rt.status, waking)
+                if said:
+                    await self._say(said)
                 self._changed()
             while True:
                 wake = asyncio.ensure_future(self._wake.wait())
@@ -162,8 +180,9 @@ class Progress:
             changes.forget(self._applied)
             task.cancel()
 
-    def phase(self) -> str:
-        """What the request waits for now, from this process's mirror of the model states."""
+    def phase(self) -> str | None:
+        """What the request waits for now, from this process's mirror of the model states; None
+        between two phases (stopped before its start, ready before the daemon's answer)."""
         rt = self.rt
         others = [
             r for r in self.ctx.state.runtimes.values() if r is not rt and r.state in LEAVING_STATES
@@ -192,7 +211,7 @@ class Progress:
             return waiting_words(rt.status.waiting)
         if rt.state == ModelState.ASLEEP:
             return f"{rt.id} is asleep; waking it"
-        return f"waiting for {rt.id}"
+        return None
 
     async def done(self) -> None:
         if self.response is None:

@@ -8,6 +8,7 @@ for a model loading its weights (its health check fails until it listens)."""
 from __future__ import annotations
 
 import json
+import re
 import urllib.request
 from collections.abc import Callable
 
@@ -20,6 +21,11 @@ from tests.support.proxy import local_model, model_ports
 from tests.support.stack import Stack
 
 pytestmark = pytest.mark.processes
+
+# How the phases docs/endpoints.md lists begin ("Loading progress").
+PHASES = ("swapping: waiting for ", "starting ", "waking ", "waiting: ")
+PHASES += tuple(f"{m} is " for m in ("slow", "plain", "broken"))
+PHASES += tuple(f"waiting for {m} to " for m in ("slow", "plain", "broken"))
 
 
 @pytest.fixture
@@ -78,6 +84,11 @@ def test_the_sdk_streams_loading_then_the_models_tokens(stack: Stack) -> None:
     assert "s] " in text  # elapsed seconds on each phase
     assert "Done! (" in text and text.endswith("━━━━━\n \n")
     assert "".join(content) == "tok0 tok1 tok2 tok3 tok4 "
+    # Only the documented phases (a bare "waiting for slow" once filled the gaps between them),
+    # and no estimate: slow never loaded before.
+    phases = re.findall(r"\[\d+\.\ds\] (.*)\n", text)
+    assert phases and all(p.startswith(PHASES) for p in phases), phases
+    assert "took about" not in text
 
     # Ready now: a streaming request gets no loading messages.
     again = client.chat.completions.create(model="slow", messages=[], stream=True)
@@ -136,10 +147,15 @@ def test_ollamas_client_reads_the_progress_as_thinking(stack: Stack) -> None:
     assert "Done! (" in text and text.endswith("━━━━━\n \n")
     assert "".join(content) == "tok0 tok1 tok2 tok3 tok4 "
 
+    assert "took about" not in text  # its first load: nothing to estimate from
+
     client.chat(model="plain", messages=[{"role": "user", "content": "hi"}])  # slow stops
     parts = list(client.generate(model="slow", prompt="hi", stream=True))
     said = "".join(p.thinking or "" for p in parts)
     assert said.startswith("━━━━━\nswapd loading model: slow\n") and "Done! (" in said
+    # Its second: its first load (the 1.5 s its server took to listen, and the rest) estimates it.
+    estimate = re.search(r"\nits last loads took about (\d+\.\d) s\n", said)
+    assert estimate is not None and float(estimate.group(1)) >= 1.5, said
     assert "".join(p.response for p in parts) == "tok0 tok1 tok2 tok3 tok4 "
     assert parts[-1].done
 
