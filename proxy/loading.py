@@ -2,8 +2,10 @@
 `POST /v1/chat/completions` whose model is not ready is answered at once with 200 and an SSE
 stream of llama-swap-style `reasoning_content` deltas saying what it waits for (other models
 finishing their requests and stopping or going to sleep, the start or the wake of an asleep
-model, the health check) with the seconds elapsed,
-then `Done! (X.XXs)`, and then the model's own stream in the same response. The upstream's status
+model, the health check) with the seconds elapsed (and, once the model has loaded before, about
+how long its load takes), then `Done! (X.XXs)`, and then the model's own stream in the same
+response. A dialect's stream (Ollama's chat and generate) gets the same text in its own framing
+(`dialects/way.ProgressFrames`). The upstream's status
 and headers are lost, as in llama-swap (200 was already sent); a failure is appended as an
 OpenAI error event. Admission's 429 comes before any of it.
 """
