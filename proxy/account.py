@@ -90,11 +90,15 @@ class Tail:
         self.keep = -1
 
 
+# An account's `model` until the request names one (the access log's and activity's word).
+NO_MODEL = "-"
+
+
 @dataclass(slots=True)
 class Account:
     """The request's figures beyond its status and size (`pipeline.account(request)`)."""
 
-    model: str = "-"
+    model: str = NO_MODEL
     waited: float = 0.0  # seconds spent waiting for the daemon (a start, a swap, a drain)
     # For the activity record; `route` empty means not a model request (no record).
     route: str = ""

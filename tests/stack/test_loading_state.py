@@ -1,16 +1,19 @@
 """`sendLoadingState` against the real stack, through the OpenAI SDK's streaming client: a
 streaming chat that waits for a swap and a start gets loading messages in `reasoning_content`
 deltas (what it waits for, with the seconds elapsed), then the model's own tokens in the same
-response. The test upstream's `--listen-delay` stands for a model loading its weights (its
-health check fails until it listens)."""
+response; through Ollama's API, driven by Ollama's own client, the same text comes in
+`message.thinking` (chat) and `thinking` (generate). The test upstream's `--listen-delay` stands
+for a model loading its weights (its health check fails until it listens)."""
 
 from __future__ import annotations
 
 import json
+import re
 import urllib.request
 from collections.abc import Callable
 
 import aiohttp
+import ollama
 import openai
 import pytest
 
@@ -18,6 +21,11 @@ from tests.support.proxy import local_model, model_ports
 from tests.support.stack import Stack
 
 pytestmark = pytest.mark.processes
+
+# How the phases docs/endpoints.md lists begin ("Loading progress").
+PHASES = ("swapping: waiting for ", "starting ", "waking ", "waiting: ")
+PHASES += tuple(f"{m} is " for m in ("slow", "plain", "broken"))
+PHASES += tuple(f"waiting for {m} to " for m in ("slow", "plain", "broken"))
 
 
 @pytest.fixture
@@ -76,6 +84,11 @@ def test_the_sdk_streams_loading_then_the_models_tokens(stack: Stack) -> None:
     assert "s] " in text  # elapsed seconds on each phase
     assert "Done! (" in text and text.endswith("━━━━━\n \n")
     assert "".join(content) == "tok0 tok1 tok2 tok3 tok4 "
+    # Only the documented phases (a bare "waiting for slow" once filled the gaps between them),
+    # and no estimate: slow never loaded before.
+    phases = re.findall(r"\[\d+\.\ds\] (.*)\n", text)
+    assert phases and all(p.startswith(PHASES) for p in phases), phases
+    assert "took about" not in text
 
     # Ready now: a streaming request gets no loading messages.
     again = client.chat.completions.create(model="slow", messages=[], stream=True)
@@ -111,3 +124,48 @@ def test_v1_models_shows_state_and_ttl_left(stack: Stack) -> None:
         models = {m["id"]: m["status"] for m in json.load(resp)["data"]}
     assert models["plain"] == {"value": "loaded", "state": "ready", "ttl": 0, "ttl_left": None}
     assert models["slow"]["state"] == "stopped" and models["slow"]["value"] == "unloaded"
+
+
+def test_ollamas_client_reads_the_progress_as_thinking(stack: Stack) -> None:
+    # Issue 41: through Ollama's API (Open WebUI's Ollama connection) the wait was silent.
+    client = ollama.Client(host=stack.url, timeout=60)
+    client.chat(model="plain", messages=[{"role": "user", "content": "hi"}])  # slow: a swap
+    thinking: list[str] = []
+    content: list[str] = []
+    for part in client.chat(
+        model="slow-alias", messages=[{"role": "user", "content": "hi"}], stream=True
+    ):
+        assert part.model == "slow-alias"
+        if part.message.thinking:
+            assert not content, "loading messages come before the model's tokens"
+            thinking.append(part.message.thinking)
+        if part.message.content:
+            content.append(part.message.content)
+    text = "".join(thinking)
+    assert text.startswith("━━━━━\nswapd loading model: slow\n")
+    assert text.index("swapping: waiting for plain to") < text.index("starting slow")
+    assert "Done! (" in text and text.endswith("━━━━━\n \n")
+    assert "".join(content) == "tok0 tok1 tok2 tok3 tok4 "
+
+    assert "took about" not in text  # its first load: nothing to estimate from
+
+    client.chat(model="plain", messages=[{"role": "user", "content": "hi"}])  # slow stops
+    parts = list(client.generate(model="slow", prompt="hi", stream=True))
+    said = "".join(p.thinking or "" for p in parts)
+    assert said.startswith("━━━━━\nswapd loading model: slow\n") and "Done! (" in said
+    # Its second: its first load (the 1.5 s its server took to listen, and the rest) estimates it.
+    estimate = re.search(r"\nits last loads took about (\d+\.\d) s\n", said)
+    assert estimate is not None and float(estimate.group(1)) >= 1.5, said
+    assert "".join(p.response for p in parts) == "tok0 tok1 tok2 tok3 tok4 "
+    assert parts[-1].done
+
+
+def test_ollamas_client_raises_a_failed_start_after_the_progress(stack: Stack) -> None:
+    client = ollama.Client(host=stack.url, timeout=60)
+    thinking: list[str] = []
+    with pytest.raises(ollama.ResponseError) as failed:
+        hi = [{"role": "user", "content": "hi"}]
+        for part in client.chat(model="broken", messages=hi, stream=True):
+            thinking.append(part.message.thinking or "")
+    assert "exited during startup with exit code 5" in failed.value.error, failed.value
+    assert "".join(thinking).startswith("━━━━━\nswapd loading model: broken\n")
