@@ -58,6 +58,7 @@ class UpstreamConn(asyncio.Protocol):
         self.pool = pool
         self.key = key
         self.transport: asyncio.Transport | None = None
+        self.fd = -1  # the socket's, for the pool's look before reuse
         self.parser = HttpResponseParser(self)
         # After a HEAD, llhttp still expects the body its Content-Length announces (httptools
         # cannot tell it otherwise): the next exchange starts on a fresh parser.
@@ -85,6 +86,9 @@ class UpstreamConn(asyncio.Protocol):
     # --- asyncio.Protocol -----------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            self.fd = sock.fileno()
         set_nodelay(transport)
 
     def pause_writing(self) -> None:
