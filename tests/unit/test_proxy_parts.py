@@ -29,7 +29,7 @@ from swapd.proxy.mirror.state import Routes, per_process_limit
 from swapd.proxy.routing.body import filter_json, multipart_field, replace_span
 from swapd.proxy.upstream import conn as upstream_conn
 from swapd.proxy.upstream.pool import UpstreamPool
-from swapd.proxy.upstream.relay import cut_event
+from swapd.proxy.upstream.relay import cut_event, error_event
 from tests.support.comfyui import until
 
 # ------------------------------------------------------------------------------------------------
@@ -592,3 +592,21 @@ def test_a_cut_event_stream_ends_with_an_error_event_of_its_own() -> None:
     assert error["code"] == "upstream_broke_off" and "upstream a broke off" in error["message"]
     assert cut_event(b"", True, "a", broken).startswith(b"data: ")
     assert cut_event(b"data: x\r\n\r\n", True, "a", broken).startswith(b"data: ")
+
+
+def test_an_error_answer_inside_an_event_stream_is_one_error_event() -> None:
+    own = b'{"error": {"code": 500,\n "message": "tools param requires --jinja flag"}}'
+    assert error_event(500, "Internal Server Error", own, "m") == (
+        b'data: {"error":{"code":500,"message":"tools param requires --jinja flag"}}\n\n'
+    )
+    for body, said in [
+        (b'{"error": "no such slot"}', "upstream m answered 404 Not Found: no such slot"),
+        (b"<html>gone</html>", "upstream m answered 404 Not Found: <html>gone</html>"),
+        (b"[" * 2000, "upstream m answered 404 Not Found: " + "[" * 500),
+        (b"", "upstream m answered 404 Not Found"),
+    ]:
+        event = error_event(404, "Not Found", body, "m")
+        assert event.startswith(b"data: ") and event.endswith(b"\n\n")
+        assert event.count(b"\n") == 2  # one line: an SSE event
+        error = json.loads(event[6:])["error"]
+        assert error["message"] == said and error["code"] == "not_found"
