@@ -17,10 +17,15 @@ connection only when no byte of it can have been processed by the upstream.
   after every streamed response without saying `Connection: close`.
 * A kept-alive connection found closed before the request was written is retried, whatever the
   body (nothing of a stream was read yet).
-* One that closes after the request was written and before any byte of the response is retried
-  only for an idempotent method (`GET`, `HEAD`, `OPTIONS`, `TRACE`) with a replayable body (none, or
-  bytes): a `POST` the upstream may have acted on is never sent twice. `transport.py` reads small
-  streamed bodies with a Content-Length whole first (`REPLAYABLE`), so they go as bytes.
+* One that the upstream resets after the request was written, before any byte of the response,
+  is retried with a replayable body (none, or bytes): a socket closed with bytes unread in it is
+  reset, not closed (RFC 1122 §4.2.2.13), so the upstream closed it without reading the request
+  (llama-server closing after a streamed answer, a moment after the next request came).
+* One that closes cleanly after the request was written and before any byte of the response is
+  retried only for an idempotent method (`GET`, `HEAD`, `OPTIONS`, `TRACE`) with a replayable
+  body: the upstream read the request, and a `POST` it may have acted on is never sent twice.
+`transport.py` reads small streamed bodies with a Content-Length whole first (`REPLAYABLE`), so
+they go as bytes and can be replayed.
 Anything else surfaces as `UpstreamError` (before the head, including a response llhttp
 rejects) or `UpstreamBroken` (mid-body).
 """
@@ -179,7 +184,7 @@ class UpstreamPool:
                     and not isinstance(exc, HeadTimeout)
                     and not conn.received_any
                     and replayable
-                    and (idempotent or not written)
+                    and (idempotent or not written or conn.reset)
                 ):
                     retry = False
                     continue

@@ -8,6 +8,8 @@ import base64
 import contextlib
 import json
 import select
+import socket
+import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 
@@ -352,7 +354,7 @@ async def test_the_retry_after_a_dead_idle_connection_is_on_a_fresh_one() -> Non
 async def test_a_post_the_upstream_may_have_read_is_not_sent_twice() -> None:
     """A reused connection that closes after a POST was written, before any byte of the answer:
     the upstream may have acted on it (Go's and nginx's rule), so it is not sent again."""
-    post = b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\nhi"
+    post = b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n"
 
     async def respond(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await _read_head(reader)
@@ -362,10 +364,47 @@ async def test_a_post_the_upstream_may_have_read_is_not_sent_twice() -> None:
         await reader.readexactly(2)
 
     async with _upstream(respond) as (pool, port, accepted):
-        assert await (await pool.request("127.0.0.1", port, post, b"")).read() == b"ok"
+        assert await (await pool.request("127.0.0.1", port, post, b"hi")).read() == b"ok"
         with pytest.raises(UpstreamError):
-            await pool.request("127.0.0.1", port, post, b"")
+            await pool.request("127.0.0.1", port, post, b"hi")
         assert len(accepted) == 1
+
+
+async def test_a_post_on_a_connection_reset_unread_is_sent_again() -> None:
+    """The upstream closes a kept-alive connection a moment after the next request arrived, with
+    that request unread (llama-server after a streamed answer): a socket closed with bytes unread
+    is reset, so the request cannot have been processed, and it goes again on a fresh one."""
+    post = b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n"
+    answer = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    accepted: list[socket.socket] = []
+
+    def serve() -> None:
+        first, _ = listener.accept()
+        accepted.append(first)
+        first.recv(65536)
+        first.sendall(answer)
+        select.select([first], [], [], 30)  # the next request has come: closed unread (a reset)
+        first.close()
+        second, _ = listener.accept()
+        accepted.append(second)
+        second.recv(65536)
+        second.sendall(answer)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    pool = UpstreamPool()
+    try:
+        assert await (await pool.request("127.0.0.1", port, post, b"hi")).read() == b"ok"
+        assert await (await pool.request("127.0.0.1", port, post, b"hi")).read() == b"ok"
+        assert len(accepted) == 2
+    finally:
+        pool.close()
+        await asyncio.to_thread(thread.join, 30)
+        listener.close()
+        for sock in accepted:
+            sock.close()
 
 
 async def test_an_idle_connection_with_an_end_of_file_waiting_is_not_handed_out() -> None:
