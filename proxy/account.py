@@ -119,6 +119,8 @@ class Account:
     # or `/upstream/` to a model route's path. None until the route decision knows.
     listed: bool | None = None
     resp_headers: CIMultiDict[str] | None = None  # the response's, once the relay has them
+    # Being forwarded to its model (`upstream/forward.py`): what a drain of it waits for.
+    forwarding: bool = False
 
 
 def account(request: web.BaseRequest) -> Account:

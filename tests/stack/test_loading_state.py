@@ -30,20 +30,22 @@ PHASES += tuple(f"waiting for {m} to " for m in ("slow", "plain", "broken"))
 
 @pytest.fixture
 def stack(stack_factory: Callable[..., Stack]) -> Stack:
-    slow, plain, broken = model_ports(3)
+    slow, plain, broken, strict = model_ports(4)
     return stack_factory(
         {
             "healthCheckTimeout": 15,
             "sendLoadingState": True,
             "groups": {
                 "one": {"members": ["slow", "plain"]},
-                "alone": {"swap": False, "exclusive": False, "members": ["broken"]},
+                "alone": {"swap": False, "exclusive": False, "members": ["broken", "strict"]},
             },
             "models": {
                 "slow": local_model("slow", slow, "--listen-delay", "1.5", aliases=["slow-alias"]),
                 # The model's own `false` wins over the top level's `true`.
                 "plain": local_model("plain", plain, sendLoadingState=False),
                 "broken": local_model("broken", broken, "--fail", "--exit-code", "5"),
+                # As llama-server without `--jinja`: a chat with `tools` is a 500.
+                "strict": local_model("strict", strict, "--no-jinja"),
             },
         }
     )
@@ -93,6 +95,36 @@ def test_the_sdk_streams_loading_then_the_models_tokens(stack: Stack) -> None:
     # Ready now: a streaming request gets no loading messages.
     again = client.chat.completions.create(model="slow", messages=[], stream=True)
     assert not any((c.choices[0].delta.model_extra or {}).get("reasoning_content") for c in again)
+
+
+def test_an_error_after_a_cold_start_raises_in_the_sdk_as_on_a_warm_model(stack: Stack) -> None:
+    """The model rejects the request once started (llama-server's `500 tools param requires
+    --jinja flag`, which Open WebUI's default tools trigger): after the loading stream's 200 the
+    SDK must raise as it does for the warm model's 500, not return an empty answer."""
+    client = _client(stack)
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
+    messages = [{"role": "user", "content": "hi"}]
+
+    def ask() -> list[object]:
+        return list(
+            client.chat.completions.create(
+                model="strict",
+                messages=messages,  # type: ignore[arg-type]
+                tools=tools,  # type: ignore[arg-type]
+                stream=True,
+            )
+        )
+
+    assert stack.model("strict")["state"] != "ready"
+    with pytest.raises(openai.APIError, match="tools param requires --jinja flag") as cold:
+        ask()
+    assert cold.value.body == {
+        "code": 500,
+        "message": "tools param requires --jinja flag",
+        "type": "server_error",
+    }
+    with pytest.raises(openai.InternalServerError, match="tools param requires --jinja flag"):
+        ask()  # warm now: the model's own status
 
 
 def test_non_streaming_requests_wait_silently(stack: Stack) -> None:
