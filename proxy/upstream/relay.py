@@ -206,7 +206,8 @@ async def _error_into(
     reply: Reply, label: str, into: web.StreamResponse, acc: Account | None
 ) -> web.StreamResponse:
     """An error answer, continuing a stream whose 200 is sent: one SSE error event
-    (`error_event`), then the end. At most `SMALL_BODY` bytes of it are read."""
+    (`error_event`) in an event stream, or the (rewritten) body as one line in a dialect's
+    line stream, then the end. At most `SMALL_BODY` bytes of it are read."""
     data = b""
     try:
         async for chunk in reply.iter_chunks():
@@ -217,7 +218,12 @@ async def _error_into(
         log.warning("upstream %s broke off an error answer: %s", label, exc)
     if acc is not None:
         acc.body = data
-    await into.write(error_event(reply.status, reply.reason, data[:SMALL_BODY], label))
+    if into.content_type == "text/event-stream":
+        await into.write(error_event(reply.status, reply.reason, data[:SMALL_BODY], label))
+    else:
+        # A dialect's own stream (Ollama's NDJSON): its rewrite already said the error in that
+        # dialect's shape, one line of it.
+        await into.write(data[:SMALL_BODY].rstrip(b"\n") + b"\n")
     await into.write_eof()
     return into
 

@@ -201,3 +201,18 @@ def test_ollamas_client_raises_a_failed_start_after_the_progress(stack: Stack) -
             thinking.append(part.message.thinking or "")
     assert "exited during startup with exit code 5" in failed.value.error, failed.value
     assert "".join(thinking).startswith("━━━━━\nswapd loading model: broken\n")
+
+
+def test_ollamas_client_raises_an_error_after_a_cold_start(stack: Stack) -> None:
+    """The model's rejection after the progress lines goes out as Ollama's own error line, not
+    as an SSE event inside Ollama's line stream (which Ollama's client cannot read)."""
+    client = ollama.Client(host=stack.url, timeout=60)
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
+    thinking: list[str] = []
+    assert stack.model("strict")["state"] != "ready"
+    with pytest.raises(ollama.ResponseError) as failed:
+        hi = [{"role": "user", "content": "hi"}]
+        for part in client.chat(model="strict", messages=hi, tools=tools, stream=True):
+            thinking.append(part.message.thinking or "")
+    assert "tools param requires --jinja flag" in failed.value.error, failed.value
+    assert "".join(thinking).startswith("━━━━━\nswapd loading model: strict\n")
