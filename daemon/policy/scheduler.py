@@ -238,7 +238,11 @@ class Scheduler(Generic[H]):
                     log.info("%s: waits again: a model it was stopping serves its requests", target)
                     continue
                 model = self.config.models.get(target)
-                if claim.sleep and model is not None and self.policy.reads_gpus(model):
+                if (
+                    claim.sleep
+                    and model is not None
+                    and self.policy.terms(model).decides_again_asleep
+                ):
                     # What the sleepers still hold is known now: decide again with it.
                     log.info("%s: decides again with %s asleep", target, ", ".join(claim.sleep))
                     swap.queued()
@@ -293,7 +297,7 @@ class Scheduler(Generic[H]):
                 waits.decision = None
             model = self._waking_on_its_gpus(target)
             gpus = None
-            if model is not None and self.policy.reads_gpus(model):
+            if model is not None and self.policy.terms(model).reads_gpus:
                 gpus = await self.readings.gpus(model, self._read_with(target))
             # 8.
             self._check_aborted(swap)
@@ -328,7 +332,7 @@ class Scheduler(Generic[H]):
                 await self._park(swap, "collides with a swap under way", None)
                 continue
             # 12.
-            if not self.policy.reads_gpus(model):
+            if self.policy.terms(model).in_queue_order:
                 ahead = self._ahead_in_conflict(swap, decision)
                 if ahead is not None:
                     await self._park(swap, f"behind the swap to {ahead} in the queue", None)
@@ -342,7 +346,7 @@ class Scheduler(Generic[H]):
         """A swap ahead in the queue that may begin now and conflicts with `swap`'s claim."""
         for other in self.swaps.ahead(swap):
             model = self.config.models.get(other.target)
-            if model is None or self.policy.reads_gpus(model):
+            if model is None or not self.policy.terms(model).in_queue_order:
                 continue
             ask = room.ask(other, model, self.clock(), self.collate_window)
             theirs = self.policy.decide(ask, Room(self._occupants(other.target)))
