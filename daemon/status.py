@@ -30,9 +30,10 @@ def model_status(
     busy: BusyBoard | None = None,
     waiting: Waiting | None = None,
     sleep: Mapping[str, SleepFacts] | None = None,
+    estimates: tuple[float | None, float | None] = (None, None),
 ) -> ModelStatus:
     """`rec` as the world sees it; `model` is its definition in the current config (None when a
-    reload removed it)."""
+    reload removed it); `estimates`: how long its load and its wake take (the swap log's)."""
     handle = rec.handle
     facts = sleep.get(rec.id) if sleep is not None else None
     return ModelStatus(
@@ -56,6 +57,8 @@ def model_status(
         busy=busy.report(rec.id) if busy else None,
         waiting=waiting,
         sleep=sleep_status(rec, model, registry, facts, now),
+        load_estimate=estimates[0],
+        wake_estimate=estimates[1],
     )
 
 
@@ -118,6 +121,7 @@ def all_status(
             busy,
             waiting_of(rec.id, swaps, busy),
             sleep,
+            swaps.estimates(rec.id) if swaps is not None else (None, None),
         )
         for rec in records
     )
@@ -176,6 +180,7 @@ class StatusView:
             busy=self.busy,
             waiting=waiting_of(rec.id, self.swaps, self.busy),
             sleep=m.sleep_facts,
+            estimates=self.swaps.estimates(rec.id),
         )
         return self.ledger.annotate(st, model) if self.ledger is not None else st
 

@@ -106,6 +106,10 @@ class ModelStatus(msgspec.Struct, frozen=True):
     waiting: Waiting | None = None
     # Its sleep setting's facts (None: it has no sleep setting).
     sleep: SleepStatus | None = None
+    # Seconds its load (spawn to healthy) and its wake take, the median of its last ones that
+    # went well (the swap log's); None before the first.
+    load_estimate: float | None = None
+    wake_estimate: float | None = None
 
 
 class GpuInfo(msgspec.Struct, frozen=True):

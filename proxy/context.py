@@ -48,7 +48,7 @@ class Guard(Protocol):
 @dataclass(frozen=True, slots=True)
 class Stages:
     """Stand-ins for stages of the pipeline, for measuring what each one costs
-    (`benchmarks/pipeline_stages.py`, which `benchmarks/pipeline_cost.py` runs row by row).
+    (`benchmarks/harness/pipeline_stages.py`, which `benchmarks/pipeline_cost.py` runs row by row).
 
     swapd itself never sets one: a field left at its default is swapd's own stage. Each is read
     once, at start-up, into the place that calls it (`ProxyContext`, `dispatch.Dispatch`,

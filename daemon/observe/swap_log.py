@@ -10,6 +10,11 @@ stops and sleeps of a swap's evicted models are records of their own (cause `swa
 folded into the swap's (or the wake's) record as its drain, stop and sleep phases (the record
 names them in `folded`).
 
+Each model's last loads (a start's or a swap's own `start` and `health`) and wakes (`wake`) that
+went well are kept apart from the ring (which other models' records push out): the median of
+the last `ESTIMATE_LOADS` is its estimate (`estimates`: the loading progress and the web UI say
+"about N s"; none before its first).
+
 It is also told what a queued swap waits for (`waiting`: the scheduler parked it on a busy model,
 collation, the queue, GPU room): what the target's status shows meanwhile (`waiting_now`), and,
 once the target's start (or wake) is recorded, when its request came, how long it waited in all
@@ -18,6 +23,7 @@ and for what (`queued`, `waited`, `waited_for`).
 
 from __future__ import annotations
 
+import statistics
 import time
 from collections import deque
 from collections.abc import Callable
@@ -33,6 +39,8 @@ from ..policy.story import Began, Ended, Happening, PhaseDone
 
 # How many records the ring keeps (the UI shows the recent ones; Prometheus keeps the figures).
 RING_SIZE = 200
+# How many of a model's last loads (and wakes) its estimate is the median of.
+ESTIMATE_LOADS = 5
 
 _encode = msgspec.json.Encoder().encode
 
@@ -86,6 +94,8 @@ class SwapLog:
         # Stops done for a swap to `target` whose start has not begun yet: target -> stops.
         self._evicted: dict[str, list[SwapRecord]] = {}
         self._queued: dict[str, _Queued] = {}
+        self._loads: dict[str, deque[float]] = {}
+        self._wakes: dict[str, deque[float]] = {}
 
     def register(self, on: Callable[..., None]) -> None:
         reply = self.endpoint.reply
@@ -123,6 +133,10 @@ class SwapLog:
         """What the swap to `target` waits for now, and since when its request waits."""
         queued = self._queued.get(target)
         return (queued.on, queued.since) if queued is not None and queued.on else None
+
+    def estimates(self, model_id: str) -> tuple[float | None, float | None]:
+        """How long `model_id`'s load and its wake take, as its last ones went (None: none yet)."""
+        return _median(self._loads.get(model_id)), _median(self._wakes.get(model_id))
 
     def told(self, event: Happening) -> None:
         """What the scheduler tells of a model's episode as it happens (`policy/story.py`)."""
@@ -201,7 +215,24 @@ class SwapLog:
         )
         self.next_id += 1
         self.records.append(record)
+        if result is SwapOutcome.OK:
+            self._learn(record)
         self.endpoint.publish_nowait(
             lambda seq: SwapRecorded(instance=self.instance, seq=seq, record=record)
         )
         return record
+
+    def _learn(self, record: SwapRecord) -> None:
+        """A load or a wake that went well: how long the model's own part took."""
+        phases = record.phases
+        if record.kind in (SwapKind.START, SwapKind.SWAP) and record.cause != StartCause.ADOPTED:
+            if SwapPhase.START in phases:
+                taken = phases[SwapPhase.START] + phases.get(SwapPhase.HEALTH, 0.0)
+                self._loads.setdefault(record.model, deque(maxlen=ESTIMATE_LOADS)).append(taken)
+        elif record.kind is SwapKind.WAKE and SwapPhase.WAKE in phases:
+            wakes = self._wakes.setdefault(record.model, deque(maxlen=ESTIMATE_LOADS))
+            wakes.append(phases[SwapPhase.WAKE])
+
+
+def _median(values: deque[float] | None) -> float | None:
+    return round(statistics.median(values), 3) if values else None

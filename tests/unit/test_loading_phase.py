@@ -17,7 +17,7 @@ def phase(status: ModelStatus) -> str:
     route = RouteModel(id="m", upstream="http://127.0.0.1:1", concurrency_limit=10, ttl=60)
     rt = ModelRuntime(id="m", route=route, limit=10, status=status, state=status.state)
     ctx = SimpleNamespace(state=SimpleNamespace(runtimes={"m": rt}))
-    return Progress(SimpleNamespace(), ctx, rt, "m").phase()  # type: ignore[arg-type]
+    return Progress({}, ctx, rt, "m").phase() or ""  # type: ignore[arg-type]
 
 
 def test_the_health_check_is_told_by_its_step_not_by_the_words() -> None:
