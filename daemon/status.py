@@ -8,7 +8,7 @@ from collections.abc import Iterable, Mapping
 from typing import Protocol
 
 from ..ipc.model_status import Lingering, LingeringProcess, ModelStatus, SleepStatus, Waiting
-from ..ipc.states import ModelState
+from ..ipc.states import ModelState, StartStep
 from .config import ModelConfig
 from .gpu_ledger import GpuLedger
 from .machinery.model_process import Running
@@ -49,6 +49,8 @@ def model_status(
         ttl_left=ttl.ttl_left_of(rec, model, registry, now, busy.held(rec.id) if busy else 0.0),
         keep_alive=registry.kept(rec.id, handle.pid if handle else None),
         reason=rec.reason,
+        # Its health check's beginning is told by the machinery (`effects.StatePublisher`).
+        starting=StartStep.SPAWNING if rec.state == ModelState.STARTING else None,
         in_flight=registry.in_flight(rec.id),
         gpu_lingering=gpu_lingering.get(rec.id, ()),
         lingering=lingering.get(rec.id),

@@ -137,7 +137,8 @@ def make_app(
     stages: Stages | None = None,
 ) -> web.Application:
     """The proxy's application; its context is made at start-up. `stages`: a benchmark's
-    stand-ins for some stages of the pipeline (stages.py); swapd never passes any."""
+    stand-ins for some stages of the pipeline (`benchmarks/pipeline_stages.py`); swapd never
+    passes any."""
     stages = stages or Stages()
     # The body limit applies where a body is read (body.py), not here: passthrough bodies stream.
     app = web.Application(middlewares=[front], client_max_size=1024**4)

@@ -86,7 +86,8 @@ class ProxyContext:
     # The responses streaming now, and their capture tees' budget (the recorder's too).
     streams: Streams
     stats: Stats = field(default_factory=Stats)
-    # What a benchmark puts in place of some stages (stages.py); swapd's own when not set.
+    # What a benchmark puts in place of some stages (`benchmarks/pipeline_stages.py`); swapd's
+    # own when not set.
     stages: Stages = field(default_factory=Stages)
     read_model: Callable[[web.BaseRequest], Awaitable[RequestModel]] = field(init=False)
     upstream_headers: HeaderLines = field(init=False)

@@ -21,7 +21,7 @@ import msgspec
 from aiohttp import web
 
 from ..ipc.model_status import ModelStatus, Waiting
-from ..ipc.states import DOZING_STATES, HEALTH_CHECK_REASON, LEAVING_STATES, ModelState
+from ..ipc.states import DOZING_STATES, LEAVING_STATES, ModelState, StartStep
 from .context import ProxyContext
 from .dialects.way import PROGRESS_FRAMES, ProgressFrames
 from .errors import ProxyError, error_body
@@ -200,7 +200,7 @@ class Progress:
             )
             return f"swapping: waiting for {what}"
         if rt.state == ModelState.STARTING:
-            if rt.status.reason == HEALTH_CHECK_REASON:
+            if rt.status.starting is StartStep.HEALTH_CHECK:
                 return f"{rt.id} is running; waiting for its health check"
             return f"starting {rt.id}"
         if rt.state == ModelState.WAKING:

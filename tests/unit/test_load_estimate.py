@@ -8,8 +8,10 @@ from collections.abc import Callable
 from typing import Any
 
 from swapd.daemon.observe.swap_log import SwapLog
+from swapd.daemon.policy.story import Began, Ended, PhaseDone
 from swapd.ipc.causes import StartCause, StopCause
 from swapd.ipc.messages import Document, Event
+from swapd.ipc.swap_record import SwapKind, SwapOutcome, SwapPhase
 
 
 class _Endpoint:
@@ -21,15 +23,15 @@ class _Endpoint:
 
 
 def _load(log: SwapLog, model: str, start: float, health: float, ok: bool = True) -> None:
-    log.changed(model, "starting", "")
-    log.phase(model, "start", start)
-    log.phase(model, "health", health)
+    log.told(Began(model, SwapKind.START))
+    log.told(PhaseDone(model, SwapPhase.START, start))
+    log.told(PhaseDone(model, SwapPhase.HEALTH, health))
     if not ok:
-        log.changed(model, "failed", "exited")
+        log.told(Ended(model, SwapOutcome.FAILED, "exited"))
         return
-    log.changed(model, "ready", "")
-    log.changed(model, "stopping", "unloaded", cause=StopCause.UNLOAD)
-    log.changed(model, "stopped", "unloaded", cause=StopCause.UNLOAD)
+    log.told(Ended(model, SwapOutcome.OK))
+    log.told(Began(model, SwapKind.STOP, StopCause.UNLOAD))
+    log.told(Ended(model, SwapOutcome.OK, "unloaded", came_to=SwapKind.STOP))
 
 
 def test_no_estimate_before_the_first_load_then_the_median_of_the_last_five() -> None:
@@ -50,15 +52,14 @@ def test_no_estimate_before_the_first_load_then_the_median_of_the_last_five() ->
 def test_a_wake_has_its_own_estimate() -> None:
     log = SwapLog("inst", _Endpoint())
     _load(log, "a", 1.0, 3.0)
-    log.changed("a", "starting", "")
-    log.phase("a", "start", 1.0)
-    log.phase("a", "health", 3.0)
-    log.changed("a", "ready", "")
-    log.changed("a", "draining", "put to sleep", cause=StopCause.SLEEP)
-    log.changed("a", "sleeping", "put to sleep", cause=StopCause.SLEEP)
-    log.changed("a", "asleep", "")
+    log.told(Began("a", SwapKind.START))
+    log.told(PhaseDone("a", SwapPhase.START, 1.0))
+    log.told(PhaseDone("a", SwapPhase.HEALTH, 3.0))
+    log.told(Ended("a", SwapOutcome.OK))
+    log.told(Began("a", SwapKind.STOP, StopCause.SLEEP))
+    log.told(Ended("a", SwapOutcome.OK, "", came_to=SwapKind.SLEEP))
     log.wanted("a", StartCause.REQUEST)
-    log.changed("a", "waking", "")
-    log.phase("a", "wake", 0.25)
-    log.changed("a", "ready", "")
+    log.told(Began("a", SwapKind.WAKE))
+    log.told(PhaseDone("a", SwapPhase.WAKE, 0.25))
+    log.told(Ended("a", SwapOutcome.OK))
     assert log.estimates("a") == (4.0, 0.25)
