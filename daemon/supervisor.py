@@ -394,7 +394,7 @@ class Daemon:
         )  # fmt: skip
 
     def _forget_proxy(self, proxy_id: str) -> None:
-        self.scheduler.proxy_gone(proxy_id)
+        self.scheduler.claims.forget(proxy_id)  # its Readys will never be claimed
         self.announcer.forget(proxy_id)
         self.observer.forget(proxy_id)
 

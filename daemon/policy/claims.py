@@ -13,11 +13,15 @@ are claimed.
 
 from __future__ import annotations
 
+import asyncio
 from collections import Counter
 from collections.abc import Callable, Mapping
+from typing import TypeVar
 
 from ...ipc.timings import CLAIM_WITHIN
 from .changes import Changes
+
+T = TypeVar("T")
 
 
 class ReadyClaims:
@@ -37,6 +41,23 @@ class ReadyClaims:
             if proxy and count > 0:
                 out = self._out.setdefault(model_id, {}).setdefault(proxy, [])
                 out.extend([deadline] * count)
+
+    async def join(
+        self, result: asyncio.Future[T], claimants: Counter[str], model_id: str, claimant: str
+    ) -> T:
+        """A swap's `result`, for a request of `claimant`'s (counted in the swap's `claimants`:
+        its Ready is booked as the swap ends, `hand_out`)."""
+        claimants[claimant] += 1
+        try:
+            # A requester that gives up must not cancel a start others (or the next request)
+            # wait for.
+            return await asyncio.shield(result)
+        except asyncio.CancelledError:
+            if result.done() and not result.cancelled() and not result.exception():
+                self.claimed(model_id, claimant)  # booked, and never to be sent
+            else:
+                claimants[claimant] -= 1
+            raise
 
     def claimed(self, model_id: str, proxy: str, count: int = 1) -> None:
         """Proxy `proxy` handled `count` Readys for `model_id` (the oldest first)."""

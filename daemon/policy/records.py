@@ -14,11 +14,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Generic, Protocol, TypeVar
 
-from ...ipc.causes import DeferCause, StopCause
+from ...ipc.causes import StopCause
 from ...ipc.routing_table import SleepSetting
 from ...ipc.states import ModelState
 from ..config import ModelConfig
 from .eviction.contract import BusyReading, Decision, GpuRoom, Occupant
+from .story import Happening
 
 
 class RunningModel(Protocol):
@@ -166,19 +167,21 @@ class Effects(Protocol[H]):
         """A model's state changed (publish it); `model` is its definition in the config now."""
         ...
 
+    def happened(self, event: Happening) -> None:
+        """A step of a model's swap story (`story.py`: an episode began or ended), told after
+        the state change it goes with. The daemon's swap log records it."""
+        ...
+
     def decided(self, target: ModelConfig, decision: Decision) -> None:
         """What the eviction policy decided for a swap to `target`, each time it decides. The
         daemon logs it, books a placement by memory, and shows which busy models a swap waits
         for."""
         ...
 
-    def waiting(
-        self, target: str, on: str, queued_at: float, deferred: DeferCause | None = None
-    ) -> None:
+    def waiting(self, target: str, on: str, queued_at: float) -> None:
         """The swap to `target`, queued at `queued_at` (the scheduler's clock), waits for `on`
-        now ("": for nothing: it was just queued, or it claimed its room and goes ahead);
-        `deferred`: why a swap whose room was decided is held back. The daemon shows it on the
-        target's status and keeps it for the target's swap record."""
+        now ("": for nothing: it was just queued, or it claimed its room and goes ahead). The
+        daemon shows it on the target's status and keeps it for the target's swap record."""
         ...
 
     def ended(self, target: str) -> None:
