@@ -174,6 +174,30 @@ async def read_model(request: web.BaseRequest) -> RequestModel:
     return RequestModel(_query_model(request), "query", None)
 
 
+def json_object(data: bytes, *, empty: bool = False) -> dict[str, Any]:
+    """A JSON body that must be an object, read the one way every route reads one: 400 when it is
+    malformed, nested too deeply for the decoder, or not an object (`empty`: a body of nothing
+    but whitespace reads as `{}`)."""
+    if empty and not data.strip():
+        return {}
+    try:
+        doc = _json_decoder.decode(data)
+    except msgspec.DecodeError as exc:
+        raise BadRequest(f"malformed JSON body: {exc}") from exc
+    except RecursionError as exc:
+        raise too_deep() from exc
+    if not isinstance(doc, dict):
+        raise BadRequest("the JSON body must be an object")
+    return doc
+
+
+async def read_json(request: web.BaseRequest) -> tuple[dict[str, Any], bytes]:
+    """(the request's JSON object, its body as sent): `read_decoded`, then `json_object`; an
+    empty body reads as `{}`."""
+    decoded, raw = await read_decoded(request)
+    return json_object(decoded, empty=True), raw
+
+
 def json_model(body: bytes) -> RequestModel:
     """The model of a JSON body (its top-level `"model"` string)."""
     try:
@@ -264,12 +288,7 @@ def filter_json(
     Keys may be dotted paths into nested objects (`a.b`), as llama-swap's sjson paths are. `model`
     itself is protected from strip and set.
     """
-    try:
-        doc = _json_decoder.decode(body)
-    except RecursionError as exc:
-        raise too_deep() from exc
-    if not isinstance(doc, dict):
-        raise BadRequest("the JSON body must be an object")
+    doc = json_object(body)
     if model is not None:
         doc["model"] = model
     for key in strip:

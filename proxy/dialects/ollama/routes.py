@@ -32,7 +32,7 @@ from ...mirror import link
 from ...mirror.state import Routes
 from ...mirror.wait import routes_of
 from ...routing import decide
-from ...routing.body import RequestModel, read_decoded
+from ...routing.body import RequestModel, read_json
 from ..paths import OLLAMA_MODEL_ROUTES
 from ..way import Reader, Way
 from . import listing, replies, requests, values
@@ -118,8 +118,7 @@ async def handle_ps(request: web.Request) -> web.Response:
 async def handle_show(request: web.Request) -> web.Response:
     ctx = request.app[CTX]
     routes = ctx.state.routes
-    decoded, _raw = await read_decoded(request)
-    doc = requests.parse(decoded)
+    doc, _raw = await read_json(request)
     asked = requests.model_of(doc)
     name = values.resolve(routes, asked)
     if not values.known(routes, name):
@@ -162,8 +161,7 @@ def _model_route(kind: Kind) -> Handler:
         started = time.perf_counter()
         ctx = request.app[CTX]
         routes = ctx.state.routes
-        decoded, raw = await read_decoded(request)
-        doc = requests.parse(decoded)
+        doc, raw = await read_json(request)
         translated = requests.translate(kind, doc, values.resolve(routes, requests.model_of(doc)))
         if translated.empty:
             return await _load_or_unload(request, ctx, routes, translated)
