@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 import json
+from collections.abc import AsyncIterator
 from typing import Any
 
 import msgspec
@@ -18,9 +19,11 @@ from swapd.ipc.messages import KeepAlive
 from swapd.ipc.model_status import ModelStatus
 from swapd.ipc.routing_table import RouteModel, RoutingTable
 from swapd.ipc.states import ModelState
+from swapd.proxy.account import Account
 from swapd.proxy.dialects.ollama import listing, replies, requests, values
+from swapd.proxy.dialects.ollama.relaying import Streamed
 from swapd.proxy.dialects.ollama.streams import StreamTranslator
-from swapd.proxy.errors import ProxyError
+from swapd.proxy.errors import ProxyError, UpstreamBroken
 from swapd.proxy.mirror.state import ModelRuntime, Routes
 from tests.support import route_bodies
 
@@ -421,3 +424,34 @@ def test_any_body_is_translated_or_refused_with_a_400(kind: requests.Kind, doc: 
         assert exc.status == 400, exc
         return
     requests.encode(out.body)
+
+
+class _Broken:
+    """A model's streamed answer that breaks off after `pieces` (the model died)."""
+
+    def __init__(self, *pieces: bytes) -> None:
+        self.pieces = pieces
+
+    async def iter_chunks(self) -> AsyncIterator[bytes]:
+        for piece in self.pieces:
+            yield piece
+        raise UpstreamBroken("connection closed before the end of the body")
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize("pieces", [(), (_sse(_chunk({"content": "Hel"})),)], ids=["none", "one"])
+async def test_a_stream_broken_off_ends_with_ollamas_error_line(pieces: tuple[bytes, ...]) -> None:
+    """A model that died mid-stream under `/api/chat` gave a 200 with an empty body (issue 40,
+    item 10): as Ollama, the stream ends with an `{"error": ...}` line, and no `done` line."""
+    clock = replies.Clock(started=0.0, waited=0.0)
+    translate = StreamTranslator("chat", False, "qwen:latest", clock, lambda: 1.0)
+    acc = Account(model="qwen")
+    streamed = Streamed(_Broken(*pieces), translate, acc, [])  # type: ignore[arg-type]
+    lines = _lines(await streamed.read())
+    assert [line["message"]["content"] for line in lines[:-1]] == ["Hel"] * len(pieces)
+    assert lines[-1] == {
+        "error": "upstream qwen broke off the response: "
+        "connection closed before the end of the body"
+    }
