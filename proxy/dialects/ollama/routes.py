@@ -25,6 +25,7 @@ from aiohttp import web
 from ....ipc.messages import Ready
 from ....ipc.states import LOADED_STATES
 from ... import pipeline
+from ...account import ACCOUNT
 from ...api import ops
 from ...context import CTX, ProxyContext
 from ...errors import NotFound, ProxyError
@@ -144,8 +145,13 @@ async def handle_refused(request: web.Request) -> web.Response:
 
 def _reader(kind: Kind) -> Reader:
     async def read(request: web.Request) -> Way:
-        translated, raw, started = request[_TRANSLATED]
+        translated, raw, started = request.pop(_TRANSLATED)
         body = requests.encode(translated.body)
+        # What the model gets is `body` now: the translated document (an image's data URL, as
+        # large as the image) need not live as long as the request.
+        translated.body = {}
+        if raw is None:
+            request[ACCOUNT].keep = 0  # no capture: the body outgrew `captureBuffer` (handle)
         found = RequestModel(translated.name, "json", body, raw=raw, rewritten=True)
         rewrite = rewrite_for(request.app[CTX], request.app[KEEPS], translated, started)
         return Way(found, translated.path, "", rewrite)
@@ -161,11 +167,18 @@ def _model_route(kind: Kind) -> Handler:
         started = time.perf_counter()
         ctx = request.app[CTX]
         routes = ctx.state.routes
+        # An image request's body, its decoded document, the translation (its data URLs) and
+        # that encoded are each as large as its images: each is let go of as soon as the next
+        # is made, so a request holds about one of them at a time (issue 40, item 8).
         doc, raw = await read_json(request)
+        kept = raw if len(raw) <= routes.table.capture_bytes else None  # for the capture
+        del raw
         translated = requests.translate(kind, doc, values.resolve(routes, requests.model_of(doc)))
+        del doc
         if translated.empty:
             return await _load_or_unload(request, ctx, routes, translated)
-        request[_TRANSLATED] = (translated, raw, started)
+        request[_TRANSLATED] = (translated, kept, started)
+        del kept
         return await through(request)
 
     handle.__name__ = f"handle_ollama_{kind}"
