@@ -455,3 +455,23 @@ async def test_a_stream_broken_off_ends_with_ollamas_error_line(pieces: tuple[by
         "error": "upstream qwen broke off the response: "
         "connection closed before the end of the body"
     }
+
+
+DEEP = b'{"usage":' + b'{"a":' * 1500 + b"1" + b"}" * 1500 + b"}"
+
+
+def test_a_model_answer_nested_too_deeply_or_with_huge_figures_is_read() -> None:
+    """The model's (or a peer's) answer is hostile input too: nested 1,500 deep, it read as no
+    JSON (an error's text, a stream's skipped event, a tool call's arguments kept as text), and
+    counts and durations out of any range read as not reported or as Go's longest duration."""
+    assert replies.error_message(DEEP, 500, "x").startswith('{"usage":{"a":')
+    clock = replies.Clock(started=0.0, waited=0.0)
+    translate = StreamTranslator("chat", False, "m", clock, lambda: 1.0)
+    assert translate.feed(b"data: " + DEEP + b"\n\n") == b""
+    [call] = replies.tool_calls([{"function": {"name": "f", "arguments": "[" * 1500}}])
+    assert call["function"]["arguments"] == {"arguments": "[" * 1500}
+    usage = {"prompt_tokens": 1e300, "completion_tokens": 2**70}
+    out = replies.stats(usage, {"prompt_ms": 1e308, "predicted_ms": -5.0}, clock)
+    assert "prompt_eval_count" not in out and "eval_count" not in out
+    assert (out["prompt_eval_duration"], out["eval_duration"]) == (2**63 - 1, 0)
+    json.loads(replies.encode(out))

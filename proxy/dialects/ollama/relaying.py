@@ -143,6 +143,8 @@ def rewrite_for(
             doc: Any = _decode(body)
         except msgspec.DecodeError as exc:
             raise BadGateway(f"upstream {acc.model} answered with no JSON: {exc}") from exc
+        except RecursionError as exc:
+            raise BadGateway(f"upstream {acc.model} answered with JSON nested too deeply") from exc
         out = replies.whole(
             translated.kind, translated.completion, translated.asked, doc, clock, translated.single
         )

@@ -79,7 +79,7 @@ class StreamTranslator:
             return self._done()
         try:
             event = _decode(payload)
-        except msgspec.DecodeError:
+        except (msgspec.DecodeError, RecursionError):
             return b""
         if not isinstance(event, dict):
             return b""

@@ -95,4 +95,9 @@ def timestamp(at: float | None = None) -> str:
 
 
 def nanoseconds(seconds: float) -> int:
-    return max(0, round(seconds * 1e9))
+    """Seconds as Ollama's nanoseconds: 0 to Go's longest duration (a model's `prompt_ms` of
+    1e300 is no reason to fail its answer)."""
+    nanos = seconds * 1e9
+    if math.isnan(nanos):
+        return 0
+    return max(0, round(nanos)) if nanos < 2**63 else 2**63 - 1
