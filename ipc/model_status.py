@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import msgspec
 
-from .states import ModelState
+from .states import ModelState, StartStep
 
 
 class LingeringProcess(msgspec.Struct, frozen=True):
@@ -85,6 +85,9 @@ class ModelStatus(msgspec.Struct, frozen=True):
     # when nothing did.
     keep_alive: float | None = None
     reason: str = ""  # why it is failed/stopped, when it is
+    # Starting: spawning its process, or waiting for its health check (None in other states).
+    # The daemon's word to its proxies; `/api/status` leaves it out (status_doc.py).
+    starting: StartStep | None = None
     in_flight: int = 0
     # What still holds GPU memory after the model stopped (NVML's view).
     gpu_lingering: tuple[LingeringProcess, ...] = ()
@@ -103,6 +106,10 @@ class ModelStatus(msgspec.Struct, frozen=True):
     waiting: Waiting | None = None
     # Its sleep setting's facts (None: it has no sleep setting).
     sleep: SleepStatus | None = None
+    # Seconds its load (spawn to healthy) and its wake take, the median of its last ones that
+    # went well (the swap log's); None before the first.
+    load_estimate: float | None = None
+    wake_estimate: float | None = None
 
 
 class GpuInfo(msgspec.Struct, frozen=True):

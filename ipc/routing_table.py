@@ -174,5 +174,10 @@ class RoutingTable(msgspec.Struct, frozen=True):
     # seconds, 0: none: how long a request body may stall, and a response go unread.
     client_body_timeout: float = 60.0
     send_timeout: float = 60.0
+    # `clientBodyMinRate`: past `client_body_timeout`, a body must average this many bytes/s
+    # (Apache's `MinRate`); `drainClientTimeout`: how long a drain waits for a request its client
+    # holds up (seconds). 0: none.
+    client_body_min_rate: float = 500.0
+    drain_client_timeout: float = 30.0
     # `security.cors`: which other sites' pages may use swapd, and their CORS answers.
     cors: CorsPolicy = CorsPolicy()

@@ -55,7 +55,7 @@ The top: ingress and the pipeline.
   front checks know; `llamacpp_router`: llama.cpp's router API; `ollama/`: Ollama's API
   (`routes`: its routes; `requests`: its requests as the model's own; `relaying`, `streams`,
   `replies`: the model's answers as Ollama's; `listing`: `/api/tags`, `/api/ps`, `/api/show`;
-  `values`: names, durations, `keep_alive`).
+  `values`: names, durations, `keep_alive`; `progress`: loading progress as `thinking` lines).
 
 `ui/`: the web UI's static files; `assets`: read once and kept in memory.
 """

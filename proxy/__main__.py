@@ -99,7 +99,8 @@ def _raise_fd_limit() -> None:
 
 
 def main(argv: list[str] | None = None, stages: Stages | None = None) -> int:
-    """`stages`: a benchmark's stand-ins for some stages (stages.py); `python -m` passes none."""
+    """`stages`: a benchmark's stand-ins for some stages (`benchmarks/pipeline_stages.py`);
+    `python -m` passes none."""
     args = _parse_args(argv)
     _raise_fd_limit()
     logging.basicConfig(

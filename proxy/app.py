@@ -106,7 +106,7 @@ async def guard(
         return await handler(request)
     except ProxyError as exc:
         ctx.stats.refused += 1
-        return exc.response()
+        return exc.response(request.headers.get("Accept", ""))
     except web.HTTPException as exc:
         if exc.status >= 400 and exc.text and not exc.content_type.endswith("json"):
             # aiohttp's own 404/405 (unknown path, wrong method) in the one error shape; an
@@ -114,7 +114,8 @@ async def guard(
             kept = {
                 k: v for k, v in exc.headers.items() if k not in ("Content-Type", "Content-Length")
             }
-            return error_response(exc.status, exc.text.strip(), headers=kept)
+            accept = request.headers.get("Accept", "")
+            return error_response(exc.status, exc.text.strip(), headers=kept, accept=accept)
         raise
     finally:
         ctx.leave()
@@ -136,7 +137,8 @@ def make_app(
     stages: Stages | None = None,
 ) -> web.Application:
     """The proxy's application; its context is made at start-up. `stages`: a benchmark's
-    stand-ins for some stages of the pipeline (stages.py); swapd never passes any."""
+    stand-ins for some stages of the pipeline (`benchmarks/pipeline_stages.py`); swapd never
+    passes any."""
     stages = stages or Stages()
     # The body limit applies where a body is read (body.py), not here: passthrough bodies stream.
     app = web.Application(middlewares=[front], client_max_size=1024**4)

@@ -48,7 +48,7 @@ class Guard(Protocol):
 @dataclass(frozen=True, slots=True)
 class Stages:
     """Stand-ins for stages of the pipeline, for measuring what each one costs
-    (`benchmarks/pipeline_stages.py`, which `benchmarks/pipeline_cost.py` runs row by row).
+    (`benchmarks/harness/pipeline_stages.py`, which `benchmarks/pipeline_cost.py` runs row by row).
 
     swapd itself never sets one: a field left at its default is swapd's own stage. Each is read
     once, at start-up, into the place that calls it (`ProxyContext`, `dispatch.Dispatch`,
@@ -86,7 +86,8 @@ class ProxyContext:
     # The responses streaming now, and their capture tees' budget (the recorder's too).
     streams: Streams
     stats: Stats = field(default_factory=Stats)
-    # What a benchmark puts in place of some stages (stages.py); swapd's own when not set.
+    # What a benchmark puts in place of some stages (`benchmarks/pipeline_stages.py`); swapd's
+    # own when not set.
     stages: Stages = field(default_factory=Stages)
     read_model: Callable[[web.BaseRequest], Awaitable[RequestModel]] = field(init=False)
     upstream_headers: HeaderLines = field(init=False)

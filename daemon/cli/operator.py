@@ -236,7 +236,13 @@ def main(args: argparse.Namespace) -> int:
             print(line, file=sys.stderr if line.startswith("warning: ") else sys.stdout)
         return 0
     if isinstance(reply, Error):
-        print(f"swapd: {reply.message}", file=sys.stderr)
+        # A refused reload's message ends with the file's warnings: first, as check-config does.
+        told = reply.message.splitlines() or [""]
+        kept = [line for line in told if not line.startswith("warning: ")]
+        for line in told:
+            if line.startswith("warning: "):
+                print(line, file=sys.stderr)
+        print("swapd: " + "\n".join(kept), file=sys.stderr)
         for line in reply.log_tail:  # a failed start: the last lines of its output
             print(f"  {line}", file=sys.stderr)
         return 1

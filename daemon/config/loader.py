@@ -374,6 +374,8 @@ class _Build:
             performance_every=perf_every,
             client_body_timeout=_or(top.client_body_timeout, c.DEFAULT_CLIENT_TIMEOUT),
             send_timeout=_or(top.send_timeout, c.DEFAULT_CLIENT_TIMEOUT),
+            client_body_min_rate=_or(top.client_body_min_rate, c.DEFAULT_CLIENT_BODY_MIN_RATE),
+            drain_client_timeout=_or(top.drain_client_timeout, c.DEFAULT_DRAIN_CLIENT_TIMEOUT),
             cors=security_fields.cors(top, self.typed, report),
         )
 

@@ -121,6 +121,9 @@ DEFAULT_SESSION_HEADERS: tuple[str, ...] = ("X-Session-ID", "X-Litellm-Session-I
 DEFAULT_PERFORMANCE_EVERY = 5.0
 # `clientBodyTimeout` and `sendTimeout`: nginx's defaults.
 DEFAULT_CLIENT_TIMEOUT = 60.0
+# `clientBodyMinRate` (bytes/s: Apache's `MinRate` default) and `drainClientTimeout` (seconds).
+DEFAULT_CLIENT_BODY_MIN_RATE = 500.0
+DEFAULT_DRAIN_CLIENT_TIMEOUT = 30.0
 
 
 class Config(msgspec.Struct, frozen=True):
@@ -166,6 +169,9 @@ class Config(msgspec.Struct, frozen=True):
     # `clientBodyTimeout`, `sendTimeout` (seconds; 0: none) and `security.cors`.
     client_body_timeout: float = DEFAULT_CLIENT_TIMEOUT
     send_timeout: float = DEFAULT_CLIENT_TIMEOUT
+    # `clientBodyMinRate` (bytes/s) and `drainClientTimeout` (seconds); 0: none.
+    client_body_min_rate: float = DEFAULT_CLIENT_BODY_MIN_RATE
+    drain_client_timeout: float = DEFAULT_DRAIN_CLIENT_TIMEOUT
     cors: CorsPolicy = CorsPolicy()
 
     @property

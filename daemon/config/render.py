@@ -53,6 +53,8 @@ def _top(config: Config) -> dict[str, Any]:
         "captureBuffer": config.capture_buffer,
         "clientBodyTimeout": _number(config.client_body_timeout),
         "sendTimeout": _number(config.send_timeout),
+        "clientBodyMinRate": _number(config.client_body_min_rate),
+        "drainClientTimeout": _number(config.drain_client_timeout),
         **({"store": {"path": config.store_path}} if config.store_path else {}),
         "apiKeys": [HIDDEN for _ in config.api_keys],
         **_security(config),

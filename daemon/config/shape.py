@@ -295,6 +295,10 @@ class Top(Section, frozen=True):
     # nginx's `client_body_timeout` and `send_timeout`, in seconds (0: none; default 60).
     client_body_timeout: Seconds | None = None
     send_timeout: Seconds | None = None
+    # Apache's `MinRate` for request bodies, bytes/s (0: none; default 500), and how long a drain
+    # waits for a request its client holds up, seconds (0: no bound; default 30).
+    client_body_min_rate: Seconds | None = None
+    drain_client_timeout: Seconds | None = None
     security: Security | None = None
     store: Store | None = None
     ui: Ui | None = None

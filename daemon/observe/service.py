@@ -59,9 +59,11 @@ def record_json(record: ActivityRecord, has_capture: bool = False) -> dict[str, 
 
 
 def secrets_of(config: Config) -> Secrets:
-    """The keys no capture shows: the clients' (`apiKeys`) and the peers' (`apiKey`)."""
+    """The keys no capture shows: the clients' (`apiKeys`) and the peers' (`apiKey`); and the
+    session headers llama-swap's UI shows (`ui.activity.session_id`)."""
     peers: Iterable[RoutePeer] = config.peers.values()
-    return Secrets([*config.api_keys, *(p.api_key for p in peers if p.api_key)])
+    keys = [*config.api_keys, *(p.api_key for p in peers if p.api_key)]
+    return Secrets(keys, shown=config.session_headers)
 
 
 class Publisher(Protocol):

@@ -8,7 +8,10 @@ draining -> stopping -> stopped, plus failed, and for a model with a sleep setti
 draining -> sleeping -> asleep -> waking -> ready (a failed sleep or wake falls back to a stop,
 and a wake's to a cold start). Its parts: the models' records (`model_table.py`),
 the swaps under way (`swap_queue.py`, each a `swap.Swap` in an explicit phase), the starts
-(`starts.py`) and the stops (`stops.py`); `room.py` builds what the policy is shown.
+(`starts.py`) and the stops (`stops.py`), a queued swap's decision, steps 7 to 12 below
+(`deciding.py`; `room.py` builds what the policy is shown), and the take-downs asked for from
+outside, unloads, sleeps, TTL and reload stops (`take_downs.py`). Each tells the story of what
+it does to a model as it happens (`story.py`) to the effects, for the swap log.
 
 The decision tree. For each `ensure(model_id)` (a name is resolved to its id once, where the
 request enters the daemon):
@@ -57,26 +60,18 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Coroutine, Iterable, Iterator
-from typing import Any, Generic
+from typing import Generic
 
 import msgspec
 
 from ...ipc.causes import StopCause
-from ...ipc.states import LOADED_STATES, ModelState
+from ...ipc.states import ModelState
 from ..config import Config, ModelConfig
-from ..errors import (
-    CannotSleep,
-    EnsureError,
-    ModelNotFound,
-    ModelUnloaded,
-    NoGpuRoom,
-    NotRunning,
-    ShuttingDown,
-)
-from . import room
+from ..errors import EnsureError, ModelNotFound, ShuttingDown
 from .changes import Changes
+from .deciding import Decider
 from .eviction.choose import choose
-from .eviction.contract import EvictionPolicy, MakeRoom, Occupant, Refuse, Room, Wait
+from .eviction.contract import EvictionPolicy, Occupant
 from .eviction.preemption import COLLATE_WINDOW
 from .model_table import ModelTable
 from .records import Effects, H, ModelRecord, Readings, Stop
@@ -84,6 +79,7 @@ from .starts import BACKOFF_AFTER, BACKOFF_BASE, BACKOFF_MAX, Starts
 from .stops import Stops
 from .swap import Abort, Claim, Phase, Swap, retrieve
 from .swap_queue import SwapQueue
+from .take_downs import TakeDowns
 
 __all__ = ["BACKOFF_AFTER", "BACKOFF_BASE", "BACKOFF_MAX", "EnsureError", "Scheduler"]
 
@@ -105,9 +101,7 @@ class Scheduler(Generic[H]):
         collate_window: float = COLLATE_WINDOW,
     ) -> None:
         self.effects = effects
-        self.readings = readings
         self.choose_policy = choose_policy
-        self.policy = choose_policy(config)
         self.clock = clock
         self.collate_window = collate_window
         self.shutting_down = False
@@ -116,6 +110,12 @@ class Scheduler(Generic[H]):
         self.swaps: SwapQueue[H] = SwapQueue()
         self.stops: Stops[H] = Stops(self.models, effects, self.swaps, self.changes)
         self.starts: Starts[H] = Starts(self.models, effects, clock, backoff_base)
+        self.decider: Decider[H] = Decider(
+            self.models, self.swaps, self.stops, effects, readings, self.changes,
+            policy=choose_policy(config), clock=clock, collate_window=collate_window,
+            check_aborted=self._check_aborted,
+        )  # fmt: skip
+        self.take_downs: TakeDowns[H] = TakeDowns(self.models, self.swaps, self.stops, self.changes)
 
     @property
     def config(self) -> Config:
@@ -156,7 +156,7 @@ class Scheduler(Generic[H]):
         rec = self.record(model_id)
         # 2.
         if rec.state == ModelState.READY and rec.handle is not None:
-            if not self._taken_down(model_id):
+            if not self.decider.taken_down(model_id):
                 return rec.handle
         # 3.
         if rec.state == ModelState.DRAINING and rec.handle is not None:
@@ -176,9 +176,6 @@ class Scheduler(Generic[H]):
             swap.task = loop.create_task(self._run(swap))
         # A requester that gives up must not cancel a start others (or the next request) wait for.
         return await asyncio.shield(swap.result)
-
-    def _taken_down(self, model_id: str) -> bool:
-        return self.stops.under_way(model_id) or self.swaps.evicting(model_id)
 
     # ------------------------------------------------------------------------------- a swap
 
@@ -224,7 +221,7 @@ class Scheduler(Generic[H]):
     async def _swap(self, swap: Swap[H]) -> H:
         target = swap.target
         while True:
-            ready = await self._claim(swap)
+            ready = await self.decider.until_claimed(swap)
             if ready is not None:
                 return ready
             claim = swap.claim
@@ -238,7 +235,11 @@ class Scheduler(Generic[H]):
                     log.info("%s: waits again: a model it was stopping serves its requests", target)
                     continue
                 model = self.config.models.get(target)
-                if claim.sleep and model is not None and self.policy.reads_gpus(model):
+                if (
+                    claim.sleep
+                    and model is not None
+                    and self.decider.terms(model).decides_again_asleep
+                ):
                     # What the sleepers still hold is known now: decide again with it.
                     log.info("%s: decides again with %s asleep", target, ", ".join(claim.sleep))
                     swap.queued()
@@ -279,137 +280,9 @@ class Scheduler(Generic[H]):
             if isinstance(result, BaseException):
                 log.error("%s: stopping %s failed: %r", target, m, result)
 
-    async def _claim(self, swap: Swap[H]) -> H | None:
-        """Steps 7 to 12, until the swap has claimed its room (None) or its target is ready
-        (its handle)."""
-        target = swap.target
-        while True:
-            waits = swap.waits
-            # 7.
-            last = waits.decision if waits is not None else None
-            if waits is not None and isinstance(last, Wait) and last.check:
-                await self._read_busy_checks(swap, last.check)
-                waits.asked.update(dict.fromkeys(last.check, self.clock()))
-                waits.decision = None
-            model = self._waking_on_its_gpus(target)
-            gpus = None
-            if model is not None and self.policy.reads_gpus(model):
-                gpus = await self.readings.gpus(model, self._read_with(target))
-            # 8.
-            self._check_aborted(swap)
-            model = self._waking_on_its_gpus(target)
-            if model is None:
-                raise ModelNotFound(f"no local model {target!r}")
-            assert waits is not None
-            # 9.
-            rec = self.record(target)
-            if rec.state == ModelState.READY and rec.handle and not self._taken_down(target):
-                return rec.handle
-            # 10.
-            now = self.clock()
-            decision = self.policy.decide(
-                room.ask(swap, model, now, self.collate_window), Room(self._occupants(target), gpus)
-            )
-            waits.decision = decision
-            self.effects.decided(model, decision)
-            if isinstance(decision, Refuse):
-                raise NoGpuRoom(decision.reason)
-            if isinstance(decision, Wait):
-                if decision.for_room and waits.room_since is None:
-                    waits.room_since = now
-                if not decision.check:
-                    await self._park(swap, decision.reason, decision.until)
-                continue
-            # 11.
-            if self.stops.under_way(target):
-                await self._park(swap, f"{target} is being stopped", None)
-                continue
-            if self.swaps.collides(target, decision.evict):
-                await self._park(swap, "collides with a swap under way", None)
-                continue
-            # 12.
-            if not self.policy.reads_gpus(model):
-                ahead = self._ahead_in_conflict(swap, decision)
-                if ahead is not None:
-                    await self._park(swap, f"behind the swap to {ahead} in the queue", None)
-                    continue
-            # 13.
-            swap.claimed(Claim(decision.stop, decision.placement, decision.sleep))
-            self.effects.waiting(target, "", swap.turn.queued_at)
-            return None
-
-    def _ahead_in_conflict(self, swap: Swap[H], mine: MakeRoom) -> str | None:
-        """A swap ahead in the queue that may begin now and conflicts with `swap`'s claim."""
-        for other in self.swaps.ahead(swap):
-            model = self.config.models.get(other.target)
-            if model is None or self.policy.reads_gpus(model):
-                continue
-            ask = room.ask(other, model, self.clock(), self.collate_window)
-            theirs = self.policy.decide(ask, Room(self._occupants(other.target)))
-            if not isinstance(theirs, MakeRoom):
-                continue
-            if self.stops.under_way(other.target) or self.swaps.collides(
-                other.target, theirs.evict
-            ):
-                continue
-            if (
-                other.target == swap.target
-                or other.target in mine.evict
-                or swap.target in theirs.evict
-                or theirs.evict & mine.evict
-            ):
-                return other.target
-        return None
-
-    async def _park(self, swap: Swap[H], on: str, until: float | None) -> None:
-        """Wait for a change, or until `until` (monotonic) at the latest; `on` says what for
-        (told to the effects: it is what the swap waits for until it decides otherwise)."""
-        waits = swap.waits
-        assert waits is not None
-        waits.on = on
-        self.effects.waiting(swap.target, on, swap.turn.queued_at)
-        try:
-            await self.changes.wait(None if until is None else max(0.0, until - self.clock()))
-        finally:
-            waits.on = ""
-
-    async def _read_busy_checks(self, swap: Swap[H], models: frozenset[str]) -> None:
-        """The busy checks of `models` read again, or until the swap is answered otherwise."""
-        reading = asyncio.ensure_future(self.readings.check_busy(models))
-        either: set[asyncio.Future[Any]] = {reading, swap.result}
-        try:
-            await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            reading.cancel()
-
-    def _waking_on_its_gpus(self, target: str) -> ModelConfig | None:
-        """The target's definition; an asleep one placed by memory may be placed only on the
-        GPUs its process holds (it wakes where it sleeps)."""
-        model = self.config.models.get(target)
-        rec = self.records.get(target)
-        if model is None or rec is None or rec.state != ModelState.ASLEEP or not model.gpus_auto:
-            return model
-        held = rec.model.gpus if rec.model is not None else None
-        return msgspec.structs.replace(model, gpus_allowed=held) if held else model
-
-    def _read_with(self, target: str) -> list[Occupant]:
-        """What a GPU reading attributes memory to: the occupants, and a target with a process
-        (asleep), whose residual is its own, not a stranger's."""
-        occupants = list(self._occupants(target).values())
-        rec = self.records.get(target)
-        if rec is not None and rec.handle is not None:
-            model = rec.model or self.config.models.get(target)
-            occupants.append(room.occupant(target, model, rec.state, rec.handle, self.readings))
-        return occupants
-
-    def _occupants(self, target: str | None) -> dict[str, Occupant]:
-        return room.occupants(
-            self.config, self.swaps.claims(), self.records.values(), self.readings, target
-        )
-
     def occupants(self) -> list[Occupant]:
         """Every model with a process or a claimed start (for the GPU footprints' samples)."""
-        return list(self._occupants(None).values())
+        return list(self.decider.occupants(None).values())
 
     def _check_aborted(self, swap: Swap[H]) -> None:
         if swap.abort is not None:
@@ -420,74 +293,20 @@ class Scheduler(Generic[H]):
     # ------------------------------------------------------------------------- stop, unload
 
     async def stop(self, model_id: str, cause: StopCause) -> None:
-        """Drain and stop one model (TTL, reload; joins a stop under way); nothing when it is
-        not loaded."""
-        await self.stops.stop(model_id, Stop(cause))
+        """Drain and stop one model (TTL, reload); `take_downs.py`."""
+        await self.take_downs.stop(model_id, cause)
 
     async def idle(self, model_id: str, cause: StopCause) -> None:
-        """Take an idle model out of the GPU the way its setting says (its TTL ran out): put it
-        to sleep when it has a sleep setting, stop it otherwise."""
-        model = self.config.models.get(model_id)
-        if model is not None and model.sleep is not None:
-            await self.stops.sleep(model_id, Stop(cause))
-        else:
-            await self.stops.stop(model_id, Stop(cause))
+        """Its TTL ran out: asleep or stopped, as its setting says; `take_downs.py`."""
+        await self.take_downs.idle(model_id, cause)
 
     async def sleep(self, model_id: str, cause: StopCause = StopCause.SLEEP) -> ModelState:
-        """Put one model to sleep on request (`swapd sleep`, the Sleep button): drained, then
-        asleep (or stopped, when its sleep fails). Returns the state it ended in. A model
-        without a sleep setting is 400 `cannot_sleep`; one that is not running, 409."""
-        model = self.config.models.get(model_id)
-        if model is None:
-            raise ModelNotFound(f"no local model {model_id!r}")
-        if model.sleep is None:
-            raise CannotSleep(
-                f"model {model_id} has no sleep setting (docs/configuration.md, sleep): it can "
-                "be unloaded, not put to sleep"
-            )
-        rec = self.record(model_id)
-        if rec.state in (ModelState.STARTING, ModelState.WAKING) or self.swaps.get(model_id):
-            raise NotRunning(f"model {model_id} is starting; put it to sleep once it is ready")
-        if rec.state not in LOADED_STATES:
-            raise NotRunning(f"model {model_id} is not running; there is nothing to put to sleep")
-        await self.stops.sleep(model_id, Stop(cause))
-        return self.record(model_id).state
+        """Put one model to sleep on request; the state it ended in; `take_downs.py`."""
+        return await self.take_downs.sleep(model_id, cause)
 
     async def unload(self, model_id: str | None, cause: StopCause = StopCause.UNLOAD) -> list[str]:
-        """Stop one model (by id) or, with None, every loaded one. Returns the ids stopped.
-
-        Ensures already waiting for a model when its unload arrives get 503 `model_unloaded` (a
-        start under way is aborted); ensures that arrive later wait until it stopped, then start
-        it again."""
-        if model_id is None:
-            targets = sorted(self.loaded() | self.swaps.targets())
-        else:
-            if model_id not in self.config.models and model_id not in self.records:
-                raise ModelNotFound(f"no local model {model_id!r}")
-            targets = [model_id]
-        await asyncio.gather(*(self._unload(m, cause) for m in targets))
-        return targets
-
-    async def _unload(self, model_id: str, cause: StopCause) -> None:
-        unloading = self.stops.unloading
-        unloading[model_id] += 1
-        try:
-            swap = self.swaps.pop(model_id)
-            if swap is not None:
-                error = ModelUnloaded(
-                    f"model {model_id} was unloaded while this request waited for it; "
-                    "send the request again to start it again",
-                )
-                swap.aborted(Abort(error, cause))
-                self.changes.fire()
-                assert swap.task is not None
-                await asyncio.wait([swap.task])
-            await self.stops.stop(model_id, Stop(cause))
-        finally:
-            unloading[model_id] -= 1
-            if unloading[model_id] <= 0:
-                del unloading[model_id]
-            self.changes.fire()
+        """Stop one model or, with None, every loaded one; the ids stopped; `take_downs.py`."""
+        return await self.take_downs.unload(model_id, cause)
 
     # ------------------------------------------------------------------------ outside events
 
@@ -562,5 +381,5 @@ class Scheduler(Generic[H]):
 
     def replace_config(self, config: Config) -> None:
         self.models.configure(config)
-        self.policy = self.choose_policy(config)
+        self.decider.policy = self.choose_policy(config)
         self.changes.fire()

@@ -23,11 +23,13 @@ from ...ipc import exits
 from ...ipc.causes import StopCause
 from ...ipc.routing_table import SleepSetting
 from ...ipc.states import LOADED_STATES, ModelState
+from ...ipc.swap_record import SwapKind, SwapOutcome
 from ..config import ModelConfig
 from ..errors import DaemonError
 from .changes import Changes
 from .model_table import ModelTable
 from .records import Effects, H, ModelRecord, Stop
+from .story import Began, Ended
 from .swap_queue import SwapQueue
 
 log = logging.getLogger("swapd.scheduler")
@@ -115,8 +117,12 @@ class Stops(Generic[H]):
 
     async def _stop(self, rec: ModelRecord[H], stop: Stop) -> None:
         try:
-            if rec.state == ModelState.READY:
+            # Its take-down begins with its drain; asleep, with its stop (no drain, no sleep).
+            began = Began(rec.id, SwapKind.STOP, stop.cause, stop.for_model)
+            drains = rec.state == ModelState.READY
+            if drains:
                 self.models.set(rec, ModelState.DRAINING, stop.text, stop)
+                self.effects.happened(began)
                 drain = asyncio.get_running_loop().create_task(self.effects.drain(rec.id))
                 self._draining[rec.id] = drain
                 try:
@@ -139,6 +145,8 @@ class Stops(Generic[H]):
                 stop = failed
             rec.asleep_with = None
             self.models.set(rec, ModelState.STOPPING, stop.text, stop)
+            if not drains:
+                self.effects.happened(began)
             # A swap stopping this model starts its own target right after.
             follows = self.swaps.start_follows(rec.id)
             try:
@@ -147,6 +155,7 @@ class Stops(Generic[H]):
                 log.exception("%s: stop failed", rec.id)
             rec.handle = None
             self.models.set(rec, ModelState.STOPPED, stop.text, stop)
+            self.effects.happened(Ended(rec.id, SwapOutcome.OK, stop.text, SwapKind.STOP))
         finally:
             if self._stops.get(rec.id) is asyncio.current_task():
                 del self._stops[rec.id]
@@ -172,6 +181,7 @@ class Stops(Generic[H]):
         else:
             rec.asleep_with = setting
             self.models.set(rec, ModelState.ASLEEP, why.text, why)
+            self.effects.happened(Ended(rec.id, SwapOutcome.OK, why.text, SwapKind.SLEEP))
             return None
         log.warning("%s: %s", rec.id, failed.text)
         return failed
@@ -198,6 +208,8 @@ class Stops(Generic[H]):
         self._stops.pop(rec.id, None)
         self._collatable.discard(rec.id)
         self.models.set(rec, ModelState.READY, TAKEN_BACK)
+        # Its take-down ends with nothing done: a stop's record of its own, folded into no swap.
+        self.effects.happened(Ended(rec.id, SwapOutcome.OK))
         return True
 
     # ---------------------------------------------------------------------------- cleanup
@@ -222,6 +234,8 @@ class Stops(Generic[H]):
         handle, model = rec.handle, rec.model
         rec.handle = rec.asleep_with = None
         self.models.set(rec, ModelState.STOPPED, crash.text, crash)
+        self.effects.happened(Began(model_id, SwapKind.CRASH, StopCause.CRASH))
+        self.effects.happened(Ended(model_id, SwapOutcome.OK, crash.text))
         self._clean_up(model_id, handle, model)
         return True
 

@@ -21,6 +21,7 @@ from swapd.daemon.policy.eviction.contract import (
 )
 from swapd.daemon.policy.records import Activity, ModelRecord
 from swapd.daemon.policy.scheduler import EnsureError, Scheduler
+from swapd.daemon.policy.story import Happening
 from swapd.ipc.routing_table import SleepSetting
 from tests.support.models import Clock, model
 
@@ -66,6 +67,7 @@ class FakeEffects:
         self.drain_hooks: dict[str, Callable[[], object]] = {}
         self.decisions: list[tuple[str, Decision]] = []
         self.waits: list[tuple[str, str]] = []  # (target, what its swap waits for) as told
+        self.happenings: list[Happening] = []  # the swap story as told (policy/story.py)
         # Set once a call of that kind for that model reached the fake (before any gate).
         self._entered: dict[tuple[str, str], asyncio.Event] = {}
         # Readings: what each busyCheck says; the GPU reading (None: no GPUs to read).
@@ -165,6 +167,9 @@ class FakeEffects:
 
     def changed(self, record: ModelRecord[Handle], model: ModelConfig | None) -> None:
         self.states.append((record.id, record.state))
+
+    def happened(self, event: Happening) -> None:
+        self.happenings.append(event)
 
     def decided(self, target: ModelConfig, decision: Decision) -> None:
         self.decisions.append((target.id, decision))

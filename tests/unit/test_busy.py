@@ -27,6 +27,7 @@ from swapd.daemon.policy.eviction.contract import BusyReading, Decision, Wait
 from swapd.daemon.policy.proxies import ProxyRegistry
 from swapd.daemon.policy.records import ModelRecord
 from swapd.daemon.policy.scheduler import Scheduler
+from swapd.daemon.policy.story import Happening
 from swapd.daemon.status import waiting_of
 from swapd.ipc.model_status import Busy
 from tests.support.loopback_app import serving
@@ -319,26 +320,19 @@ async def test_an_unload_is_not_held_and_an_unloaded_target_ends_the_wait() -> N
 
 
 class LoggedEffects(HeldEffects):
-    """HeldEffects that also tell the daemon's swap log what the daemon's effects tell it (each
-    state change, what a queued swap waits for, its end), so the target's `waiting` and its swap
-    record can be read as `/api/status` and `/api/swaps` give them (daemon/status.py's
-    `waiting_of`)."""
+    """HeldEffects that also tell the daemon's swap log what the daemon's effects tell it (the
+    swap story as it happens, what a queued swap waits for, its end), so the target's `waiting`
+    and its swap record can be read as `/api/status` and `/api/swaps` give them
+    (daemon/status.py's `waiting_of`)."""
 
     def __init__(self, config: Config, board: BusyBoard, swaps: SwapLog) -> None:
         super().__init__(config, board)
         self.swaps = swaps
         self.republished: list[str] = []
 
-    def changed(self, record: ModelRecord[Handle], model: ModelConfig | None) -> None:
-        super().changed(record, model)
-        stop = record.stop
-        self.swaps.changed(
-            record.id,
-            record.state,
-            record.reason,
-            cause=stop.cause if stop is not None else None,
-            for_model=stop.for_model if stop is not None else "",
-        )
+    def happened(self, event: Happening) -> None:
+        super().happened(event)
+        self.swaps.told(event)
 
     def waiting(self, target: str, on: str, queued_at: float) -> None:
         super().waiting(target, on, queued_at)

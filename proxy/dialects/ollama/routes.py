@@ -5,7 +5,8 @@
   the model's own (`requests.py`) and goes the one pipeline's way (route decision, admission,
   forward, relay, accounting: `pipeline.dialect_handler`), its answer rewritten on the way out
   (`relaying.py`). A chat or generate with nothing to answer loads the model (Ollama's way to
-  preload), or with `keep_alive: 0` unloads it.
+  preload), or with `keep_alive: 0` unloads it. A streamed chat or generate that waits for its
+  model gets the loading progress (`sendLoadingState`) as `thinking` lines (`progress.py`).
 * `/api/tags`, `/api/ps`, `/api/show`: `listing.py`. `/api/version` is `observe.py`'s.
 * `GET /` and `HEAD /`: "Ollama is running" (Ollama's clients check it), except to a browser
   (`Accept: text/html`), which is sent to the web UI as before.
@@ -35,8 +36,9 @@ from ...mirror.wait import routes_of
 from ...routing import decide
 from ...routing.body import RequestModel, read_json
 from ..paths import OLLAMA_MODEL_ROUTES
-from ..way import Reader, Way
+from ..way import PROGRESS_FRAMES, Reader, Way
 from . import listing, replies, requests, values
+from .progress import OllamaFrames
 from .relaying import JSON, KeepAlives, rewrite_for
 from .requests import Kind, Translated
 
@@ -154,6 +156,8 @@ def _reader(kind: Kind) -> Reader:
             request[ACCOUNT].keep = 0  # no capture: the body outgrew `captureBuffer` (handle)
         found = RequestModel(translated.name, "json", body, raw=raw, rewritten=True)
         rewrite = rewrite_for(request.app[CTX], request.app[KEEPS], translated, started)
+        if translated.kind in ("chat", "generate"):  # loading progress as `thinking` lines
+            request[PROGRESS_FRAMES] = OllamaFrames(translated.kind, translated.asked)
         return Way(found, translated.path, "", rewrite)
 
     read.__name__ = f"read_ollama_{kind}"

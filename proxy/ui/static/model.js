@@ -130,9 +130,11 @@ function head(item, entry) {
     parts.head,
     el("h2", { text: current }),
     el("span", { class: `badge state-${state}`, "data-role": "state", text: state }),
-    st && st.busy && st.busy.busy ? el("span", { class: "badge busy", text: "busy" }) : null,
+    // How long it has been in its state, beside the state (not after the busy badge, where it
+    // read as how long it had been busy); the busy badge says its own.
+    st && st.since && state !== "stopped" ? el("span", { class: "hint", "data-role": "state-for" }, "for ", el("span", { "data-since": String(st.since), text: seconds(now() - st.since) })) : null,
+    st && st.busy && st.busy.busy ? el("span", { class: "badge busy", "data-role": "busy-for" }, "busy", st.busy.since ? [" for ", el("span", { "data-since": String(st.busy.since), text: seconds(now() - st.busy.since) })] : null) : null,
     st && st.waiting ? el("span", { class: "badge wait", text: "waiting" }) : null,
-    st && st.since && state !== "stopped" ? el("span", { class: "hint" }, "for ", el("span", { "data-since": String(st.since), text: seconds(now() - st.since) })) : null,
     remote ? el("span", { class: "badge remote", text: "remote" }) : null,
     el("span", { class: "grow" }),
     el("a", { href: href("playground", current), "data-action": "playground", text: "Try in the Playground" }),
@@ -175,6 +177,12 @@ function renderFacts(item, entry) {
   if (st && st.placed_by_memory) facts.push(fact("placement", "by measured memory (gpus: auto)"));
   const t = ttl(st, state);
   if (t) facts.push(fact("TTL", t));
+  const estimate = state === "ready" ? null : waits.estimate(st, state);
+  if (estimate) {
+    const [dt, dd] = fact(...estimate);
+    dd.dataset.role = "estimate";
+    facts.push([dt, dd]);
+  }
   if (st && st.waiting) {
     const [dt, dd] = fact("a swap waits", ...waits.waitingParts(st.waiting));
     dd.dataset.role = "waiting";

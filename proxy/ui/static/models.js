@@ -125,6 +125,9 @@ function card(item) {
   const facts = [];
   if (remote) facts.push(fact("peer", item.peerID));
   if (detail && state === "starting" && detail.since) facts.push(fact("starting for", since(detail.since)));
+  // How long its load (or wake) took lately, from its own last ones; nothing before the first.
+  const estimate = state === "ready" ? null : waits.estimate(st, state);
+  if (estimate) facts.push(role(fact(...estimate), "estimate"));
   if (detail && state === "ready" && detail.since) facts.push(fact("up", since(detail.since)));
   if (detail && detail.pid) facts.push(fact("pid", String(detail.pid)));
   if (detail && state !== "stopped") {

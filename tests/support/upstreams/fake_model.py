@@ -9,6 +9,10 @@ small model cannot be made to do on cue it does as llama-server's API does it: a
 the request carries `tools`, an answer naming the images of a vision request, text completions
 (`/v1/completions`), embeddings.
 
+Two of llama-server's habits on cue: `--close-after-stream` closes the connection after every
+streamed chat answer without saying `Connection: close` first; `--no-jinja` answers a chat with
+`tools` 500 `tools param requires --jinja flag`, as llama-server started without `--jinja` does.
+
 Run as `python fake_model.py --port N [--name ID] [options]`. Every response says which instance
 served it (`served_by`, the `--name` and pid), so tests can tell models apart.
 
@@ -128,6 +132,14 @@ def _tool_call(body: dict[str, object]) -> dict[str, object] | None:
 
 async def _chat(request: web.Request) -> web.StreamResponse:
     body = await _json_body(request)
+    if ARGS.no_jinja and body.get("tools"):
+        # llama-server's answer to `tools` when it was started without `--jinja`.
+        error = {
+            "code": 500,
+            "message": "tools param requires --jinja flag",
+            "type": "server_error",
+        }
+        return web.json_response({"error": error}, status=500)
     call = _tool_call(body)
     images = _images(body)
     if call is not None or images:
@@ -180,6 +192,10 @@ async def _chat(request: web.Request) -> web.StreamResponse:
             }
         await resp.write(f"data: {json.dumps(done)}\n\ndata: [DONE]\n\n".encode())
         await resp.write_eof()
+        if ARGS.close_after_stream and request.transport is not None:
+            # As llama-server does: the connection closed after a streamed answer, though its
+            # head did not say `Connection: close`.
+            request.transport.close()
         return resp
     if delay:
         await asyncio.sleep(delay)
@@ -564,6 +580,14 @@ def main() -> None:
         "--sigterm-exits",
         action="store_true",
         help="exit at once on SIGTERM, cutting requests under way (aiohttp would finish them)",
+    )
+    parser.add_argument(
+        "--close-after-stream",
+        action="store_true",
+        help="close the connection after a streamed chat answer, unannounced (llama-server)",
+    )
+    parser.add_argument(
+        "--no-jinja", action="store_true", help="500 for a chat with `tools` (llama-server)"
     )
     parser.add_argument("--gpu-mem", type=int, default=None, help="GPU bytes it says it holds")
     ARGS = parser.parse_args()

@@ -1,15 +1,15 @@
 """A real `swapd run` for benchmarks: config written to a temp dir, started, stopped.
 
-The benchmarks do not use tests/support/stack.py (a pytest helper) so they run from any checkout
-with only swapd installed; this is the same thing in a few lines: `swapd run -c CONFIG --listen
-127.0.0.1:PORT --run-dir TMP`, wait until the proxy's /health answers, SIGTERM at the end.
+The benchmarks do not use tests/support/stack.py (a pytest helper); this is the same thing in a
+few lines: `swapd run -c CONFIG --listen 127.0.0.1:PORT --run-dir TMP`, wait until the proxy's
+/health answers, SIGTERM at the end.
+Ports come from tests/support/ports.py, below the kernel's ephemeral range, as the tests' do.
 """
 
 from __future__ import annotations
 
 import contextlib
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -21,30 +21,9 @@ from types import TracebackType
 
 import psutil
 
+from tests.support.ports import free_port
+
 SWAPD = [sys.executable, "-m", "swapd.daemon.cli"]
-
-
-def free_port(consecutive: int = 1) -> int:
-    """A loopback port that is free, with the next `consecutive - 1` ports free as well."""
-    for _ in range(100):
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            base = sock.getsockname()[1]
-        if base + consecutive > 65535:
-            continue
-        try:
-            probes = []
-            for port in range(base + 1, base + consecutive):
-                probe = socket.socket()
-                probes.append(probe)
-                probe.bind(("127.0.0.1", port))
-        except OSError:
-            continue
-        finally:
-            for probe in probes:
-                probe.close()
-        return base
-    raise RuntimeError("no run of free ports found")
 
 
 def wait_http_ok(url: str, timeout: float, interval: float = 0.005) -> None:
@@ -100,6 +79,21 @@ class RunningSwapd:
     def pid(self) -> int:
         assert self.proc is not None
         return self.proc.pid  # circusd: `swapd run` execs it
+
+    def process(self, module: str) -> psutil.Process:
+        """The process under circusd running `module` (`swapd.proxy`, `swapd.daemon.main`)."""
+        for child in psutil.Process(self.pid).children(recursive=True):
+            if module in " ".join(child.cmdline()):
+                return child
+        raise RuntimeError(f"no {module} process under {self.pid}")
+
+    @property
+    def proxy(self) -> psutil.Process:
+        return self.process("swapd.proxy")
+
+    @property
+    def daemon(self) -> psutil.Process:
+        return self.process("swapd.daemon.main")
 
     def stop(self) -> int | None:
         proc = self.proc

@@ -1,7 +1,7 @@
-"""A process that holds a known amount of GPU memory, for the GPU scripts of this folder
-(gpu_check.py, gpu_placement_check.py): the one GPU allocation they both run.
+"""A process that holds a known amount of GPU memory, for the GPU benchmarks (gpu_check,
+gpu_placement_check): the one GPU allocation they both run.
 
-    python benchmarks/gpu_holder.py BYTES [--port PORT] [--fake | --dry]
+    python benchmarks/harness/gpu_holder.py BYTES [--port PORT] [--fake | --dry]
 
 It allocates BYTES on the first GPU CUDA_VISIBLE_DEVICES gives it, with torch, else CuPy, else the
 CUDA driver API through ctypes (libcuda ships with the driver, so no CUDA toolkit is needed), and

@@ -1,4 +1,4 @@
-"""What `hostile_clients.py`'s rows share: a row of figures, the settings, two swapd run at once
+"""What `hostile_clients`'s rows share: a row of figures, the settings, two swapd run at once
 from one config (`quiet` and `hostile`), the clients (`load_clients.py`, each a process of its
 own), and the ordinary client's requests per second while a hostile client works
 (`ordinary_during`)."""
@@ -16,14 +16,12 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import psutil
+from tests.support.ports import free_port_range
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from running_swapd import RunningSwapd, free_port
+from .side_by_side import FAKE_MODEL
+from .swapd_run import RunningSwapd
 
-HERE = Path(__file__).resolve().parent
-CLIENTS = HERE / "load_clients.py"
-FAKE_MODEL = HERE.parent / "tests" / "support" / "upstreams" / "fake_model.py"
+CLIENTS = Path(__file__).resolve().parent / "load_clients.py"
 SIDES = ("quiet", "hostile")
 MiB = 2**20
 
@@ -33,8 +31,8 @@ class Row:
     figure: str
     quiet: str
     hostile: str
-    target: str
-    met: bool | None  # None: a figure with no target of its own
+    target: str = ""  # its target's key in benchmarks/targets.py; "": a figure with none
+    value: float = 0.0  # what the target judges
 
 
 @dataclass
@@ -74,7 +72,7 @@ def config(extra_models: str = "", top: str = "") -> str:
     """`bench` (the ordinary client's model), more models, more top-level keys."""
     return f"""
 healthCheckTimeout: 15
-startPort: {free_port(16)}
+startPort: {free_port_range(16)}
 {top}
 models:
 {bench_model()}{extra_models}
@@ -89,22 +87,6 @@ def two_swapd(make: Callable[[], str] = config) -> Iterator[dict[str, RunningSwa
         for swapd in sides.values():
             ordinary(swapd, 0.2, 1)  # `bench` loaded
         yield sides
-
-
-def process_of(swapd: RunningSwapd, module: str) -> psutil.Process:
-    """The swapd process running `module` (`swapd.daemon.main`, `swapd.proxy`)."""
-    for child in psutil.Process(swapd.pid).children(recursive=True):
-        if module in " ".join(child.cmdline()):
-            return child
-    raise RuntimeError(f"no {module} process found")
-
-
-def daemon_pid(swapd: RunningSwapd) -> int:
-    return process_of(swapd, "swapd.daemon.main").pid
-
-
-def proxy_process(swapd: RunningSwapd) -> psutil.Process:
-    return process_of(swapd, "swapd.proxy")
 
 
 def get(swapd: RunningSwapd, path: str, timeout: float = 120.0) -> bytes:

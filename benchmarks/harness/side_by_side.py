@@ -2,15 +2,15 @@
 upstream (and as the reference reverse proxy), the swapd config of the `bench` model pointed at
 that upstream, and the CPU time of the proxy processes measured.
 
-`running_swapd.py` runs swapd itself; the benchmarks (`proxy_throughput.py`, `proxy_pipeline.py`,
-`proxy_floor.py`, `pipeline_cost.py`, `observability_cost.py`) import these from here.
+`swapd_run.py` runs swapd itself, `contenders.py` the other proxies measured beside it; the
+benchmarks (`proxy_pipeline`, `proxy_floor`, `pipeline_cost`, `observability_cost`) import these
+from here.
 """
 
 from __future__ import annotations
 
 import contextlib
 import re
-import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -18,11 +18,12 @@ from pathlib import Path
 
 import psutil
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from running_swapd import free_port, wait_http_ok
+from tests.support.paths import UPSTREAMS
+from tests.support.ports import free_port
 
-REPO = Path(__file__).resolve().parent.parent
-FAKE_MODEL = REPO / "tests" / "support" / "upstreams" / "fake_model.py"
+from .swapd_run import wait_http_ok
+
+FAKE_MODEL = UPSTREAMS / "fake_model.py"
 BODY = '{"model":"bench","messages":[{"role":"user","content":"hi"}]}'
 WRK_SCRIPT = f"""
 wrk.method = "POST"
@@ -58,15 +59,6 @@ BENCH_MODEL = """
     checkEndpoint: /
     concurrencyLimit: 100000
 """
-
-
-def tools_found() -> bool:
-    """wrk and nginx are on PATH; says what to install when not."""
-    for tool in ("wrk", "nginx"):
-        if shutil.which(tool) is None:
-            print(f"{tool} not found (Debian: apt-get install wrk nginx-light)", file=sys.stderr)
-            return False
-    return True
 
 
 def post_script(tmp: Path) -> Path:
@@ -109,14 +101,6 @@ def nginx(tmp: Path) -> Iterator[tuple[str, str]]:
     servers = UPSTREAM_AND_PROXY.format(upstream=upstream, proxy=proxy)
     with nginx_serving(tmp, servers, (urls[0] + "/", urls[1] + "/")):
         yield urls
-
-
-def proxy_pid(circusd_pid: int) -> int:
-    """The swapd proxy process under circusd."""
-    for child in psutil.Process(circusd_pid).children(recursive=True):
-        if "swapd.proxy" in " ".join(child.cmdline()):
-            return child.pid
-    raise RuntimeError("no swapd proxy process found")
 
 
 def cpu_seconds(pid: int | None) -> float:
