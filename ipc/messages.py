@@ -15,11 +15,12 @@ All of them are tagged msgspec structs (`type` field = the class name); `codec.p
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import msgspec
 
 from .activity import Finished, InFlight
+from .durations import MAX_DURATION_S
 from .model_status import GpuInfo, ModelStatus
 from .routing_table import RoutingTable
 from .swap_record import SwapRecord
@@ -260,11 +261,12 @@ class KeepAlive(_Msg, frozen=True):
     (Ollama's `keep_alive`), in place of its `ttl`: `seconds` > 0 that long, 0 unloads it as soon
     as nothing is in flight, < 0 never by TTL; None returns to the config's `ttl`. Sent once the
     model answered, so it is running; the daemon ties it to that run's process, so the next run
-    starts from its `ttl` again. The last one the daemon receives wins."""
+    starts from its `ttl` again. The last one the daemon receives wins. Never longer than Go's
+    longest duration (Ollama's bound): the proxy refuses a longer one with a 400."""
 
     proxy_id: str
     model: str
-    seconds: float | None = None
+    seconds: Annotated[float, msgspec.Meta(le=MAX_DURATION_S)] | None = None
 
 
 class ActivityReport(_Msg, frozen=True):

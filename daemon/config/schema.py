@@ -7,6 +7,8 @@ adds tomorrow included. llama-swap itself says nothing, which turns a typo such 
 `checkEndPoint` into a default nobody asked for; `strict` (`swapd check-config --strict`) makes
 each an error. A top-level key whose value holds YAML anchors (`defs:` in llama-swap's own
 tests) and `x-...` keys (docker compose's convention) are homes for anchors: accepted quietly.
+A near miss of a security key (`apikeys:`, `api_keys:`, `security.cros`) is an error, strict or
+not: ignored, it would start swapd, or apply a reload, with no API key (fail closed).
 """
 
 from __future__ import annotations
@@ -98,9 +100,12 @@ class KeyCheck:
             key = table.get(name)
             if key is None:
                 self.ignored_paths.append(child)
+                message = unknown_key_message(name, table)
+                if security_near_miss(name, path, table):
+                    self.report.error(child, f"{message} ({NEAR_MISS})", key=True)
+                    continue
                 if not path and document is not None and document.holds_anchors(child):
                     continue  # `defs:` and the like: it only holds anchors used elsewhere
-                message = unknown_key_message(name, table)
                 if self.strict:
                     self.report.error(child, message, key=True)
                 else:
@@ -133,6 +138,55 @@ def suggest(name: str, candidates: Iterable[str]) -> str | None:
             return option
     close = difflib.get_close_matches(name, options, n=1, cutoff=0.6)
     return close[0] if close else None
+
+
+# Keys that turn protection on: misspelt, a warning would start swapd (or apply a reload) with
+# it off, so a near miss of one is an error whatever llama-swap does (fail closed).
+SECURITY_KEYS = frozenset({"apiKeys", "security"})
+_SECURITY_SECTION = "security"
+NEAR_MISS = (
+    "a near miss of a security key is an error, not a warning: ignored, it would leave "
+    "swapd unprotected"
+)
+
+
+def security_near_miss(name: str, path: Path, table: Mapping[str, Key]) -> bool:
+    """Whether the unknown key `name` at `path` is a near miss of a security key: `apiKeys` or
+    `security` at the top (`apikeys`, `api_keys`, `ApiKeys`, `apiKey`), or any key under
+    `security` (`security.cros`): once case, `_` and `-` are left out, at most two typos away (a
+    letter added, dropped, changed, or two swapped; one for a key of four letters or fewer)."""
+    if path:
+        candidates = list(table) if path[0] == _SECURITY_SECTION else []
+    else:
+        candidates = [key for key in table if key in SECURITY_KEYS]
+    folded = _fold(name)
+    for candidate in candidates:
+        target = _fold(candidate)
+        if _typos(folded, target) <= (1 if len(target) <= 4 else 2):
+            return True
+    return False
+
+
+def _fold(name: str) -> str:
+    return name.lower().replace("_", "").replace("-", "")
+
+
+def _typos(a: str, b: str) -> int:
+    """The edit distance of `a` and `b`, a swap of two neighbours counting as one edit (optimal
+    string alignment)."""
+    if abs(len(a) - len(b)) > 2:
+        return 3  # more than any near miss: no need to count
+    before: list[int] = []
+    row = list(range(len(b) + 1))
+    for i in range(1, len(a) + 1):
+        above, row = row, [i] + [0] * len(b)
+        for j in range(1, len(b) + 1):
+            cost = 0 if a[i - 1] == b[j - 1] else 1
+            row[j] = min(above[j] + 1, row[j - 1] + 1, above[j - 1] + cost)
+            if i > 1 and j > 1 and a[i - 1] == b[j - 2] and a[i - 2] == b[j - 1]:
+                row[j] = min(row[j], before[j - 2] + 1)
+        before = above
+    return row[len(b)]
 
 
 def unknown_key_message(name: str, table: Mapping[str, Key]) -> str:

@@ -9,7 +9,7 @@ import subprocess
 import pytest
 
 from tests.support.daemon import chat
-from tests.support.stack import PYTHON, fake_model_cmd, free_port_range
+from tests.support.stack import PYTHON, fake_model_cmd, free_port_range, http_get
 
 pytestmark = pytest.mark.processes
 
@@ -105,3 +105,19 @@ def test_a_rejected_reload_prints_the_files_warnings_with_its_errors(stack_facto
     assert lines[: len(warnings)] == warnings  # first, as check-config prints them
     assert lines[len(warnings)].startswith("swapd: ") and "healthCheckTimeout" in reloaded.stderr
     assert not reloaded.stdout
+
+
+@pytest.mark.parametrize("misspelt", ["apikeys", "api_keys"])
+def test_a_misspelt_api_keys_is_refused_and_the_keys_stay(stack_factory, misspelt: str) -> None:
+    """A near miss of `apiKeys` was a warning, so a reload applied a config with no key and a
+    request that got 401 got 200 (issue 40, item 1): the reload fails, the old keys stay."""
+    start = free_port_range(1)
+    keyed = {**_config(start, {"b": []}), "apiKeys": ["sk-reload-key"]}
+    stack = stack_factory(keyed)
+    assert http_get(stack.url + "/v1/models")[0] == 401
+    stack.write_config({**_config(start, {"b": []}), misspelt: ["sk-reload-key"]})
+    refused = stack.swapd("reload", check=False)
+    assert refused.returncode == 1, refused
+    assert f"unknown key '{misspelt}'; did you mean 'apiKeys'?" in refused.stderr, refused.stderr
+    assert "near miss of a security key" in refused.stderr
+    assert http_get(stack.url + "/v1/models")[0] == 401

@@ -697,6 +697,24 @@ async def test_a_chunked_body_broken_off_ends_cleanly(
     assert (await conn.response()).status == 200
 
 
+async def test_an_ollama_chat_broken_off_mid_stream_ends_with_an_error_line(
+    stack: Stack, conn: RawConnection, scripted: ScriptedUpstream
+) -> None:
+    """A model that died mid-stream under Ollama's `/api/chat` gave a 200 with an empty body:
+    as Ollama, the stream ends with an `{"error": ...}` line (issue 40, item 10)."""
+    head = (
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Type: text/event-stream\r\n\r\n"
+    )
+    event = b'data: {"choices":[{"index":0,"delta":{"content":"Hel"}}]}\n\n'
+    scripted.answer(head + b"%x\r\n%s\r\n" % (len(event), event), close_after=True)
+    await conn.send(post_json("/api/chat", {"model": "scripted", "messages": [{"role": "user"}]}))
+    resp = await conn.response()
+    assert resp.status == 200, resp
+    lines = [json.loads(line) for line in resp.body.splitlines()]
+    assert lines[0]["message"]["content"] == "Hel" and not lines[0]["done"]
+    assert lines[-1]["error"].startswith("upstream scripted broke off the response"), lines
+
+
 @pytest.mark.parametrize(
     ("answer", "status", "body", "chunked"),
     [

@@ -103,8 +103,9 @@ def _images(body: dict[str, object]) -> list[str]:
     for message in body.get("messages") or []:  # type: ignore[attr-defined]
         content = message.get("content") if isinstance(message, dict) else None
         for part in content if isinstance(content, list) else []:
-            url = part.get("image_url", {}).get("url", "") if isinstance(part, dict) else ""
-            if url.startswith("data:"):
+            image = part.get("image_url") if isinstance(part, dict) else None
+            url = image.get("url") if isinstance(image, dict) else None
+            if isinstance(url, str) and url.startswith("data:"):
                 found.append(url[5:].split(";", 1)[0])
     return found
 
@@ -115,9 +116,13 @@ def _tool_call(body: dict[str, object]) -> dict[str, object] | None:
     tools = body.get("tools")
     if not isinstance(tools, list) or not tools:
         return None
-    function = tools[0].get("function", {})
-    required = function.get("parameters", {}).get("required", [])
-    arguments = json.dumps({name: "x" for name in required})
+    # Whatever a client sent as its tools (a fuzz sends anything): what is not a function's
+    # shape reads as absent, as a server that answers rather than fails would read it.
+    tool = tools[0] if isinstance(tools[0], dict) else {}
+    function = tool.get("function") if isinstance(tool.get("function"), dict) else {}
+    parameters = function.get("parameters") if isinstance(function.get("parameters"), dict) else {}
+    required = parameters.get("required") if isinstance(parameters.get("required"), list) else []
+    arguments = json.dumps({str(name): "x" for name in required if isinstance(name, str)})
     return {
         "id": "call_fake0",
         "type": "function",
