@@ -279,10 +279,12 @@ class _Build:
         ]
         stages.allocate_ports(staged, start_port, self.ports, report)
         defaults = model_fields.ModelDefaults(
-            ttl=top.global_ttl or 0,
-            unload_timeout=top.unload_timeout or float(c.DEFAULT_UNLOAD_TIMEOUT),
+            inherited={
+                "globalTTL": top.global_ttl or 0,
+                "unloadTimeout": top.unload_timeout or float(c.DEFAULT_UNLOAD_TIMEOUT),
+                "sendLoadingState": bool(top.send_loading_state),
+            },
             health_check_timeout=float(health),
-            send_loading_state=bool(top.send_loading_state),
             sleep_timeouts=sleep_fields.Timeouts(
                 sleep_fields.request_timeout(
                     top.sleep_request_timeout, ("sleepRequestTimeout",), report

@@ -24,7 +24,25 @@ from ...ipc.routing_table import (
 from .busy_check_fields import BusyCheck
 from .matrix_dsl import MatrixSet
 
+# The defaults are declared with their keys (shape.py); here for the modules that read them.
+from .shape import (
+    DEFAULT_CHECK_ENDPOINT,
+    DEFAULT_CONCURRENCY_LIMIT,
+    DEFAULT_HEALTH_CHECK_TIMEOUT,
+    DEFAULT_PROXY,
+    DEFAULT_START_PORT,
+    DEFAULT_UNLOAD_TIMEOUT,
+    MIN_HEALTH_CHECK_TIMEOUT,
+)
+
 __all__ = [
+    "DEFAULT_CHECK_ENDPOINT",
+    "DEFAULT_CONCURRENCY_LIMIT",
+    "DEFAULT_HEALTH_CHECK_TIMEOUT",
+    "DEFAULT_PROXY",
+    "DEFAULT_START_PORT",
+    "DEFAULT_UNLOAD_TIMEOUT",
+    "MIN_HEALTH_CHECK_TIMEOUT",
     "Config",
     "Filters",
     "Forced",
@@ -37,14 +55,6 @@ __all__ = [
     "RouteSelector",
 ]
 
-# llama-swap's defaults (shared/reference/llama-swap.md §1.2, §1.3).
-DEFAULT_HEALTH_CHECK_TIMEOUT = 120
-MIN_HEALTH_CHECK_TIMEOUT = 15
-DEFAULT_START_PORT = 5800
-DEFAULT_CHECK_ENDPOINT = "/health"
-DEFAULT_PROXY = "http://localhost:${PORT}"
-DEFAULT_UNLOAD_TIMEOUT = 10
-DEFAULT_CONCURRENCY_LIMIT = 10
 # llama-swap writes this `.*\.(js|...)$`; under `re.search` the leading `.*` matches the same
 # paths and makes each search quadratic in the path's length.
 DEFAULT_IGNORE_PATHS: tuple[str, ...] = (r"\.(js|json|css|png|gif|jpg|jpeg|ico|txt)$",)

@@ -10,14 +10,15 @@ alias, `stripParams` as a comma list, `gpus` as indices or UUIDs, and the settin
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote, urlsplit
 
 from ...ipc.reserved import COMFYUI_MODEL_ID
 from ...ipc.routing_table import Capabilities
+from . import keys, shape
 from . import model as c
-from . import shape
 from .busy_check_fields import read_busy_check
 from .cmdline import split_command
 from .gpu_fields import vram_of
@@ -47,10 +48,9 @@ COMFYUI_CONCURRENCY_REASON = (
 
 @dataclass(frozen=True)
 class ModelDefaults:
-    ttl: int
-    unload_timeout: float
+    # The top level's resolved values that model keys inherit (`keys.Inherit`), by key name.
+    inherited: Mapping[str, Any]
     health_check_timeout: float
-    send_loading_state: bool = False
     sleep_timeouts: SleepTimeouts = field(default_factory=SleepTimeouts)
 
 
@@ -99,12 +99,7 @@ def build(
     elif "${" not in proxy:
         check_url(proxy, (*path, "proxy"), report)
     check_endpoint = _check_endpoint(spec.check_endpoint, path, report)
-    if spec.ttl is not None and spec.ttl < -1:
-        report.error(
-            (*path, "ttl"),
-            f"must be 0 (never unload), seconds to stay idle, or -1 (use globalTTL), "
-            f"got {spec.ttl}",
-        )
+    plain = keys.resolve(spec, path, report, defaults.inherited)
     env = _env(raw.get("env"), path, report)
     filters = filters_of(spec.filters, (*path, "filters"), report)
     vram = vram_of(spec.vram, (*path, "vram"), report)
@@ -115,7 +110,7 @@ def build(
         return None
 
     ignore_websockets = bool(spec.compat and spec.compat.ignore_websockets)
-    limit = spec.concurrency_limit or c.DEFAULT_CONCURRENCY_LIMIT
+    limit = plain.pop("concurrency_limit")
     forced: list[c.Forced] = []
     if model_id == COMFYUI_MODEL_ID:
         if not ignore_websockets:
@@ -127,30 +122,17 @@ def build(
                 c.Forced("concurrencyLimit", c.COMFYUI_MIN_CONCURRENCY, COMFYUI_CONCURRENCY_REASON)
             )
     return c.ModelConfig(
+        **plain,
         id=model_id,
         cmd=cmd,
         cmd_stop=cmd_stop,
         proxy=proxy,
         check_endpoint=check_endpoint,
-        ttl=defaults.ttl if spec.ttl is None or spec.ttl == -1 else spec.ttl,
-        unload_timeout=spec.unload_timeout or defaults.unload_timeout,
         health_check_timeout=defaults.health_check_timeout,
         concurrency_limit=limit,
         ignore_websockets=ignore_websockets,
-        host_header=spec.host_header or "client",
-        send_loading_state=(
-            defaults.send_loading_state
-            if spec.send_loading_state is None
-            else spec.send_loading_state
-        ),
         aliases=tuple(aliases),
         env=env,
-        unlisted=bool(spec.unlisted),
-        # Empty means unset, as in llama-swap (omitted from /v1/models, no rename upstream).
-        use_model_name=spec.use_model_name or None,
-        name=spec.name or None,
-        description=spec.description or None,
-        metadata=spec.metadata or {},
         filters=filters,
         capabilities=capabilities,
         timeouts=timeouts_of(spec.timeouts, peer=False),

@@ -9,14 +9,13 @@ from __future__ import annotations
 import re
 from typing import Any
 
-import msgspec
 import yaml
 
-from ...ipc.routing_table import HttpCall, SleepSetting
-from .busy_check_fields import BusyCheck
-from .model import Config, Filters, Forced, ModelConfig
+from . import shape
+from .keys import shown
+from .model import Config, Forced, ModelConfig
+from .show import HIDDEN, filters, number
 
-HIDDEN = "(hidden)"
 _KEY_LINE = re.compile(r"^( *)([A-Za-z_][A-Za-z0-9_]*):")
 
 
@@ -51,8 +50,8 @@ def _top(config: Config) -> dict[str, Any]:
         "metricsMaxInMemory": config.metrics_max_in_memory,
         "vramMargin": config.vram_margin,  # bytes
         "captureBuffer": config.capture_buffer,
-        "clientBodyTimeout": _number(config.client_body_timeout),
-        "sendTimeout": _number(config.send_timeout),
+        "clientBodyTimeout": number(config.client_body_timeout),
+        "sendTimeout": number(config.send_timeout),
         **({"store": {"path": config.store_path}} if config.store_path else {}),
         "apiKeys": [HIDDEN for _ in config.api_keys],
         **_security(config),
@@ -75,88 +74,8 @@ def _security(config: Config) -> dict[str, Any]:
     }
 
 
-def _number(value: float) -> float | int:
-    """30 rather than 30.0: the file said 30."""
-    return int(value) if float(value).is_integer() else value
-
-
-def _filters(filters: Filters) -> dict[str, Any]:
-    shown: dict[str, Any] = {
-        "stripParams": ",".join(filters.strip_params),
-        "setParams": dict(filters.set_params),
-    }
-    if filters.set_params_by_id:
-        shown["setParamsByID"] = {k: dict(v) for k, v in filters.set_params_by_id.items()}
-    return shown
-
-
 def _model(model: ModelConfig) -> dict[str, Any]:
-    body: dict[str, Any] = {
-        "cmd": list(model.cmd),
-        "cmdStop": list(model.cmd_stop) if model.cmd_stop is not None else None,
-        "proxy": model.proxy,
-        "port": model.port,
-        "checkEndpoint": model.check_endpoint if model.check_endpoint is not None else "none",
-        "ttl": model.ttl,
-        "unloadTimeout": _number(model.unload_timeout),
-        "healthCheckTimeout": _number(model.health_check_timeout),
-        "concurrencyLimit": model.concurrency_limit,
-        "compat": {"ignoreWebsockets": model.ignore_websockets},
-        "hostHeader": model.host_header,
-        "sendLoadingState": model.send_loading_state,
-        "gpus": "auto" if model.gpus_auto else list(model.gpus) if model.gpus is not None else None,
-        "aliases": list(model.aliases),
-        "env": [f"{name}={value}" for name, value in model.env.items()],
-        "unlisted": model.unlisted,
-        "useModelName": model.use_model_name,
-        "name": model.name,
-        "description": model.description,
-        "metadata": dict(model.metadata),
-        "filters": _filters(model.filters),
-    }
-    if model.vram is not None:
-        body["vram"] = list(model.vram)  # bytes on each GPU
-    if model.gpus_allowed is not None:
-        body["gpus"] = {"auto": list(model.gpus_allowed)}  # placed by memory, on these GPUs only
-    if model.busy_check is not None:
-        body["busyCheck"] = _busy_check(model.busy_check)
-    if model.sleep is not None:
-        body["sleep"] = _sleep(model.sleep)
-    return body
-
-
-def _sleep(setting: SleepSetting) -> dict[str, Any]:
-    # A preset (or llmsnap's keys) spelled out: every call with its timeout.
-    def calls(items: tuple[HttpCall, ...]) -> list[dict[str, Any]]:
-        return [
-            {"endpoint": c.endpoint, "method": c.method, "timeout": _number(c.timeout)}
-            | ({"body": c.body} if c.body else {})
-            for c in items
-        ]
-
-    return {
-        **({"preset": setting.preset} if setting.preset else {}),
-        "sleepEndpoints": calls(setting.sleep),
-        "wakeEndpoints": calls(setting.wake),
-        "stopAfter": _number(setting.stop_after),
-        "servesAsleep": setting.serves_asleep,
-    }
-
-
-def _busy_check(check: BusyCheck) -> dict[str, Any]:
-    # A preset spelled out: what `busyCheck: comfyui` stands for.
-    counts = [
-        {k: v for k, v in msgspec.structs.asdict(count).items() if v is not None}
-        for count in check.counts
-    ]
-    return {
-        "preset": check.preset,
-        "path": check.path,
-        "count": counts,
-        "interval": _number(check.interval),
-        "timeout": _number(check.timeout),
-        "swapWait": _number(check.swap_wait),
-    }
+    return shown(shape.Model, model)
 
 
 def _rest(config: Config) -> dict[str, Any]:
@@ -185,7 +104,7 @@ def _rest(config: Config) -> dict[str, Any]:
                 "proxy": peer.proxy,
                 "apiKey": HIDDEN if peer.api_key else None,
                 "models": list(peer.models),
-                "filters": _filters(peer.filters),
+                "filters": filters(peer.filters),
             }
             for name, peer in config.peers.items()
         }

@@ -14,13 +14,13 @@ from __future__ import annotations
 import difflib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from types import UnionType
-from typing import Annotated, Any, TypeVar, Union, get_args, get_origin
+from typing import Any, TypeVar, get_args, get_origin
 
 import msgspec
 
 from . import shape
 from .issues import Report
+from .keys import unwrap
 from .shape import Ignored
 from .yaml_nodes import Path
 
@@ -55,17 +55,6 @@ def keys_of(section: type[msgspec.Struct]) -> dict[str, Key]:
         else:
             table[info.encode_name] = Key()
     return table
-
-
-def unwrap(annotation: Any) -> tuple[Any, tuple[Any, ...]]:
-    """`X | None` and `Annotated[X, ...]` to X and the annotations' extras (Meta left out)."""
-    if get_origin(annotation) in (Union, UnionType):
-        others = [arg for arg in get_args(annotation) if arg is not type(None)]
-        annotation = others[0] if len(others) == 1 else annotation
-    if get_origin(annotation) is Annotated:
-        base, *extras = get_args(annotation)
-        return base, tuple(x for x in extras if not isinstance(x, msgspec.Meta))
-    return annotation, ()
 
 
 def is_section(value: Any) -> bool:

@@ -16,10 +16,24 @@ from typing import Annotated, Any, ClassVar, Literal
 import msgspec
 from msgspec import Meta, field
 
+from . import show
+from .issues import Report
+from .keys import Inherit, Key
+from .yaml_nodes import Path
+
 # msgpack, which carries the config to the proxy, holds integers in 64 bits.
 MIN_INT = -(2**63)
 MAX_INT = 2**63 - 1
 MAX_PORT = 65535
+
+# llama-swap's defaults (shared/reference/llama-swap.md §1.2, §1.3).
+DEFAULT_HEALTH_CHECK_TIMEOUT = 120
+MIN_HEALTH_CHECK_TIMEOUT = 15
+DEFAULT_START_PORT = 5800
+DEFAULT_CHECK_ENDPOINT = "/health"
+DEFAULT_PROXY = "http://localhost:${PORT}"
+DEFAULT_UNLOAD_TIMEOUT = 10
+DEFAULT_CONCURRENCY_LIMIT = 10
 
 
 class Ignored:
@@ -85,39 +99,54 @@ class Capabilities(Section, frozen=True):
     context: Count | None = None
 
 
+def _ttl(value: int, where: Path, report: Report) -> None:
+    if value < -1:
+        report.error(
+            where,
+            f"must be 0 (never unload), seconds to stay idle, or -1 (use globalTTL), got {value}",
+        )
+
+
 class Model(Section, frozen=True):
+    """A model's keys, in the order `check-config --print` shows them (then those it does not)."""
+
     expected: ClassVar[str] = "a mapping with at least cmd"
 
-    cmd: str | None = None
-    cmd_stop: str | None = None
-    proxy: str | None = None
-    check_endpoint: str | None = None
-    ttl: Int | None = None
-    unload_timeout: Seconds | None = None
-    aliases: Any = None
-    env: Any = None
-    unlisted: bool | None = None
-    use_model_name: str | None = None
-    concurrency_limit: Count | None = None
-    name: str | None = None
-    description: str | None = None
-    metadata: Free | None = None
-    macros: Any = None
-    gpus: Any = None
-    vram: Any = None
+    cmd: Annotated[str, Key(render=show.cmd)] | None = None
+    cmd_stop: Annotated[str, Key(render=show.cmd_stop)] | None = None
+    proxy: Annotated[str, Key(render=show.proxy)] | None = None
+    check_endpoint: Annotated[str, Key(render=show.check_endpoint)] | None = None
+    # -1 (or unset): the top level's globalTTL; below -1: an error.
+    ttl: Annotated[Int, Key(Inherit("globalTTL"), unset=(-1,), check=_ttl)] | None = None
+    unload_timeout: (
+        Annotated[Seconds, Key(Inherit("unloadTimeout"), unset=(0,), render=show.unload_timeout)]
+        | None
+    ) = None
+    concurrency_limit: Annotated[Count, Key(DEFAULT_CONCURRENCY_LIMIT, unset=(0,))] | None = None
+    compat: Annotated[Compat, Key(render=show.compat)] | None = None
     # client: the client's Host goes upstream (the default); upstream: the upstream's host:port.
-    host_header: Literal["client", "upstream"] | None = None
+    host_header: Annotated[Literal["client", "upstream"], Key("client")] | None = None
+    # Stream loading progress to a streaming chat request that waits for a start.
+    send_loading_state: Annotated[bool, Key(Inherit("sendLoadingState"))] | None = None
+    gpus: Annotated[Any, Key(render=show.gpus)] = None
+    aliases: Annotated[Any, Key(render=show.aliases)] = None
+    env: Annotated[Any, Key(render=show.env)] = None
+    unlisted: Annotated[bool, Key(False)] | None = None
+    # Empty means unset, as in llama-swap (omitted from /v1/models, no rename upstream).
+    use_model_name: Annotated[str, Key(None, unset=("",))] | None = None
+    name: Annotated[str, Key(None, unset=("",))] | None = None
+    description: Annotated[str, Key(None, unset=("",))] | None = None
+    metadata: Annotated[Free, Key(factory=dict, unset=({},))] | None = None
+    filters: Annotated[ModelFilters, Key(render=show.model_filters)] | None = None
+    vram: Annotated[Any, Key(render=show.vram)] = None
     # A preset name or a mapping; its own keys are checked where it is read (busy_check_fields.py).
-    busy_check: Any = None
+    busy_check: Annotated[Any, Key(render=show.model_busy_check)] = None
     # A preset name or a mapping, and llmsnap's three keys; read in sleep_fields.py.
-    sleep: Any = None
+    sleep: Annotated[Any, Key(render=show.model_sleep)] = None
     sleep_mode: Any = None
     sleep_endpoints: Any = None
     wake_endpoints: Any = None
-    compat: Compat | None = None
-    filters: ModelFilters | None = None
-    # Stream loading progress to a streaming chat request that waits for a start.
-    send_loading_state: bool | None = None
+    macros: Any = None
     # nginx's `client_body_timeout` and `send_timeout`, in seconds (0: none; default 60).
     client_body_timeout: Seconds | None = None
     send_timeout: Seconds | None = None

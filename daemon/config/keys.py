@@ -1,0 +1,143 @@
+"""A config key's declaration, beside its field in `shape.py`: what the key resolves to when the
+file leaves it out (a constant, or the top level's value of a key), the values llama-swap reads as
+"the default", a check of its own, and how `check-config --print` shows it.
+
+The field in `shape.py` is the one place a key is declared: its name in the file (the field's
+encode name), its type and bounds (the annotation, typed by `typed.py`), and, through a `Key` in
+its `Annotated[...]`, the rest. `resolve()` turns a typed section into the resolved values of its
+plain keys (those a `Key` resolves alone), `shown()` renders a resolved struct in the order of the
+section's fields, and `declared()` lists the keys for the docs test and the key tables.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from types import UnionType
+from typing import Annotated, Any, Union, get_args, get_origin
+
+import msgspec
+
+from .issues import Report
+from .show import number
+from .yaml_nodes import Path
+
+
+@dataclass(frozen=True)
+class Inherit:
+    """The default is the top level's resolved value of `key` (a model's `sendLoadingState`)."""
+
+    key: str
+
+
+# The key is read by hand (a quirk in the section's module): `resolve()` leaves it alone.
+BY_HAND = object()
+
+# A render: the resolved struct to the key's part of `check-config --print` (several keys at
+# most, for values that only exist resolved, such as a model's allocated `port`).
+Render = Callable[[Any], dict[str, Any]]
+# A check of a value the type lets through but llama-swap refuses (a model's `ttl: -2`).
+Check = Callable[[Any, Path, Report], None]
+
+
+class Key:
+    """What a field of `shape.py` means beyond its type. `default`: its resolved value when the
+    file leaves it out (or writes one of `unset`, llama-swap's "0 means the default"); an
+    `Inherit`; or `BY_HAND`. `factory`: a fresh mutable default. `attr`: the resolved struct's
+    field, when its name differs from the shape's. `render`: how `--print` shows it (default: the
+    resolved value under the key's name; `None`: not shown)."""
+
+    def __init__(
+        self,
+        default: Any = BY_HAND,
+        *,
+        unset: tuple[Any, ...] = (),
+        factory: Callable[[], Any] | None = None,
+        check: Check | None = None,
+        attr: str | None = None,
+        render: Render | bool | None = True,
+    ) -> None:
+        self.default = default
+        self.unset = unset
+        self.factory = factory
+        self.check = check
+        self.attr = attr
+        self.render = render
+
+    @property
+    def plain(self) -> bool:
+        return self.default is not BY_HAND or self.factory is not None
+
+
+@dataclass(frozen=True)
+class Declared:
+    name: str  # the key in the file
+    field: str  # the shape struct's field
+    key: Key
+
+    @property
+    def attr(self) -> str:
+        return self.key.attr or self.field
+
+
+def unwrap(annotation: Any) -> tuple[Any, tuple[Any, ...]]:
+    """`X | None` and `Annotated[X, ...]` to X and the annotations' extras (Meta left out)."""
+    if get_origin(annotation) in (Union, UnionType):
+        others = [arg for arg in get_args(annotation) if arg is not type(None)]
+        annotation = others[0] if len(others) == 1 else annotation
+    if get_origin(annotation) is Annotated:
+        base, *extras = get_args(annotation)
+        return base, tuple(x for x in extras if not isinstance(x, msgspec.Meta))
+    return annotation, ()
+
+
+def key_of(annotation: Any) -> Key | None:
+    _, extras = unwrap(annotation)
+    return next((x for x in extras if isinstance(x, Key)), None)
+
+
+def declared(section: type[msgspec.Struct]) -> Iterator[Declared]:
+    """The section's fields that carry a `Key`, in the order of the fields."""
+    for info in msgspec.structs.fields(section):
+        key = key_of(info.type)
+        if key is not None:
+            yield Declared(info.encode_name, info.name, key)
+
+
+def resolve(
+    spec: msgspec.Struct, path: Path, report: Report, inherited: Mapping[str, Any]
+) -> dict[str, Any]:
+    """The resolved value of each plain key of `spec` (a typed section), by its resolved field;
+    `inherited`: the top level's resolved values, by key name in the file."""
+    values: dict[str, Any] = {}
+    for item in declared(type(spec)):
+        key = item.key
+        if not key.plain:
+            continue
+        value = getattr(spec, item.field)
+        if value is not None and key.check is not None:
+            key.check(value, (*path, item.name), report)
+        if value is None or value in key.unset:
+            if key.factory is not None:
+                value = key.factory()
+            elif isinstance(key.default, Inherit):
+                value = inherited[key.default.key]
+            else:
+                value = key.default
+        values[item.attr] = value
+    return values
+
+
+def shown(section: type[msgspec.Struct], resolved: Any) -> dict[str, Any]:
+    """`resolved` as `check-config --print` shows it, in the order of `section`'s fields."""
+    body: dict[str, Any] = {}
+    for item in declared(section):
+        render = item.key.render
+        if render is None or render is False:
+            continue
+        if render is True:
+            value = getattr(resolved, item.attr)
+            body[item.name] = number(value) if isinstance(value, float) else value
+        else:
+            body.update(render(resolved))
+    return body
