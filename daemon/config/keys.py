@@ -43,18 +43,19 @@ Check = Callable[[Any, Path, Report], None]
 class Key:
     """What a field of `shape.py` means beyond its type. `default`: its resolved value when the
     file leaves it out (or writes one of `unset`, llama-swap's "0 means the default"); an
-    `Inherit`; or `BY_HAND`. `factory`: a fresh mutable default. `attr`: the resolved struct's
-    field, when its name differs from the shape's. `render`: how `--print` shows it (default: the
-    resolved value under the key's name; `None`: not shown)."""
+    `Inherit`; or `BY_HAND`. `factory`: a fresh mutable default. `check`: a check of its own.
+    `attr`: the resolved struct's field, when its name differs from the shape's. `render`: how
+    `--print` shows it (default: the resolved value under the key's name; `None`: not shown)."""
 
     def __init__(
         self,
         default: Any = BY_HAND,
         *,
-        unset: tuple[Any, ...] = (),
+        unset: tuple[Any, ...] | Callable[[Any], bool] = (),
         factory: Callable[[], Any] | None = None,
         check: Check | None = None,
         attr: str | None = None,
+        own: bool = True,
         render: Render | bool | None = True,
     ) -> None:
         self.default = default
@@ -62,7 +63,14 @@ class Key:
         self.factory = factory
         self.check = check
         self.attr = attr
-        self.render = render
+        # False: no field of its own, only the default of the models' key of its name.
+        self.own = own
+        self.render = render if own else None
+
+    def is_unset(self, value: Any) -> bool:
+        if value is None:
+            return True
+        return self.unset(value) if callable(self.unset) else value in self.unset
 
     @property
     def plain(self) -> bool:
@@ -104,12 +112,18 @@ def declared(section: type[msgspec.Struct]) -> Iterator[Declared]:
             yield Declared(info.encode_name, info.name, key)
 
 
+@dataclass(frozen=True)
+class Resolved:
+    fields: dict[str, Any]  # by the resolved struct's field, for the keys that have one
+    by_name: dict[str, Any]  # every plain key, by its name in the file (what models inherit)
+
+
 def resolve(
     spec: msgspec.Struct, path: Path, report: Report, inherited: Mapping[str, Any]
-) -> dict[str, Any]:
-    """The resolved value of each plain key of `spec` (a typed section), by its resolved field;
-    `inherited`: the top level's resolved values, by key name in the file."""
-    values: dict[str, Any] = {}
+) -> Resolved:
+    """The resolved value of each plain key of `spec` (a typed section); `inherited`: the top
+    level's resolved values, by key name in the file."""
+    resolved = Resolved({}, {})
     for item in declared(type(spec)):
         key = item.key
         if not key.plain:
@@ -117,15 +131,17 @@ def resolve(
         value = getattr(spec, item.field)
         if value is not None and key.check is not None:
             key.check(value, (*path, item.name), report)
-        if value is None or value in key.unset:
+        if key.is_unset(value):
             if key.factory is not None:
                 value = key.factory()
             elif isinstance(key.default, Inherit):
                 value = inherited[key.default.key]
             else:
                 value = key.default
-        values[item.attr] = value
-    return values
+        resolved.by_name[item.name] = value
+        if key.own:
+            resolved.fields[item.attr] = value
+    return resolved
 
 
 def shown(section: type[msgspec.Struct], resolved: Any) -> dict[str, Any]:

@@ -26,9 +26,12 @@ from .matrix_dsl import MatrixSet
 
 # The defaults are declared with their keys (shape.py); here for the modules that read them.
 from .shape import (
+    DEFAULT_CAPTURE_BUFFER_MB,
     DEFAULT_CHECK_ENDPOINT,
+    DEFAULT_CLIENT_TIMEOUT,
     DEFAULT_CONCURRENCY_LIMIT,
     DEFAULT_HEALTH_CHECK_TIMEOUT,
+    DEFAULT_METRICS_MAX_IN_MEMORY,
     DEFAULT_PROXY,
     DEFAULT_START_PORT,
     DEFAULT_UNLOAD_TIMEOUT,
@@ -36,9 +39,12 @@ from .shape import (
 )
 
 __all__ = [
+    "DEFAULT_CAPTURE_BUFFER_MB",
     "DEFAULT_CHECK_ENDPOINT",
+    "DEFAULT_CLIENT_TIMEOUT",
     "DEFAULT_CONCURRENCY_LIMIT",
     "DEFAULT_HEALTH_CHECK_TIMEOUT",
+    "DEFAULT_METRICS_MAX_IN_MEMORY",
     "DEFAULT_PROXY",
     "DEFAULT_START_PORT",
     "DEFAULT_UNLOAD_TIMEOUT",
@@ -121,16 +127,12 @@ class MatrixConfig(msgspec.Struct, frozen=True):
 PeerConfig = RoutePeer
 
 
-DEFAULT_METRICS_MAX_IN_MEMORY = 1000
 # `vramMargin` (gpu_fields.py): left free on each GPU a placement by memory uses.
 DEFAULT_VRAM_MARGIN = 512 * 1024**2
-DEFAULT_CAPTURE_BUFFER_MB = 5
 # `ui.activity.session_id` (llama-swap's default) and `performance.every` (seconds, its default
 # and its minimum).
 DEFAULT_SESSION_HEADERS: tuple[str, ...] = ("X-Session-ID", "X-Litellm-Session-Id")
 DEFAULT_PERFORMANCE_EVERY = 5.0
-# `clientBodyTimeout` and `sendTimeout`: nginx's defaults.
-DEFAULT_CLIENT_TIMEOUT = 60.0
 
 
 class Config(msgspec.Struct, frozen=True):

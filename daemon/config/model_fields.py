@@ -99,7 +99,7 @@ def build(
     elif "${" not in proxy:
         check_url(proxy, (*path, "proxy"), report)
     check_endpoint = _check_endpoint(spec.check_endpoint, path, report)
-    plain = keys.resolve(spec, path, report, defaults.inherited)
+    plain = keys.resolve(spec, path, report, defaults.inherited).fields
     env = _env(raw.get("env"), path, report)
     filters = filters_of(spec.filters, (*path, "filters"), report)
     vram = vram_of(spec.vram, (*path, "vram"), report)

@@ -13,104 +13,29 @@ import yaml
 
 from . import shape
 from .keys import shown
-from .model import Config, Forced, ModelConfig
-from .show import HIDDEN, filters, number
+from .model import Config, Forced
 
 _KEY_LINE = re.compile(r"^( *)([A-Za-z_][A-Za-z0-9_]*):")
 
 
 def render(config: Config) -> str:
-    parts = [
-        _dump(_top(config), config.forced),
-    ]
+    shown_top = shown(shape.Top, config)
+    names = list(shown_top)
+    at = names.index("models")
+    parts = [_dump({k: shown_top[k] for k in names[:at]}, config.forced)]
     if config.models:
         parts.append("models:\n")
         for model in config.models.values():
             # The id line is dumped on its own: ids such as `org/model:q4` need YAML quoting.
             id_line = yaml.safe_dump({model.id: None}, width=1000).rstrip("\n")
             parts.append(f"  {id_line.removesuffix(' null')}\n")
-            parts.append(_indent(_dump(_model(model), model.forced), "    "))
+            parts.append(_indent(_dump(shown(shape.Model, model), model.forced), "    "))
     else:
         parts.append("models: {}\n")
-    rest = _rest(config)
+    rest = {k: shown_top[k] for k in names[at + 1 :]}
     if rest:
         parts.append(_dump(rest, ()))
     return "".join(parts)
-
-
-def _top(config: Config) -> dict[str, Any]:
-    return {
-        "healthCheckTimeout": config.health_check_timeout,
-        "logLevel": config.log_level,
-        "logToStdout": config.log_to_stdout,
-        "startPort": config.start_port,
-        "globalTTL": config.global_ttl,
-        "includeAliasesInList": config.include_aliases_in_list,
-        "ollamaAPI": config.ollama_api,
-        "metricsMaxInMemory": config.metrics_max_in_memory,
-        "vramMargin": config.vram_margin,  # bytes
-        "captureBuffer": config.capture_buffer,
-        "clientBodyTimeout": number(config.client_body_timeout),
-        "sendTimeout": number(config.send_timeout),
-        **({"store": {"path": config.store_path}} if config.store_path else {}),
-        "apiKeys": [HIDDEN for _ in config.api_keys],
-        **_security(config),
-    }
-
-
-def _security(config: Config) -> dict[str, Any]:
-    cors = config.cors
-    return {
-        "security": {
-            "cors": {
-                "allowedOrigins": list(cors.allowed_origins),
-                "allowCredentials": cors.allow_credentials,
-                "allowedMethods": list(cors.allowed_methods),
-                "allowedHeaders": list(cors.allowed_headers),
-                "exposedHeaders": list(cors.exposed_headers),
-                "maxAge": cors.max_age,
-            }
-        }
-    }
-
-
-def _model(model: ModelConfig) -> dict[str, Any]:
-    return shown(shape.Model, model)
-
-
-def _rest(config: Config) -> dict[str, Any]:
-    rest: dict[str, Any] = {}
-    if config.groups:
-        rest["groups"] = {
-            name: {
-                "swap": group.swap,
-                "exclusive": group.exclusive,
-                "persistent": group.persistent,
-                "members": list(group.members),
-            }
-            for name, group in config.groups.items()
-        }
-    if config.matrix is not None:
-        rest["matrix"] = {
-            "vars": dict(config.matrix.vars),
-            "evict_costs": dict(config.matrix.evict_costs),
-            "sets": {s.name: s.dsl for s in config.matrix.sets},
-        }
-    if config.priority:
-        rest["routing"] = {"scheduler": {"settings": {"fifo": {"priority": dict(config.priority)}}}}
-    if config.peers:
-        rest["peers"] = {
-            name: {
-                "proxy": peer.proxy,
-                "apiKey": HIDDEN if peer.api_key else None,
-                "models": list(peer.models),
-                "filters": filters(peer.filters),
-            }
-            for name, peer in config.peers.items()
-        }
-    rest["upstream"] = {"ignorePaths": list(config.ignore_paths)}
-    rest["hooks"] = {"on_startup": {"preload": list(config.preload)}}
-    return rest
 
 
 def _dump(data: dict[str, Any], forced: tuple[Forced, ...]) -> str:

@@ -34,6 +34,10 @@ DEFAULT_CHECK_ENDPOINT = "/health"
 DEFAULT_PROXY = "http://localhost:${PORT}"
 DEFAULT_UNLOAD_TIMEOUT = 10
 DEFAULT_CONCURRENCY_LIMIT = 10
+DEFAULT_METRICS_MAX_IN_MEMORY = 1000
+DEFAULT_CAPTURE_BUFFER_MB = 5
+# `clientBodyTimeout` and `sendTimeout`: nginx's defaults.
+DEFAULT_CLIENT_TIMEOUT = 60.0
 
 
 class Ignored:
@@ -288,47 +292,69 @@ class Security(Section, frozen=True):
     cors: Cors | None = None
 
 
+def _not_positive(value: int) -> bool:
+    return value <= 0
+
+
 class Top(Section, frozen=True):
-    health_check_timeout: Int | None = None
-    log_level: str | None = None
+    """The top level's keys, in the order `check-config --print` shows them (then the others).
+    A plain key's resolved value is the `Config` field of the same name."""
+
+    # Below 15: raised to 15 (forced); read in top_fields.py.
+    health_check_timeout: Annotated[Int, Key()] | None = None
+    log_level: Annotated[str, Key()] | None = None
     # What circusd's stdout (the journal under systemd) gets besides swapd's own lines.
-    log_to_stdout: Literal["proxy", "upstream", "both", "none"] | None = None
-    start_port: Port | None = None
-    global_ttl: Count | None = field(default=None, name="globalTTL")
-    unload_timeout: Seconds | None = None
-    macros: Any = None
-    api_keys: Texts | None = None
-    include_aliases_in_list: bool | None = None
+    log_to_stdout: Annotated[Literal["proxy", "upstream", "both", "none"], Key("proxy")] | None = (
+        None
+    )
+    start_port: Annotated[Port, Key(DEFAULT_START_PORT)] | None = None
+    global_ttl: Annotated[Count, Key(0)] | None = field(default=None, name="globalTTL")
+    include_aliases_in_list: Annotated[bool, Key(False)] | None = None
     # Ollama's API on the listen port (`/api/tags`, `/api/chat`, ...; default on).
-    ollama_api: bool | None = field(default=None, name="ollamaAPI")
-    models: Annotated[dict[str, Model], Expect("a mapping of model ids")] | None = None
-    groups: dict[str, Group] | None = None  # legacy form of routing.router.settings.groups
-    peers: dict[str, Peer] | None = None
-    upstream: Upstream | None = None
-    hooks: Hooks | None = None
+    ollama_api: Annotated[bool, Key(True)] | None = field(default=None, name="ollamaAPI")
+    # The activity log's size in memory; 0 or less: the default, as in llama-swap.
+    metrics_max_in_memory: (
+        Annotated[Int, Key(DEFAULT_METRICS_MAX_IN_MEMORY, unset=_not_positive)] | None
+    ) = None
+    # Read by hand in gpu_fields.py, as is `gpus`.
+    vram_margin: Annotated[Any, Key()] = None
+    # MB for request/response captures (llama-swap's default 5; 0: none).
+    capture_buffer: Annotated[Count, Key(DEFAULT_CAPTURE_BUFFER_MB)] | None = None
+    # nginx's `client_body_timeout` and `send_timeout`, in seconds (0: none; default 60).
+    client_body_timeout: Annotated[Seconds, Key(DEFAULT_CLIENT_TIMEOUT)] | None = None
+    send_timeout: Annotated[Seconds, Key(DEFAULT_CLIENT_TIMEOUT)] | None = None
+    store: Annotated[Store, Key(render=show.store)] | None = None
+    api_keys: Annotated[Texts, Key(render=show.api_keys)] | None = None
+    security: Annotated[Security, Key(render=show.security)] | None = None
+    models: (
+        Annotated[dict[str, Model], Expect("a mapping of model ids"), Key(render=show.models)]
+        | None
+    ) = None
+    # The legacy form of routing.router.settings.groups.
+    groups: Annotated[dict[str, Group], Key(render=show.groups)] | None = None
+    # The legacy top-level form of routing.router.settings.matrix.
+    matrix: Annotated[Matrix, Key(render=show.matrix)] | None = None
+    routing: Annotated[Routing, Key(render=show.routing)] | None = None
+    peers: Annotated[dict[str, Peer], Key(render=show.peers)] | None = None
+    upstream: Annotated[Upstream, Key(render=show.upstream)] | None = None
+    hooks: Annotated[Hooks, Key(render=show.hooks)] | None = None
+    # Only the default of the models' keys of the same names.
+    unload_timeout: (
+        Annotated[Seconds, Key(float(DEFAULT_UNLOAD_TIMEOUT), unset=(0,), own=False)] | None
+    ) = None
+    # Stream loading progress to a streaming chat request that waits for a start.
+    send_loading_state: Annotated[bool, Key(False, own=False)] | None = None
+    macros: Any = None
     # `auto` (or `auto: [GPUs]`): placement by memory for every model that sets no `gpus` and is
-    # in no group or matrix set; both read by hand in gpu_fields.py, as is `vramMargin`.
+    # in no group or matrix set; read by hand in gpu_fields.py.
     gpus: Any = None
-    vram_margin: Any = None
     # The timestamp of swapd's own log lines (ipc/log_time.py); unset: swapd's own.
     log_time_format: str | None = None
     log_requests: Annotated[Any, Ignored("deprecated in llama-swap too")] = None
-    metrics_max_in_memory: Int | None = None
-    # MB for request/response captures (llama-swap's default 5; 0: none).
-    capture_buffer: Count | None = None
-    # Stream loading progress to a streaming chat request that waits for a start.
-    send_loading_state: bool | None = None
     # llmsnap's: seconds each sleep (wake) call may take, unless it sets its own (sleep_fields.py).
     sleep_request_timeout: Any = None
     wake_request_timeout: Any = None
-    # nginx's `client_body_timeout` and `send_timeout`, in seconds (0: none; default 60).
-    client_body_timeout: Seconds | None = None
-    send_timeout: Seconds | None = None
-    security: Security | None = None
-    store: Store | None = None
     ui: Ui | None = None
     performance: Performance | None = None
     profiles: dict[str, Profile] | None = None
     selectors: dict[str, Selector] | None = None
-    routing: Routing | None = None
-    matrix: Matrix | None = None  # legacy top-level form of routing.router.settings.matrix

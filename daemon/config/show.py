@@ -123,3 +123,97 @@ def model_busy_check(model: Any) -> dict[str, Any]:
 
 def model_sleep(model: Any) -> dict[str, Any]:
     return {} if model.sleep is None else {"sleep": sleep(model.sleep)}
+
+
+# The top level's keys read by hand (`shape.Top`), from the resolved `Config`.
+
+# Where the models go: `render.py` writes them itself, one id line each.
+MODELS = object()
+
+
+def models(config: Any) -> dict[str, Any]:
+    return {"models": MODELS}
+
+
+def api_keys(config: Any) -> dict[str, Any]:
+    return {"apiKeys": [HIDDEN for _ in config.api_keys]}
+
+
+def store(config: Any) -> dict[str, Any]:
+    return {"store": {"path": config.store_path}} if config.store_path else {}
+
+
+def security(config: Any) -> dict[str, Any]:
+    cors = config.cors
+    return {
+        "security": {
+            "cors": {
+                "allowedOrigins": list(cors.allowed_origins),
+                "allowCredentials": cors.allow_credentials,
+                "allowedMethods": list(cors.allowed_methods),
+                "allowedHeaders": list(cors.allowed_headers),
+                "exposedHeaders": list(cors.exposed_headers),
+                "maxAge": cors.max_age,
+            }
+        }
+    }
+
+
+def groups(config: Any) -> dict[str, Any]:
+    # `routing.router.settings.groups` too: shown in the legacy form.
+    if not config.groups:
+        return {}
+    return {
+        "groups": {
+            name: {
+                "swap": group.swap,
+                "exclusive": group.exclusive,
+                "persistent": group.persistent,
+                "members": list(group.members),
+            }
+            for name, group in config.groups.items()
+        }
+    }
+
+
+def matrix(config: Any) -> dict[str, Any]:
+    # `routing.router.settings.matrix` too: shown in the legacy form.
+    if config.matrix is None:
+        return {}
+    return {
+        "matrix": {
+            "vars": dict(config.matrix.vars),
+            "evict_costs": dict(config.matrix.evict_costs),
+            "sets": {s.name: s.dsl for s in config.matrix.sets},
+        }
+    }
+
+
+def routing(config: Any) -> dict[str, Any]:
+    if not config.priority:
+        return {}
+    return {"routing": {"scheduler": {"settings": {"fifo": {"priority": dict(config.priority)}}}}}
+
+
+def peers(config: Any) -> dict[str, Any]:
+    if not config.peers:
+        return {}
+    return {
+        "peers": {
+            name: {
+                "proxy": peer.proxy,
+                "apiKey": HIDDEN if peer.api_key else None,
+                "models": list(peer.models),
+                "filters": filters(peer.filters),
+            }
+            for name, peer in config.peers.items()
+        }
+    }
+
+
+def upstream(config: Any) -> dict[str, Any]:
+    return {"upstream": {"ignorePaths": list(config.ignore_paths)}}
+
+
+def hooks(config: Any) -> dict[str, Any]:
+    return {"hooks": {"on_startup": {"preload": list(config.preload)}}}
