@@ -16,7 +16,8 @@ from typing import Any
 import msgspec
 
 from .issues import Report, describe
-from .schema import known_keys, named_preset
+from .presets import Presets
+from .schema import known_keys
 from .yaml_nodes import Path
 
 KEY = "busyCheck"
@@ -76,7 +77,7 @@ PRESETS: dict[str, BusyCheck] = {
     ),
 }
 
-_SETTINGS = ("preset", "path", "count", "interval", "timeout", "swapWait")
+WRITTEN = Presets(PRESETS, ("preset", "path", "count", "interval", "timeout", "swapWait"))
 _COUNT_KEYS = ("json", "where", "metric", "label")
 
 
@@ -86,24 +87,14 @@ def read_busy_check(body: Mapping[str, Any], path: Path, report: Report) -> Busy
     where = (*path, KEY)
     if value is None:
         return None
+    value = WRITTEN.written(value, where, report)
+    if value is None:
+        return None
     if isinstance(value, str):
-        return _preset(value, where, report)
-    if not isinstance(value, dict):
-        report.error(
-            where,
-            f"expected a preset name ({_preset_names()}) or a mapping, got {describe(value)}",
-        )
+        return WRITTEN.named(value, where, report)
+    ok, base = WRITTEN.base(value, where, report)
+    if not ok:
         return None
-    if not known_keys(value, _SETTINGS, where, report):
-        return None
-    base = None
-    if value.get("preset") is not None:
-        if not isinstance(value["preset"], str):
-            report.error((*where, "preset"), f"expected a preset name ({_preset_names()})")
-            return None
-        base = _preset(value["preset"], (*where, "preset"), report)
-        if base is None:
-            return None
     check_path = value.get("path", base.path if base else None)
     if check_path is None:
         report.error(where, "needs a path (or a preset)", key=True)
@@ -135,14 +126,6 @@ def read_busy_check(body: Mapping[str, Any], path: Path, report: Report) -> Busy
         swap_wait=swap_wait,
         preset=base.preset if base else None,
     )
-
-
-def _preset_names() -> str:
-    return ", ".join(PRESETS)
-
-
-def _preset(name: str, where: Path, report: Report) -> BusyCheck | None:
-    return named_preset(PRESETS, name, where, report)
 
 
 def _counts(value: Any, where: Path, report: Report) -> tuple[BusyCount, ...] | None:
