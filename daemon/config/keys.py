@@ -14,13 +14,47 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from types import UnionType
-from typing import Annotated, Any, Union, get_args, get_origin
+from typing import Annotated, Any, ClassVar, Union, get_args, get_origin
 
 import msgspec
+from msgspec import Meta
 
 from .issues import Report
-from .show import number
 from .yaml_nodes import Path
+
+# msgpack, which carries the config to the proxy, holds integers in 64 bits.
+MIN_INT = -(2**63)
+MAX_INT = 2**63 - 1
+MAX_PORT = 65535
+
+
+class Ignored:
+    """Marks a llama-swap key swapd accepts (so a real llama-swap config loads) but ignores."""
+
+    def __init__(self, note: str = "") -> None:
+        self.note = note  # why, shown in the warning
+
+
+class Expect:
+    """What the value must be, in the error's words, where the type alone says too little."""
+
+    def __init__(self, words: str) -> None:
+        self.words = words
+
+
+Int = Annotated[int, Meta(le=MAX_INT)]
+Count = Annotated[int, Meta(ge=0, le=MAX_INT)]
+Seconds = Annotated[float, Meta(ge=0)]
+Port = Annotated[int, Meta(ge=1, le=MAX_PORT)]
+Texts = tuple[str, ...]
+# Free-form values (metadata, setParams): anything YAML holds, as long as msgpack can carry it.
+Free = dict[str, Any]
+
+
+class Section(msgspec.Struct, frozen=True, rename="camel"):
+    """A mapping in the file. `expected` words the error when the value is not a mapping."""
+
+    expected: ClassVar[str] = "a mapping"
 
 
 @dataclass(frozen=True)
@@ -97,6 +131,15 @@ def unwrap(annotation: Any) -> tuple[Any, tuple[Any, ...]]:
         base, *extras = get_args(annotation)
         return base, tuple(x for x in extras if not isinstance(x, msgspec.Meta))
     return annotation, ()
+
+
+def is_section(value: Any) -> bool:
+    return isinstance(value, type) and issubclass(value, Section)
+
+
+def number(value: float) -> float | int:
+    """30 rather than 30.0: the file said 30."""
+    return int(value) if float(value).is_integer() else value
 
 
 def key_of(annotation: Any) -> Key | None:

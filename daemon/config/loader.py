@@ -35,7 +35,7 @@ from . import (
 from . import model as c
 from .issues import ConfigError, ConfigIssue, Report, describe
 from .merge import Merged
-from .schema import TOP_LEVEL, KeyCheck
+from .schema import KeyCheck
 from .sources import ConfigSources
 from .typed import Converter
 from .yaml_nodes import NESTED_TOO_DEEPLY, Document, Path, YamlSyntaxError, parse
@@ -238,7 +238,7 @@ class _Build:
             )
             return None
         checker = KeyCheck(report, strict=self.strict)
-        checker.check(data, TOP_LEVEL, ())
+        checker.check(data, shape.TOP_LEVEL, ())
         self.ignored = checker.ignored_paths
         data = self._drop_ignored(data, ())
 

@@ -18,10 +18,8 @@ from typing import Any, TypeVar, get_args, get_origin
 
 import msgspec
 
-from . import shape
 from .issues import Report
-from .keys import unwrap
-from .shape import Ignored
+from .keys import Ignored, is_section, unwrap
 from .yaml_nodes import Path
 
 # Top-level keys starting with this are the user's own (docker compose's convention): ignored.
@@ -55,17 +53,6 @@ def keys_of(section: type[msgspec.Struct]) -> dict[str, Key]:
         else:
             table[info.encode_name] = Key()
     return table
-
-
-def is_section(value: Any) -> bool:
-    return isinstance(value, type) and issubclass(value, shape.Section)
-
-
-TOP_LEVEL = keys_of(shape.Top)
-MODEL = keys_of(shape.Model)
-FILTERS = keys_of(shape.ModelFilters)
-GROUP = keys_of(shape.Group)
-PEER = keys_of(shape.Peer)
 
 
 @dataclass

@@ -13,18 +13,26 @@ from __future__ import annotations
 
 from typing import Annotated, Any, ClassVar, Literal
 
-import msgspec
 from msgspec import Meta, field
 
 from . import show
 from .issues import Report
-from .keys import Inherit, Key
+from .keys import (
+    MAX_INT,
+    Count,
+    Expect,
+    Free,
+    Ignored,
+    Inherit,
+    Int,
+    Key,
+    Port,
+    Seconds,
+    Section,
+    Texts,
+)
+from .schema import keys_of
 from .yaml_nodes import Path
-
-# msgpack, which carries the config to the proxy, holds integers in 64 bits.
-MIN_INT = -(2**63)
-MAX_INT = 2**63 - 1
-MAX_PORT = 65535
 
 # llama-swap's defaults (shared/reference/llama-swap.md §1.2, §1.3).
 DEFAULT_HEALTH_CHECK_TIMEOUT = 120
@@ -38,35 +46,6 @@ DEFAULT_METRICS_MAX_IN_MEMORY = 1000
 DEFAULT_CAPTURE_BUFFER_MB = 5
 # `clientBodyTimeout` and `sendTimeout`: nginx's defaults.
 DEFAULT_CLIENT_TIMEOUT = 60.0
-
-
-class Ignored:
-    """Marks a llama-swap key swapd accepts (so a real llama-swap config loads) but ignores."""
-
-    def __init__(self, note: str = "") -> None:
-        self.note = note  # why, shown in the warning
-
-
-class Expect:
-    """What the value must be, in the error's words, where the type alone says too little."""
-
-    def __init__(self, words: str) -> None:
-        self.words = words
-
-
-Int = Annotated[int, Meta(le=MAX_INT)]
-Count = Annotated[int, Meta(ge=0, le=MAX_INT)]
-Seconds = Annotated[float, Meta(ge=0)]
-Port = Annotated[int, Meta(ge=1, le=MAX_PORT)]
-Texts = tuple[str, ...]
-# Free-form values (metadata, setParams): anything YAML holds, as long as msgpack can carry it.
-Free = dict[str, Any]
-
-
-class Section(msgspec.Struct, frozen=True, rename="camel"):
-    """A mapping in the file. `expected` words the error when the value is not a mapping."""
-
-    expected: ClassVar[str] = "a mapping"
 
 
 class PeerFilters(Section, frozen=True):
@@ -358,3 +337,11 @@ class Top(Section, frozen=True):
     performance: Performance | None = None
     profiles: dict[str, Profile] | None = None
     selectors: dict[str, Selector] | None = None
+
+
+# The key tables (schema.KeyCheck): unknown keys, "did you mean", ignored llama-swap keys.
+TOP_LEVEL = keys_of(Top)
+MODEL = keys_of(Model)
+FILTERS = keys_of(ModelFilters)
+GROUP = keys_of(Group)
+PEER = keys_of(Peer)

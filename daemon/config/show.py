@@ -8,13 +8,9 @@ from typing import Any
 import msgspec
 
 from ...ipc.routing_table import Filters, HttpCall, SleepSetting
+from .keys import number
 
 HIDDEN = "(hidden)"
-
-
-def number(value: float) -> float | int:
-    """30 rather than 30.0: the file said 30."""
-    return int(value) if float(value).is_integer() else value
 
 
 def filters(value: Filters) -> dict[str, Any]:

@@ -14,9 +14,9 @@ from . import macros
 from .cmdline import strip_comment_lines
 from .gpu_fields import auto_wanted
 from .issues import Report, describe
+from .keys import MAX_PORT
 from .model_fields import gpus_of
 from .schema import suggest
-from .shape import MAX_PORT
 from .yaml_nodes import Document, Path
 
 _ENV_REF_NAME = re.compile(r"^env\.[A-Za-z_][A-Za-z0-9_]*$")

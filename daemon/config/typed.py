@@ -19,9 +19,8 @@ from typing import Any, Literal, TypeVar, get_args, get_origin
 import msgspec
 
 from .issues import Report, describe
+from .keys import MAX_INT, MIN_INT, Expect, Section, is_section, unwrap
 from .macros import as_text
-from .schema import is_section, unwrap
-from .shape import MAX_INT, MIN_INT, Expect, Section
 from .yaml_nodes import Path
 
 S = TypeVar("S", bound=Section)

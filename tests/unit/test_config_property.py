@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from swapd.daemon.config import Config
 from swapd.daemon.config.loader import ConfigError, load_config_text
-from swapd.daemon.config.schema import FILTERS, GROUP, MODEL, PEER, TOP_LEVEL
+from swapd.daemon.config.shape import FILTERS, GROUP, MODEL, PEER, TOP_LEVEL
 from tests.support.paths import CONFIGS
 
 ENVIRON = {"HOME": "/home/u", "SWAPD_TEST_API_KEY": "k", "SWAPD_TEST_OPENROUTER_KEY": "o"}
