@@ -5,20 +5,19 @@ Everything outside this package imports from here, not from the modules inside i
 
 from __future__ import annotations
 
-from .issues import ConfigError, ConfigIssue
+from .check import main as check_config
+from .embedded import default_config_path, describe_default
+from .floor.issues import ConfigError, ConfigIssue
 from .loader import load, load_config, load_config_text
-from .model import (
-    Config,
-    Filters,
-    Forced,
-    GroupConfig,
-    MatrixConfig,
-    ModelConfig,
-    PeerConfig,
-)
+from .model import Config, Filters, Forced, GroupConfig, MatrixConfig, ModelConfig, PeerConfig
+from .sections.busy_check_fields import BusyCheck, BusyCount
+from .sections.matrix_dsl import Projection
+from .sections.matrix_dsl import named as models_named
 from .sources import ConfigSources
 
 __all__ = [
+    "BusyCheck",
+    "BusyCount",
     "Config",
     "ConfigError",
     "ConfigIssue",
@@ -29,7 +28,12 @@ __all__ = [
     "MatrixConfig",
     "ModelConfig",
     "PeerConfig",
+    "Projection",
+    "check_config",
+    "default_config_path",
+    "describe_default",
     "load",
     "load_config",
     "load_config_text",
+    "models_named",
 ]

@@ -16,10 +16,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from . import (
+from . import model as c
+from . import shape, stages
+from .floor import keys, macros
+from .floor.issues import ConfigError, ConfigIssue, Report, describe
+from .floor.merge import Merged
+from .floor.schema import KeyCheck
+from .floor.typed import Converter
+from .floor.yaml_nodes import NESTED_TOO_DEEPLY, Document, Path, YamlSyntaxError, parse
+from .sections import (
     gpu_fields,
-    keys,
-    macros,
     model_fields,
     observe_fields,
     profiles,
@@ -27,18 +33,10 @@ from . import (
     routing,
     security_fields,
     selectors,
-    shape,
     sleep_fields,
-    stages,
     top_fields,
 )
-from . import model as c
-from .issues import ConfigError, ConfigIssue, Report, describe
-from .merge import Merged
-from .schema import KeyCheck
 from .sources import ConfigSources
-from .typed import Converter
-from .yaml_nodes import NESTED_TOO_DEEPLY, Document, Path, YamlSyntaxError, parse
 
 __all__ = [
     "ConfigError",

@@ -21,8 +21,8 @@ from ...ipc.routing_table import (
     RoutePeer,
     RouteSelector,
 )
-from .busy_check_fields import BusyCheck
-from .matrix_dsl import MatrixSet
+from .sections.busy_check_fields import BusyCheck
+from .sections.matrix_dsl import MatrixSet
 
 # The defaults are declared with their keys (shape.py); here for the modules that read them.
 from .shape import (

@@ -12,7 +12,7 @@ from typing import Any
 import yaml
 
 from . import shape
-from .keys import shown
+from .floor.keys import shown
 from .model import Config, Forced
 
 _KEY_LINE = re.compile(r"^( *)([A-Za-z_][A-Za-z0-9_]*):")

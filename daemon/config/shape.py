@@ -16,8 +16,8 @@ from typing import Annotated, Any, ClassVar, Literal
 from msgspec import Meta, field
 
 from . import show
-from .issues import Report
-from .keys import (
+from .floor.issues import Report
+from .floor.keys import (
     MAX_INT,
     Count,
     Expect,
@@ -31,8 +31,8 @@ from .keys import (
     Section,
     Texts,
 )
-from .schema import keys_of
-from .yaml_nodes import Path
+from .floor.schema import keys_of
+from .floor.yaml_nodes import Path
 
 # llama-swap's defaults (shared/reference/llama-swap.md §1.2, §1.3).
 DEFAULT_HEALTH_CHECK_TIMEOUT = 120

@@ -8,7 +8,7 @@ from typing import Any
 import msgspec
 
 from ...ipc.routing_table import Filters, HttpCall, SleepSetting
-from .keys import number
+from .floor.keys import number
 
 HIDDEN = "(hidden)"
 

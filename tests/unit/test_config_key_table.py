@@ -8,7 +8,7 @@ from collections.abc import Iterator, Mapping
 
 import pytest
 
-from swapd.daemon.config.schema import Key
+from swapd.daemon.config.floor.schema import Key
 from swapd.daemon.config.shape import MODEL, TOP_LEVEL
 from tests.support.paths import REPO
 

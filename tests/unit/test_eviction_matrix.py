@@ -14,7 +14,15 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from swapd.daemon.config import Config, ConfigError, MatrixConfig, load_config_text
-from swapd.daemon.config.matrix_dsl import All, AnyOf, DslError, Expr, Leaf, Ref, compile_sets
+from swapd.daemon.config.sections.matrix_dsl import (
+    All,
+    AnyOf,
+    DslError,
+    Expr,
+    Leaf,
+    Ref,
+    compile_sets,
+)
 from swapd.daemon.policy.eviction.matrix_solver import solve
 from tests.support.eviction import evict_for
 from tests.support.models import model

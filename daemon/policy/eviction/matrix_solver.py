@@ -20,8 +20,7 @@ from collections.abc import Collection
 
 import msgspec
 
-from ...config import MatrixConfig, matrix_dsl
-from ...config.matrix_dsl import Projection
+from ...config import MatrixConfig, Projection, models_named
 
 DEFAULT_COST = 1
 
@@ -34,7 +33,7 @@ class Decision(msgspec.Struct, frozen=True):
 
 def named(matrix: MatrixConfig) -> frozenset[str]:
     """Every model some set names (a model outside them all can only run alone)."""
-    return matrix_dsl.named(matrix.sets)
+    return models_named(matrix.sets)
 
 
 def solve(target: str, running: Collection[str], matrix: MatrixConfig) -> Decision:

@@ -9,17 +9,17 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ...ipc import log_time
-from . import model as c
-from . import shape
-from .issues import Report
+from ....ipc import log_time
+from .. import model as c
+from .. import shape
+from ..floor.issues import Report
+from ..floor.patterns import NESTED_QUANTIFIER_WARNING, has_nested_quantifier
+from ..floor.schema import suggest
+from ..floor.typed import Converter
+from ..floor.yaml_nodes import Document
+from ..floor.yaml_nodes import Path as KeyPath
 from .model_fields import check_url, filters_of, name_problem
-from .patterns import NESTED_QUANTIFIER_WARNING, has_nested_quantifier
-from .schema import suggest
 from .timeouts import timeouts_of
-from .typed import Converter
-from .yaml_nodes import Document
-from .yaml_nodes import Path as KeyPath
 
 LOG_LEVELS = ("debug", "info", "warn", "error")
 HEALTH_CHECK_REASON = (

@@ -11,9 +11,9 @@ from typing import Any
 
 import msgspec
 
-from . import model as c
-from .issues import Report, describe
-from .yaml_nodes import Path
+from .. import model as c
+from ..floor.issues import Report, describe
+from ..floor.yaml_nodes import Path
 
 AUTO = "auto"
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?i?b?)\s*$", re.IGNORECASE)

@@ -15,19 +15,20 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote, urlsplit
 
-from ...ipc.reserved import COMFYUI_MODEL_ID
-from ...ipc.routing_table import Capabilities
-from . import keys, shape
-from . import model as c
+from ....ipc.reserved import COMFYUI_MODEL_ID
+from ....ipc.routing_table import Capabilities
+from .. import model as c
+from .. import shape
+from ..floor import keys
+from ..floor.cmdline import split_command
+from ..floor.issues import Report, describe
+from ..floor.typed import Converter
+from ..floor.yaml_nodes import Path
 from .busy_check_fields import read_busy_check
-from .cmdline import split_command
 from .gpu_fields import vram_of
-from .issues import Report, describe
 from .sleep_fields import Timeouts as SleepTimeouts
 from .sleep_fields import read_sleep
 from .timeouts import timeouts_of
-from .typed import Converter
-from .yaml_nodes import Path
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")

@@ -21,11 +21,11 @@ from typing import Any
 
 import msgspec
 
-from ...ipc.routing_table import HttpCall, SleepSetting
-from .issues import Report, describe
-from .presets import Presets
-from .schema import known_keys
-from .yaml_nodes import Path
+from ....ipc.routing_table import HttpCall, SleepSetting
+from ..floor.issues import Report, describe
+from ..floor.presets import Presets
+from ..floor.schema import known_keys
+from ..floor.yaml_nodes import Path
 
 KEY = "sleep"
 LLMSNAP_KEYS = ("sleepMode", "sleepEndpoints", "wakeEndpoints")

@@ -15,10 +15,10 @@ from typing import Any
 
 import msgspec
 
-from .issues import Report, describe
-from .presets import Presets
-from .schema import known_keys
-from .yaml_nodes import Path
+from ..floor.issues import Report, describe
+from ..floor.presets import Presets
+from ..floor.schema import known_keys
+from ..floor.yaml_nodes import Path
 
 KEY = "busyCheck"
 DEFAULT_INTERVAL = 1.0
