@@ -64,7 +64,7 @@ class Compat(Section, frozen=True):
 
 
 class Timeouts(Section, frozen=True):
-    """llama-swap's upstream transport timeouts, seconds (0: none); config/timeouts.py."""
+    """llama-swap's upstream transport timeouts, seconds (0: none); config/sections/timeouts.py."""
 
     connect: Seconds | None = None
     keepalive: Seconds | None = field(default=None, name="keepalive")

@@ -1,4 +1,4 @@
-"""The matrix router without processes: its set language and errors (config/matrix_dsl.py, as
+"""The matrix router without processes: its set language and errors (config/sections/matrix_dsl.py, as
 llama-swap's internal/matrix tests), the solver (policy/eviction/matrix_solver.py) on hand-made
 cases and against a brute force that expands every set in full, and `gpus` under the matrix
 router."""

@@ -1,7 +1,7 @@
 """llama-swap's matrix solver: the cheapest eviction that lets the target run in one of the sets.
 
 A set's expression describes the combinations of models that may run together (`&` all of, `|`
-one of, `+name` another set); see `config/matrix_dsl.py`. For target T and the running models R
+one of, `+name` another set); see `config/sections/matrix_dsl.py`. For target T and the running models R
 (llama-swap's `Program.Solve`, shared/reference/llama-swap.md §2.7):
 
 * T already running -> evict nothing;
