@@ -8,11 +8,20 @@ from __future__ import annotations
 from .check import main as check_config
 from .embedded import default_config_path, describe_default
 from .floor.issues import ConfigError, ConfigIssue
+from .floor.matrix_dsl import Projection
+from .floor.matrix_dsl import named as models_named
 from .loader import load, load_config, load_config_text
-from .model import Config, Filters, Forced, GroupConfig, MatrixConfig, ModelConfig, PeerConfig
-from .sections.busy_check_fields import BusyCheck, BusyCount
-from .sections.matrix_dsl import Projection
-from .sections.matrix_dsl import named as models_named
+from .model import (
+    BusyCheck,
+    BusyCount,
+    Config,
+    Filters,
+    Forced,
+    GroupConfig,
+    MatrixConfig,
+    ModelConfig,
+    PeerConfig,
+)
 from .sources import ConfigSources
 
 __all__ = [

@@ -21,8 +21,7 @@ from ...ipc.routing_table import (
     RoutePeer,
     RouteSelector,
 )
-from .sections.busy_check_fields import BusyCheck
-from .sections.matrix_dsl import MatrixSet
+from .floor.matrix_dsl import MatrixSet
 
 # The defaults are declared with their keys (shape.py); here for the modules that read them.
 from .shape import (
@@ -49,6 +48,8 @@ __all__ = [
     "DEFAULT_START_PORT",
     "DEFAULT_UNLOAD_TIMEOUT",
     "MIN_HEALTH_CHECK_TIMEOUT",
+    "BusyCheck",
+    "BusyCount",
     "Config",
     "Filters",
     "Forced",
@@ -74,6 +75,38 @@ class Forced(msgspec.Struct, frozen=True):
     key: str
     value: Any
     reason: str
+
+
+# `busyCheck` (sections/busy_check_fields.py reads it; machinery/busy_poller.py polls it).
+DEFAULT_INTERVAL = 1.0
+DEFAULT_TIMEOUT = 2.0
+# A swap waits this long for a busy model at most, then goes ahead (a render of several minutes
+# fits; a job that never ends does not hold the GPUs for ever).
+DEFAULT_SWAP_WAIT = 600.0
+
+
+class BusyCount(msgspec.Struct, frozen=True):
+    """One number in the upstream's answer; the model is busy while any count is above 0.
+
+    `json`: a dotted path into a JSON answer ("" is the answer itself); a list there counts its
+    items (only those whose `where` field is true, when `where` is set), a number counts as itself.
+    `metric`: a Prometheus metric in a text-format answer; its samples are summed.
+    `label`: what one of them is, a singular noun ("running job"); an "s" is added for several.
+    """
+
+    label: str
+    json: str | None = None
+    where: str | None = None
+    metric: str | None = None
+
+
+class BusyCheck(msgspec.Struct, frozen=True):
+    path: str
+    counts: tuple[BusyCount, ...]
+    interval: float = DEFAULT_INTERVAL  # seconds between polls while the model is ready
+    timeout: float = DEFAULT_TIMEOUT  # one poll; no answer in time counts as idle
+    swap_wait: float = DEFAULT_SWAP_WAIT  # how long a swap waits for the model to turn idle
+    preset: str | None = None
 
 
 class ModelConfig(ModelRouting, frozen=True, kw_only=True):

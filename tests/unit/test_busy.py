@@ -17,8 +17,15 @@ import pytest
 from aiohttp import web
 
 from swapd.daemon.busy_checks import BusyChecks
-from swapd.daemon.config import Config, ConfigError, ModelConfig, load_config_text
-from swapd.daemon.config.sections.busy_check_fields import PRESETS, BusyCheck, BusyCount
+from swapd.daemon.config import (
+    BusyCheck,
+    BusyCount,
+    Config,
+    ConfigError,
+    ModelConfig,
+    load_config_text,
+)
+from swapd.daemon.config.sections.busy_check_fields import PRESETS
 from swapd.daemon.observe.swap_log import SwapLog
 from swapd.daemon.policy import ttl
 from swapd.daemon.policy.busy_answer import Reading, evaluate, failed

@@ -1,4 +1,4 @@
-"""The matrix router without processes: its set language and errors (config/sections/matrix_dsl.py, as
+"""The matrix router without processes: its set language and errors (config/floor/matrix_dsl.py, as
 llama-swap's internal/matrix tests), the solver (policy/eviction/matrix_solver.py) on hand-made
 cases and against a brute force that expands every set in full, and `gpus` under the matrix
 router."""
@@ -14,7 +14,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from swapd.daemon.config import Config, ConfigError, MatrixConfig, load_config_text
-from swapd.daemon.config.sections.matrix_dsl import (
+from swapd.daemon.config.floor.matrix_dsl import (
     All,
     AnyOf,
     DslError,

@@ -13,44 +13,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import msgspec
-
 from ..floor.issues import Report, describe
 from ..floor.presets import Presets
 from ..floor.schema import known_keys
 from ..floor.yaml_nodes import Path
+from ..model import BusyCheck, BusyCount
 
 KEY = "busyCheck"
-DEFAULT_INTERVAL = 1.0
-DEFAULT_TIMEOUT = 2.0
-# A swap waits this long for a busy model at most, then goes ahead (a render of several minutes
-# fits; a job that never ends does not hold the GPUs for ever).
-DEFAULT_SWAP_WAIT = 600.0
 MIN_INTERVAL = 0.1
-
-
-class BusyCount(msgspec.Struct, frozen=True):
-    """One number in the upstream's answer; the model is busy while any count is above 0.
-
-    `json`: a dotted path into a JSON answer ("" is the answer itself); a list there counts its
-    items (only those whose `where` field is true, when `where` is set), a number counts as itself.
-    `metric`: a Prometheus metric in a text-format answer; its samples are summed.
-    `label`: what one of them is, a singular noun ("running job"); an "s" is added for several.
-    """
-
-    label: str
-    json: str | None = None
-    where: str | None = None
-    metric: str | None = None
-
-
-class BusyCheck(msgspec.Struct, frozen=True):
-    path: str
-    counts: tuple[BusyCount, ...]
-    interval: float = DEFAULT_INTERVAL  # seconds between polls while the model is ready
-    timeout: float = DEFAULT_TIMEOUT  # one poll; no answer in time counts as idle
-    swap_wait: float = DEFAULT_SWAP_WAIT  # how long a swap waits for the model to turn idle
-    preset: str | None = None
 
 
 PRESETS: dict[str, BusyCheck] = {

@@ -16,8 +16,8 @@ from typing import Any
 
 from .. import model as c
 from ..floor.issues import Report
+from ..floor.matrix_dsl import DslError, leaves, named, parse
 from .gpu_fields import grouped_models
-from .matrix_dsl import DslError, leaves, named, parse
 
 
 def _dict(value: Any) -> dict[str, Any]:

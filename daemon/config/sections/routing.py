@@ -17,8 +17,8 @@ import msgspec
 from .. import model as c
 from .. import shape
 from ..floor.issues import Report
+from ..floor.matrix_dsl import DslError, compile_sets
 from ..floor.yaml_nodes import Path
-from .matrix_dsl import DslError, compile_sets
 from .top_fields import CrossCheck
 
 ROUTERS = ("group", "matrix")

@@ -8,8 +8,8 @@ from collections.abc import Mapping
 
 from .. import shape
 from ..floor.issues import Report
+from ..floor.matrix_dsl import can_contain_all
 from ..model import GroupConfig, MatrixConfig, PeerConfig, RouteSelector
-from .matrix_dsl import can_contain_all
 
 STRATEGIES = ("warm", "pin", "spillover")
 

@@ -1,8 +1,8 @@
 """llama-swap's matrix solver: the cheapest eviction that lets the target run in one of the sets.
 
 A set's expression describes the combinations of models that may run together (`&` all of, `|`
-one of, `+name` another set); see `config/sections/matrix_dsl.py`. For target T and the running models R
-(llama-swap's `Program.Solve`, shared/reference/llama-swap.md §2.7):
+one of, `+name` another set); see `config/floor/matrix_dsl.py`. For target T and the running
+models R (llama-swap's `Program.Solve`, shared/reference/llama-swap.md §2.7):
 
 * T already running -> evict nothing;
 * otherwise every combination that contains T costs the sum of `evict_costs` (default 1) of the
