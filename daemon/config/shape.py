@@ -11,7 +11,7 @@ A null value is the same as leaving the key out, as when llama-swap decodes onto
 
 from __future__ import annotations
 
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal, get_args
 
 from msgspec import Meta, field
 
@@ -82,6 +82,10 @@ class Capabilities(Section, frozen=True):
     context: Count | None = None
 
 
+# `busyCheck`'s presets, by name (sections/busy_check_fields.py holds what each one asks).
+BusyPreset = Literal["comfyui", "llamacpp", "vllm"]
+
+
 def _ttl(value: int, where: Path, report: Report) -> None:
     if value < -1:
         report.error(
@@ -123,7 +127,14 @@ class Model(Section, frozen=True):
     filters: Annotated[ModelFilters, Key(render=show.model_filters)] | None = None
     vram: Annotated[Any, Key(render=show.vram)] = None
     # A preset name or a mapping; its own keys are checked where it is read (busy_check_fields.py).
-    busy_check: Annotated[Any, Key(render=show.model_busy_check)] = None
+    busy_check: (
+        Annotated[
+            str | dict[str, Any],
+            Expect(f"a preset name ({', '.join(get_args(BusyPreset))}) or a mapping"),
+            Key(render=show.model_busy_check),
+        ]
+        | None
+    ) = None
     # A preset name or a mapping, and llmsnap's three keys; read in sleep_fields.py.
     sleep: Annotated[Any, Key(render=show.model_sleep)] = None
     sleep_mode: Any = None

@@ -10,7 +10,7 @@ import math
 import time
 from collections.abc import AsyncIterator, Callable
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, get_args
 
 import msgspec
 import pytest
@@ -26,6 +26,7 @@ from swapd.daemon.config import (
     load_config_text,
 )
 from swapd.daemon.config.sections.busy_check_fields import PRESETS
+from swapd.daemon.config.shape import BusyPreset
 from swapd.daemon.observe.swap_log import SwapLog
 from swapd.daemon.policy import ttl
 from swapd.daemon.policy.busy_answer import Reading, evaluate, failed
@@ -470,3 +471,8 @@ async def test_the_probe_polls_a_ready_model_and_a_timeout_counts_as_idle(
         assert watch.report("c") is None
     finally:
         await watch.close()
+
+
+def test_the_presets_are_the_declared_names() -> None:
+    # `busyCheck`'s type in config/shape.py names them (its error lists them).
+    assert tuple(PRESETS) == get_args(BusyPreset)

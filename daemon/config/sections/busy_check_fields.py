@@ -51,13 +51,12 @@ WRITTEN = Presets(PRESETS, ("preset", "path", "count", "interval", "timeout", "s
 _COUNT_KEYS = ("json", "where", "metric", "label")
 
 
-def read_busy_check(body: Mapping[str, Any], path: Path, report: Report) -> BusyCheck | None:
-    """The model's `busyCheck` (None when it has none); problems go to `report`."""
-    value = body.get(KEY)
+def read_busy_check(
+    value: str | dict[str, Any] | None, path: Path, report: Report
+) -> BusyCheck | None:
+    """The model's `busyCheck` (None when it has none, or its type was wrong: `typed.py` said
+    so); problems go to `report`."""
     where = (*path, KEY)
-    if value is None:
-        return None
-    value = WRITTEN.written(value, where, report)
     if value is None:
         return None
     if isinstance(value, str):

@@ -105,7 +105,7 @@ def build(
     filters = filters_of(spec.filters, (*path, "filters"), report)
     vram = vram_of(spec.vram, (*path, "vram"), report)
     capabilities = capabilities_of(spec.capabilities, (*path, "capabilities"), report)
-    busy_check = read_busy_check(raw, path, report)
+    busy_check = read_busy_check(spec.busy_check, path, report)
     sleep = read_sleep(raw, path, report, defaults.sleep_timeouts)
     if len(report.errors) > errors_before or cmd is None or proxy is None:
         return None
