@@ -116,7 +116,10 @@ class Model(Section, frozen=True):
     # Stream loading progress to a streaming chat request that waits for a start.
     send_loading_state: Annotated[bool, Key(Inherit("sendLoadingState"))] | None = None
     gpus: Annotated[Any, Key(render=show.gpus)] = None
-    aliases: Annotated[Any, Key(render=show.aliases)] = None
+    # Names, or llama-swap's newer `{id, name, unlisted}`; read in model_fields.aliases_of.
+    aliases: (
+        Annotated[list[Any], Expect("a list of alias names"), Key(render=show.aliases)] | None
+    ) = None
     env: Annotated[Any, Key(render=show.env)] = None
     unlisted: Annotated[bool, Key(False)] | None = None
     # Empty means unset, as in llama-swap (omitted from /v1/models, no rename upstream).

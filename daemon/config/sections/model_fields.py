@@ -214,14 +214,12 @@ def _check_endpoint(value: str | None, path: Path, report: Report) -> str | None
     return value
 
 
-def aliases_of(model_id: str, raw: Any, report: Report) -> list[str]:
+def aliases_of(model_id: str, raw: list[Any] | None, report: Report) -> list[str]:
     """A model's aliases as names; the newer llama-swap form `{id, name, unlisted}` keeps its id."""
     where = ("models", model_id, "aliases")
     aliases: list[str] = []
-    if raw is not None and not isinstance(raw, list):
-        report.error(where, f"expected a list of alias names, got {describe(raw)}")
     texts = Converter(report)
-    for index, item in enumerate(raw if isinstance(raw, list) else []):
+    for index, item in enumerate(raw or []):
         if isinstance(item, dict):
             extra = sorted(set(item) - {"id"})
             if extra:
