@@ -23,31 +23,16 @@ from ...ipc.routing_table import (
 )
 from .floor.matrix_dsl import MatrixSet
 
-# The defaults are declared with their keys (shape.py); here for the modules that read them.
+# The defaults are declared with their keys.
 from .shape import (
     DEFAULT_CAPTURE_BUFFER_MB,
-    DEFAULT_CHECK_ENDPOINT,
     DEFAULT_CLIENT_TIMEOUT,
-    DEFAULT_CONCURRENCY_LIMIT,
     DEFAULT_HEALTH_CHECK_TIMEOUT,
     DEFAULT_METRICS_MAX_IN_MEMORY,
-    DEFAULT_PROXY,
     DEFAULT_START_PORT,
-    DEFAULT_UNLOAD_TIMEOUT,
-    MIN_HEALTH_CHECK_TIMEOUT,
 )
 
 __all__ = [
-    "DEFAULT_CAPTURE_BUFFER_MB",
-    "DEFAULT_CHECK_ENDPOINT",
-    "DEFAULT_CLIENT_TIMEOUT",
-    "DEFAULT_CONCURRENCY_LIMIT",
-    "DEFAULT_HEALTH_CHECK_TIMEOUT",
-    "DEFAULT_METRICS_MAX_IN_MEMORY",
-    "DEFAULT_PROXY",
-    "DEFAULT_START_PORT",
-    "DEFAULT_UNLOAD_TIMEOUT",
-    "MIN_HEALTH_CHECK_TIMEOUT",
     "BusyCheck",
     "BusyCount",
     "Config",

@@ -90,7 +90,7 @@ def build(
     cmd_stop = command(spec.cmd_stop, (*path, "cmdStop"), report, stop=True)
     proxy = spec.proxy
     if proxy is None:
-        proxy = c.DEFAULT_PROXY.replace("${PORT}", str(port)) if port else None
+        proxy = shape.DEFAULT_PROXY.replace("${PORT}", str(port)) if port else None
         if proxy is None and cmd is not None:
             report.error(
                 (*path, "proxy"),
@@ -183,7 +183,7 @@ def check_url(url: str, where: Path, report: Report) -> None:
 
 def _check_endpoint(value: str | None, path: Path, report: Report) -> str | None:
     if value is None:
-        return c.DEFAULT_CHECK_ENDPOINT
+        return shape.DEFAULT_CHECK_ENDPOINT
     value = value.strip()
     if value == "none":
         return None

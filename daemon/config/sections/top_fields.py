@@ -23,20 +23,20 @@ from .timeouts import timeouts_of
 
 LOG_LEVELS = ("debug", "info", "warn", "error")
 HEALTH_CHECK_REASON = (
-    f"healthCheckTimeout is never below {c.MIN_HEALTH_CHECK_TIMEOUT} s (llama-swap's minimum)"
+    f"healthCheckTimeout is never below {shape.MIN_HEALTH_CHECK_TIMEOUT} s (llama-swap's minimum)"
 )
 
 
 def health_check_timeout(value: int | None, report: Report) -> tuple[int, tuple[c.Forced, ...]]:
     if value is None:
-        return c.DEFAULT_HEALTH_CHECK_TIMEOUT, ()
-    if value < c.MIN_HEALTH_CHECK_TIMEOUT:
-        forced = c.Forced("healthCheckTimeout", c.MIN_HEALTH_CHECK_TIMEOUT, HEALTH_CHECK_REASON)
+        return shape.DEFAULT_HEALTH_CHECK_TIMEOUT, ()
+    if value < shape.MIN_HEALTH_CHECK_TIMEOUT:
+        forced = c.Forced("healthCheckTimeout", shape.MIN_HEALTH_CHECK_TIMEOUT, HEALTH_CHECK_REASON)
         report.warn(
             ("healthCheckTimeout",),
-            f"{value} raised to {c.MIN_HEALTH_CHECK_TIMEOUT}: {HEALTH_CHECK_REASON}",
+            f"{value} raised to {shape.MIN_HEALTH_CHECK_TIMEOUT}: {HEALTH_CHECK_REASON}",
         )
-        return c.MIN_HEALTH_CHECK_TIMEOUT, (forced,)
+        return shape.MIN_HEALTH_CHECK_TIMEOUT, (forced,)
     return value, ()
 
 
