@@ -11,7 +11,8 @@ section's fields, and `declared()` lists the keys for the docs test and the key 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+import functools
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import UnionType
 from typing import Annotated, Any, ClassVar, Union, get_args, get_origin
@@ -147,12 +148,18 @@ def key_of(annotation: Any) -> Key | None:
     return next((x for x in extras if isinstance(x, Key)), None)
 
 
-def declared(section: type[msgspec.Struct]) -> Iterator[Declared]:
+@functools.cache
+def fields(section: type[msgspec.Struct]) -> tuple[msgspec.structs.FieldInfo, ...]:
+    """`msgspec.structs.fields`, once per section: it evaluates the annotations at each call, and
+    a fresh annotation (its `Key` a new object) is a type msgspec has not compiled yet."""
+    return msgspec.structs.fields(section)
+
+
+@functools.cache
+def declared(section: type[msgspec.Struct]) -> tuple[Declared, ...]:
     """The section's fields that carry a `Key`, in the order of the fields."""
-    for info in msgspec.structs.fields(section):
-        key = key_of(info.type)
-        if key is not None:
-            yield Declared(info.encode_name, info.name, key)
+    found = ((info, key_of(info.type)) for info in fields(section))
+    return tuple(Declared(info.encode_name, info.name, key) for info, key in found if key)
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from typing import Any, TypeVar, get_args, get_origin
 import msgspec
 
 from .issues import Report
-from .keys import Ignored, is_section, unwrap
+from .keys import Ignored, fields, is_section, unwrap
 from .yaml_nodes import Path
 
 # Top-level keys starting with this are the user's own (docker compose's convention): ignored.
@@ -41,7 +41,7 @@ class Key:
 def keys_of(section: type[msgspec.Struct]) -> dict[str, Key]:
     """The key table of a section of `shape.py`, nested sections and entry mappings included."""
     table: dict[str, Key] = {}
-    for info in msgspec.structs.fields(section):
+    for info in fields(section):
         base, extras = unwrap(info.type)
         ignored = next((x for x in extras if isinstance(x, Ignored)), None)
         if ignored is not None:

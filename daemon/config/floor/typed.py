@@ -20,7 +20,7 @@ from typing import Any, Literal, TypeVar, Union, get_args, get_origin
 import msgspec
 
 from .issues import Report, describe
-from .keys import MAX_INT, MIN_INT, Expect, Section, is_section, unwrap
+from .keys import MAX_INT, MIN_INT, Expect, Section, fields, is_section, unwrap
 from .macros import as_text
 from .yaml_nodes import Path
 
@@ -60,7 +60,7 @@ class Converter:
     def section(self, mapping: Mapping[str, Any], kind: type[S], path: Path) -> S:
         """`kind` from a mapping; fields whose value is wrong are reported and left unset."""
         values: dict[str, Any] = {}
-        for info in msgspec.structs.fields(kind):
+        for info in fields(kind):
             raw = mapping.get(info.encode_name)
             if raw is None:
                 continue
