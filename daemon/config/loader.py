@@ -21,7 +21,7 @@ from . import shape, stages
 from .floor import keys, macros
 from .floor.issues import ConfigError, ConfigIssue, Report, describe
 from .floor.merge import Merged
-from .floor.schema import KeyCheck
+from .floor.schema import KeyCheck, keys_of
 from .floor.typed import Converter
 from .floor.yaml_nodes import NESTED_TOO_DEEPLY, Document, Path, YamlSyntaxError, parse
 from .sections import (
@@ -36,6 +36,7 @@ from .sections import (
     sleep_fields,
     top_fields,
 )
+from .sections.common import name_problem
 from .sources import ConfigSources
 
 __all__ = [
@@ -236,7 +237,7 @@ class _Build:
             )
             return None
         checker = KeyCheck(report, strict=self.strict)
-        checker.check(data, shape.TOP_LEVEL, ())
+        checker.check(data, keys_of(shape.Top), ())
         self.ignored = checker.ignored_paths
         data = self._drop_ignored(data, ())
 
@@ -320,7 +321,7 @@ class _Build:
                 built[model.id] = result
 
         built = gpu_fields.check_placement(
-            built, data["models"], top.gpus, grouped, report, model_fields.gpus_of
+            built, data["models"], top.gpus, grouped, report, gpu_fields.gpus_of
         )
         cross = top_fields.CrossCheck(data["models"], aliases, self.typed, document)
         names = {model_id: model_id for model_id in data["models"]}
@@ -364,7 +365,7 @@ class _Build:
         """The models whose id a request can name; the others are reported at their key."""
         usable = {}
         for model_id, body in models.items():
-            problem = model_fields.name_problem(model_id, "a model id")
+            problem = name_problem(model_id, "a model id")
             if problem is None:
                 usable[model_id] = body
             else:

@@ -15,7 +15,7 @@ from typing import Annotated, Any, ClassVar, Literal, get_args
 
 from msgspec import Meta, field
 
-from . import show
+from .floor import show
 from .floor.issues import Report
 from .floor.keys import (
     MAX_INT,
@@ -31,7 +31,6 @@ from .floor.keys import (
     Section,
     Texts,
 )
-from .floor.schema import keys_of
 from .floor.yaml_nodes import Path
 
 # llama-swap's defaults (shared/reference/llama-swap.md §1.2, §1.3).
@@ -351,11 +350,3 @@ class Top(Section, frozen=True):
     performance: Performance | None = None
     profiles: dict[str, Profile] | None = None
     selectors: dict[str, Selector] | None = None
-
-
-# The key tables (schema.KeyCheck): unknown keys, "did you mean", ignored llama-swap keys.
-TOP_LEVEL = keys_of(Top)
-MODEL = keys_of(Model)
-FILTERS = keys_of(ModelFilters)
-GROUP = keys_of(Group)
-PEER = keys_of(Peer)

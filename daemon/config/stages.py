@@ -16,8 +16,7 @@ from .floor.issues import Report, describe
 from .floor.keys import MAX_PORT
 from .floor.schema import suggest
 from .floor.yaml_nodes import Document, Path
-from .sections.gpu_fields import auto_wanted
-from .sections.model_fields import gpus_of
+from .sections.gpu_fields import auto_wanted, gpus_of
 
 _ENV_REF_NAME = re.compile(r"^env\.[A-Za-z_][A-Za-z0-9_]*$")
 

@@ -8,8 +8,8 @@ from collections.abc import Iterator, Mapping
 
 import pytest
 
-from swapd.daemon.config.floor.schema import Key
-from swapd.daemon.config.shape import MODEL, TOP_LEVEL
+from swapd.daemon.config import shape
+from swapd.daemon.config.floor.schema import Key, keys_of
 from tests.support.paths import REPO
 
 DOC = REPO / "docs" / "configuration.md"
@@ -52,17 +52,17 @@ def _check(table: Mapping[str, Key], documented: list[str]) -> None:
 
 
 def test_every_top_level_key_has_a_row_and_every_row_a_key() -> None:
-    _check(TOP_LEVEL, _rows("## Top-level keys"))
+    _check(keys_of(shape.Top), _rows("## Top-level keys"))
 
 
 def test_every_model_key_has_a_row_and_every_row_a_key() -> None:
-    _check(MODEL, _rows("## Model keys (`models.<id>`)"))
+    _check(keys_of(shape.Model), _rows("## Model keys (`models.<id>`)"))
 
 
 @pytest.mark.parametrize(
-    ("table", "heading"),
-    [(TOP_LEVEL, "## Top-level keys"), (MODEL, "## Model keys (`models.<id>`)")],
+    ("section", "heading"),
+    [(shape.Top, "## Top-level keys"), (shape.Model, "## Model keys (`models.<id>`)")],
 )
-def test_a_key_added_without_a_row_fails(table: Mapping[str, Key], heading: str) -> None:
+def test_a_key_added_without_a_row_fails(section: type[shape.Section], heading: str) -> None:
     with pytest.raises(AssertionError, match="without a row"):
-        _check({**table, "brandNewKey": Key()}, _rows(heading))
+        _check({**keys_of(section), "brandNewKey": Key()}, _rows(heading))

@@ -21,6 +21,7 @@ import msgspec
 from msgspec import Meta
 
 from .issues import Report
+from .show import number
 from .yaml_nodes import Path
 
 # msgpack, which carries the config to the proxy, holds integers in 64 bits.
@@ -136,11 +137,6 @@ def unwrap(annotation: Any) -> tuple[Any, tuple[Any, ...]]:
 
 def is_section(value: Any) -> bool:
     return isinstance(value, type) and issubclass(value, Section)
-
-
-def number(value: float) -> float | int:
-    """30 rather than 30.0: the file said 30."""
-    return int(value) if float(value).is_integer() else value
 
 
 def key_of(annotation: Any) -> Key | None:

@@ -12,6 +12,7 @@ tests) and `x-...` keys (docker compose's convention) are homes for anchors: acc
 from __future__ import annotations
 
 import difflib
+import functools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar, get_args, get_origin
@@ -38,6 +39,7 @@ class Key:
     note: str = ""
 
 
+@functools.cache
 def keys_of(section: type[msgspec.Struct]) -> dict[str, Key]:
     """The key table of a section of `shape.py`, nested sections and entry mappings included."""
     table: dict[str, Key] = {}

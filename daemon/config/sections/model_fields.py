@@ -21,17 +21,17 @@ from .. import model as c
 from .. import shape
 from ..floor import keys
 from ..floor.cmdline import split_command
-from ..floor.issues import Report, describe
+from ..floor.issues import Report
 from ..floor.typed import Converter
 from ..floor.yaml_nodes import Path
 from .busy_check_fields import read_busy_check
+from .common import check_url, filters_of, name_problem
 from .gpu_fields import vram_of
 from .sleep_fields import Timeouts as SleepTimeouts
 from .sleep_fields import read_sleep
 from .timeouts import timeouts_of
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 # Linux refuses to exec an argument over 128 KiB (MAX_ARG_STRLEN); a longer command is a mistake,
 # and refusing it up front keeps shlex (quadratic on one long quoted word) out of the way.
 MAX_COMMAND_LENGTH = 128 * 1024
@@ -53,19 +53,6 @@ class ModelDefaults:
     inherited: Mapping[str, Any]
     health_check_timeout: float
     sleep_timeouts: SleepTimeouts = field(default_factory=SleepTimeouts)
-
-
-def name_problem(name: str, what: str) -> str | None:
-    """Why a model id or alias can never be named by a request, if it cannot."""
-    if not name.strip():
-        return f"{what} cannot be empty"
-    control = _CONTROL.search(name)
-    if control is not None:
-        return (
-            f"{what} {name!r} holds the control character U+{ord(control.group()):04X}; "
-            "no request can name it"
-        )
-    return None
 
 
 def build(
@@ -170,17 +157,6 @@ def command(text: str | None, where: Path, report: Report, *, stop: bool) -> tup
     return tuple(argv)
 
 
-def check_url(url: str, where: Path, report: Report) -> None:
-    try:
-        parts = urlsplit(url)
-        parts.port  # noqa: B018 - raises ValueError on a bad port
-    except ValueError as error:
-        report.error(where, f"invalid URL {url!r}: {error}")
-        return
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        report.error(where, f"expected an http:// or https:// URL with a host, got {url!r}")
-
-
 def _check_endpoint(value: str | None, path: Path, report: Report) -> str | None:
     if value is None:
         return shape.DEFAULT_CHECK_ENDPOINT
@@ -265,31 +241,6 @@ def _env(raw: Any, path: Path, report: Report) -> dict[str, str]:
     return env
 
 
-def filters_of(spec: shape.PeerFilters | None, where: Path, report: Report) -> c.Filters:
-    if spec is None:
-        return c.Filters()
-    strip = spec.strip_params if spec.strip_params is not None else spec.strip_params_legacy
-    params = sorted({p.strip() for p in (strip or "").split(",")} - {"", "model"})
-    set_params = dict(spec.set_params or {})
-    if "model" in set_params:
-        report.warn((*where, "setParams", "model"), "'model' cannot be set; ignored")
-        del set_params["model"]
-    by_id: dict[str, dict[str, Any]] = {}
-    for name, values in (getattr(spec, "set_params_by_id", None) or {}).items():
-        if values is not None and not isinstance(values, dict):
-            report.error(
-                (*where, "setParamsByID", name),
-                f"expected a mapping of parameters to set, got {describe(values)}",
-            )
-            continue
-        values = dict(values or {})
-        if "model" in values:
-            report.warn((*where, "setParamsByID", name, "model"), "'model' cannot be set; ignored")
-            del values["model"]
-        by_id[name] = values
-    return c.Filters(strip_params=tuple(params), set_params=set_params, set_params_by_id=by_id)
-
-
 MODALITIES = ("text", "audio", "image")
 
 
@@ -320,34 +271,3 @@ def by_id_names(model_id: str, spec: shape.Model) -> list[str]:
     """setParamsByID's names other than the model's own id: llama-swap makes them aliases."""
     names = (spec.filters.set_params_by_id or {}) if spec.filters else {}
     return [name for name in names if name != model_id]
-
-
-def gpus_of(value: Any, where: Path, report: Report) -> tuple[str, ...] | None:
-    if value is None:
-        return None
-    if not isinstance(value, list):
-        report.error(
-            where,
-            "expected auto or a list of GPU indices or UUIDs such as [0, 1], "
-            f"got {describe(value)}",
-        )
-        return None
-    if not value:
-        report.error(where, "lists no GPU; leave gpus out to use every GPU")
-        return None
-    gpus: list[str] = []
-    for index, item in enumerate(value):
-        if isinstance(item, int) and not isinstance(item, bool) and item >= 0:
-            gpu = str(item)
-        elif isinstance(item, str) and item.strip() and "," not in item:
-            gpu = item.strip()
-        else:
-            report.error(
-                (*where, index), f"expected a GPU index (0, 1, ...) or UUID, got {describe(item)}"
-            )
-            continue
-        if gpu in gpus:
-            report.error((*where, index), f"GPU {gpu} is listed twice")
-            continue
-        gpus.append(gpu)
-    return tuple(gpus)

@@ -18,7 +18,7 @@ from ..floor.schema import suggest
 from ..floor.typed import Converter
 from ..floor.yaml_nodes import Document
 from ..floor.yaml_nodes import Path as KeyPath
-from .model_fields import check_url, filters_of, name_problem
+from .common import check_url, filters_of, name_problem
 from .timeouts import timeouts_of
 
 LOG_LEVELS = ("debug", "info", "warn", "error")

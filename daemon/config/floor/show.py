@@ -1,5 +1,6 @@
 """How `check-config --print` shows the values read by hand: the `render` of their `Key`s in
-`shape.py` (a plain key is shown as its resolved value). Pure functions of resolved values."""
+`shape.py` (a plain key is shown as its resolved value). Pure functions of resolved values (the
+ipc structs, or any struct with the fields named), so they stand on the floor."""
 
 from __future__ import annotations
 
@@ -7,10 +8,14 @@ from typing import Any
 
 import msgspec
 
-from ...ipc.routing_table import Filters, HttpCall, SleepSetting
-from .floor.keys import number
+from ....ipc.routing_table import Filters, HttpCall, SleepSetting
 
 HIDDEN = "(hidden)"
+
+
+def number(value: float) -> float | int:
+    """30 rather than 30.0: the file said 30."""
+    return int(value) if float(value).is_integer() else value
 
 
 def filters(value: Filters) -> dict[str, Any]:
