@@ -147,8 +147,8 @@ class Model(Section, frozen=True):
     client_body_timeout: Seconds | None = None
     send_timeout: Seconds | None = None
     security: Security | None = None
-    timeouts: Timeouts | None = None
-    capabilities: Capabilities | None = None
+    timeouts: Annotated[Timeouts, Key(render=None)] | None = None
+    capabilities: Annotated[Capabilities, Key(render=None)] | None = None
 
 
 class Group(Section, frozen=True):

@@ -15,7 +15,7 @@ import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import UnionType
-from typing import Annotated, Any, ClassVar, Union, get_args, get_origin
+from typing import Annotated, Any, ClassVar, TypeVar, Union, get_args, get_origin
 
 import msgspec
 from msgspec import Meta
@@ -74,6 +74,8 @@ BY_HAND = object()
 Render = Callable[[Any], dict[str, Any]]
 # A check of a value the type lets through but llama-swap refuses (a model's `ttl: -2`).
 Check = Callable[[Any, Path, Report], None]
+# A key's quirk: its typed value (None: unset), where it is, to its resolved value.
+Quirk = Callable[[Any, Path, Report], Any]
 
 
 class Key:
@@ -164,17 +166,50 @@ class Resolved:
     by_name: dict[str, Any]  # every plain key, by its name in the file (what models inherit)
 
 
+Q = TypeVar("Q", bound=Quirk)
+
+
+class Quirks:
+    """A section's keys llama-swap gives a meaning beyond their type: each one's quirk function,
+    the typed value (None: unset) to the resolved one, registered beside it in its section's
+    module with `@QUIRKS.read("field")`."""
+
+    def __init__(self, section: type[msgspec.Struct]) -> None:
+        self.section = section
+        self.reads: dict[str, Quirk] = {}
+
+    def read(self, field: str) -> Callable[[Q], Q]:
+        if not any(item.field == field for item in declared(self.section)):
+            raise ValueError(f"{self.section.__name__} declares no key {field!r}")
+
+        def register(function: Q) -> Q:
+            self.reads[field] = function
+            return function
+
+        return register
+
+
 def resolve(
-    spec: msgspec.Struct, path: Path, report: Report, inherited: Mapping[str, Any]
+    spec: msgspec.Struct,
+    path: Path,
+    report: Report,
+    inherited: Mapping[str, Any],
+    quirks: Quirks | None = None,
 ) -> Resolved:
-    """The resolved value of each plain key of `spec` (a typed section); `inherited`: the top
-    level's resolved values, by key name in the file."""
+    """The resolved value of each plain key of `spec` (a typed section), and of each key
+    `quirks` reads, in the order of the fields; `inherited`: the top level's resolved values, by
+    key name in the file."""
     resolved = Resolved({}, {})
+    reads = quirks.reads if quirks is not None else {}
     for item in declared(type(spec)):
         key = item.key
+        value = getattr(spec, item.field)
+        if item.field in reads:
+            value = reads[item.field](value, (*path, item.name), report)
+            resolved.by_name[item.name] = resolved.fields[item.attr] = value
+            continue
         if not key.plain:
             continue
-        value = getattr(spec, item.field)
         if value is not None and key.check is not None:
             key.check(value, (*path, item.name), report)
         if key.is_unset(value):

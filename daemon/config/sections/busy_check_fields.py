@@ -52,11 +52,10 @@ _COUNT_KEYS = ("json", "where", "metric", "label")
 
 
 def read_busy_check(
-    value: str | dict[str, Any] | None, path: Path, report: Report
+    value: str | dict[str, Any] | None, where: Path, report: Report
 ) -> BusyCheck | None:
     """The model's `busyCheck` (None when it has none, or its type was wrong: `typed.py` said
     so); problems go to `report`."""
-    where = (*path, KEY)
     if value is None:
         return None
     if isinstance(value, str):

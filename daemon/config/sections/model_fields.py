@@ -17,6 +17,7 @@ from urllib.parse import quote, urlsplit
 
 from ....ipc.reserved import COMFYUI_MODEL_ID
 from ....ipc.routing_table import Capabilities
+from ....ipc.routing_table import Timeouts as RouteTimeouts
 from .. import model as c
 from .. import shape
 from ..floor import keys
@@ -47,6 +48,11 @@ COMFYUI_CONCURRENCY_REASON = (
 )
 
 
+# The model keys read by hand here, each by its quirk function (keys.resolve calls them in the
+# order of shape.Model's fields).
+QUIRKS = keys.Quirks(shape.Model)
+
+
 @dataclass(frozen=True)
 class ModelDefaults:
     # The top level's resolved values that model keys inherit (`keys.Inherit`), by key name.
@@ -74,7 +80,6 @@ def build(
     if raw.get("cmd") is None:
         report.error((*path, "cmd"), "cmd is required: the command that starts the model's server")
     cmd = command(spec.cmd, (*path, "cmd"), report, stop=False)
-    cmd_stop = command(spec.cmd_stop, (*path, "cmdStop"), report, stop=True)
     proxy = spec.proxy
     if proxy is None:
         proxy = shape.DEFAULT_PROXY.replace("${PORT}", str(port)) if port else None
@@ -86,19 +91,13 @@ def build(
             )
     elif "${" not in proxy:
         check_url(proxy, (*path, "proxy"), report)
-    check_endpoint = _check_endpoint(spec.check_endpoint, path, report)
-    plain = keys.resolve(spec, path, report, defaults.inherited).fields
-    env = _env(raw.get("env"), path, report)
-    filters = filters_of(spec.filters, (*path, "filters"), report)
-    vram = vram_of(spec.vram, (*path, "vram"), report)
-    capabilities = capabilities_of(spec.capabilities, (*path, "capabilities"), report)
-    busy_check = read_busy_check(spec.busy_check, path, report)
+    read = keys.resolve(spec, path, report, defaults.inherited, QUIRKS).fields
     sleep = read_sleep(raw, path, report, defaults.sleep_timeouts)
     if len(report.errors) > errors_before or cmd is None or proxy is None:
         return None
 
     ignore_websockets = bool(spec.compat and spec.compat.ignore_websockets)
-    limit = plain.pop("concurrency_limit")
+    limit = read.pop("concurrency_limit")
     forced: list[c.Forced] = []
     if model_id == COMFYUI_MODEL_ID:
         if not ignore_websockets:
@@ -110,26 +109,18 @@ def build(
                 c.Forced("concurrencyLimit", c.COMFYUI_MIN_CONCURRENCY, COMFYUI_CONCURRENCY_REASON)
             )
     return c.ModelConfig(
-        **plain,
+        **read,
         id=model_id,
         cmd=cmd,
-        cmd_stop=cmd_stop,
         proxy=proxy,
-        check_endpoint=check_endpoint,
         health_check_timeout=defaults.health_check_timeout,
         concurrency_limit=limit,
         ignore_websockets=ignore_websockets,
         aliases=tuple(aliases),
-        env=env,
-        filters=filters,
-        capabilities=capabilities,
-        timeouts=timeouts_of(spec.timeouts, peer=False),
         gpus=gpus,
         gpus_auto=gpus_auto,
-        vram=vram,
         port=port,
         forced=tuple(forced),
-        busy_check=busy_check,
         sleep=sleep,
     )
 
@@ -157,13 +148,13 @@ def command(text: str | None, where: Path, report: Report, *, stop: bool) -> tup
     return tuple(argv)
 
 
-def _check_endpoint(value: str | None, path: Path, report: Report) -> str | None:
+@QUIRKS.read("check_endpoint")
+def _check_endpoint(value: str | None, where: Path, report: Report) -> str | None:
     if value is None:
         return shape.DEFAULT_CHECK_ENDPOINT
     value = value.strip()
     if value == "none":
         return None
-    where = (*path, "checkEndpoint")
     if not value.startswith("/"):
         # llama-swap loads it: its reverse proxy asks the upstream for the URL's path, or for
         # the text after a '/' of its own.
@@ -220,8 +211,8 @@ def aliases_of(model_id: str, raw: list[Any] | None, report: Report) -> list[str
     return aliases
 
 
-def _env(raw: Any, path: Path, report: Report) -> dict[str, str]:
-    where = (*path, "env")
+@QUIRKS.read("env")
+def _env(raw: Any, where: Path, report: Report) -> dict[str, str]:
     if raw is None:
         return {}
     if isinstance(raw, dict):
@@ -271,3 +262,19 @@ def by_id_names(model_id: str, spec: shape.Model) -> list[str]:
     """setParamsByID's names other than the model's own id: llama-swap makes them aliases."""
     names = (spec.filters.set_params_by_id or {}) if spec.filters else {}
     return [name for name in names if name != model_id]
+
+
+@QUIRKS.read("cmd_stop")
+def _cmd_stop(text: str | None, where: Path, report: Report) -> tuple[str, ...] | None:
+    return command(text, where, report, stop=True)
+
+
+@QUIRKS.read("timeouts")
+def _timeouts(spec: shape.Timeouts | None, where: Path, report: Report) -> RouteTimeouts:
+    return timeouts_of(spec, peer=False)
+
+
+QUIRKS.read("filters")(filters_of)
+QUIRKS.read("vram")(vram_of)
+QUIRKS.read("capabilities")(capabilities_of)
+QUIRKS.read("busy_check")(read_busy_check)
