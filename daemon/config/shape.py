@@ -1,12 +1,14 @@
 """The config file's keys, declared once: each key's name as llama-swap writes it, its type and
-bounds, and the llama-swap keys swapd accepts but does not act on.
+bounds, its default or the top-level key it inherits, how `check-config --print` shows it (its
+`Key`, floor/keys.py), and the llama-swap keys swapd accepts but does not act on.
 
-`schema.py` derives the known-key tables (unknown keys, "did you mean", ignored-key warnings) from
-these structs, and `typed.py` converts each section into them with msgspec after macro expansion,
-so a wrong type or a value out of bounds is reported in one place. A field typed `Any` is read by
-hand in `model_fields.py` or `top_fields.py`: those are llama-swap's quirks (`cmd` text to argv,
-`env` as `NAME=value` strings, an alias written as a mapping, `gpus` as indices or UUIDs, ...).
-A null value is the same as leaving the key out, as when llama-swap decodes onto its defaults.
+`floor/schema.py` derives the known-key tables (unknown keys, "did you mean", ignored-key
+warnings) from these structs, `floor/typed.py` converts each section into them with msgspec after
+macro expansion, so a wrong type or a value out of bounds is reported in one place, and
+`keys.resolve()` fills the defaults. A key whose `Key` has no default is read by hand in its
+section's module (`sections/`): those are llama-swap's quirks (`cmd` text to argv, `env` as
+`NAME=value` strings, an alias written as a mapping, `gpus` as indices or UUIDs, ...). A null
+value is the same as leaving the key out, as when llama-swap decodes onto its defaults.
 """
 
 from __future__ import annotations

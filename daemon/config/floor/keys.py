@@ -1,12 +1,13 @@
-"""A config key's declaration, beside its field in `shape.py`: what the key resolves to when the
-file leaves it out (a constant, or the top level's value of a key), the values llama-swap reads as
-"the default", a check of its own, and how `check-config --print` shows it.
+"""The vocabulary of a key's declaration in `shape.py` (a `Section`'s field, its bounded type, an
+`Expect`, `Ignored`, and its `Key`: what it resolves to when the file leaves it out, a constant or
+the top level's value of a key, the values llama-swap reads as "the default", a check of its own,
+how `check-config --print` shows it), and what is derived from the declarations.
 
 The field in `shape.py` is the one place a key is declared: its name in the file (the field's
 encode name), its type and bounds (the annotation, typed by `typed.py`), and, through a `Key` in
 its `Annotated[...]`, the rest. `resolve()` turns a typed section into the resolved values of its
-plain keys (those a `Key` resolves alone), `shown()` renders a resolved struct in the order of the
-section's fields, and `declared()` lists the keys for the docs test and the key tables.
+plain keys and of the keys its section's `Quirks` read, `shown()` renders a resolved struct in the
+order of the section's fields, and `declared()` lists the keys that carry a `Key`.
 """
 
 from __future__ import annotations
