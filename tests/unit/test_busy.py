@@ -10,15 +10,23 @@ import math
 import time
 from collections.abc import AsyncIterator, Callable
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, get_args
 
 import msgspec
 import pytest
 from aiohttp import web
 
 from swapd.daemon.busy_checks import BusyChecks
-from swapd.daemon.config import Config, ConfigError, ModelConfig, load_config_text
-from swapd.daemon.config.busy_check_fields import PRESETS, BusyCheck, BusyCount
+from swapd.daemon.config import (
+    BusyCheck,
+    BusyCount,
+    Config,
+    ConfigError,
+    ModelConfig,
+    load_config_text,
+)
+from swapd.daemon.config.sections.busy_check_fields import PRESETS
+from swapd.daemon.config.shape import BusyPreset
 from swapd.daemon.observe.swap_log import SwapLog
 from swapd.daemon.policy import ttl
 from swapd.daemon.policy.busy_answer import Reading, evaluate, failed
@@ -457,3 +465,8 @@ async def test_the_probe_polls_a_ready_model_and_a_timeout_counts_as_idle(
         assert watch.report("c") is None
     finally:
         await watch.close()
+
+
+def test_the_presets_are_the_declared_names() -> None:
+    # `busyCheck`'s type in config/shape.py names them (its error lists them).
+    assert tuple(PRESETS) == get_args(BusyPreset)

@@ -10,7 +10,7 @@ import yaml
 
 from swapd.daemon.config.loader import ConfigError, Loaded, load_text
 from swapd.daemon.config.render import render
-from swapd.daemon.config.sleep_fields import PRESETS
+from swapd.daemon.config.sections.sleep_fields import PRESETS
 from swapd.daemon.routing import routing_table
 from swapd.ipc.routing_table import HttpCall
 

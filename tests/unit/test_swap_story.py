@@ -9,7 +9,7 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
-from swapd.daemon.config.sleep_fields import PRESETS
+from swapd.daemon.config.sections.sleep_fields import PRESETS
 from swapd.daemon.observe.swap_log import SwapLog
 from swapd.daemon.policy.eviction.preemption import RECLAIM_PAUSE
 from swapd.daemon.policy.scheduler import Scheduler

@@ -1,6 +1,6 @@
 """llama-swap's matrix (`routing.router.use: matrix`, or the legacy `matrix:`): the target runs in
 the cheapest set that holds it, and the running models outside that set stop
-(`matrix_solver.solve`; the set language is compiled at load time by `config/matrix_dsl.py`).
+(`matrix_solver.solve`; the set language is compiled at load time by `config/floor/matrix_dsl.py`).
 
 A target that no set names "can only run alone", the matrix's stand-in for the implicit group, so
 there, as for the implicit group of `groups.py`, a running model on disjoint `gpus` keeps running

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...ipc.durations import go_duration
-from . import model as c
-from . import shape
-from .issues import Report, describe
-from .typed import Converter
+from ....ipc.durations import go_duration
+from .. import model as c
+from .. import shape
+from ..floor.issues import Report, describe
+from ..floor.typed import Converter
 
 
 def session_headers(top: shape.Top, typed: Converter) -> tuple[str, ...]:

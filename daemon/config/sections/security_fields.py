@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from urllib.parse import urlsplit
 
-from ...ipc.routing_table import CorsPolicy
-from . import shape
-from .issues import Report
-from .typed import Converter
+from ....ipc.routing_table import CorsPolicy
+from .. import shape
+from ..floor.issues import Report
+from ..floor.typed import Converter
 
 _TOKEN = frozenset("!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
 _WHERE = ("security", "cors")

@@ -14,10 +14,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from . import model as c
+from .. import model as c
+from ..floor.issues import Report
+from ..floor.matrix_dsl import DslError, leaves, named, parse
 from .gpu_fields import grouped_models
-from .issues import Report
-from .matrix_dsl import DslError, leaves, named, parse
 
 
 def _dict(value: Any) -> dict[str, Any]:

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping
 
-from . import shape
-from .issues import Report
-from .model import PeerConfig, Profile
+from .. import shape
+from ..floor.issues import Report
+from ..model import PeerConfig, Profile
 
 
 def read(

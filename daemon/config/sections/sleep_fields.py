@@ -21,10 +21,11 @@ from typing import Any
 
 import msgspec
 
-from ...ipc.routing_table import HttpCall, SleepSetting
-from .issues import Report, describe
-from .schema import known_keys, named_preset
-from .yaml_nodes import Path
+from ....ipc.routing_table import HttpCall, SleepSetting
+from ..floor.issues import Report, describe
+from ..floor.presets import Presets
+from ..floor.schema import known_keys
+from ..floor.yaml_nodes import Path
 
 KEY = "sleep"
 LLMSNAP_KEYS = ("sleepMode", "sleepEndpoints", "wakeEndpoints")
@@ -88,14 +89,17 @@ _NEEDS: dict[str, tuple[tuple[str, str], ...]] = {
 }
 _NEEDS["vllm-level2"] = _NEEDS["vllm"]
 
-_SETTINGS = (
-    "preset",
-    "sleepEndpoints",
-    "wakeEndpoints",
-    "sleepRequestTimeout",
-    "wakeRequestTimeout",
-    "stopAfter",
-    "servesAsleep",
+WRITTEN = Presets(
+    PRESETS,
+    (
+        "preset",
+        "sleepEndpoints",
+        "wakeEndpoints",
+        "sleepRequestTimeout",
+        "wakeRequestTimeout",
+        "stopAfter",
+        "servesAsleep",
+    ),
 )
 _CALL_KEYS = ("endpoint", "method", "body", "timeout")
 
@@ -125,43 +129,26 @@ def read_sleep(
         setting = _llmsnap(body, path, report, timeouts)
     elif value is None:
         return None
-    elif isinstance(value, str):
-        preset = _preset(value, (*path, KEY), report)
-        setting = _with_timeouts(preset, timeouts, {}) if preset is not None else None
-    elif isinstance(value, dict):
-        setting = _mapping(value, (*path, KEY), report, timeouts)
     else:
-        report.error(
-            (*path, KEY),
-            f"expected a preset name ({_preset_names()}) or a mapping, got {describe(value)}",
-        )
-        return None
+        value = WRITTEN.written(value, (*path, KEY), report)
+        if value is None:
+            return None
+        if isinstance(value, str):
+            preset = WRITTEN.named(value, (*path, KEY), report)
+            setting = _with_timeouts(preset, timeouts, {}) if preset is not None else None
+        else:
+            setting = _mapping(value, (*path, KEY), report, timeouts)
     if setting is not None and setting.preset in _NEEDS:
         _check_needs(setting.preset, body, path, report)
     return setting
 
 
-def _preset_names() -> str:
-    return ", ".join(PRESETS)
-
-
-def _preset(name: str, where: Path, report: Report) -> SleepSetting | None:
-    return named_preset(PRESETS, name, where, report)
-
-
 def _mapping(
     value: Mapping[str, Any], where: Path, report: Report, top: Timeouts
 ) -> SleepSetting | None:
-    if not known_keys(value, _SETTINGS, where, report):
+    ok, base = WRITTEN.base(value, where, report)
+    if not ok:
         return None
-    base = None
-    if value.get("preset") is not None:
-        if not isinstance(value["preset"], str):
-            report.error((*where, "preset"), f"expected a preset name ({_preset_names()})")
-            return None
-        base = _preset(value["preset"], (*where, "preset"), report)
-        if base is None:
-            return None
     own: dict[str, float] = {}
     for key, kind in (("sleepRequestTimeout", "sleep"), ("wakeRequestTimeout", "wake")):
         seconds = _seconds(value.get(key), (*where, key), report, MIN_REQUEST_TIMEOUT)

@@ -11,9 +11,9 @@ from typing import Any
 
 import msgspec
 
-from . import model as c
-from .issues import Report, describe
-from .yaml_nodes import Path
+from .. import model as c
+from ..floor.issues import Report, describe
+from ..floor.yaml_nodes import Path
 
 AUTO = "auto"
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?i?b?)\s*$", re.IGNORECASE)
@@ -157,3 +157,34 @@ def grouped_models(groups: Any) -> set[str]:
         if isinstance(members, list):
             result.update(m for m in members if isinstance(m, str))
     return result
+
+
+def gpus_of(value: Any, where: Path, report: Report) -> tuple[str, ...] | None:
+    if value is None:
+        return None
+    if not isinstance(value, list):
+        report.error(
+            where,
+            "expected auto or a list of GPU indices or UUIDs such as [0, 1], "
+            f"got {describe(value)}",
+        )
+        return None
+    if not value:
+        report.error(where, "lists no GPU; leave gpus out to use every GPU")
+        return None
+    gpus: list[str] = []
+    for index, item in enumerate(value):
+        if isinstance(item, int) and not isinstance(item, bool) and item >= 0:
+            gpu = str(item)
+        elif isinstance(item, str) and item.strip() and "," not in item:
+            gpu = item.strip()
+        else:
+            report.error(
+                (*where, index), f"expected a GPU index (0, 1, ...) or UUID, got {describe(item)}"
+            )
+            continue
+        if gpu in gpus:
+            report.error((*where, index), f"GPU {gpu} is listed twice")
+            continue
+        gpus.append(gpu)
+    return tuple(gpus)

@@ -13,43 +13,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import msgspec
-
-from .issues import Report, describe
-from .schema import known_keys, named_preset
-from .yaml_nodes import Path
+from ..floor.issues import Report, describe
+from ..floor.presets import Presets
+from ..floor.schema import known_keys
+from ..floor.yaml_nodes import Path
+from ..model import BusyCheck, BusyCount
 
 KEY = "busyCheck"
-DEFAULT_INTERVAL = 1.0
-DEFAULT_TIMEOUT = 2.0
-# A swap waits this long for a busy model at most, then goes ahead (a render of several minutes
-# fits; a job that never ends does not hold the GPUs for ever).
-DEFAULT_SWAP_WAIT = 600.0
 MIN_INTERVAL = 0.1
-
-
-class BusyCount(msgspec.Struct, frozen=True):
-    """One number in the upstream's answer; the model is busy while any count is above 0.
-
-    `json`: a dotted path into a JSON answer ("" is the answer itself); a list there counts its
-    items (only those whose `where` field is true, when `where` is set), a number counts as itself.
-    `metric`: a Prometheus metric in a text-format answer; its samples are summed.
-    `label`: what one of them is, a singular noun ("running job"); an "s" is added for several.
-    """
-
-    label: str
-    json: str | None = None
-    where: str | None = None
-    metric: str | None = None
-
-
-class BusyCheck(msgspec.Struct, frozen=True):
-    path: str
-    counts: tuple[BusyCount, ...]
-    interval: float = DEFAULT_INTERVAL  # seconds between polls while the model is ready
-    timeout: float = DEFAULT_TIMEOUT  # one poll; no answer in time counts as idle
-    swap_wait: float = DEFAULT_SWAP_WAIT  # how long a swap waits for the model to turn idle
-    preset: str | None = None
 
 
 PRESETS: dict[str, BusyCheck] = {
@@ -76,34 +47,22 @@ PRESETS: dict[str, BusyCheck] = {
     ),
 }
 
-_SETTINGS = ("preset", "path", "count", "interval", "timeout", "swapWait")
+WRITTEN = Presets(PRESETS, ("preset", "path", "count", "interval", "timeout", "swapWait"))
 _COUNT_KEYS = ("json", "where", "metric", "label")
 
 
-def read_busy_check(body: Mapping[str, Any], path: Path, report: Report) -> BusyCheck | None:
-    """The model's `busyCheck` (None when it has none); problems go to `report`."""
-    value = body.get(KEY)
-    where = (*path, KEY)
+def read_busy_check(
+    value: str | dict[str, Any] | None, where: Path, report: Report
+) -> BusyCheck | None:
+    """The model's `busyCheck` (None when it has none, or its type was wrong: `typed.py` said
+    so); problems go to `report`."""
     if value is None:
         return None
     if isinstance(value, str):
-        return _preset(value, where, report)
-    if not isinstance(value, dict):
-        report.error(
-            where,
-            f"expected a preset name ({_preset_names()}) or a mapping, got {describe(value)}",
-        )
+        return WRITTEN.named(value, where, report)
+    ok, base = WRITTEN.base(value, where, report)
+    if not ok:
         return None
-    if not known_keys(value, _SETTINGS, where, report):
-        return None
-    base = None
-    if value.get("preset") is not None:
-        if not isinstance(value["preset"], str):
-            report.error((*where, "preset"), f"expected a preset name ({_preset_names()})")
-            return None
-        base = _preset(value["preset"], (*where, "preset"), report)
-        if base is None:
-            return None
     check_path = value.get("path", base.path if base else None)
     if check_path is None:
         report.error(where, "needs a path (or a preset)", key=True)
@@ -135,14 +94,6 @@ def read_busy_check(body: Mapping[str, Any], path: Path, report: Report) -> Busy
         swap_wait=swap_wait,
         preset=base.preset if base else None,
     )
-
-
-def _preset_names() -> str:
-    return ", ".join(PRESETS)
-
-
-def _preset(name: str, where: Path, report: Report) -> BusyCheck | None:
-    return named_preset(PRESETS, name, where, report)
 
 
 def _counts(value: Any, where: Path, report: Report) -> tuple[BusyCount, ...] | None:

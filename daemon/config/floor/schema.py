@@ -14,16 +14,15 @@ not: ignored, it would start swapd, or apply a reload, with no API key (fail clo
 from __future__ import annotations
 
 import difflib
+import functools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from types import UnionType
-from typing import Annotated, Any, TypeVar, Union, get_args, get_origin
+from typing import Any, TypeVar, get_args, get_origin
 
 import msgspec
 
-from . import shape
 from .issues import Report
-from .shape import Ignored
+from .keys import Ignored, fields, is_section, unwrap
 from .yaml_nodes import Path
 
 # Top-level keys starting with this are the user's own (docker compose's convention): ignored.
@@ -42,10 +41,11 @@ class Key:
     note: str = ""
 
 
+@functools.cache
 def keys_of(section: type[msgspec.Struct]) -> dict[str, Key]:
     """The key table of a section of `shape.py`, nested sections and entry mappings included."""
     table: dict[str, Key] = {}
-    for info in msgspec.structs.fields(section):
+    for info in fields(section):
         base, extras = unwrap(info.type)
         ignored = next((x for x in extras if isinstance(x, Ignored)), None)
         if ignored is not None:
@@ -57,28 +57,6 @@ def keys_of(section: type[msgspec.Struct]) -> dict[str, Key]:
         else:
             table[info.encode_name] = Key()
     return table
-
-
-def unwrap(annotation: Any) -> tuple[Any, tuple[Any, ...]]:
-    """`X | None` and `Annotated[X, ...]` to X and the annotations' extras (Meta left out)."""
-    if get_origin(annotation) in (Union, UnionType):
-        others = [arg for arg in get_args(annotation) if arg is not type(None)]
-        annotation = others[0] if len(others) == 1 else annotation
-    if get_origin(annotation) is Annotated:
-        base, *extras = get_args(annotation)
-        return base, tuple(x for x in extras if not isinstance(x, msgspec.Meta))
-    return annotation, ()
-
-
-def is_section(value: Any) -> bool:
-    return isinstance(value, type) and issubclass(value, shape.Section)
-
-
-TOP_LEVEL = keys_of(shape.Top)
-MODEL = keys_of(shape.Model)
-FILTERS = keys_of(shape.ModelFilters)
-GROUP = keys_of(shape.Group)
-PEER = keys_of(shape.Peer)
 
 
 @dataclass

@@ -9,34 +9,34 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ...ipc import log_time
-from . import model as c
-from . import shape
-from .issues import Report
-from .model_fields import check_url, filters_of, name_problem
-from .patterns import NESTED_QUANTIFIER_WARNING, has_nested_quantifier
-from .schema import suggest
+from ....ipc import log_time
+from .. import model as c
+from .. import shape
+from ..floor.issues import Report
+from ..floor.patterns import NESTED_QUANTIFIER_WARNING, has_nested_quantifier
+from ..floor.schema import suggest
+from ..floor.typed import Converter
+from ..floor.yaml_nodes import Document
+from ..floor.yaml_nodes import Path as KeyPath
+from .common import check_url, filters_of, name_problem
 from .timeouts import timeouts_of
-from .typed import Converter
-from .yaml_nodes import Document
-from .yaml_nodes import Path as KeyPath
 
 LOG_LEVELS = ("debug", "info", "warn", "error")
 HEALTH_CHECK_REASON = (
-    f"healthCheckTimeout is never below {c.MIN_HEALTH_CHECK_TIMEOUT} s (llama-swap's minimum)"
+    f"healthCheckTimeout is never below {shape.MIN_HEALTH_CHECK_TIMEOUT} s (llama-swap's minimum)"
 )
 
 
 def health_check_timeout(value: int | None, report: Report) -> tuple[int, tuple[c.Forced, ...]]:
     if value is None:
-        return c.DEFAULT_HEALTH_CHECK_TIMEOUT, ()
-    if value < c.MIN_HEALTH_CHECK_TIMEOUT:
-        forced = c.Forced("healthCheckTimeout", c.MIN_HEALTH_CHECK_TIMEOUT, HEALTH_CHECK_REASON)
+        return shape.DEFAULT_HEALTH_CHECK_TIMEOUT, ()
+    if value < shape.MIN_HEALTH_CHECK_TIMEOUT:
+        forced = c.Forced("healthCheckTimeout", shape.MIN_HEALTH_CHECK_TIMEOUT, HEALTH_CHECK_REASON)
         report.warn(
             ("healthCheckTimeout",),
-            f"{value} raised to {c.MIN_HEALTH_CHECK_TIMEOUT}: {HEALTH_CHECK_REASON}",
+            f"{value} raised to {shape.MIN_HEALTH_CHECK_TIMEOUT}: {HEALTH_CHECK_REASON}",
         )
-        return c.MIN_HEALTH_CHECK_TIMEOUT, (forced,)
+        return shape.MIN_HEALTH_CHECK_TIMEOUT, (forced,)
     return value, ()
 
 

@@ -4,8 +4,8 @@ a peer's `responseHeader` defaults to 60 s, a model's to none, as in llama-swap.
 
 from __future__ import annotations
 
-from ...ipc.routing_table import Timeouts
-from . import shape
+from ....ipc.routing_table import Timeouts
+from .. import shape
 
 PEER_RESPONSE_HEADER = 60.0
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from . import shape
-from .issues import Report
-from .matrix_dsl import can_contain_all
-from .model import GroupConfig, MatrixConfig, PeerConfig, RouteSelector
+from .. import shape
+from ..floor.issues import Report
+from ..floor.matrix_dsl import can_contain_all
+from ..model import GroupConfig, MatrixConfig, PeerConfig, RouteSelector
 
 STRATEGIES = ("warm", "pin", "spillover")
 

@@ -14,14 +14,14 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Iterator, Mapping
-from typing import Any, Literal, TypeVar, get_args, get_origin
+from types import UnionType
+from typing import Any, Literal, TypeVar, Union, get_args, get_origin
 
 import msgspec
 
 from .issues import Report, describe
+from .keys import MAX_INT, MIN_INT, Expect, Section, fields, is_section, unwrap
 from .macros import as_text
-from .schema import is_section, unwrap
-from .shape import MAX_INT, MIN_INT, Expect, Section
 from .yaml_nodes import Path
 
 S = TypeVar("S", bound=Section)
@@ -60,7 +60,7 @@ class Converter:
     def section(self, mapping: Mapping[str, Any], kind: type[S], path: Path) -> S:
         """`kind` from a mapping; fields whose value is wrong are reported and left unset."""
         values: dict[str, Any] = {}
-        for info in msgspec.structs.fields(kind):
+        for info in fields(kind):
             raw = mapping.get(info.encode_name)
             if raw is None:
                 continue
@@ -94,6 +94,13 @@ class Converter:
         words = next((x.words for x in extras if isinstance(x, Expect)), None)
         if base is Any:
             return raw
+        if get_origin(base) in (Union, UnionType):
+            # A setting written one of several ways (`busyCheck`: a preset name or a mapping): the
+            # way it is written is read by its section.
+            kinds = tuple(get_origin(arm) or arm for arm in get_args(base))
+            if isinstance(raw, kinds):
+                return raw
+            return self._wrong(where, words or " or ".join(map(_words_for, kinds)), raw)
         if is_section(base):
             if not isinstance(raw, dict):
                 return self._wrong(where, words or base.expected, raw)

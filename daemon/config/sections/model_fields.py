@@ -10,26 +10,29 @@ alias, `stripParams` as a comma list, `gpus` as indices or UUIDs, and the settin
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote, urlsplit
 
-from ...ipc.reserved import COMFYUI_MODEL_ID
-from ...ipc.routing_table import Capabilities
-from . import model as c
-from . import shape
+from ....ipc.reserved import COMFYUI_MODEL_ID
+from ....ipc.routing_table import Capabilities
+from ....ipc.routing_table import Timeouts as RouteTimeouts
+from .. import model as c
+from .. import shape
+from ..floor import keys
+from ..floor.cmdline import split_command
+from ..floor.issues import Report
+from ..floor.typed import Converter
+from ..floor.yaml_nodes import Path
 from .busy_check_fields import read_busy_check
-from .cmdline import split_command
+from .common import check_url, filters_of, name_problem
 from .gpu_fields import vram_of
-from .issues import Report, describe
 from .sleep_fields import Timeouts as SleepTimeouts
 from .sleep_fields import read_sleep
 from .timeouts import timeouts_of
-from .typed import Converter
-from .yaml_nodes import Path
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 # Linux refuses to exec an argument over 128 KiB (MAX_ARG_STRLEN); a longer command is a mistake,
 # and refusing it up front keeps shlex (quadratic on one long quoted word) out of the way.
 MAX_COMMAND_LENGTH = 128 * 1024
@@ -45,26 +48,17 @@ COMFYUI_CONCURRENCY_REASON = (
 )
 
 
+# The model keys read by hand here, each by its quirk function (keys.resolve calls them in the
+# order of shape.Model's fields).
+QUIRKS = keys.Quirks(shape.Model)
+
+
 @dataclass(frozen=True)
 class ModelDefaults:
-    ttl: int
-    unload_timeout: float
+    # The top level's resolved values that model keys inherit (`keys.Inherit`), by key name.
+    inherited: Mapping[str, Any]
     health_check_timeout: float
-    send_loading_state: bool = False
     sleep_timeouts: SleepTimeouts = field(default_factory=SleepTimeouts)
-
-
-def name_problem(name: str, what: str) -> str | None:
-    """Why a model id or alias can never be named by a request, if it cannot."""
-    if not name.strip():
-        return f"{what} cannot be empty"
-    control = _CONTROL.search(name)
-    if control is not None:
-        return (
-            f"{what} {name!r} holds the control character U+{ord(control.group()):04X}; "
-            "no request can name it"
-        )
-    return None
 
 
 def build(
@@ -86,10 +80,9 @@ def build(
     if raw.get("cmd") is None:
         report.error((*path, "cmd"), "cmd is required: the command that starts the model's server")
     cmd = command(spec.cmd, (*path, "cmd"), report, stop=False)
-    cmd_stop = command(spec.cmd_stop, (*path, "cmdStop"), report, stop=True)
     proxy = spec.proxy
     if proxy is None:
-        proxy = c.DEFAULT_PROXY.replace("${PORT}", str(port)) if port else None
+        proxy = shape.DEFAULT_PROXY.replace("${PORT}", str(port)) if port else None
         if proxy is None and cmd is not None:
             report.error(
                 (*path, "proxy"),
@@ -98,24 +91,13 @@ def build(
             )
     elif "${" not in proxy:
         check_url(proxy, (*path, "proxy"), report)
-    check_endpoint = _check_endpoint(spec.check_endpoint, path, report)
-    if spec.ttl is not None and spec.ttl < -1:
-        report.error(
-            (*path, "ttl"),
-            f"must be 0 (never unload), seconds to stay idle, or -1 (use globalTTL), "
-            f"got {spec.ttl}",
-        )
-    env = _env(raw.get("env"), path, report)
-    filters = filters_of(spec.filters, (*path, "filters"), report)
-    vram = vram_of(spec.vram, (*path, "vram"), report)
-    capabilities = capabilities_of(spec.capabilities, (*path, "capabilities"), report)
-    busy_check = read_busy_check(raw, path, report)
+    read = keys.resolve(spec, path, report, defaults.inherited, QUIRKS).fields
     sleep = read_sleep(raw, path, report, defaults.sleep_timeouts)
     if len(report.errors) > errors_before or cmd is None or proxy is None:
         return None
 
     ignore_websockets = bool(spec.compat and spec.compat.ignore_websockets)
-    limit = spec.concurrency_limit or c.DEFAULT_CONCURRENCY_LIMIT
+    limit = read.pop("concurrency_limit")
     forced: list[c.Forced] = []
     if model_id == COMFYUI_MODEL_ID:
         if not ignore_websockets:
@@ -127,39 +109,18 @@ def build(
                 c.Forced("concurrencyLimit", c.COMFYUI_MIN_CONCURRENCY, COMFYUI_CONCURRENCY_REASON)
             )
     return c.ModelConfig(
+        **read,
         id=model_id,
         cmd=cmd,
-        cmd_stop=cmd_stop,
         proxy=proxy,
-        check_endpoint=check_endpoint,
-        ttl=defaults.ttl if spec.ttl is None or spec.ttl == -1 else spec.ttl,
-        unload_timeout=spec.unload_timeout or defaults.unload_timeout,
         health_check_timeout=defaults.health_check_timeout,
         concurrency_limit=limit,
         ignore_websockets=ignore_websockets,
-        host_header=spec.host_header or "client",
-        send_loading_state=(
-            defaults.send_loading_state
-            if spec.send_loading_state is None
-            else spec.send_loading_state
-        ),
         aliases=tuple(aliases),
-        env=env,
-        unlisted=bool(spec.unlisted),
-        # Empty means unset, as in llama-swap (omitted from /v1/models, no rename upstream).
-        use_model_name=spec.use_model_name or None,
-        name=spec.name or None,
-        description=spec.description or None,
-        metadata=spec.metadata or {},
-        filters=filters,
-        capabilities=capabilities,
-        timeouts=timeouts_of(spec.timeouts, peer=False),
         gpus=gpus,
         gpus_auto=gpus_auto,
-        vram=vram,
         port=port,
         forced=tuple(forced),
-        busy_check=busy_check,
         sleep=sleep,
     )
 
@@ -187,24 +148,13 @@ def command(text: str | None, where: Path, report: Report, *, stop: bool) -> tup
     return tuple(argv)
 
 
-def check_url(url: str, where: Path, report: Report) -> None:
-    try:
-        parts = urlsplit(url)
-        parts.port  # noqa: B018 - raises ValueError on a bad port
-    except ValueError as error:
-        report.error(where, f"invalid URL {url!r}: {error}")
-        return
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        report.error(where, f"expected an http:// or https:// URL with a host, got {url!r}")
-
-
-def _check_endpoint(value: str | None, path: Path, report: Report) -> str | None:
+@QUIRKS.read("check_endpoint")
+def _check_endpoint(value: str | None, where: Path, report: Report) -> str | None:
     if value is None:
-        return c.DEFAULT_CHECK_ENDPOINT
+        return shape.DEFAULT_CHECK_ENDPOINT
     value = value.strip()
     if value == "none":
         return None
-    where = (*path, "checkEndpoint")
     if not value.startswith("/"):
         # llama-swap loads it: its reverse proxy asks the upstream for the URL's path, or for
         # the text after a '/' of its own.
@@ -231,14 +181,12 @@ def _check_endpoint(value: str | None, path: Path, report: Report) -> str | None
     return value
 
 
-def aliases_of(model_id: str, raw: Any, report: Report) -> list[str]:
+def aliases_of(model_id: str, raw: list[Any] | None, report: Report) -> list[str]:
     """A model's aliases as names; the newer llama-swap form `{id, name, unlisted}` keeps its id."""
     where = ("models", model_id, "aliases")
     aliases: list[str] = []
-    if raw is not None and not isinstance(raw, list):
-        report.error(where, f"expected a list of alias names, got {describe(raw)}")
     texts = Converter(report)
-    for index, item in enumerate(raw if isinstance(raw, list) else []):
+    for index, item in enumerate(raw or []):
         if isinstance(item, dict):
             extra = sorted(set(item) - {"id"})
             if extra:
@@ -263,8 +211,8 @@ def aliases_of(model_id: str, raw: Any, report: Report) -> list[str]:
     return aliases
 
 
-def _env(raw: Any, path: Path, report: Report) -> dict[str, str]:
-    where = (*path, "env")
+@QUIRKS.read("env")
+def _env(raw: Any, where: Path, report: Report) -> dict[str, str]:
     if raw is None:
         return {}
     if isinstance(raw, dict):
@@ -282,31 +230,6 @@ def _env(raw: Any, path: Path, report: Report) -> dict[str, str]:
             continue
         env[name] = val  # later entries win, as in llama-swap
     return env
-
-
-def filters_of(spec: shape.PeerFilters | None, where: Path, report: Report) -> c.Filters:
-    if spec is None:
-        return c.Filters()
-    strip = spec.strip_params if spec.strip_params is not None else spec.strip_params_legacy
-    params = sorted({p.strip() for p in (strip or "").split(",")} - {"", "model"})
-    set_params = dict(spec.set_params or {})
-    if "model" in set_params:
-        report.warn((*where, "setParams", "model"), "'model' cannot be set; ignored")
-        del set_params["model"]
-    by_id: dict[str, dict[str, Any]] = {}
-    for name, values in (getattr(spec, "set_params_by_id", None) or {}).items():
-        if values is not None and not isinstance(values, dict):
-            report.error(
-                (*where, "setParamsByID", name),
-                f"expected a mapping of parameters to set, got {describe(values)}",
-            )
-            continue
-        values = dict(values or {})
-        if "model" in values:
-            report.warn((*where, "setParamsByID", name, "model"), "'model' cannot be set; ignored")
-            del values["model"]
-        by_id[name] = values
-    return c.Filters(strip_params=tuple(params), set_params=set_params, set_params_by_id=by_id)
 
 
 MODALITIES = ("text", "audio", "image")
@@ -341,32 +264,17 @@ def by_id_names(model_id: str, spec: shape.Model) -> list[str]:
     return [name for name in names if name != model_id]
 
 
-def gpus_of(value: Any, where: Path, report: Report) -> tuple[str, ...] | None:
-    if value is None:
-        return None
-    if not isinstance(value, list):
-        report.error(
-            where,
-            "expected auto or a list of GPU indices or UUIDs such as [0, 1], "
-            f"got {describe(value)}",
-        )
-        return None
-    if not value:
-        report.error(where, "lists no GPU; leave gpus out to use every GPU")
-        return None
-    gpus: list[str] = []
-    for index, item in enumerate(value):
-        if isinstance(item, int) and not isinstance(item, bool) and item >= 0:
-            gpu = str(item)
-        elif isinstance(item, str) and item.strip() and "," not in item:
-            gpu = item.strip()
-        else:
-            report.error(
-                (*where, index), f"expected a GPU index (0, 1, ...) or UUID, got {describe(item)}"
-            )
-            continue
-        if gpu in gpus:
-            report.error((*where, index), f"GPU {gpu} is listed twice")
-            continue
-        gpus.append(gpu)
-    return tuple(gpus)
+@QUIRKS.read("cmd_stop")
+def _cmd_stop(text: str | None, where: Path, report: Report) -> tuple[str, ...] | None:
+    return command(text, where, report, stop=True)
+
+
+@QUIRKS.read("timeouts")
+def _timeouts(spec: shape.Timeouts | None, where: Path, report: Report) -> RouteTimeouts:
+    return timeouts_of(spec, peer=False)
+
+
+QUIRKS.read("filters")(filters_of)
+QUIRKS.read("vram")(vram_of)
+QUIRKS.read("capabilities")(capabilities_of)
+QUIRKS.read("busy_check")(read_busy_check)

@@ -14,12 +14,12 @@ from typing import Any
 
 import msgspec
 
-from . import model as c
-from . import shape
-from .issues import Report
-from .matrix_dsl import DslError, compile_sets
+from .. import model as c
+from .. import shape
+from ..floor.issues import Report
+from ..floor.matrix_dsl import DslError, compile_sets
+from ..floor.yaml_nodes import Path
 from .top_fields import CrossCheck
-from .yaml_nodes import Path
 
 ROUTERS = ("group", "matrix")
 SCHEDULERS = ("fifo",)
