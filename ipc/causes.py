@@ -37,3 +37,12 @@ class StartCause(StrEnum):
     LOAD = "load"
     PRELOAD = "preload"  # `hooks.on_startup.preload`
     ADOPTED = "adopted"  # found running or starting after a daemon restart
+
+
+class DeferCause(StrEnum):
+    """Why a swap that had its room decided waits before it takes a model out (the swap log's
+    `deferred`)."""
+
+    # A model it would take out was made ready for requests whose `Ready` its proxy has not
+    # claimed yet: they are served first (docs/swapping.md).
+    UNCLAIMED_READY = "unclaimed_ready"

@@ -8,6 +8,8 @@ from enum import StrEnum
 
 import msgspec
 
+from .causes import DeferCause
+
 
 class SwapKind(StrEnum):
     """What a record tells of."""
@@ -59,8 +61,12 @@ class SwapRecord(msgspec.Struct, frozen=True, kw_only=True):
     A start or swap a request asked for also says when that request came (`queued`), how long it
     waited in all (`waited`, seconds to `ended`: far more than the phases when the swap waited
     for a busy model) and what the swap waited for before its phases began (`waited_for`, the
-    scheduler's words, in order). A swap names the stop records of its evicted models, whose
-    drain and stop are its own phases (`folded`): one swap, not a stop and a swap."""
+    scheduler's words, in order), and why it was held back once its room was decided
+    (`deferred`, `causes.DeferCause`: `unclaimed_ready`, a model it would take out still had
+    requests made ready for it on their way to be admitted; absent from the wire when it was
+    not held back, so that such records read byte for byte as before). A swap names the stop
+    records of its evicted models, whose drain and stop are its own phases (`folded`): one swap,
+    not a stop and a swap."""
 
     id: int
     kind: SwapKind
@@ -77,4 +83,5 @@ class SwapRecord(msgspec.Struct, frozen=True, kw_only=True):
     queued: float = 0.0  # wall clock: when the swap was queued (0: not known, or not asked for)
     waited: float = 0.0  # seconds from `queued` to `ended` (0: not known)
     waited_for: tuple[str, ...] = ()
+    deferred: tuple[DeferCause, ...] | msgspec.UnsetType = msgspec.UNSET
     folded: tuple[int, ...] = ()  # the ids of the evicted models' stop records

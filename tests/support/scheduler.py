@@ -21,7 +21,8 @@ from swapd.daemon.policy.eviction.contract import (
 )
 from swapd.daemon.policy.records import Activity, ModelRecord
 from swapd.daemon.policy.scheduler import EnsureError, Scheduler
-from swapd.daemon.policy.story import Happening
+from swapd.daemon.policy.story import Deferred, Happening
+from swapd.ipc.causes import DeferCause
 from swapd.ipc.routing_table import SleepSetting
 from tests.support.models import Clock, model
 
@@ -176,6 +177,11 @@ class FakeEffects:
 
     def waiting(self, target: str, on: str, queued_at: float) -> None:
         self.waits.append((target, on))
+
+    @property
+    def deferred(self) -> list[tuple[str, DeferCause]]:
+        """(target, why its swap was held back), as the story told it."""
+        return [(e.model, e.cause) for e in self.happenings if isinstance(e, Deferred)]
 
     def ended(self, target: str) -> None:
         pass

@@ -561,7 +561,9 @@ class _RecordingLink:
     def __init__(self) -> None:
         self.casts: list[tuple[str, int]] = []
 
-    def activity(self, model: str, in_flight: int, at: float | None = None) -> None:
+    def activity(
+        self, model: str, in_flight: int, at: float | None = None, claimed: int = 0
+    ) -> None:
         self.casts.append((model, in_flight))
 
     def drained(self, model: str, epoch: int) -> None:
