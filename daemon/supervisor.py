@@ -173,7 +173,12 @@ class Daemon:
     def _register(self) -> None:
         on = self.endpoint.on
         on(Hello, self._hello)
-        on(Activity, lambda _, m: self.registry.activity(m.proxy_id, m.model, m.in_flight, m.at))
+        on(
+            Activity,
+            lambda _, m: self.registry.activity(
+                m.proxy_id, m.model, m.in_flight, m.at, m.websockets
+            ),
+        )
         on(Drained, lambda _, m: self.registry.drained(m.proxy_id, m.model, m.epoch))
         on(KeepAlive, self._keep_alive)
         self.observer.register(on)

@@ -91,7 +91,9 @@ class _Link:
             self.answer(len(self.ensures))
         return Ready(id=len(self.ensures), model=model, upstream=_UPSTREAM)
 
-    def activity(self, model: str, in_flight: int, at: float | None = None) -> None:
+    def activity(
+        self, model: str, in_flight: int, at: float | None = None, websockets: int = 0
+    ) -> None:
         pass
 
     def drained(self, model: str, epoch: int) -> None:
