@@ -110,8 +110,10 @@ def _sleep_note(m: ModelStatus, reply: StatusReply) -> str:
         if sleep.stop_left is not None:
             text += f"; stopped in {_duration(sleep.stop_left)} unless used"
         elif sleep.stop_after > 0 and sleep.websockets:
-            s = "s" if sleep.websockets != 1 else ""
-            text += f"; not stopped while {sleep.websockets} websocket{s} stay open (stopAfter)"
+            open_ = (
+                "1 websocket is" if sleep.websockets == 1 else f"{sleep.websockets} websockets are"
+            )
+            text += f"; kept from its stopAfter while {open_} open"
     text += (
         f"; last sleep {_seconds(sleep.last_sleep_s)}, last wake {_seconds(sleep.last_wake_s)}"
         f" ({sleep.sleeps} sleeps, {sleep.wakes} wakes)"

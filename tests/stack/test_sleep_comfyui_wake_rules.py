@@ -157,7 +157,7 @@ async def test_an_open_tab_keeps_it_asleep_past_stop_after_and_it_stops_once_the
                 )
                 assert held["sleep"]["stop_left"] is None
                 text = (await asyncio.to_thread(stack.swapd, "status")).stdout
-                assert "not stopped while 1 websocket stay open (stopAfter)" in text, text
+                assert "kept from its stopAfter while 1 websocket is open" in text, text
 
                 # Well past its stopAfter, with the tab open: still asleep, the same process,
                 # and the tab still hears from its server.

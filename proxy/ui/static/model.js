@@ -257,7 +257,7 @@ function renderSleep() {
       ? fact("stopped in", el("span", { "data-until": String(store.fetchedAt + sleep.stop_left), text: seconds(sleep.stop_left) }))
       : null,
     asleep && sleep.stop_after > 0 && sleep.websockets
-      ? fact("stopped in", `not while its ${sleep.websockets} open websocket(s) stay open`)
+      ? fact("stopped in", `not while ${sleep.websockets} websocket(s) to it are open`)
       : null,
     sleep.serves_asleep ? fact("asleep, its server", "still answers its page, websocket and polls") : null,
     sleep.serves_asleep && sleep.wake_on && sleep.wake_on.length ? fact("woken by", sleep.wake_on.join(", ")) : null,
