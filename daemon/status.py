@@ -86,6 +86,8 @@ def sleep_status(
         stop_after=setting.stop_after,
         stop_left=ttl.stop_left(rec, setting, registry, now) if asleep else None,
         serves_asleep=setting.serves_asleep,
+        websockets=registry.websockets(rec.id),
+        wake_on=tuple(f"{r.method} {r.path}" for r in setting.wake_on or ()),
         last_failure=facts.last_failure,
     )
 

@@ -244,7 +244,9 @@ class Daemon:
 
     def _activity(self, _identity: bytes, message: Activity) -> None:
         # The count first: a claimed Ready that was admitted is in flight from the same message.
-        self.registry.activity(message.proxy_id, message.model, message.in_flight, message.at)
+        self.registry.activity(
+            message.proxy_id, message.model, message.in_flight, message.at, message.websockets
+        )
         if message.claimed:
             self.scheduler.claimed(message.model, message.proxy_id, message.claimed)
 

@@ -65,6 +65,11 @@ class SleepStatus(msgspec.Struct, frozen=True):
     stop_after: float = 0.0  # `sleep.stopAfter` (0: asleep for ever)
     stop_left: float | None = None  # asleep: seconds until `stopAfter` stops it
     serves_asleep: bool = False  # its server answers what needs no GPU while asleep (ComfyUI)
+    # Its server's ignored websockets open now (an open tab): while asleep, `stopAfter` waits.
+    websockets: int = 0
+    # With `serves_asleep`: the requests that wake it, "METHOD /path" (`wakeOn`); empty: every
+    # request but a GET or HEAD.
+    wake_on: tuple[str, ...] = ()
     last_failure: str = ""  # its last sleep or wake that failed (it was stopped), and why
 
 

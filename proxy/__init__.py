@@ -20,8 +20,9 @@ The top: ingress and the pipeline.
 `routing/`: the route decision, pure functions.
 * `decide`: the decision; `body`: the request's model (JSON, multipart, form, query), bounded
   reads, filters; `rewrite`: the body and query a decision asks for; `model_routes`: the routes
-  dispatched by `model`; `comfyui`: the `/comfyui/` rules; `selectors`: selector strategies;
-  `matching`: linear-time path patterns.
+  dispatched by `model`; `comfyui`: the `/comfyui/` rules; `wake_rules`: which requests wake an
+  asleep server that keeps serving (`wakeOn`); `selectors`: selector strategies; `matching`:
+  linear-time path patterns.
 
 `upstream/`: forwarding.
 * `forward`: what goes upstream (headers, Host, X-Forwarded-*, body); `transport`: the one

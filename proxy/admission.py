@@ -73,11 +73,19 @@ class Admission:
         if rt.in_flight == 0 and rt.drain_epoch is not None and not rt.drain_acked:
             self._ack(rt)
 
-    def _activity(self, rt: ModelRuntime, claimed: int = 0) -> None:
+    def sockets_changed(self, rt: ModelRuntime) -> None:
+        """An ignored websocket opened or closed. Not use (the TTL's clock stays), but the daemon
+        keeps an asleep model with one open from its `stopAfter`: told at once when the count
+        turns zero or non-zero."""
+        self._activity(rt, used=False)
+
+    def _activity(self, rt: ModelRuntime, claimed: int = 0, used: bool = True) -> None:
         now = time.time()
-        rt.last_activity = now
+        if used:
+            rt.last_activity = now
         idle_edge = rt.in_flight == 0 and rt.activity_sent_in_flight > 0
-        if claimed or idle_edge or now - rt.activity_sent_at >= ACTIVITY_INTERVAL_S:
+        sockets_edge = bool(rt.ignored_ws) != (rt.activity_sent_websockets > 0)
+        if claimed or idle_edge or sockets_edge or now - rt.activity_sent_at >= ACTIVITY_INTERVAL_S:
             if rt.activity_timer is not None:
                 rt.activity_timer.cancel()
                 rt.activity_timer = None
@@ -93,7 +101,10 @@ class Admission:
     def _send_activity(self, rt: ModelRuntime, now: float, claimed: int = 0) -> None:
         rt.activity_sent_at = now
         rt.activity_sent_in_flight = rt.in_flight
-        self._link.activity(rt.id, rt.in_flight, rt.last_activity, claimed)
+        rt.activity_sent_websockets = len(rt.ignored_ws)
+        self._link.activity(
+            rt.id, rt.in_flight, rt.last_activity, claimed=claimed, websockets=len(rt.ignored_ws)
+        )
 
     # --- the daemon's changes: drains, stops ---------------------------------------------------
     def _applied(self, applied: Applied[ModelRuntime]) -> None:

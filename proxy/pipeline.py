@@ -322,7 +322,14 @@ async def _send(
         ctx.stats.websockets += 1
         ignored_in = rt.ignored_ws if not decision.admitted else None
         return await relay_websocket(
-            request, ctx.session, address, path_qs, rt.id, host=host, ignored_in=ignored_in
+            request,
+            ctx.session,
+            address,
+            path_qs,
+            rt.id,
+            host=host,
+            ignored_in=ignored_in,
+            changed=lambda: ctx.admission.sockets_changed(rt),
         )
     out = outgoing(
         request, address, path_qs, host=host, body=body, plain=plain, lines=ctx.upstream_headers

@@ -109,6 +109,11 @@ def _sleep_note(m: ModelStatus, reply: StatusReply) -> str:
         text += f"; asleep, holding {held or 'nothing on the GPUs'}"
         if sleep.stop_left is not None:
             text += f"; stopped in {_duration(sleep.stop_left)} unless used"
+        elif sleep.stop_after > 0 and sleep.websockets:
+            open_ = (
+                "1 websocket is" if sleep.websockets == 1 else f"{sleep.websockets} websockets are"
+            )
+            text += f"; kept from its stopAfter while {open_} open"
     text += (
         f"; last sleep {_seconds(sleep.last_sleep_s)}, last wake {_seconds(sleep.last_wake_s)}"
         f" ({sleep.sleeps} sleeps, {sleep.wakes} wakes)"

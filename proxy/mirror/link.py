@@ -140,7 +140,12 @@ class DaemonLink:
         return Hello(proxy_id=self.proxy_id, pid=self.pid, watching=self.watching())
 
     def activity(
-        self, model: str, in_flight: int, at: float | None = None, claimed: int = 0
+        self,
+        model: str,
+        in_flight: int,
+        at: float | None = None,
+        claimed: int = 0,
+        websockets: int = 0,
     ) -> None:
         self.cast_soon(
             Activity(
@@ -149,6 +154,7 @@ class DaemonLink:
                 in_flight=in_flight,
                 at=time.time() if at is None else at,
                 claimed=claimed,
+                websockets=websockets,
             )
         )
 

@@ -94,7 +94,12 @@ class _Link:
         return Ready(id=len(self.ensures), model=model, upstream=_UPSTREAM)
 
     def activity(
-        self, model: str, in_flight: int, at: float | None = None, claimed: int = 0
+        self,
+        model: str,
+        in_flight: int,
+        at: float | None = None,
+        claimed: int = 0,
+        websockets: int = 0,
     ) -> None:
         self.claims += [(model, in_flight)] * claimed
 

@@ -43,6 +43,11 @@ def sleep(setting: SleepSetting) -> dict[str, Any]:
         "wakeEndpoints": calls(setting.wake),
         "stopAfter": number(setting.stop_after),
         "servesAsleep": setting.serves_asleep,
+        **(
+            {"wakeOn": [f"{rule.method} {rule.path}" for rule in setting.wake_on]}
+            if setting.wake_on is not None
+            else {}
+        ),
     }
 
 

@@ -256,7 +256,11 @@ function renderSleep() {
     asleep && sleep.stop_left !== null && sleep.stop_left !== undefined
       ? fact("stopped in", el("span", { "data-until": String(store.fetchedAt + sleep.stop_left), text: seconds(sleep.stop_left) }))
       : null,
+    asleep && sleep.stop_after > 0 && sleep.websockets
+      ? fact("stopped in", `not while ${sleep.websockets} websocket(s) to it are open`)
+      : null,
     sleep.serves_asleep ? fact("asleep, its server", "still answers its page, websocket and polls") : null,
+    sleep.serves_asleep && sleep.wake_on && sleep.wake_on.length ? fact("woken by", sleep.wake_on.join(", ")) : null,
     sleep.last_failure ? fact("last failure", el("span", { class: "reason", text: sleep.last_failure })) : null,
   ];
   parts.sleep.replaceChildren(el("dl", { class: "facts", "data-sleep": asleep ? "asleep" : "awake" }, facts.filter(Boolean).flat()));
