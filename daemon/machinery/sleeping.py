@@ -60,8 +60,10 @@ class SleepFacts:
     sleeps: int = 0
     wakes: int = 0
     last_failure: str = ""  # the last sleep or wake that failed, and why
-    # What its process answered its `wakeProbe` before its first sleep (None: not recorded).
+    # What its process answered its `wakeProbe` before its first sleep (None: not recorded),
+    # and the process asked (once each: a server that gives no answer is warned about once).
     probe_answer: str | None = None
+    probe_pid: int | None = None
     verified: int = 0  # wakes its probe proved
 
 
@@ -265,7 +267,8 @@ class Sleeper:
         (None: every GPU), and the pids of the other models. `probe`: the model's `wakeProbe`,
         whose answer is recorded before the process's first sleep. Raises `SleepFailed`."""
         facts = self.of(model_id)
-        if probe is not None and facts.probe_answer is None and wake_probe.needs_record(probe):
+        if probe is not None and facts.probe_pid != pid and wake_probe.needs_record(probe):
+            facts.probe_pid, facts.probe_answer = pid, None
             await self._record(session, model_id, base, probe, facts)
         began = time.monotonic()
         pids, gpus, others = where
@@ -407,5 +410,5 @@ class Sleeper:
         facts = self.facts.get(model_id)
         if facts is not None:
             facts.residual = {}
-            facts.probe_answer = None  # the next process records its own
+            facts.probe_answer = facts.probe_pid = None  # the next process records its own
         self._marked(model_id, None)

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
@@ -32,13 +31,12 @@ class ProbeFault(StrEnum):
     MISMATCH = "mismatch"  # an answer, not the one it must give
 
 
-@dataclass(frozen=True)
 class ProbeFailed(Exception):
-    fault: ProbeFault
-    words: str
+    """The probe did not prove the wake: `fault` says how, the message what it got."""
 
-    def __str__(self) -> str:
-        return self.words
+    def __init__(self, fault: ProbeFault, words: str) -> None:
+        super().__init__(words)
+        self.fault = fault
 
 
 async def ask(session: aiohttp.ClientSession, base: str, probe: WakeProbe) -> str:

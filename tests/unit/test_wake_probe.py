@@ -190,6 +190,8 @@ async def test_a_server_that_gives_no_answer_before_its_sleep_is_not_verified(
     async with aiohttp.ClientSession() as session:
         await cycle(sleeper, session, url)  # sleeps and wakes as without a probe
         assert sleeper.of("m").probe_answer is None and sleeper.of("m").verified == 0
+        await cycle(sleeper, session, url)  # the same process: not asked again
+        assert state["asked"] == 1
         # Its process stopped: the next one records its own answer.
         state["status"] = 200
         sleeper.forget("m")
