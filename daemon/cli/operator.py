@@ -118,7 +118,9 @@ def _sleep_note(m: ModelStatus, reply: StatusReply) -> str:
             text += f"; stopped in {_duration(sleep.stop_left)} unless used"
     text += (
         f"; last sleep {_seconds(sleep.last_sleep_s)}, last wake {_seconds(sleep.last_wake_s)}"
-        f" ({sleep.sleeps} sleeps, {sleep.wakes} wakes)"
+        f" ({sleep.sleeps} sleeps, {sleep.wakes} wakes"
+        + (f", {sleep.verified} verified" if sleep.verified else "")
+        + ")"
     )
     if sleep.last_failure:
         text += f"; last failure: {sleep.last_failure}"

@@ -53,6 +53,10 @@ def test_swapd_status_shows_what_nvml_read() -> None:
     assert "a: sleep vllm; asleep, holding 512 MiB on GPU 0" in reply(
         {"gpu-0": GIB // 2}, (gpu,), "nvml"
     )
+    verified = SleepStatus(preset="vllm", sleeps=2, wakes=2, verified=2)
+    model = ModelStatus(model="a", state=ModelState.READY, sleep=verified)
+    status = StatusReply(id=1, instance="i", pid=1, uptime=1.0, models=(model,))
+    assert "(2 sleeps, 2 wakes, 2 verified)" in render_table(status, now=0.0)
     # Measured, and it holds nothing: said as such.
     assert "asleep, holding nothing on the GPUs" in reply({}, (gpu,), "nvml")
     assert "GPUs: none (fake)" in reply({}, (), "fake")

@@ -255,6 +255,7 @@ function renderSleep() {
     fact("last sleep", secondsText(sleep.last_sleep_s)),
     fact("last wake", secondsText(sleep.last_wake_s)),
     fact("sleeps / wakes", `${sleep.sleeps} / ${sleep.wakes}`),
+    sleep.verified ? fact("wakes verified", `${sleep.verified} (its wakeProbe answered as it must)`) : null,
     fact("stopped after", sleep.stop_after > 0 ? `${sleep.stop_after} s asleep and unused` : "never (stays asleep)"),
     asleep && sleep.stop_left !== null && sleep.stop_left !== undefined
       ? fact("stopped in", el("span", { "data-until": String(store.fetchedAt + sleep.stop_left), text: seconds(sleep.stop_left) }))
