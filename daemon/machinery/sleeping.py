@@ -358,20 +358,10 @@ class Sleeper:
         probe: WakeProbe,
         facts: SleepFacts,
     ) -> None:
-        """Ask the probe before the process's first sleep and keep its answer, the one each
-        wake must give again. A server that gives none is not verified (it says so), and its
-        sleep goes on: the probe proves wakes, it does not forbid sleeps."""
+        """Keep the probe's answer before the process's first sleep (None: it gave none)."""
         began = time.monotonic()
         try:
-            facts.probe_answer = await wake_probe.ask(session, base, probe)
-        except wake_probe.ProbeFailed as exc:
-            log.warning(
-                "%s: its wakeProbe got no answer before its sleep (%s): its wakes are not "
-                "verified until it is started again%s",
-                model_id,
-                exc,
-                " (set wakeProbe, or wakeProbe: off)" if probe.default else "",
-            )
+            facts.probe_answer = await wake_probe.record(session, model_id, base, probe)
         finally:
             self.on_phase(model_id, SwapPhase.VERIFY, time.monotonic() - began)
 
@@ -383,24 +373,15 @@ class Sleeper:
         probe: WakeProbe,
         facts: SleepFacts,
     ) -> None:
-        """Ask the probe after a wake; raise `WakeUnverified` unless it answered as it must."""
-        recorded = facts.probe_answer
-        if recorded is None and wake_probe.needs_record(probe):
-            # No answer from before its sleep (a daemon that restarted since, or a server that
-            # gave none): nothing to hold this wake to.
-            log.info(
-                "%s: no wakeProbe answer recorded before its sleep: wake not verified", model_id
-            )
+        """Ask the probe after a wake. Raises `WakeUnverified`."""
+        if not wake_probe.can_check(model_id, probe, facts.probe_answer):
             return
         began = time.monotonic()
         try:
-            answer = await wake_probe.ask(session, base, probe)
-            wake_probe.verdict(probe, answer, recorded)
-        except wake_probe.ProbeFailed as exc:
-            words = f"its wakeProbe {exc.fault.value}: {exc}"
-            facts.last_failure = words
-            log.error("%s: wake not verified, %s", model_id, words)
-            raise WakeUnverified(words) from None
+            await wake_probe.check(session, model_id, base, probe, facts.probe_answer)
+        except WakeUnverified as exc:
+            facts.last_failure = exc.message
+            raise
         finally:
             self.on_phase(model_id, SwapPhase.VERIFY, time.monotonic() - began)
         facts.verified += 1

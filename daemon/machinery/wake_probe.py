@@ -12,6 +12,7 @@ shares its batch, which can change a greedy answer).
 from __future__ import annotations
 
 import json
+import logging
 import re
 from enum import StrEnum
 from typing import Any
@@ -19,6 +20,9 @@ from typing import Any
 import aiohttp
 
 from ..config import WakeProbe
+from ..errors import WakeUnverified
+
+log = logging.getLogger("swapd.lifecycle")
 
 # How much of an answer a failure quotes.
 QUOTE = 120
@@ -111,6 +115,51 @@ def verdict(probe: WakeProbe, answer: str, recorded: str | None) -> None:
             ProbeFault.MISMATCH,
             f"answered {quote(answer)!r}, not {quote(recorded)!r} as before its sleep",
         )
+
+
+async def record(
+    session: aiohttp.ClientSession, model_id: str, base: str, probe: WakeProbe
+) -> str | None:
+    """The answer each wake must give again, asked before the process's first sleep; None when
+    it gave none: its wakes are not verified (it says so, once), and its sleep goes on (the probe
+    proves wakes, it does not forbid sleeps)."""
+    try:
+        return await ask(session, base, probe)
+    except ProbeFailed as exc:
+        log.warning(
+            "%s: its wakeProbe got no answer before its sleep (%s): its wakes are not verified "
+            "until it is started again%s",
+            model_id,
+            exc,
+            " (set wakeProbe, or wakeProbe: off)" if probe.default else "",
+        )
+        return None
+
+
+def can_check(model_id: str, probe: WakeProbe, recorded: str | None) -> bool:
+    """Whether there is something to hold a wake's answer to."""
+    if recorded is None and needs_record(probe):
+        # No answer from before its sleep (a daemon that restarted since, or a server that gave
+        # none): nothing to hold this wake to.
+        log.info("%s: no wakeProbe answer recorded before its sleep: wake not verified", model_id)
+        return False
+    return True
+
+
+async def check(
+    session: aiohttp.ClientSession,
+    model_id: str,
+    base: str,
+    probe: WakeProbe,
+    recorded: str | None,
+) -> None:
+    """Ask the probe after a wake. Raises `WakeUnverified` unless it answered as it must."""
+    try:
+        verdict(probe, await ask(session, base, probe), recorded)
+    except ProbeFailed as exc:
+        words = f"its wakeProbe {exc.fault.value}: {exc}"
+        log.error("%s: wake not verified, %s", model_id, words)
+        raise WakeUnverified(words) from None
 
 
 def needs_record(probe: WakeProbe) -> bool:
