@@ -24,6 +24,8 @@ class StopCause(StrEnum):
     SLEEP_FAILED = "sleep_failed"
     # Its wake failed, timed out, or its health check did: stopped, then started cold.
     WAKE_FAILED = "wake_failed"
+    # Its wake went well but its `wakeProbe` did not answer as it must: stopped, started cold.
+    WAKE_UNVERIFIED = "wake_unverified"
     # Asleep and unused for longer than its `sleep.stopAfter`.
     ASLEEP_TTL = "asleep_ttl"
 

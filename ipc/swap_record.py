@@ -39,6 +39,9 @@ class SwapPhase(StrEnum):
     HEALTH = "health"  # its health check, until it answered
     SLEEP = "sleep"  # its sleep calls and the check that its GPU memory came back
     WAKE = "wake"  # its wake calls and the health check after them
+    # Its `wakeProbe`: asked after a wake (and before its process's first sleep, to record the
+    # answer a wake must give again).
+    VERIFY = "verify"
 
 
 class SwapRecord(msgspec.Struct, frozen=True, kw_only=True):
@@ -52,11 +55,12 @@ class SwapRecord(msgspec.Struct, frozen=True, kw_only=True):
     for `model`; `load`: an explicit load, `POST /api/models/load/<id>`, `swapd load`,
     llama.cpp's `POST /models/load`, Ollama's empty generate; `preload`, `adopted`) for a start
     or a swap, a `causes.StopCause` (`swap`: for `for_model`; `unload`, `ttl`, `reload`,
-    `shutdown`, `sleep`, `sleep_failed`, `wake_failed`, `asleep_ttl`) for a stop or a sleep, and
-    `crash` for a crash. `result` (`SwapOutcome`): `ok`, `failed` (the start or wake failed:
-    `reason` says why), `aborted`. `phases` (`SwapPhase` -> seconds): `drain`, `stop`, `start`,
-    `health`, `sleep` (the calls and the release check), `wake` (the calls and the health
-    check).
+    `shutdown`, `sleep`, `sleep_failed`, `wake_failed`, `wake_unverified`, `asleep_ttl`) for a
+    stop or a sleep, and `crash` for a crash. `result` (`SwapOutcome`): `ok`, `failed` (the
+    start or wake failed: `reason` says why), `aborted`. `phases` (`SwapPhase` -> seconds):
+    `drain`, `stop`, `start`, `health`, `sleep` (the calls and the release check), `wake` (the
+    calls and the health check), `verify` (the `wakeProbe` after a wake, or before a first sleep
+    to record its answer).
 
     A start or swap a request asked for also says when that request came (`queued`), how long it
     waited in all (`waited`, seconds to `ended`: far more than the phases when the swap waited
