@@ -9,7 +9,8 @@ on one fake GPU, so one runs at a time as on a single-GPU box.
 
 For each trace, this tree's swapd and, with `--before REF`, REF's swapd (its `git archive` on
 PYTHONPATH as the `swapd` package: harness/before_tree.py) are started with the same config and
-replayed at once, side by side, each with its own stand-ins. Per tree: the swaps (starts, swaps
+replayed at once, side by side, each with its own stand-ins; `--rounds N` does that N times,
+with fresh processes each time, and sums. Per tree: the swaps (starts, swaps
 and wakes in its swap log), the total of every request's wait, its p50/p95/p99 and maximum, the
 wasted starts (a model brought in for a request and taken out before it served one:
 harness/replayer.py says how they are read from `/api/swaps`) and the requests that failed.
@@ -75,19 +76,20 @@ class Figures:
     failed: int
 
     @staticmethod
-    def of(run: Replay) -> Figures:
-        waits = sorted(a.wait for a in run.answers)
+    def of(runs: list[Replay]) -> Figures:
+        """One tree's figures over its rounds (every round's requests, swaps summed)."""
+        waits = sorted(a.wait for run in runs for a in run.answers)
         cuts = statistics.quantiles(waits, n=100, method="inclusive") if len(waits) > 1 else []
         p = (lambda q: cuts[q - 1]) if cuts else (lambda q: waits[0])
         return Figures(
-            swaps=brought_in(run.swaps),
+            swaps=sum(brought_in(run.swaps) for run in runs),
             total=sum(waits),
             p50=statistics.median(waits),
             p95=p(95),
             p99=p(99),
             worst=waits[-1],
-            wasted=len(wasted_starts(run.swaps, run.answers)),
-            failed=sum(1 for a in run.answers if a.status != 200),
+            wasted=sum(len(wasted_starts(run.swaps, run.answers)) for run in runs),
+            failed=sum(1 for run in runs for a in run.answers if a.status != 200),
         )
 
     def row(self, name: str) -> str:
@@ -111,23 +113,18 @@ async def _side_by_side(stacks: dict[str, RunningSwapd], trace: Any, scale: floa
     return await asyncio.gather(*(replay(s.url, trace, scale) for s in stacks.values()))
 
 
-def run_trace(
-    name: str, args: argparse.Namespace, before: BeforeTree | None
-) -> tuple[dict[str, Figures], float, dict[str, list[dict[str, Any]]]]:
-    """Both trees on one trace, at once: the figures per tree, the trace's largest swap-in, and
-    each tree's wasted starts (their swap records)."""
+def run_round(name: str, args: argparse.Namespace, before: BeforeTree | None) -> dict[str, Replay]:
+    """Both trees on one trace, at once, each a fresh swapd with its own stand-ins."""
     trace = read_trace(name)
     models = read_models()
     configs: dict[str, tuple[dict[str, Any], dict[str, str]]] = {}
     for tree in ("current", "before") if before is not None else ("current",):
         config = swapd_config(trace, models, args.scale, free_port_range(len(models)))
         if tree == "current":
-            config = merged(config, args.new_config)
-            env = gpu_env(dict(os.environ))
+            configs[tree] = (merged(config, args.new_config), gpu_env(dict(os.environ)))
         else:
             assert before is not None
-            env = gpu_env(before.env())
-        configs[tree] = (config, env)
+            configs[tree] = (config, gpu_env(before.env()))
     with contextlib.ExitStack() as running:
         stacks = {
             tree: running.enter_context(
@@ -136,16 +133,30 @@ def run_trace(
             for tree, (config, env) in configs.items()
         }
         runs = asyncio.run(_side_by_side(stacks, trace, args.scale))
-    by_tree = dict(zip(stacks, runs, strict=True))
-    figures = {tree: Figures.of(run) for tree, run in by_tree.items()}
-    wasted = {tree: wasted_starts(run.swaps, run.answers) for tree, run in by_tree.items()}
-    for tree, run in by_tree.items():
-        for answer in run.answers:
-            if answer.status != 200:
-                print(f"  {tree}: request {answer.request.index} {answer.status} {answer.error}")
-        for rec in wasted[tree]:
-            print(f"  {tree}: wasted {rec['kind']} of {rec['model']} (swap record {rec['id']})")
-    swap_in = max(models[r.model].swap_in() for r in trace) * args.scale
+    return dict(zip(stacks, runs, strict=True))
+
+
+def run_trace(
+    name: str, args: argparse.Namespace, before: BeforeTree | None
+) -> tuple[dict[str, Figures], float, dict[str, list[dict[str, Any]]]]:
+    """`--rounds` rounds of a trace: the figures per tree, the trace's largest swap-in, and each
+    tree's wasted starts (their swap records)."""
+    rounds = [run_round(name, args, before) for _ in range(args.rounds)]
+    trees = list(rounds[0])
+    figures = {tree: Figures.of([r[tree] for r in rounds]) for tree in trees}
+    wasted: dict[str, list[dict[str, Any]]] = {tree: [] for tree in trees}
+    for number, by_tree in enumerate(rounds, start=1):
+        for tree, run in by_tree.items():
+            for answer in run.answers:
+                if answer.status != 200:
+                    index, error = answer.request.index, answer.error
+                    print(f"  {tree}, round {number}: request {index}: {answer.status} {error}")
+            for rec in wasted_starts(run.swaps, run.answers):
+                wasted[tree].append(rec | {"round": number})
+                where = f"{rec['kind']} of {rec['model']} (swap record {rec['id']})"
+                print(f"  {tree}, round {number}: wasted {where}")
+    models = read_models()
+    swap_in = max(models[r.model].swap_in() for r in read_trace(name)) * args.scale
     return figures, swap_in, wasted
 
 
@@ -168,6 +179,7 @@ def main(argv: list[str], report: Report) -> int:
     parser = argparse.ArgumentParser("python -m benchmarks trace_replay", description=__doc__)
     parser.add_argument("--before", metavar="REF", help="an older commit to replay beside this")
     parser.add_argument("--scale", type=float, default=1.0, help="every duration times this")
+    parser.add_argument("--rounds", type=int, default=1, help="replays of each trace, summed")
     parser.add_argument("--traces", default=",".join(trace_names()), help="comma-separated")
     parser.add_argument("--new-config", default="{}", help="YAML added to this tree's config")
     parser.add_argument("--max-wait", type=float, default=5.0, help="seconds (the p99 target)")
@@ -187,7 +199,8 @@ def main(argv: list[str], report: Report) -> int:
         for trace in names:
             name = trace_path(trace).stem
             figures, swap_in, wasted = run_trace(trace, args, before)
-            print(f"{name} ({len(read_trace(trace))} requests, largest swap-in {swap_in:.2f} s)")
+            count = len(read_trace(trace)) * args.rounds
+            print(f"{name} ({count} requests, largest swap-in {swap_in:.2f} s)")
             print(HEADER)
             for tree, fig in figures.items():
                 print(fig.row(tree))
@@ -197,6 +210,7 @@ def main(argv: list[str], report: Report) -> int:
     print()
     print(markdown(table), end="")
     report.figure("scale", args.scale)
+    report.figure("rounds", args.rounds)
     report.figure("before", args.before or "")
     return 0
 

@@ -6,7 +6,8 @@ A trace line is one request: `{"at": 12.5, "client": "agent1", "model": "archite
 "stream", "gen": 3.0}` and, where it waits for the answer to its client's previous line,
 `"after": true, "think": 1.7`: it is sent `think` seconds after that answer came whole (its `at`
 is then only its nominal time). `kind` is a `Kind`; `gen` is how long the stand-in takes over it
-(a chat's generation, a ComfyUI job's run), 0 when absent.
+(a chat's generation, a ComfyUI job's run), 0 when absent (always for a `vllm` model: its
+stand-in answers at once).
 
 models.json gives each model its server (`llama`: tests/support/upstreams/fake_model.py,
 listening after `start` seconds as llama-server does once its weights are loaded; `vllm`:

@@ -116,21 +116,27 @@ def day(rng: random.Random) -> list[Line]:
     """(e) A day of six users over six models, compressed into two minutes: each user opens a
     session now and then with a model drawn by popularity (Zipf, s = 1.2: `chat` most, `vllm-big`
     least), sends one to four requests with 2-10 s between answer and next question, then is
-    idle (exponential, mean 25 s). Now and then someone presses Load in the UI first."""
+    idle (exponential, mean 25 s). Now and then someone presses Load in the UI first (the user
+    of `vllm-big` always does, the first time)."""
     weights = [1 / (rank**1.2) for rank in range(1, len(DAY_MODELS) + 1)]
     lines = []
     for user in range(6):
         client = f"user{user + 1}"
         at = rng.uniform(0, 20)
+        first = True
         while at < 110:
-            model = rng.choices(DAY_MODELS, weights)[0]
+            # Each user's first session is with a model of its own, so the day has all six.
+            model = DAY_MODELS[user] if first else rng.choices(DAY_MODELS, weights)[0]
             kind = "embeddings" if model == "embed" else rng.choice(("chat", "stream"))
             gen = 0.0 if kind == "embeddings" else rng.uniform(1, 4)
-            if rng.random() < 0.05:
+            if model == "vllm-big":
+                gen = 0.0  # the vLLM stand-in answers at once, whatever it is asked
+            if rng.random() < 0.05 or (first and model == "vllm-big"):
                 lines.append(line(at, client, model, "load"))
                 lines.append(after(at, rng.uniform(2, 5), client, model, kind, gen))
             else:
                 lines.append(line(at, client, model, kind, gen))
+            first = False
             at = lines[-1]["at"] + gen
             for _ in range(rng.randint(0, 3)):
                 lines.append(after(at, rng.uniform(2, 10), client, model, kind, gen))

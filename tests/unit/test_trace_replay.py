@@ -14,6 +14,7 @@ from benchmarks.harness.replayer import Answer, brought_in, wasted_starts
 from benchmarks.harness.trace_files import (
     Kind,
     Request,
+    Server,
     merged,
     read_models,
     read_trace,
@@ -42,6 +43,8 @@ def test_every_trace_names_known_models_and_waits_only_on_a_previous_line() -> N
             assert request.model in models, (name, request)
             if request.kind is Kind.COMFYUI:
                 assert request.model == "comfyui_auto", (name, request)
+            if models[request.model].server is Server.VLLM:
+                assert request.gen == 0, (name, request)  # its stand-in takes no time
             if request.after:
                 assert request.client in clients_seen, (name, request)
             clients_seen.add(request.client)
