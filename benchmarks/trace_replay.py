@@ -51,6 +51,7 @@ from .harness.replayer import Replay, brought_in, replay, wasted_starts
 from .harness.report import Report
 from .harness.swapd_run import RunningSwapd
 from .harness.trace_files import (
+    Request,
     merged,
     read_models,
     read_trace,
@@ -101,15 +102,17 @@ class Figures:
 HEADER = "  tree     swaps    total      p50      p95      p99      max wasted failed"
 
 
-def gpu_env(base: dict[str, str]) -> dict[str, str]:
-    """One fake GPU of its own for each swapd (the sleep presets check its memory)."""
-    mem = tempfile.mkdtemp(prefix="swapd-bench-gpumem-")
+def gpu_env(base: dict[str, str], mem: str) -> dict[str, str]:
+    """One fake GPU of its own for each swapd (the sleep presets check its memory), its
+    processes' memory declared in `mem`."""
     gpus = json.dumps([{"name": "Fake 0", "total_bytes": 80 * GIB}])
     fake = {"SWAPD_GPU_BACKEND": "fake", "SWAPD_FAKE_GPUS": gpus}
     return base | fake | {"SWAPD_FAKE_GPU_MEM_DIR": mem, "SWAPD_FAKE_GPU_SCOPE": mem}
 
 
-async def _side_by_side(stacks: dict[str, RunningSwapd], trace: Any, scale: float) -> list[Replay]:
+async def _side_by_side(
+    stacks: dict[str, RunningSwapd], trace: list[Request], scale: float
+) -> list[Replay]:
     return await asyncio.gather(*(replay(s.url, trace, scale) for s in stacks.values()))
 
 
@@ -117,21 +120,19 @@ def run_round(name: str, args: argparse.Namespace, before: BeforeTree | None) ->
     """Both trees on one trace, at once, each a fresh swapd with its own stand-ins."""
     trace = read_trace(name)
     models = read_models()
-    configs: dict[str, tuple[dict[str, Any], dict[str, str]]] = {}
-    for tree in ("current", "before") if before is not None else ("current",):
-        config = swapd_config(trace, models, args.scale, free_port_range(len(models)))
-        if tree == "current":
-            configs[tree] = (merged(config, args.new_config), gpu_env(dict(os.environ)))
-        else:
-            assert before is not None
-            configs[tree] = (config, gpu_env(before.env()))
     with contextlib.ExitStack() as running:
-        stacks = {
-            tree: running.enter_context(
-                RunningSwapd(yaml.safe_dump(config), env=env, start_timeout=60)
-            )
-            for tree, (config, env) in configs.items()
-        }
+        stacks = {}
+        for tree in ("current", "before") if before is not None else ("current",):
+            config = swapd_config(trace, models, args.scale, free_port_range(len(models)))
+            mem = running.enter_context(tempfile.TemporaryDirectory(prefix="swapd-bench-gpu-"))
+            if tree == "current":
+                config = merged(config, args.new_config)
+                env = gpu_env(dict(os.environ), mem)
+            else:
+                assert before is not None
+                env = gpu_env(before.env(), mem)
+            swapd = RunningSwapd(yaml.safe_dump(config), env=env, start_timeout=60)
+            stacks[tree] = running.enter_context(swapd)
         runs = asyncio.run(_side_by_side(stacks, trace, args.scale))
     return dict(zip(stacks, runs, strict=True))
 
@@ -140,24 +141,31 @@ def run_trace(
     name: str, args: argparse.Namespace, before: BeforeTree | None
 ) -> tuple[dict[str, Figures], float, dict[str, list[dict[str, Any]]]]:
     """`--rounds` rounds of a trace: the figures per tree, the trace's largest swap-in, and each
-    tree's wasted starts (their swap records)."""
+    tree's rounds as they went (every swap record, every request's times, the wasted starts)."""
     rounds = [run_round(name, args, before) for _ in range(args.rounds)]
     trees = list(rounds[0])
     figures = {tree: Figures.of([r[tree] for r in rounds]) for tree in trees}
-    wasted: dict[str, list[dict[str, Any]]] = {tree: [] for tree in trees}
+    logs: dict[str, list[dict[str, Any]]] = {tree: [] for tree in trees}
     for number, by_tree in enumerate(rounds, start=1):
         for tree, run in by_tree.items():
             for answer in run.answers:
                 if answer.status != 200:
                     index, error = answer.request.index, answer.error
                     print(f"  {tree}, round {number}: request {index}: {answer.status} {error}")
-            for rec in wasted_starts(run.swaps, run.answers):
-                wasted[tree].append(rec | {"round": number})
+            wasted = wasted_starts(run.swaps, run.answers)
+            for rec in wasted:
                 where = f"{rec['kind']} of {rec['model']} (swap record {rec['id']})"
                 print(f"  {tree}, round {number}: wasted {where}")
+            logs[tree].append(
+                {
+                    "wasted": [rec["id"] for rec in wasted],
+                    "swaps": sorted(run.swaps.values(), key=lambda r: r["id"]),
+                    "answers": [a.log() for a in run.answers],
+                }
+            )
     models = read_models()
     swap_in = max(models[r.model].swap_in() for r in read_trace(name)) * args.scale
-    return figures, swap_in, wasted
+    return figures, swap_in, logs
 
 
 def judge(
@@ -198,7 +206,7 @@ def main(argv: list[str], report: Report) -> int:
         table: dict[str, dict[str, Any]] = {}
         for trace in names:
             name = trace_path(trace).stem
-            figures, swap_in, wasted = run_trace(trace, args, before)
+            figures, swap_in, logs = run_trace(trace, args, before)
             count = len(read_trace(trace)) * args.rounds
             print(f"{name} ({count} requests, largest swap-in {swap_in:.2f} s)")
             print(HEADER)
@@ -206,7 +214,8 @@ def main(argv: list[str], report: Report) -> int:
                 print(fig.row(tree))
             judge(name, figures, swap_in, args.max_wait, report)
             table[name] = {tree: vars(fig) for tree, fig in figures.items()}
-            report.figure(name, table[name] | {"swap_in": swap_in, "wasted_records": wasted})
+            report.figure(name, table[name] | {"swap_in": swap_in})
+            report.figure(f"{name}_rounds", logs)
     print()
     print(markdown(table), end="")
     report.figure("scale", args.scale)

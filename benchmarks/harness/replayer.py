@@ -46,6 +46,12 @@ class Answer:
     def wait(self) -> float:
         return max(0.0, self.first_byte - self.sent - self.own)
 
+    def log(self) -> dict[str, Any]:
+        """For the results file: which request, when it was sent and answered, how."""
+        r = self.request
+        times = {"sent": self.sent, "first_byte": self.first_byte, "done": self.done}
+        return {"index": r.index, "model": r.model, "kind": r.kind, "status": self.status} | times
+
 
 class Replay:
     def __init__(self, url: str, trace: list[Request], scale: float) -> None:
