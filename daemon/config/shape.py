@@ -279,8 +279,8 @@ class Performance(Section, frozen=True):
     """The host and GPU sampler (`/api/performance`, `llamaswap_*` on `/metrics`)."""
 
     disabled: bool | None = None
-    # A Go duration ("5s", "1m"), read by hand in observe_fields.py; at least 5 s.
-    every: Any = None
+    # A Go duration ("5s", "1m"; an integer: nanoseconds), read in observe_fields.py; at least 5 s.
+    every: Annotated[int | str, Expect("a duration such as 5s or 1m")] | None = None
 
 
 class Cors(Section, frozen=True):
