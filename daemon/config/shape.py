@@ -361,9 +361,10 @@ class Top(Section, frozen=True):
     # The timestamp of swapd's own log lines (ipc/log_time.py); unset: swapd's own.
     log_time_format: str | None = None
     log_requests: Annotated[Any, Ignored("deprecated in llama-swap too")] = None
-    # llmsnap's: seconds each sleep (wake) call may take, unless it sets its own (sleep_fields.py).
-    sleep_request_timeout: Any = None
-    wake_request_timeout: Any = None
+    # llmsnap's: seconds each sleep (wake) call may take, unless it sets its own; its least (1 s)
+    # and finite bound are llmsnap's words, in sleep_fields.request_timeout.
+    sleep_request_timeout: Annotated[int | float, Expect("seconds (a number)")] | None = None
+    wake_request_timeout: Annotated[int | float, Expect("seconds (a number)")] | None = None
     ui: Ui | None = None
     performance: Performance | None = None
     profiles: dict[str, Profile] | None = None

@@ -395,7 +395,7 @@ def _seconds(value: Any, where: Path, report: Report, minimum: float) -> float |
     return float(value)
 
 
-def request_timeout(value: Any, where: Path, report: Report) -> float | None:
+def request_timeout(value: float | None, where: Path, report: Report) -> float | None:
     """A top-level `sleepRequestTimeout` or `wakeRequestTimeout` (None: not set)."""
     seconds = _seconds(value, where, report, MIN_REQUEST_TIMEOUT)
     return None if seconds is None or seconds is False else float(seconds)
