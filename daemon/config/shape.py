@@ -88,6 +88,8 @@ class Capabilities(Section, frozen=True):
 
 # `busyCheck`'s presets, by name (sections/busy_check_fields.py holds what each one asks).
 BusyPreset = Literal["comfyui", "llamacpp", "vllm"]
+# `sleep`'s presets, by name (sections/sleep_fields.py holds what each one asks).
+SleepPreset = Literal["vllm", "vllm-level2", "sglang", "comfyui"]
 
 
 def _ttl(value: int, where: Path, report: Report) -> None:
@@ -142,8 +144,16 @@ class Model(Section, frozen=True):
         ]
         | None
     ) = None
-    # A preset name or a mapping, and llmsnap's three keys; read in sleep_fields.py.
-    sleep: Annotated[Any, Key(render=show.model_sleep)] = None
+    # A preset name or a mapping, and llmsnap's three keys; read in sleep_fields.py, after its
+    # rule "sleep or llmsnap's keys, not both", which runs before typing (sleep_fields.one_form).
+    sleep: (
+        Annotated[
+            str | dict[str, Any],
+            Expect(f"a preset name ({', '.join(get_args(SleepPreset))}) or a mapping"),
+            Key(render=show.model_sleep),
+        ]
+        | None
+    ) = None
     sleep_mode: Any = None
     sleep_endpoints: Any = None
     wake_endpoints: Any = None
