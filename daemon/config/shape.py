@@ -50,6 +50,10 @@ DEFAULT_CLIENT_TIMEOUT = 60.0
 # `clientBodyMinRate` (bytes/s: Apache's `MinRate` default) and `drainClientTimeout` (seconds).
 DEFAULT_CLIENT_BODY_MIN_RATE = 500.0
 DEFAULT_DRAIN_CLIENT_TIMEOUT = 30.0
+# The words of a wrong `vram` or `vramMargin` (a text's unit is read in gpu_fields.size_of).
+SIZE_WORDS = "a size such as 24GiB, 512MiB or a byte count"
+# The words of a wrong top-level `gpus` (its mapping's key and list are read in gpu_fields.py).
+AUTO_WORDS = "auto, or auto: [GPU indices or UUIDs] to place only on those GPUs"
 
 
 class PeerFilters(Section, frozen=True):
@@ -134,7 +138,8 @@ class Model(Section, frozen=True):
     description: Annotated[str, Key(None, unset=("",))] | None = None
     metadata: Annotated[Free, Key(factory=dict, unset=({},))] | None = None
     filters: Annotated[ModelFilters, Key(render=show.model_filters)] | None = None
-    vram: Annotated[Any, Key(render=show.vram)] = None
+    # One size, or one per GPU; each read in gpu_fields.vram_of.
+    vram: Annotated[int | str | list[Any], Expect(SIZE_WORDS), Key(render=show.vram)] | None = None
     # A preset name or a mapping; its own keys are checked where it is read (busy_check_fields.py).
     busy_check: (
         Annotated[
@@ -332,8 +337,8 @@ class Top(Section, frozen=True):
     metrics_max_in_memory: (
         Annotated[Int, Key(DEFAULT_METRICS_MAX_IN_MEMORY, unset=_not_positive)] | None
     ) = None
-    # Read by hand in gpu_fields.py, as is `gpus`.
-    vram_margin: Annotated[Any, Key()] = None
+    # A size as `vram`'s (0 allowed); read in gpu_fields.margin_of.
+    vram_margin: Annotated[int | str, Expect(SIZE_WORDS), Key()] | None = None
     # MB for request/response captures (llama-swap's default 5; 0: none).
     capture_buffer: Annotated[Count, Key(DEFAULT_CAPTURE_BUFFER_MB)] | None = None
     # nginx's `client_body_timeout` and `send_timeout`, in seconds (0: none; default 60).
@@ -366,8 +371,8 @@ class Top(Section, frozen=True):
     send_loading_state: Annotated[bool, Key(False, own=False)] | None = None
     macros: Any = None
     # `auto` (or `auto: [GPUs]`): placement by memory for every model that sets no `gpus` and is
-    # in no group or matrix set; read by hand in gpu_fields.py.
-    gpus: Any = None
+    # in no group or matrix set; read in gpu_fields.allowed_of.
+    gpus: Annotated[str | dict[str, Any], Expect(AUTO_WORDS)] | None = None
     # The timestamp of swapd's own log lines (ipc/log_time.py); unset: swapd's own.
     log_time_format: str | None = None
     log_requests: Annotated[Any, Ignored("deprecated in llama-swap too")] = None
