@@ -190,8 +190,56 @@ def mutants() -> list[dict[str, Any]]:
         f"sleepRequestTimeout: 0.5\nwakeRequestTimeout: 30\n{_MODEL}    sleep: vllm\n"
         "    env: [VLLM_SERVER_DEV_MODE=1]\n"
     )
+    texts += _pairs()
     options = {"source": "config.yaml", "environ": {}, "ports": None, "strict": False}
     return [{"text": text, **options} for text in texts]
+
+
+# Two wrong values at once: which are reported, and in what order, is behaviour too.
+_WRONG = {
+    "sleep": "{bogus: 1}",
+    "sleepMode": "maybe",
+    "sleepEndpoints": "1",
+    "wakeEndpoints": "{a: 1}",
+    "env": "['A=1', 1, x]",
+    "gpus": "[x]",
+    "vram": "[true, x]",
+    "checkEndpoint": "'no slash'",
+    "aliases": "[1, '']",
+    "busyCheck": "{count: 1}",
+    "wakeProbe": "1",
+    "ttl": "-5",
+    "macros": "{'bad name': 1}",
+    "cmdStop": "'kill ${PID} #x'",
+}
+_WRONG_SLEEP = {
+    "preset": "1",
+    "stopAfter": "-1",
+    "sleepRequestTimeout": "x",
+    "sleepEndpoints": "[{endpoint: 'http://x/s'}]",
+    "wakeEndpoints": "[1]",
+    "servesAsleep": "2",
+    "wakeOn": "['GET x']",
+    "bogus": "1",
+}
+
+
+def _pairs() -> list[str]:
+    texts = []
+    names = list(_WRONG)
+    for i, first in enumerate(names):
+        for second in names[i + 1 :]:
+            texts.append(f"{_MODEL}    {first}: {_WRONG[first]}\n    {second}: {_WRONG[second]}\n")
+    names = list(_WRONG_SLEEP)
+    for i, first in enumerate(names):
+        for second in names[i + 1 :]:
+            pair = f"{first}: {_WRONG_SLEEP[first]}, {second}: {_WRONG_SLEEP[second]}"
+            texts.append(f"{_MODEL}    sleep: {{{pair}}}\n")
+            texts.append(f"{_MODEL}    sleep: {{preset: vllm, {pair}}}\n")
+    for top in ("vramMargin: x", "sleepRequestTimeout: -1", "gpus: [0]", "performance: {every: 1}"):
+        for key, value in _WRONG.items():
+            texts.append(f"{top}\n{_MODEL}    {key}: {value}\n")
+    return texts
 
 
 def outcome(entry: dict[str, Any]) -> dict[str, Any]:
