@@ -8,7 +8,10 @@ macro expansion, so a wrong type or a value out of bounds is reported in one pla
 `keys.resolve()` fills the defaults. A key whose `Key` has no default is read by hand in its
 section's module (`sections/`): those are llama-swap's quirks (`cmd` text to argv, `env` as
 `NAME=value` strings, an alias written as a mapping, `gpus` as indices or UUIDs, ...). A null
-value is the same as leaving the key out, as when llama-swap decodes onto its defaults.
+value is the same as leaving the key out, as when llama-swap decodes onto its defaults. The few
+keys typed `Any` say why beside them: read before typing (macros, a model's `gpus`), or read in
+an order typing would change (llmsnap's keys stop at the first problem; `env`'s warnings come
+after the earlier keys').
 """
 
 from __future__ import annotations
@@ -125,11 +128,14 @@ class Model(Section, frozen=True):
     host_header: Annotated[Literal["client", "upstream"], Key("client")] | None = None
     # Stream loading progress to a streaming chat request that waits for a start.
     send_loading_state: Annotated[bool, Key(Inherit("sendLoadingState"))] | None = None
+    # Read at the macro stage (stages.expand_model: `${GPUS}`), before typing.
     gpus: Annotated[Any, Key(render=show.gpus)] = None
     # Names, or llama-swap's newer `{id, name, unlisted}`; read in model_fields.aliases_of.
     aliases: (
         Annotated[list[Any], Expect("a list of alias names"), Key(render=show.aliases)] | None
     ) = None
+    # `NAME=value` texts, read as texts by model_fields' quirk in the order of the quirks (typed
+    # here, a number's "read as its text" warning would come before an earlier key's warnings).
     env: Annotated[Any, Key(render=show.env)] = None
     unlisted: Annotated[bool, Key(False)] | None = None
     # Empty means unset, as in llama-swap (omitted from /v1/models, no rename upstream).
@@ -151,6 +157,7 @@ class Model(Section, frozen=True):
     ) = None
     # A preset name or a mapping, and llmsnap's three keys; read in sleep_fields.py, after its
     # rule "sleep or llmsnap's keys, not both", which runs before typing (sleep_fields.one_form).
+    # The mapping's keys are read there in order, stopping at the first problem, as busyCheck's.
     sleep: (
         Annotated[
             str | dict[str, Any],
@@ -159,6 +166,8 @@ class Model(Section, frozen=True):
         ]
         | None
     ) = None
+    # Read by hand in sleep_fields._llmsnap, which stops at the first problem in llmsnap's order
+    # (the mode, then the calls): typed field by field, a second wrong value would be reported too.
     sleep_mode: Any = None
     sleep_endpoints: Any = None
     wake_endpoints: Any = None
@@ -171,6 +180,7 @@ class Model(Section, frozen=True):
         ]
         | None
     ) = None
+    # Read at the macro stage (stages.expand_model), before typing: macros expand what is typed.
     macros: Any = None
     # nginx's `client_body_timeout` and `send_timeout`, in seconds (0: none; default 60).
     client_body_timeout: Seconds | None = None
@@ -369,6 +379,7 @@ class Top(Section, frozen=True):
     ) = None
     # Stream loading progress to a streaming chat request that waits for a start.
     send_loading_state: Annotated[bool, Key(False, own=False)] | None = None
+    # Read at the macro stage (floor/macros.declare), before typing.
     macros: Any = None
     # `auto` (or `auto: [GPUs]`): placement by memory for every model that sets no `gpus` and is
     # in no group or matrix set; read in gpu_fields.allowed_of.
