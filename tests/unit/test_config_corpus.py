@@ -20,4 +20,7 @@ def test_every_recorded_config_loads_as_recorded() -> None:
         for entry, digest in zip(entries, kept, strict=True)
         if config_corpus.digest(config_corpus.outcome(entry)) != digest
     ]
-    assert not differ, f"{len(differ)} configs load differently; the first:\n{differ[0]}"
+    assert not differ, (
+        f"{len(differ)} configs load differently (`python -m tests.support.config_corpus compare` "
+        "shows how; `snapshot` records them again when that is meant); the first:\n" + differ[0]
+    )
