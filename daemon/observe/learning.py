@@ -63,7 +63,7 @@ class Learning:
         self.config = config
         if not config.learn:
             self.traffic.forget()
-        gone = [m for m in self.cached if m not in config.models]
+        gone = [m for m in list(self.cached) if m not in config.models]
         for model in gone:
             del self.cached[model]
 
