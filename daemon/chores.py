@@ -64,7 +64,16 @@ async def tick_loop(
         for model_id in ttl.asleep_due(records, registry, learned=learned):
             if scheduler.stops.under_way(model_id) or scheduler.swaps.get(model_id) is not None:
                 continue  # already being stopped, or woken
-            log.info("%s: unloading, asleep longer than its sleep.stopAfter allows", model_id)
+            early = learned is not None and not ttl.asleep_due(
+                [scheduler.record(model_id)], registry
+            )
+            log.info(
+                "%s: unloading, asleep longer than %s",
+                model_id,
+                "it was ever asked back after (learned), before its sleep.stopAfter"
+                if early
+                else "its sleep.stopAfter (and what was learned) allows",
+            )
             spawn(scheduler.stop(model_id, StopCause.ASLEEP_TTL))
         if lifecycle.lingering and loop.time() - last_recheck >= LINGER_RECHECK:
             last_recheck = loop.time()

@@ -1,4 +1,5 @@
-"""The model page's Learned panel (proxy/ui/static/learned.js), its words only: the page-cache
+"""The model page's Learned panel (proxy/ui/static/learned.js) and `swapd status`'s note, their
+words only: the page-cache
 share of the model's weight files, who follows it, and "off" when `learn.enabled: false` (the
 status entry's `learned` is null). The stack test (tests/stack/test_learned_traffic.py) holds the
 figures the daemon puts in `/api/status`."""
@@ -15,6 +16,7 @@ import msgspec
 import pytest
 
 import swapd.proxy.ui
+from swapd.daemon.cli.operator import learned_note
 from swapd.ipc.model_status import Follower, Learned, ModelStatus, PageCache
 from swapd.ipc.states import ModelState
 
@@ -61,3 +63,16 @@ def test_the_learned_panels_words() -> None:
     off = dict(_words(ModelStatus("a", ModelState.STOPPED)))
     assert off["learning"] == "off (learn.enabled: false)"
     assert off["in the page cache"].startswith("\u2013")
+
+
+def test_swapd_status_notes_the_likely_next_model_and_the_page_cache() -> None:
+    learned = Learned(followers=(Follower("b", 3.0, 0.75, 2.5),), likely_next="b")
+    gib = 2**30
+    cache = PageCache(files=2, size=8 * gib, cached=6 * gib, fraction=0.75, sampled_at=1)
+    status = ModelStatus("a", ModelState.READY, learned=learned, page_cache=cache)
+    assert learned_note(status) == (
+        "a: usually followed by b (after 2.50s); 75% of its weight files in the page cache"
+        " (6.0 of 8.0 GiB)"
+    )
+    assert learned_note(ModelStatus("a", ModelState.READY, learned=Learned())) == ""
+    assert learned_note(ModelStatus("a", ModelState.READY)) == ""
