@@ -165,6 +165,8 @@ class Daemon:
             metrics=self.metrics,
             before_scrape=self.host.before_scrape,
         )
+        # The history a `store.path` kept from before a restart is learned from too.
+        self.learning.records(self.observer.store.records, prefetch=False)
         self.observer.on_stored = self.learning.records
         self.table = routing.routing_table(config, self.generation, self.endpoints.log_dir)
         self._tasks: set[asyncio.Task[Any]] = set()

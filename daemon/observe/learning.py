@@ -67,8 +67,9 @@ class Learning:
         for model in gone:
             del self.cached[model]
 
-    def records(self, records: Iterable[ActivityRecord]) -> None:
-        """Requests the activity log took in: learned, and the likely next model read ahead."""
+    def records(self, records: Iterable[ActivityRecord], prefetch: bool = True) -> None:
+        """Requests the activity log took in: learned, and the likely next model read ahead
+        (`prefetch`: False for the history kept from before a restart, `store.path`)."""
         if not self.config.learn:
             return
         models = self.config.models
@@ -77,7 +78,7 @@ class Learning:
         )
         for at, model in seen:
             self.traffic.seen(model, at)
-        if seen and self.config.learn_prefetch:
+        if seen and prefetch and self.config.learn_prefetch:
             self.prefetch_after(seen[-1][1])
 
     def prefetch_after(self, model: str) -> str | None:

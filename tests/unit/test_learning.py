@@ -99,3 +99,12 @@ models:
     assert off.models["m"].weights == ()
     default = load_config_text(plain)
     assert (default.learn, default.learn_prefetch) == (True, True)
+
+
+def test_history_from_before_a_restart_is_learned_not_read_ahead(tmp_path: Path) -> None:
+    states = {"a": ModelState.STOPPED, "b": ModelState.STOPPED}
+    learning = Learning(_config(tmp_path), states.get, clock=Clock(1004.0))
+    learning.records([_record(n, 1000.0 + i) for i, n in enumerate("ababa")], prefetch=False)
+    shown = learning.learned("a", idle=None, within=0.0)
+    assert shown is not None and shown.likely_next == "b"
+    assert learning._reading is None and learning.prefetched == {}
