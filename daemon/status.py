@@ -7,10 +7,13 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import Protocol
 
+import msgspec
+
 from ..ipc.model_status import Lingering, LingeringProcess, ModelStatus, SleepStatus, Waiting
 from ..ipc.states import ModelState, StartStep
 from .config import ModelConfig
 from .gpu_ledger import GpuLedger
+from .machinery.kv_slots import KvSlots
 from .machinery.model_process import Running
 from .machinery.sleeping import SleepFacts
 from .observe.swap_log import SwapLog
@@ -162,7 +165,9 @@ class StatusView:
         busy: BusyBoard,
         ledger: GpuLedger | None,
         swaps: SwapLog,
+        kv: KvSlots | None = None,
     ) -> None:
+        self.kv = kv
         self.registry = registry
         self.machinery = machinery
         self.busy = busy
@@ -182,7 +187,12 @@ class StatusView:
             sleep=m.sleep_facts,
             estimates=self.swaps.estimates(rec.id),
         )
+        st = self._with_kv(st, model)
         return self.ledger.annotate(st, model) if self.ledger is not None else st
+
+    def _with_kv(self, st: ModelStatus, model: ModelConfig | None) -> ModelStatus:
+        kv = self.kv.status(model) if self.kv is not None else None
+        return st if kv is None else msgspec.structs.replace(st, kv=kv)
 
     def all(
         self, records: Iterable[ModelRecord[Running]], models: Mapping[str, ModelConfig]
@@ -198,6 +208,7 @@ class StatusView:
             self.swaps,
             m.sleep_facts,
         )
+        statuses = tuple(self._with_kv(st, models.get(st.model)) for st in statuses)
         if self.ledger is None:
             return statuses
         return tuple(self.ledger.annotate(st, models.get(st.model)) for st in statuses)

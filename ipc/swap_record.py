@@ -37,6 +37,11 @@ class SwapPhase(StrEnum):
     HEALTH = "health"  # its health check, until it answered
     SLEEP = "sleep"  # its sleep calls and the check that its GPU memory came back
     WAKE = "wake"  # its wake calls and the health check after them
+    # Its server's conversation caches (llama.cpp's KV slots) saved to files after the drain,
+    # before the stop or sleep; and restored after the health check (or wake), before the first
+    # request goes through (docs/guides/kv-cache.md).
+    KV_SAVE = "kv_save"
+    KV_RESTORE = "kv_restore"
 
 
 class SwapRecord(msgspec.Struct, frozen=True, kw_only=True):
@@ -54,7 +59,8 @@ class SwapRecord(msgspec.Struct, frozen=True, kw_only=True):
     `crash` for a crash. `result` (`SwapOutcome`): `ok`, `failed` (the start or wake failed:
     `reason` says why), `aborted`. `phases` (`SwapPhase` -> seconds): `drain`, `stop`, `start`,
     `health`, `sleep` (the calls and the release check), `wake` (the calls and the health
-    check).
+    check), `kv_save` and `kv_restore` (the conversation caches saved and restored), and in
+    `phase_bytes` (`SwapPhase` -> bytes) what a phase moved (`kv_save`, `kv_restore`).
 
     A start or swap a request asked for also says when that request came (`queued`), how long it
     waited in all (`waited`, seconds to `ended`: far more than the phases when the swap waited
@@ -72,6 +78,7 @@ class SwapRecord(msgspec.Struct, frozen=True, kw_only=True):
     result: SwapOutcome = SwapOutcome.OK
     reason: str = ""  # the daemon's own words (the state change's reason)
     phases: dict[SwapPhase, float] = msgspec.field(default_factory=dict)
+    phase_bytes: dict[SwapPhase, int] = msgspec.field(default_factory=dict)
     evicted: tuple[str, ...] = ()
     for_model: str = ""
     queued: float = 0.0  # wall clock: when the swap was queued (0: not known, or not asked for)

@@ -50,6 +50,8 @@ DEFAULT_CLIENT_TIMEOUT = 60.0
 # `clientBodyMinRate` (bytes/s: Apache's `MinRate` default) and `drainClientTimeout` (seconds).
 DEFAULT_CLIENT_BODY_MIN_RATE = 500.0
 DEFAULT_DRAIN_CLIENT_TIMEOUT = 30.0
+# `kvCacheBudget`: MB of saved conversation caches kept, all models together (oldest out first).
+DEFAULT_KV_CACHE_BUDGET_MB = 20480
 
 
 class PeerFilters(Section, frozen=True):
@@ -147,6 +149,8 @@ class Model(Section, frozen=True):
     sleep_mode: Any = None
     sleep_endpoints: Any = None
     wake_endpoints: Any = None
+    # A preset name (`llama.cpp`) or a mapping; read in kv_cache_fields.py.
+    kv_cache: Annotated[Any, Key(render=show.model_kv_cache)] = None
     macros: Any = None
     # nginx's `client_body_timeout` and `send_timeout`, in seconds (0: none; default 60).
     client_body_timeout: Seconds | None = None
@@ -357,5 +361,9 @@ class Top(Section, frozen=True):
     wake_request_timeout: Any = None
     ui: Ui | None = None
     performance: Performance | None = None
+    # The folder of the models' saved conversation caches (`${KV_DIR}` is a folder of it per
+    # model; read in kv_cache_fields.py) and the MB they may take, all models together.
+    kv_cache_dir: Annotated[str, Key(render=show.kv_cache)] | None = None
+    kv_cache_budget: Annotated[Count, Key(DEFAULT_KV_CACHE_BUDGET_MB, render=None)] | None = None
     profiles: dict[str, Profile] | None = None
     selectors: dict[str, Selector] | None = None
