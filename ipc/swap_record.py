@@ -78,10 +78,11 @@ class SwapRecord(msgspec.Struct, frozen=True, kw_only=True):
     result: SwapOutcome = SwapOutcome.OK
     reason: str = ""  # the daemon's own words (the state change's reason)
     phases: dict[SwapPhase, float] = msgspec.field(default_factory=dict)
-    phase_bytes: dict[SwapPhase, int] = msgspec.field(default_factory=dict)
     evicted: tuple[str, ...] = ()
     for_model: str = ""
     queued: float = 0.0  # wall clock: when the swap was queued (0: not known, or not asked for)
     waited: float = 0.0  # seconds from `queued` to `ended` (0: not known)
     waited_for: tuple[str, ...] = ()
     folded: tuple[int, ...] = ()  # the ids of the evicted models' stop records
+    # Left out of the wire (UNSET) when no phase moved bytes: a record reads as it always did.
+    phase_bytes: dict[SwapPhase, int] | msgspec.UnsetType = msgspec.UNSET

@@ -192,7 +192,11 @@ class SwapLog:
                 taken = [s.phases[name] for s in stops if name in s.phases]
                 if taken:
                     episode.phases[name] = max(taken)
-            moved = sum(s.phase_bytes.get(SwapPhase.KV_SAVE, 0) for s in stops)
+            moved = sum(
+                s.phase_bytes.get(SwapPhase.KV_SAVE, 0)
+                for s in stops
+                if not isinstance(s.phase_bytes, msgspec.UnsetType)
+            )
             if moved:
                 episode.phase_bytes[SwapPhase.KV_SAVE] = moved
         self._open[model_id] = episode
@@ -212,7 +216,7 @@ class SwapLog:
             result=result,
             reason=reason,
             phases=episode.phases,
-            phase_bytes=episode.phase_bytes,
+            phase_bytes=episode.phase_bytes or msgspec.UNSET,
             evicted=episode.evicted,
             for_model=episode.for_model,
             queued=episode.queued,
