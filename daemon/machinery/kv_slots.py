@@ -93,7 +93,7 @@ class KvSlots:
         assert setting is not None
         folder = Path(setting.dir)
         key = kv_store.definition_key(model)
-        began = time.monotonic()
+        began, wall = time.monotonic(), time.time()
         try:
             async with asyncio.timeout(setting.save.timeout):
                 manifest = await self._save(session, upstream, setting, folder, key)
@@ -104,7 +104,9 @@ class KvSlots:
         except (OSError, aiohttp.ClientError) as exc:
             raise self._failed(model.id, f"the save failed: {exc}") from None
         self._note_saved(model.id, setting, manifest, saves=1)
-        slots = manifest.slots if manifest is not None else ()
+        # What this save wrote (an earlier save kept as it was wrote nothing now).
+        fresh = manifest is not None and manifest.saved_at >= wall
+        slots = manifest.slots if manifest is not None and fresh else ()
         return Moved(
             time.monotonic() - began,
             sum(s.bytes for s in slots),
@@ -122,7 +124,9 @@ class KvSlots:
     ) -> Manifest | None:
         slots = _holding(await _call(session, upstream, setting.list, {}))
         if not slots:
-            return None
+            # Nothing in its slots now (it served nothing since its start): the last save, if
+            # any, is still its conversation, and stays.
+            return await asyncio.to_thread(kv_store.read_manifest, folder, key)
         ok, free = await asyncio.to_thread(kv_store.prepare, folder, key)
         if not ok:
             raise KvFailed(f"not enough free disk space in {folder} ({free // MB} MB free)")
@@ -142,9 +146,10 @@ class KvSlots:
             path = folder / kv_store.slot_file(key, slot)
             size = path.stat().st_size if path.exists() else max(written, 0)
             saved.append(SavedSlot(slot, path.name, max(tokens, 0), size))
-        manifest = Manifest(key, time.time(), tuple(saved)) if saved else None
-        if manifest is not None:
-            kv_store.write_manifest(folder, manifest)
+        if not saved:
+            return kv_store.read_manifest(folder, key)  # every slot was empty after all
+        manifest = Manifest(key, time.time(), tuple(saved))
+        kv_store.write_manifest(folder, manifest)
         kv_store.keep_only(folder, manifest)
         if self.root is None or not self.budget:
             return manifest

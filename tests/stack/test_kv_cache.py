@@ -217,3 +217,19 @@ def test_a_changed_definition_is_not_restored(stack_factory, tmp_path: Path) -> 
     messages.append({"role": "user", "content": "and then?"})
     assert turn(stack.url, "a", messages)["timings"]["cache_n"] == 0
     assert restores(log) == []
+
+
+def test_a_restore_that_brings_back_less_is_short(stack_factory, tmp_path: Path) -> None:
+    # A sliding-window model without --swa-full restores only to a checkpoint.
+    log = tmp_path / "a.jsonl"
+    a = kv_model(log, "--restore-keep", "100")
+    stack: Stack = stack_factory(config(tmp_path, {"a": a, "b": plain("b")}))
+    messages = [{"role": "user", "content": OPENING}]
+    turn(stack.url, "a", messages)
+    turn(stack.url, "b", [{"role": "user", "content": "hi"}])
+    stack.wait_state("a", "stopped")
+    messages.append({"role": "user", "content": "and then?"})
+    assert turn(stack.url, "a", messages)["timings"]["cache_n"] == 100
+    kv = wait_for(lambda: (m := stack.model("a"))["kv"]["first_cache_n"] >= 0 and m)["kv"]
+    assert kv["short"] and kv["restored_tokens"] == 100 and kv["first_cache_n"] == 100
+    assert 'swapd_kv_restores_total{model="a",result="short"} 1.0' in metrics(stack)
