@@ -233,3 +233,24 @@ def test_a_restore_that_brings_back_less_is_short(stack_factory, tmp_path: Path)
     kv = wait_for(lambda: (m := stack.model("a"))["kv"]["first_cache_n"] >= 0 and m)["kv"]
     assert kv["short"] and kv["restored_tokens"] == 100 and kv["first_cache_n"] == 100
     assert 'swapd_kv_restores_total{model="a",result="short"} 1.0' in metrics(stack)
+
+
+def test_a_sleep_saves_first_and_a_wake_restores(stack_factory, tmp_path: Path) -> None:
+    # A server whose sleep is a call of its own (here one that does nothing): the save comes
+    # before it, the restore after the wake's health check.
+    log = tmp_path / "a.jsonl"
+    sleep = {"sleepEndpoints": ["GET /health"], "wakeEndpoints": []}
+    stack: Stack = stack_factory(
+        config(tmp_path, {"a": kv_model(log, sleep=sleep), "b": plain("b")})
+    )
+    messages = [{"role": "user", "content": OPENING}]
+    pid = turn(stack.url, "a", messages)["served_by"]["pid"]
+    turn(stack.url, "b", [{"role": "user", "content": "hi"}])
+    assert stack.wait_state("a", "asleep")["kv"]["slots"] == [0]
+    messages.append({"role": "user", "content": "and then?"})
+    answer = turn(stack.url, "a", messages)
+    assert answer["served_by"]["pid"] == pid and restores(log) == [0]
+    wake = swaps(stack, "a")[-1]
+    assert wake["kind"] == "wake" and "kv_restore" in wake["phases"]
+    sleeping = [s for s in swaps(stack, "a") if s["kind"] == "sleep"][-1]
+    assert "kv_save" in sleeping["phases"]
