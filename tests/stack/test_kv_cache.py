@@ -113,6 +113,8 @@ def test_two_conversations_survive_a_swap_away_and_back_each_in_its_slot(
     kv = a["kv"]
     assert kv["preset"] == "llama.cpp" and kv["slots"] == [0, 1] and kv["saves"] == 1
     assert kv["tokens"] == FIRST + SECOND and kv["bytes"] > 0 and kv["saved_at"] > 0
+    text = stack.swapd("status").stdout
+    assert f"a: kvCache llama.cpp; saved slots 0,1 ({FIRST + SECOND} tokens" in text
     swap = swaps(stack, "b")[-1]
     assert swap["kind"] == "swap" and swap["evicted"] == ["a"]
     assert "kv_save" in swap["phases"] and swap["phase_bytes"]["kv_save"] == kv["bytes"]
