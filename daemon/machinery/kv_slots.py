@@ -134,18 +134,22 @@ class KvSlots:
         for slot in slots:
             name = kv_store.slot_file(key, slot)
             answer = await _call(session, upstream, setting.save, {"id": slot, "file": name})
-            answers.append((slot, _count(answer, "n_saved"), _count(answer, "n_written")))
+            answers.append((slot, _count(answer, "n_saved")))
         return await asyncio.to_thread(self._keep, folder, key, answers)
 
-    def _keep(self, folder: Path, key: str, answers: list[tuple[int, int, int]]) -> Manifest | None:
+    def _keep(self, folder: Path, key: str, answers: list[tuple[int, int]]) -> Manifest | None:
         """The files the server wrote, in a manifest; then the budget kept (in a worker thread)."""
         saved = []
-        for slot, tokens, written in answers:
+        for slot, tokens in answers:
             if tokens == 0:
                 continue  # an empty slot after all: nothing worth restoring
             path = folder / kv_store.slot_file(key, slot)
-            size = path.stat().st_size if path.exists() else max(written, 0)
-            saved.append(SavedSlot(slot, path.name, max(tokens, 0), size))
+            if not path.exists():
+                # Not where swapd looks (a server given another folder), or removed meanwhile
+                # by another model's save over the budget: nothing to restore from.
+                log.warning("kv cache: %s was not written; not kept", path)
+                continue
+            saved.append(SavedSlot(slot, path.name, max(tokens, 0), path.stat().st_size))
         if not saved:
             return kv_store.read_manifest(folder, key)  # every slot was empty after all
         manifest = Manifest(key, time.time(), tuple(saved))
