@@ -217,6 +217,9 @@ class DaemonEffects:
         stop or the sleep, and never takes longer than the setting's timeout."""
         if model is None or model.kv_cache is None:
             return
+        if self.kv.quick(model_id):
+            log.info("%s: not saving its conversation caches (swapd unload --now)", model_id)
+            return
         try:
             moved = await self.kv.save(self.lifecycle.session, handle.upstream, model)
         except KvFailed as exc:

@@ -321,7 +321,8 @@ class Daemon:
             model_id = None
             if message.model is not None:
                 model_id = names.id_of(self.scheduler.config, message.model)
-            stopped = await self.scheduler.unload(model_id)
+            with self.kv.skipping(message.now, model_id):
+                stopped = await self.scheduler.unload(model_id)
         except EnsureError as exc:
             reply: Reply = error_reply(message.id, exc, with_tail=False)
         else:

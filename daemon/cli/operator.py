@@ -227,7 +227,9 @@ def main(args: argparse.Namespace) -> int:
                 return 0
         elif args.command == "unload":
             reply = asyncio.run(
-                _call(run_dir, lambda i: Unload(id=i, model=args.model), UNLOAD_TIMEOUT)
+                _call(
+                    run_dir, lambda i: Unload(id=i, model=args.model, now=args.now), UNLOAD_TIMEOUT
+                )
             )
         elif args.command == "sleep":
             reply = asyncio.run(

@@ -20,10 +20,12 @@ without `--swa-full` restores only to a checkpoint).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import time
-from collections.abc import Iterable
+from collections import Counter
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +61,22 @@ class KvSlots:
         self._awaiting: dict[str, int] = {}
         # By model id: its folder (a budget removal names folders).
         self._dirs: dict[str, Path] = {}
+        # The quick unloads under way (`swapd unload --now`), by model id (None: every model):
+        # their stops save nothing.
+        self._quick: Counter[str | None] = Counter()
+
+    @contextlib.contextmanager
+    def skipping(self, now: bool, model_id: str | None) -> Iterator[None]:
+        """While a quick unload (`swapd unload --now`) of `model_id` (None: of every model) runs,
+        its stops save nothing."""
+        self._quick[model_id] += int(now)
+        try:
+            yield
+        finally:
+            self._quick[model_id] -= int(now)
+
+    def quick(self, model_id: str) -> bool:
+        return self._quick[None] > 0 or self._quick[model_id] > 0
 
     def reconfigure(self, config: Config) -> None:
         """At the daemon's start and every reload: the budget, and the files of definitions

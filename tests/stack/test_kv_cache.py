@@ -256,3 +256,19 @@ def test_a_sleep_saves_first_and_a_wake_restores(stack_factory, tmp_path: Path) 
     assert wake["kind"] == "wake" and "kv_restore" in wake["phases"]
     sleeping = [s for s in swaps(stack, "a") if s["kind"] == "sleep"][-1]
     assert "kv_save" in sleeping["phases"]
+
+
+def test_an_unload_saves_and_an_unload_now_does_not(stack_factory, tmp_path: Path) -> None:
+    log = tmp_path / "a.jsonl"
+    stack: Stack = stack_factory(config(tmp_path, {"a": kv_model(log)}))
+    messages = [{"role": "user", "content": OPENING}]
+    turn(stack.url, "a", messages)
+    stack.swapd("unload", "a")
+    assert stack.model("a")["kv"]["saves"] == 1
+    messages.append({"role": "user", "content": "and then?"})
+    assert turn(stack.url, "a", messages)["timings"]["cache_n"] == FIRST
+    stack.swapd("unload", "a", "--now")  # a quick stop: the save before it is skipped
+    kv = stack.model("a")["kv"]
+    assert kv["saves"] == 1 and kv["tokens"] == FIRST
+    saves = [e for e in logged(log) if e.get("action") == "save"]
+    assert len(saves) == 1
