@@ -33,7 +33,7 @@ from ..ipc.states import HEALTH_CHECK_REASON, KV_RESTORE_REASON, ModelState, Sta
 from ..ipc.swap_record import SwapPhase
 from .config import ModelConfig
 from .endpoint import Endpoint
-from .errors import DaemonError
+from .errors import DaemonError, WakeUnverified
 from .gpu_ledger import GpuLedger
 from .machinery.exit_watch import ExitWatch
 from .machinery.kv_slots import KvFailed, KvSlots
@@ -202,8 +202,9 @@ class DaemonEffects:
             if not self.lifecycle.detached:
                 await asyncio.shield(self.stop(model_id, handle, model, start_follows=False))
             raise
-        except DaemonError:
-            self.metrics.wakes.labels(model_id, "failed").inc()
+        except DaemonError as exc:
+            result = "unverified" if isinstance(exc, WakeUnverified) else "failed"
+            self.metrics.wakes.labels(model_id, result).inc()
             raise
         self.metrics.wakes.labels(model_id, "ok").inc()
         self.phases.record(model_id, SwapPhase.WAKE, seconds)

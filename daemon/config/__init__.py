@@ -22,6 +22,7 @@ from .model import (
     MatrixConfig,
     ModelConfig,
     PeerConfig,
+    WakeProbe,
 )
 from .sources import ConfigSources
 
@@ -40,6 +41,7 @@ __all__ = [
     "ModelConfig",
     "PeerConfig",
     "Projection",
+    "WakeProbe",
     "check_config",
     "default_config_path",
     "describe_default",

@@ -149,6 +149,15 @@ class Model(Section, frozen=True):
     sleep_mode: Any = None
     sleep_endpoints: Any = None
     wake_endpoints: Any = None
+    # `off`, or the request that verifies a wake and its answer; read in wake_probe_fields.py.
+    wake_probe: (
+        Annotated[
+            bool | str | dict[str, Any],
+            Expect("off, or a mapping (path, body, expect, match, jsonPath, ...)"),
+            Key(render=show.wake_probe),
+        ]
+        | None
+    ) = None
     # A preset name (`llama.cpp`) or a mapping; read in kv_cache_fields.py.
     kv_cache: Annotated[Any, Key(render=show.model_kv_cache)] = None
     macros: Any = None
