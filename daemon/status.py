@@ -13,6 +13,7 @@ from ..ipc.model_status import Lingering, LingeringProcess, ModelStatus, SleepSt
 from ..ipc.states import ModelState, StartStep
 from .config import ModelConfig
 from .gpu_ledger import GpuLedger
+from .machinery.kv_slots import KvSlots
 from .machinery.model_process import Running
 from .machinery.sleeping import SleepFacts
 from .observe.learning import Learning
@@ -173,8 +174,10 @@ class StatusView:
         ledger: GpuLedger | None,
         swaps: SwapLog,
         learning: Learning | None = None,
+        kv: KvSlots | None = None,
     ) -> None:
         self.learning = learning
+        self.kv = kv
         self.registry = registry
         self.machinery = machinery
         self.busy = busy
@@ -195,7 +198,12 @@ class StatusView:
             estimates=self.swaps.estimates(rec.id),
         )
         st = self._learned(st, rec, model)
+        st = self._with_kv(st, model)
         return self.ledger.annotate(st, model) if self.ledger is not None else st
+
+    def _with_kv(self, st: ModelStatus, model: ModelConfig | None) -> ModelStatus:
+        kv = self.kv.status(model) if self.kv is not None else None
+        return st if kv is None else msgspec.structs.replace(st, kv=kv)
 
     def all(
         self, records: Iterable[ModelRecord[Running]], models: Mapping[str, ModelConfig]
@@ -216,6 +224,7 @@ class StatusView:
             self._learned(st, rec, models.get(rec.id))
             for st, rec in zip(statuses, records, strict=True)
         )
+        statuses = tuple(self._with_kv(st, models.get(st.model)) for st in statuses)
         if self.ledger is None:
             return statuses
         return tuple(self.ledger.annotate(st, models.get(st.model)) for st in statuses)

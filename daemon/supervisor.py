@@ -20,6 +20,7 @@ from typing import Any
 
 import zmq.asyncio
 
+from ..ipc.activity import ActivityRecord
 from ..ipc.causes import StartCause
 from ..ipc.endpoints import Endpoints
 from ..ipc.messages import (
@@ -55,6 +56,7 @@ from .errors import DaemonError, EnsureError, error_reply
 from .machinery import gpu, ports, readiness, reconcile
 from .machinery.circus_client import CircusClient
 from .machinery.exit_watch import ExitWatch
+from .machinery.kv_slots import KvSlots
 from .machinery.lifecycle import GPU_RELEASE_TIMEOUT, Lifecycle
 from .machinery.model_process import Running
 from .observe.host_service import HostService
@@ -126,12 +128,22 @@ class Daemon:
             on_phase=phases.record,
         )
         lifecycle = self.lifecycle
+        # The models' saved conversation caches (`kvCache`): the files of definitions gone are
+        # removed now and at each reload.
+        self.kv = KvSlots()
+        self.kv.reconfigure(config)
         self.exits = ExitWatch(lifecycle.watchers, self._exited)
         self.busy = BusyChecks(self._busy_changed, session=lambda: lifecycle.session)
         board = self.busy.board
         self.learning = Learning(config, self._state_of)
         statuses = self.statuses = StatusView(
-            self.registry, lifecycle, board, self.ledger, self.swap_log, self.learning
+            self.registry,
+            lifecycle,
+            board,
+            self.ledger,
+            self.swap_log,
+            learning=self.learning,
+            kv=self.kv,
         )
         effects = DaemonEffects(
             lifecycle,
@@ -145,6 +157,7 @@ class Daemon:
             board=board,
             ledger=self.ledger,
             republish=self._republish,
+            kv=self.kv,
         )
         # The eviction policy is chosen for each config (here and at every reload) by `choose`.
         policies = functools.partial(
@@ -168,6 +181,14 @@ class Daemon:
         # The history a `store.path` kept from before a restart is learned from too.
         self.learning.records(self.observer.store.records, prefetch=False)
         self.observer.on_stored = self.learning.records
+        counted = self.observer.on_records
+
+        def answered(records: list[ActivityRecord]) -> None:
+            if counted is not None:
+                counted(records)
+            effects.answered(records)
+
+        self.observer.on_records = answered
         self.table = routing.routing_table(config, self.generation, self.endpoints.log_dir)
         self._tasks: set[asyncio.Task[Any]] = set()
         self._stop = asyncio.Event()
@@ -326,7 +347,8 @@ class Daemon:
             model_id = None
             if message.model is not None:
                 model_id = names.id_of(self.scheduler.config, message.model)
-            stopped = await self.scheduler.unload(model_id)
+            with self.kv.skipping(message.now, model_id):
+                stopped = await self.scheduler.unload(model_id)
         except EnsureError as exc:
             reply: Reply = error_reply(message.id, exc, with_tail=False)
         else:
@@ -362,6 +384,7 @@ class Daemon:
                 self.scheduler, self.config_path, self.gpu_backend, why
             )
             self.lifecycle.reconfigure(result.config)
+            self.kv.reconfigure(result.config)
             self.generation += 1
             self.observer.reconfigure(result.config)
             self.learning.reconfigure(result.config)

@@ -48,10 +48,13 @@ class Ensure(_Msg, frozen=True):
 
 
 class Unload(_Msg, frozen=True):
-    """Stop one model (`model` set) or every model (`model` None); the reply comes when done."""
+    """Stop one model (`model` set) or every model (`model` None); the reply comes when done.
+    `now` (`swapd unload --now`): a stop that must be quick, so what a model's server could hand
+    back (its conversation caches, `kvCache`) is not saved first."""
 
     id: int
     model: str | None = None
+    now: bool = False
 
 
 class Sleep(_Msg, frozen=True):

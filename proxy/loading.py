@@ -21,7 +21,13 @@ import msgspec
 from aiohttp import web
 
 from ..ipc.model_status import ModelStatus, Waiting
-from ..ipc.states import DOZING_STATES, LEAVING_STATES, ModelState, StartStep
+from ..ipc.states import (
+    DOZING_STATES,
+    KV_RESTORE_REASON,
+    LEAVING_STATES,
+    ModelState,
+    StartStep,
+)
 from .context import ProxyContext
 from .dialects.way import PROGRESS_FRAMES, ProgressFrames
 from .errors import ProxyError, error_body
@@ -202,7 +208,11 @@ class Progress:
         if rt.state == ModelState.STARTING:
             if rt.status.starting is StartStep.HEALTH_CHECK:
                 return f"{rt.id} is running; waiting for its health check"
+            if rt.status.starting is StartStep.KV_RESTORE:
+                return f"{rt.id} is up; {KV_RESTORE_REASON}"
             return f"starting {rt.id}"
+        if rt.state == ModelState.WAKING and rt.status.reason == KV_RESTORE_REASON:
+            return f"{rt.id} is awake; {KV_RESTORE_REASON}"
         if rt.state == ModelState.WAKING:
             return f"waking {rt.id}: its server takes its GPU memory back (its process kept)"
         if rt.state == ModelState.SLEEPING:

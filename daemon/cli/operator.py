@@ -150,6 +150,23 @@ def learned_note(m: ModelStatus) -> str:
     return f"{m.model}: {'; '.join(parts)}" if parts else ""
 
 
+def _kv_note(m: ModelStatus) -> str:
+    kv = m.kv
+    assert kv is not None
+    text = f"{m.model}: kvCache {kv.preset or 'written out'}; "
+    if kv.saved_at:
+        slots = ",".join(map(str, kv.slots))
+        text += f"saved slots {slots} ({kv.tokens} tokens, {kv.bytes / 2**20:.1f} MiB)"
+    else:
+        text += "nothing saved"
+    text += f" ({kv.saves} saves, {kv.restores} restores)"
+    if kv.short:
+        text += f"; its last restore was short ({kv.restored_tokens} tokens back)"
+    if kv.last_failure:
+        text += f"; last failure: {kv.last_failure}"
+    return text
+
+
 def render_table(reply: StatusReply, now: float | None = None) -> str:
     now = time.time() if now is None else now
     rows = [("MODEL", "STATE", "PID", "PORT", "GPUS", "UPTIME", "LAST ACTIVITY", "TTL LEFT")]
@@ -191,6 +208,8 @@ def render_table(reply: StatusReply, now: float | None = None) -> str:
             notes.append(_sleep_note(m, reply))
         if learned := learned_note(m):
             notes.append(learned)
+        if m.kv is not None and (m.kv.saves or m.kv.saved_at or m.kv.failures):
+            notes.append(_kv_note(m))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = [
         "  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip() for r in rows
@@ -246,7 +265,9 @@ def main(args: argparse.Namespace) -> int:
                 return 0
         elif args.command == "unload":
             reply = asyncio.run(
-                _call(run_dir, lambda i: Unload(id=i, model=args.model), UNLOAD_TIMEOUT)
+                _call(
+                    run_dir, lambda i: Unload(id=i, model=args.model, now=args.now), UNLOAD_TIMEOUT
+                )
             )
         elif args.command == "sleep":
             reply = asyncio.run(

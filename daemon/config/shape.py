@@ -57,6 +57,8 @@ DEFAULT_DRAIN_CLIENT_TIMEOUT = 30.0
 SIZE_WORDS = "a size such as 24GiB, 512MiB or a byte count"
 # The words of a wrong top-level `gpus` (its mapping's key and list are read in gpu_fields.py).
 AUTO_WORDS = "auto, or auto: [GPU indices or UUIDs] to place only on those GPUs"
+# `kvCacheBudget`: MB of saved conversation caches kept, all models together (oldest out first).
+DEFAULT_KV_CACHE_BUDGET_MB = 20480
 
 
 class PeerFilters(Section, frozen=True):
@@ -97,6 +99,8 @@ class Capabilities(Section, frozen=True):
 BusyPreset = Literal["comfyui", "llamacpp", "vllm"]
 # `sleep`'s presets, by name (sections/sleep_fields.py holds what each one asks).
 SleepPreset = Literal["vllm", "vllm-level2", "sglang", "comfyui"]
+# `kvCache`'s presets (sections/kv_cache_fields.py).
+KvCachePreset = Literal["llama.cpp", "llamacpp"]
 
 
 def _ttl(value: int, where: Path, report: Report) -> None:
@@ -177,6 +181,15 @@ class Model(Section, frozen=True):
             bool | str | dict[str, Any],
             Expect("off, or a mapping (path, body, expect, match, jsonPath, ...)"),
             Key(render=show.wake_probe),
+        ]
+        | None
+    ) = None
+    # A preset name (`llama.cpp`) or a mapping; its keys are read in kv_cache_fields.py.
+    kv_cache: (
+        Annotated[
+            str | dict[str, Any],
+            Expect(f"a preset name ({', '.join(get_args(KvCachePreset))}) or a mapping"),
+            Key(render=show.model_kv_cache),
         ]
         | None
     ) = None
@@ -406,5 +419,9 @@ class Top(Section, frozen=True):
     ui: Ui | None = None
     performance: Performance | None = None
     learn: Learn | None = None
+    # The folder of the models' saved conversation caches (`${KV_DIR}` is a folder of it per
+    # model; read in kv_cache_fields.py) and the MB they may take, all models together.
+    kv_cache_dir: Annotated[str, Key(render=show.kv_cache)] | None = None
+    kv_cache_budget: Annotated[Count, Key(DEFAULT_KV_CACHE_BUDGET_MB, render=None)] | None = None
     profiles: dict[str, Profile] | None = None
     selectors: dict[str, Selector] | None = None

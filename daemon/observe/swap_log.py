@@ -60,6 +60,7 @@ class _Open:
     cause: StartCause | StopCause
     began: float
     phases: dict[SwapPhase, float] = field(default_factory=dict)
+    phase_bytes: dict[SwapPhase, int] = field(default_factory=dict)
     evicted: tuple[str, ...] = ()
     for_model: str = ""
     queued: float = 0.0
@@ -156,6 +157,8 @@ class SwapLog:
                 episode = self._open.get(event.model)
                 if episode is not None:
                     episode.phases[event.phase] = round(event.seconds, 4)
+                    if event.bytes:
+                        episode.phase_bytes[event.phase] = event.bytes
             case Ended():
                 self._ended(event)
             case Deferred(model=target, cause=cause):
@@ -193,10 +196,17 @@ class SwapLog:
             episode.began = min(s.began for s in stops)
             episode.evicted = tuple(sorted(s.model for s in stops))
             episode.folded = tuple(s.id for s in stops)
-            for name in (SwapPhase.DRAIN, SwapPhase.STOP, SwapPhase.SLEEP):
+            for name in (SwapPhase.DRAIN, SwapPhase.KV_SAVE, SwapPhase.STOP, SwapPhase.SLEEP):
                 taken = [s.phases[name] for s in stops if name in s.phases]
                 if taken:
                     episode.phases[name] = max(taken)
+            moved = sum(
+                s.phase_bytes.get(SwapPhase.KV_SAVE, 0)
+                for s in stops
+                if not isinstance(s.phase_bytes, msgspec.UnsetType)
+            )
+            if moved:
+                episode.phase_bytes[SwapPhase.KV_SAVE] = moved
         self._open[model_id] = episode
 
     def _close(self, model_id: str, result: SwapOutcome, reason: str) -> SwapRecord | None:
@@ -214,6 +224,7 @@ class SwapLog:
             result=result,
             reason=reason,
             phases=episode.phases,
+            phase_bytes=episode.phase_bytes or msgspec.UNSET,
             evicted=episode.evicted,
             for_model=episode.for_model,
             queued=episode.queued,

@@ -140,11 +140,19 @@ class Effects(Protocol[H]):
         ...
 
     async def stop(
-        self, model_id: str, handle: H, model: ModelConfig | None, *, start_follows: bool
+        self,
+        model_id: str,
+        handle: H,
+        model: ModelConfig | None,
+        *,
+        start_follows: bool,
+        save: bool = False,
     ) -> None:
         """Phase two: the process is gone (and what it held given back, or reported). `model` is
         the definition it was started with; `start_follows` says that a swap starts another
-        model right after, so that stop may leave slow bookkeeping until that start spawned."""
+        model right after, so that stop may leave slow bookkeeping until that start spawned;
+        `save`: the model may well be asked for again, so what its server can hand back (its
+        conversation caches, `kvCache`) is saved first."""
         ...
 
     async def sleep(

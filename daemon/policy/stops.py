@@ -36,6 +36,11 @@ from .swap_queue import SwapQueue
 log = logging.getLogger("swapd.scheduler")
 
 TAKEN_BACK = "kept: requested again before its stop"
+# The stops after which the model may well be asked for again: its server's conversation caches
+# are saved first (`kvCache`). Not a reload (its definition changed: the files would not fit),
+# nor shutdown (which must be quick), nor a model whose process is gone or asleep (a sleep saved
+# them before it fell asleep).
+SAVING_CAUSES = frozenset({StopCause.SWAP, StopCause.UNLOAD, StopCause.TTL})
 
 
 class Stops(Generic[H]):
@@ -152,8 +157,9 @@ class Stops(Generic[H]):
                 self.effects.happened(began)
             # A swap stopping this model starts its own target right after.
             follows = self.swaps.start_follows(rec.id)
+            save = drains and stop.cause in SAVING_CAUSES
             try:
-                await self.effects.stop(rec.id, handle, rec.model, start_follows=follows)
+                await self.effects.stop(rec.id, handle, rec.model, start_follows=follows, save=save)
             except Exception:
                 log.exception("%s: stop failed", rec.id)
             rec.handle = None

@@ -128,7 +128,13 @@ class FakeEffects:
             hook()
 
     async def stop(
-        self, model_id: str, handle: Handle, m: ModelConfig | None, *, start_follows: bool
+        self,
+        model_id: str,
+        handle: Handle,
+        m: ModelConfig | None,
+        *,
+        start_follows: bool,
+        save: bool = False,
     ) -> None:
         self._enter("stop", model_id)
         self.told.append((model_id, start_follows))
