@@ -149,7 +149,7 @@ class Daemon:
             canonical_gpus=gpu.canonical_gpu_ids(self.gpu_backend.devices()),
             by_memory=self.ledger is not None,
         )
-        readings = DaemonReadings(self.registry, self.busy, self.ledger)
+        readings = DaemonReadings(self.registry, self.busy, self.ledger, self.swap_log.estimates)
         scheduler: Scheduler[Running] = Scheduler(config, effects, readings, choose_policy=policies)
         self.scheduler = scheduler
         backend, ledger = self.gpu_backend, self.ledger
@@ -288,7 +288,7 @@ class Daemon:
             model_id = names.resolve(self.scheduler.config, message.model).id
             self.swap_log.wanted(model_id, StartCause(message.cause))
             with self.metrics.waiting_for(model_id):
-                handle = await self.scheduler.ensure(model_id)
+                handle = await self.scheduler.ensure(model_id, waits=message.waits)
         except EnsureError as exc:
             reply: Reply = error_reply(message.id, exc)
         except Exception as exc:

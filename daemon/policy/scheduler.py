@@ -72,7 +72,6 @@ from .changes import Changes
 from .deciding import Decider
 from .eviction.choose import choose
 from .eviction.contract import EvictionPolicy, Occupant
-from .eviction.preemption import COLLATE_WINDOW
 from .model_table import ModelTable
 from .records import Effects, H, ModelRecord, Readings, Stop
 from .starts import BACKOFF_AFTER, BACKOFF_BASE, BACKOFF_MAX, Starts
@@ -98,12 +97,10 @@ class Scheduler(Generic[H]):
         choose_policy: Chooser = choose,
         clock: Callable[[], float] = time.monotonic,
         backoff_base: float = BACKOFF_BASE,
-        collate_window: float = COLLATE_WINDOW,
     ) -> None:
         self.effects = effects
         self.choose_policy = choose_policy
         self.clock = clock
-        self.collate_window = collate_window
         self.shutting_down = False
         self.changes = Changes()
         self.models: ModelTable[H] = ModelTable(config, effects)
@@ -112,8 +109,7 @@ class Scheduler(Generic[H]):
         self.starts: Starts[H] = Starts(self.models, effects, clock, backoff_base)
         self.decider: Decider[H] = Decider(
             self.models, self.swaps, self.stops, effects, readings, self.changes,
-            policy=choose_policy(config), clock=clock, collate_window=collate_window,
-            check_aborted=self._check_aborted,
+            policy=choose_policy(config), clock=clock, check_aborted=self._check_aborted,
         )  # fmt: skip
         self.take_downs: TakeDowns[H] = TakeDowns(self.models, self.swaps, self.stops, self.changes)
 
@@ -146,8 +142,10 @@ class Scheduler(Generic[H]):
 
     # ----------------------------------------------------------------------------- ensure
 
-    async def ensure(self, model_id: str) -> H:
-        """The handle of a ready model (starting it, and swapping others out, when needed)."""
+    async def ensure(self, model_id: str, *, waits: bool = True) -> H:
+        """The handle of a ready model (starting it, and swapping others out, when needed).
+        `waits` False: a load nobody waits for (`?wait=false`): its swap takes out no model in
+        use until someone waits for it (`collation.py`)."""
         # 1.
         if model_id not in self.config.models:
             raise ModelNotFound(f"no local model {model_id!r}")
@@ -160,7 +158,7 @@ class Scheduler(Generic[H]):
                 return rec.handle
         # 3.
         if rec.state == ModelState.DRAINING and rec.handle is not None:
-            if self.stops.take_back(rec, self.clock(), self.collate_window):
+            if self.stops.take_back(rec, self.clock()):
                 return rec.handle
         # 4.
         swap = self.swaps.get(model_id)
@@ -174,8 +172,17 @@ class Scheduler(Generic[H]):
             swap.result.add_done_callback(retrieve)
             self.effects.waiting(model_id, "", swap.turn.queued_at)
             swap.task = loop.create_task(self._run(swap))
-        # A requester that gives up must not cancel a start others (or the next request) wait for.
-        return await asyncio.shield(swap.result)
+        if not waits:
+            return await asyncio.shield(swap.result)
+        swap.watchers += 1
+        if swap.watchers == 1:
+            self.changes.fire()  # a swap nobody waited for goes on as any other now
+        try:
+            # A requester that gives up must not cancel a start others (or the next request)
+            # wait for.
+            return await asyncio.shield(swap.result)
+        finally:
+            swap.watchers -= 1
 
     # ------------------------------------------------------------------------------- a swap
 

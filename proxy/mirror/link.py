@@ -98,9 +98,11 @@ class DaemonLink:
             reply_task.cancel()
             log.info("daemon restarted while a request waited; sending it again")
 
-    async def ensure(self, model: str, cause: EnsureCause = "request") -> Ready | Error:
+    async def ensure(
+        self, model: str, cause: EnsureCause = "request", *, waits: bool = True
+    ) -> Ready | Error:
         reply = await self._until_answered(
-            lambda i: Ensure(id=i, model=model, proxy_id=self.proxy_id, cause=cause)
+            lambda i: Ensure(id=i, model=model, proxy_id=self.proxy_id, cause=cause, waits=waits)
         )
         if isinstance(reply, Ready | Error):
             return reply
@@ -109,10 +111,11 @@ class DaemonLink:
     def ensure_soon(
         self, model: str, cause: EnsureCause, done: Callable[[Ready | Error], None]
     ) -> None:
-        """`ensure` without waiting for it: `done` gets the reply."""
+        """`ensure` without waiting for it: `done` gets the reply (the daemon is told nobody
+        waits for it)."""
 
         async def ensure() -> None:
-            done(await self.ensure(model, cause))
+            done(await self.ensure(model, cause, waits=False))
 
         task = asyncio.get_running_loop().create_task(ensure())
         self._casts.add(task)
