@@ -2,8 +2,9 @@
 what the decision needs (the busy checks its last decision asked for, the GPUs when its policy's
 terms read them), asks the eviction policy, and waits (parked on the scheduler's change signal,
 or until the decision's deadline) while the answer is to wait, the room it wants collides with a
-swap under way, or a swap ahead in the queue conflicts with it. It ends once the swap claimed its
-room, or its target is ready.
+swap under way, nobody waits for it and it would take out a model in use, or a swap ahead in the
+queue (`collation.order`: priority, maxWait, swap-in cost) conflicts with it. It ends once the
+swap claimed its room, or its target is ready.
 
 Also here: what the policy is shown (`room.py` builds the ask and the occupants; an asleep target
 placed by memory may wake only on the GPUs it holds).

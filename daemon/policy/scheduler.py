@@ -18,8 +18,8 @@ request enters the daemon):
 
  1. An unknown model: 404. swapd is shutting down: 503.
  2. Ready, and no swap or stop is taking it down: serve it now.
- 3. Draining for a swap still in its collation window: take it back (the drain is cancelled, the
-    swap queues again) and serve it now.
+ 3. Draining for a swap still in its collation window (its target's `maxWait`): take it back
+    (the drain is cancelled, the swap queues again) and serve it now.
  4. A swap to it is under way: join it. One swap per target; every waiter gets its result.
  5. Backing off after repeated failed starts: 503 `backing_off`, saying when it tries again.
  6. Otherwise a new swap is queued, and runs on its own (`_run`).
@@ -36,9 +36,13 @@ ended, an unload, a busy reading), and at its last decision's deadline:
 10. Ask the eviction policy. Refuse: 503 `no_gpu_room`. Wait (busy models, GPU room): wait, and
     decide again at the next change or the deadline.
 11. MakeRoom, but a claimed swap stops this target or one of its evictees, or targets one of
-    them; or the target itself is still being stopped: wait for a change.
-12. A swap ahead in the queue (higher `priority`, then arrival) that may begin now conflicts with
-    this one: wait for a change. Placement by memory neither waits for the queue nor holds it.
+    them; or the target itself is still being stopped: wait for a change. Nobody waits for the
+    swap (only loads without `wait`) and it would take out a model in use: wait until that one
+    is idle, or someone waits (`collation.py`).
+12. A swap ahead in the queue (higher `priority`; then past its `maxWait`, by arrival; then the
+    cheaper swap-in, `collation.py`) that may begin now conflicts with this one: wait for a
+    change, or for the order to change. Placement by memory neither waits for the queue nor
+    holds it.
 13. Claim: drain and stop the evictees in parallel, or put them to sleep where the policy says
     (a request that takes one back sends the swap back to 7; placed by memory, a swap that put
     models to sleep goes back to 7 too, to decide again with them asleep at their residual), then
