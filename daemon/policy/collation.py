@@ -27,11 +27,15 @@ import math
 from collections.abc import Mapping
 
 from ...ipc.states import ModelState
+from ...ipc.timings import REPORT_GRACE
 from ..config import Config
 from .eviction.contract import Occupant
 from .swap import Turn
 
 OrderKey = tuple[int, int, float, int]
+# A model used this recently counts as in use: the proxies report a request that began up to a
+# report interval late, so a gap between back-to-back requests reads as idle for that long.
+IN_USE_FOR = REPORT_GRACE
 
 
 def window(config: Config, target: str) -> float:
@@ -59,14 +63,21 @@ def next_change(turns: list[tuple[Turn, float]], now: float) -> float | None:
     return min(times, default=None)
 
 
-def in_use(taken: frozenset[str], occupants: Mapping[str, Occupant]) -> tuple[str, ...]:
-    """The models in `taken` that serve requests now: those a swap nobody waits for leaves be."""
+def in_use(
+    taken: frozenset[str], occupants: Mapping[str, Occupant], wall_now: float
+) -> tuple[str, ...]:
+    """The models in `taken` that serve requests now (in flight, busy by their busyCheck, or
+    used within IN_USE_FOR): those a swap nobody waits for leaves be."""
     return tuple(
         sorted(
             m
             for m in taken
             if (o := occupants.get(m)) is not None
             and o.state == ModelState.READY
-            and (o.in_flight or (o.busy is not None and o.busy.busy))
+            and (
+                o.in_flight
+                or (o.busy is not None and o.busy.busy)
+                or wall_now - o.last_use < IN_USE_FOR
+            )
         )
     )

@@ -13,6 +13,7 @@ placed by memory may wake only on the GPUs it holds).
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 from typing import Any, Generic
 
@@ -121,7 +122,7 @@ class Decider(Generic[H]):
                 continue
             # 11a.
             if swap.watchers == 0:
-                used = collation.in_use(decision.evict, occupants)
+                used = collation.in_use(decision.evict, occupants, time.time())
                 if used:
                     why = Parked(WaitCause.UNWATCHED, used)
                     on = f"nobody waits for it; {', '.join(used)} in use"
