@@ -27,6 +27,7 @@ from ..ipc.messages import (
     Drained,
     Ensure,
     Error,
+    GaveUp,
     Hello,
     KeepAlive,
     Ok,
@@ -165,6 +166,8 @@ class Daemon:
         self.table = routing.routing_table(config, self.generation, self.endpoints.log_dir)
         self._tasks: set[asyncio.Task[Any]] = set()
         self._stop = asyncio.Event()
+        # The Ensures under way, by connection and id: a `GaveUp` ends its wait.
+        self._ensures: dict[tuple[bytes, int], asyncio.Task[Any]] = {}
         # A reload and a profile switch replace the table: one at a time, so neither is lost.
         self._table_lock = asyncio.Lock()
         self.announcer = Announcer()
@@ -182,6 +185,7 @@ class Daemon:
         on(Snapshot, self._snapshot)
         on(Status, self._status)
         on(Ensure, self._ensure, spawn=True)
+        on(GaveUp, self._gave_up)
         on(Unload, self._unload, spawn=True)
         on(Sleep, self._sleep, spawn=True)
         on(Reload, self._reload, spawn=True)
@@ -281,8 +285,25 @@ class Daemon:
         )
         await self.endpoint.reply(identity, reply)
 
+    def _gave_up(self, identity: bytes, message: GaveUp) -> None:
+        """The request behind an Ensure under way gave up: its wait ends here (no reply), so the
+        swap it waited for counts one waiter less."""
+        task = self._ensures.get((identity, message.id))
+        if task is not None:
+            task.cancel()
+
     async def _ensure(self, identity: bytes, message: Ensure) -> None:
         self.registry.seen(message.proxy_id)
+        key = (identity, message.id)
+        task = asyncio.current_task()
+        if task is not None:
+            self._ensures[key] = task
+        try:
+            await self._answer_ensure(identity, message)
+        finally:
+            self._ensures.pop(key, None)
+
+    async def _answer_ensure(self, identity: bytes, message: Ensure) -> None:
         try:
             # The one place a request's name becomes a model id.
             model_id = names.resolve(self.scheduler.config, message.model).id

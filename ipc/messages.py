@@ -292,7 +292,15 @@ class CancelInFlight(_Msg, frozen=True):
     id: str
 
 
-Cast = Hello | Activity | Drained | KeepAlive | ActivityReport | CancelInFlight
+class GaveUp(_Msg, frozen=True):
+    """The request that sent `Ensure` `id` on this connection gave up (its client went away):
+    nobody waits for that reply any more, so its swap counts one waiter less (a swap nobody
+    waits for takes out no model in use: docs/swapping.md)."""
+
+    id: int
+
+
+Cast = Hello | Activity | Drained | KeepAlive | ActivityReport | CancelInFlight | GaveUp
 
 Inbound = Request | Cast
 

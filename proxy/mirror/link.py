@@ -26,6 +26,7 @@ from ...ipc.messages import (
     Ensure,
     EnsureCause,
     Error,
+    GaveUp,
     Hello,
     Ready,
     Reply,
@@ -101,9 +102,19 @@ class DaemonLink:
     async def ensure(
         self, model: str, cause: EnsureCause = "request", *, waits: bool = True
     ) -> Ready | Error:
-        reply = await self._until_answered(
-            lambda i: Ensure(id=i, model=model, proxy_id=self.proxy_id, cause=cause, waits=waits)
-        )
+        sent: list[int] = []
+
+        def make(i: int) -> Ensure:
+            sent.append(i)
+            return Ensure(id=i, model=model, proxy_id=self.proxy_id, cause=cause, waits=waits)
+
+        try:
+            reply = await self._until_answered(make)
+        except asyncio.CancelledError:
+            if sent and waits:
+                # Its client went away: the daemon's swap must not count it as waiting.
+                self.cast_soon(GaveUp(id=sent[-1]))
+            raise
         if isinstance(reply, Ready | Error):
             return reply
         return Error(id=reply.id, status=502, code="bad_reply", message=f"unexpected {reply!r}")

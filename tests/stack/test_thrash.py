@@ -1,12 +1,14 @@
 """No one client thrashes the GPU for everyone (docs/swapping.md), through the real stack: while two
-clients chat with `a`, a third asks for `b` and `c` alternately every 100 ms with
-`POST /api/models/load/<m>?wait=false` for longer than `a`'s collation could hold a swap back
-(maxWait, 5 s). Its loads cause no swap while `a` is in use: `a` is started once, every chat is
-served by that one process, and `b`, `c` wait, saying why (`unwatched`); once the chats end, the
-load goes."""
+clients chat with `a`, a third asks for `b` and `c` alternately every 100 ms, for longer than
+collation could hold a swap back (maxWait, 5 s), with `POST /api/models/load/<m>?wait=false`. Its
+loads cause no swap while `a` is in use: `a` is started once, every chat is served by that one
+process, and `b`, `c` wait, saying why (`unwatched`); once the chats end, the load goes. And a
+chat whose client went away while it waited counts as waiting no more."""
 
 from __future__ import annotations
 
+import http.client
+import json
 import threading
 import time
 import urllib.request
@@ -26,6 +28,30 @@ PACE = 0.1  # the thrashing client's own pace (the workload, not a wait for the 
 
 def _model(name: str) -> dict[str, Any]:
     return {"cmd": fake_model_cmd(name)}
+
+
+def _abandon(stack: Stack, model: str) -> int:
+    """A chat whose client goes away after 50 ms, before its model answered."""
+    body = json.dumps({"model": model, "messages": [{"role": "user", "content": "hi"}]})
+    conn = http.client.HTTPConnection("127.0.0.1", stack.port, timeout=0.05)
+    try:
+        conn.request("POST", "/v1/chat/completions", body, {"Content-Type": "application/json"})
+        return conn.getresponse().status  # a model that was ready answered in time
+    except TimeoutError:
+        return 0
+    finally:
+        conn.close()
+
+
+def _stream(stack: Stack, body: dict[str, Any]) -> None:
+    """A streamed chat read to its end."""
+    request = urllib.request.Request(
+        stack.url + "/v1/chat/completions",
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(request, timeout=60) as response:
+        response.read()
 
 
 def _post(stack: Stack, path: str) -> int:
@@ -85,3 +111,31 @@ def test_loads_nobody_waits_for_cause_no_swap_while_others_chat(
         timeout=30,
         what="the thrasher's load once a is idle",
     )
+
+
+def test_a_request_whose_client_went_away_leaves_a_swap_nobody_waits_for(
+    stack_factory, tmp_path: Path
+) -> None:
+    """A chat for `b` whose client leaves after 50 ms, while a long request keeps `a` busy: the
+    proxy tells the daemon (`GaveUp`), so once b's collation (its maxWait, 1 s) is over its swap
+    still takes out no model in use, and says so; it goes once `a` is idle."""
+    models = {"a": _model("a"), "b": {**_model("b"), "maxWait": 1}}
+    stack: Stack = stack_factory(config(models))
+    long = {"model": "a", "x_delay": 1, "x_chunks": 8, "stream": True}
+    busy = threading.Thread(target=_stream, args=(stack, long))
+    busy.start()
+    try:
+        wait_for(lambda: stack.model("a")["in_flight"] > 0, what="a's request in flight")
+        assert _abandon(stack, "b") == 0
+        waiting = wait_for(
+            lambda: (
+                (w := stack.model("b")["waiting"]) is not None and w["cause"] == "unwatched" and w
+            ),
+            timeout=20,
+            what="b's swap to yield to a once nobody waits for it",
+        )
+        assert waiting["serving"] == ["a"]
+        assert stack.model("a")["state"] == "ready"
+    finally:
+        busy.join(30)
+    stack.wait_state("b", "ready", timeout=30)

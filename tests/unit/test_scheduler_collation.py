@@ -172,3 +172,17 @@ async def test_a_load_nobody_waits_for_becomes_a_swap_once_someone_waits() -> No
     wanted = asyncio.create_task(sched.ensure("b"))  # a request waits for b now
     await asyncio.wait_for(asyncio.gather(load, wanted), 5)
     assert starts(fx) == ["a", "b"]
+
+
+async def test_a_request_that_gave_up_leaves_a_swap_nobody_waits_for() -> None:
+    sched, fx, clock = build(make_config("a", "b"))
+    await sched.ensure("a")
+    fx.busy_models.add("a")
+    asked = asyncio.create_task(sched.ensure("b"))
+    await parked(sched, "b")
+    asked.cancel()  # its client went away (the daemon's `GaveUp`)
+    clock.now += sched.config.models["b"].max_wait
+    await until(lambda: any(p.cause is WaitCause.UNWATCHED for _, p in fx.parks), "b to yield to a")
+    assert starts(fx) == ["a"]
+    fx.busy_models.clear()
+    await until(lambda: sched.record("b").state == "ready", "b loaded once a is idle")
