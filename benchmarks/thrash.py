@@ -8,7 +8,8 @@ as the last was answered. In alternating rounds of `--seconds` each:
 
 * **quiet**: only the two chatting;
 * **thrash**: the same, while a third client asks for `b` and `c` alternately every `--every`
-  seconds with `POST /api/models/load/<m>?wait=false` (fire and forget).
+  seconds with `POST /api/models/load/<m>?wait=false` (fire and forget; `--way abandon`: a chat
+  it abandons after 50 ms instead).
 
 Each round begins with `a` loaded and nothing queued. Figures: the chatting clients' p50 and p95
 latency in each way, their requests per second, and the swaps (starts of `b` or `c`) the
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import shlex
@@ -75,14 +77,21 @@ async def victim(
         times.append(time.perf_counter() - began)
 
 
-async def thrasher(session: aiohttp.ClientSession, base: str, until: float, every: float) -> int:
+async def thrasher(
+    session: aiohttp.ClientSession, base: str, until: float, every: float, way: str
+) -> int:
     sent = 0
     while time.monotonic() < until:
         model = MODELS[1 + sent % 2]
-        async with session.post(f"{base}/api/models/load/{model}?wait=false") as resp:
-            await resp.read()
-            if resp.status not in (200, 202):
-                raise RuntimeError(f"load {model}: HTTP {resp.status}")
+        if way == "load":
+            async with session.post(f"{base}/api/models/load/{model}?wait=false") as resp:
+                await resp.read()
+                if resp.status not in (200, 202):
+                    raise RuntimeError(f"load {model}: HTTP {resp.status}")
+        else:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(0.05):
+                    await chat(session, base, model)
         sent += 1
         await asyncio.sleep(every)  # the thrashing client's own pace
     return sent
@@ -122,13 +131,19 @@ async def swaps_to(session: aiohttp.ClientSession, base: str, since: float, befo
     """Starts of b or c that began from `since` to `before` (wall clock)."""
     async with session.get(f"{base}/api/swaps") as resp:
         records = (await resp.json())["swaps"]
-    return sum(
-        1
+    caused = [
+        r
         for r in records
         if r["model"] in MODELS[1:]
         and r["kind"] in ("start", "swap")
         and since <= r["began"] < before
-    )
+    ]
+    for r in caused:
+        print(
+            f"  swap to {r['model']} at +{r['began'] - since:.2f} s, cause {r['cause']}, "
+            f"waited {r['waited']:.2f} s for {list(r['waited_for'])}"
+        )
+    return len(caused)
 
 
 async def round_of(
@@ -141,7 +156,8 @@ async def round_of(
     jobs = [victim(session, base, until, times) for _ in range(2)]
     sent = 0
     if thrash:
-        *_, sent = await asyncio.gather(*jobs, thrasher(session, base, until, args.every))
+        thrashing = thrasher(session, base, until, args.every, args.way)
+        *_, sent = await asyncio.gather(*jobs, thrashing)
     else:
         await asyncio.gather(*jobs)
     ended = time.time()
@@ -160,6 +176,9 @@ async def measure(argv: list[str], report: Report) -> int:
     parser.add_argument("--seconds", type=float, default=8.0, help="a round's length (default 8)")
     parser.add_argument("--every", type=float, default=0.1, help="the thrasher's pace (0.1 s)")
     parser.add_argument("--start", type=float, default=0.5, help="a model's start (0.5 s)")
+    parser.add_argument(
+        "--way", choices=("load", "abandon"), default="load", help="how the thrasher asks"
+    )
     args = parser.parse_args(argv)
 
     times: dict[str, list[float]] = {"quiet": [], "thrash": []}

@@ -34,8 +34,9 @@ from .swap import Turn
 
 OrderKey = tuple[int, int, float, int]
 # A model used this recently counts as in use: the proxies report a request that began up to a
-# report interval late, so a gap between back-to-back requests reads as idle for that long.
-IN_USE_FOR = REPORT_GRACE
+# report interval late, so a gap between back-to-back requests reads as idle for that long (and
+# longer on a loaded machine); nobody waits for the swap it holds back, so it errs long.
+IN_USE_FOR = 2 * REPORT_GRACE
 
 
 def window(config: Config, target: str) -> float:
