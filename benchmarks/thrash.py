@@ -11,8 +11,10 @@ as the last was answered. In alternating rounds of `--seconds` each:
   seconds with `POST /api/models/load/<m>?wait=false` (fire and forget; `--way abandon`: a chat
   it abandons after 50 ms instead).
 
-Each round begins with `a` loaded and nothing queued. Figures: the chatting clients' p50 and p95
-latency in each way, their requests per second, and the swaps (starts of `b` or `c`) the
+Each round begins with `a` loaded and nothing queued. `--before DIR` measures an older tree
+beside this one in the same rounds (`DIR/swapd/...` first on `PYTHONPATH`; make one with
+`mkdir -p DIR/swapd && git archive REV | tar -x -C DIR/swapd`). Figures: the chatting clients'
+p50 and p95 latency in each way, their requests per second, and the swaps (starts of `b` or `c`) the
 thrashing client caused while they chatted (the swap log's records that began in the round).
 
 Targets (benchmarks/targets.py): the chatting clients' p50 with the thrashing client over their
@@ -30,6 +32,7 @@ import shlex
 import statistics
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -147,7 +150,7 @@ async def swaps_to(session: aiohttp.ClientSession, base: str, since: float, befo
 
 
 async def round_of(
-    session: aiohttp.ClientSession, base: str, args: argparse.Namespace, thrash: bool
+    session: aiohttp.ClientSession, base: str, args: argparse.Namespace, way: str
 ) -> tuple[list[float], int, int]:
     await settle(session, base)
     times: list[float] = []
@@ -155,7 +158,7 @@ async def round_of(
     until = time.monotonic() + args.seconds
     jobs = [victim(session, base, until, times) for _ in range(2)]
     sent = 0
-    if thrash:
+    if way == "thrash":
         thrashing = thrasher(session, base, until, args.every, args.way)
         *_, sent = await asyncio.gather(*jobs, thrashing)
     else:
@@ -179,44 +182,83 @@ async def measure(argv: list[str], report: Report) -> int:
     parser.add_argument(
         "--way", choices=("load", "abandon"), default="load", help="how the thrasher asks"
     )
+    parser.add_argument("--before", type=Path, help="an older tree to measure in the same rounds")
     args = parser.parse_args(argv)
 
-    times: dict[str, list[float]] = {"quiet": [], "thrash": []}
-    p50s: dict[str, list[float]] = {"quiet": [], "thrash": []}
-    rates: dict[str, list[float]] = {"quiet": [], "thrash": []}
-    caused: list[int] = []
-    loads = 0
-    with RunningSwapd(config_text(args.start), start_timeout=60) as swapd:
-        print(f"swapd: {swapd.url} (run dir {swapd.run_dir})")
+    trees = ["swapd"] if args.before is None else ["swapd", "before"]
+    figures = {tree: Figures() for tree in trees}
+    with contextlib.ExitStack() as running:
+        stacks = {"swapd": running.enter_context(RunningSwapd(config_text(args.start)))}
+        if args.before is not None:
+            env = {**os.environ, "PYTHONPATH": str(args.before.resolve())}
+            before = RunningSwapd(config_text(args.start), env=env, start_timeout=60)
+            stacks["before"] = running.enter_context(before)
+        for tree, swapd in stacks.items():
+            print(f"{tree}: {swapd.url} (run dir {swapd.run_dir})")
         async with aiohttp.ClientSession() as session:
             for n in range(args.rounds):
-                for way in ("quiet", "thrash") if n % 2 == 0 else ("thrash", "quiet"):
-                    got, sent, swaps = await round_of(session, swapd.url, args, way == "thrash")
-                    times[way] += got
-                    p50s[way].append(statistics.median(got))
-                    rates[way].append(len(got) / args.seconds)
-                    if way == "thrash":
-                        caused.append(swaps)
-                        loads += sent
-                    print(
-                        f"round {n + 1} {way:6s}: {len(got)} chats, p50 "
-                        f"{statistics.median(got) * 1e3:.2f} ms, swaps to b/c {swaps}"
-                        + (f", {sent} loads sent" if way == "thrash" else "")
-                    )
+                for tree, swapd in stacks.items():
+                    for way in ("quiet", "thrash") if n % 2 == 0 else ("thrash", "quiet"):
+                        got, sent, swaps = await round_of(session, swapd.url, args, way)
+                        figures[tree].add(way, got, sent, swaps, args.seconds)
+                        print(
+                            f"round {n + 1} {tree:6s} {way:6s}: {len(got)} chats, p50 "
+                            f"{statistics.median(got) * 1e3:.2f} ms, swaps to b/c {swaps}"
+                            + (f", {sent} asked" if way == "thrash" else "")
+                        )
     load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
-    print(f"\nload average {load} on {os.cpu_count()} CPUs")
-    p50 = {way: statistics.median(ts) for way, ts in times.items()}
-    p95 = {way: statistics.quantiles(ts, n=20)[-1] for way, ts in times.items()}
-    for way in ("quiet", "thrash"):
-        print(
-            f"{way:6s}: p50 {p50[way] * 1e3:.2f} ms, p95 {p95[way] * 1e3:.2f} ms, "
-            f"{statistics.median(rates[way]):.0f} chats/s"
-        )
-    print(f"the thrashing client sent {loads} loads and caused {sum(caused)} swaps")
-    report.figure("p50_ms", {way: [x * 1e3 for x in v] for way, v in p50s.items()})
-    report.figure("p95_ms", {way: p95[way] * 1e3 for way in p95})
-    report.figure("chats_per_s", rates)
-    report.figure("swaps_caused", caused)
-    report.check("victims_p50", p50["thrash"] / p50["quiet"])
-    report.check("thrash_swaps", sum(caused))
+    print(f"\nload average {load} on {os.cpu_count()} CPUs; the thrasher's way: {args.way}")
+    for tree in trees:
+        f = figures[tree]
+        for way in ("quiet", "thrash"):
+            print(
+                f"{tree:6s} {way:6s}: p50 {f.p50(way) * 1e3:.2f} ms, "
+                f"p95 {f.p95(way) * 1e3:.2f} ms, max {max(f.times[way]) * 1e3:.0f} ms, "
+                f"{f.rate(way):.0f} chats/s"
+            )
+        print(f"{tree:6s} the thrashing client asked {f.asked} times and caused {f.swaps} swaps")
+        report.figure(f"{tree}_p50_ms", {w: [x * 1e3 for x in v] for w, v in f.p50s.items()})
+        report.figure(f"{tree}_p95_ms", {w: f.p95(w) * 1e3 for w in f.times})
+        report.figure(f"{tree}_max_ms", {w: max(v) * 1e3 for w, v in f.times.items()})
+        report.figure(f"{tree}_chats_per_s", f.rates)
+        report.figure(f"{tree}_swaps_caused", f.caused)
+    mine = figures["swapd"]
+    if args.before is not None:
+        old = figures["before"]
+        print(f"before: thrashed / quiet p50 {old.p50('thrash') / old.p50('quiet'):.2f}x")
+    report.check("victims_p50", mine.p50("thrash") / mine.p50("quiet"))
+    report.check("thrash_swaps", mine.swaps)
     return 0
+
+
+class Figures:
+    """One tree's rounds: each way's latencies, p50 and rate per round, and what the thrashing
+    client asked and caused."""
+
+    def __init__(self) -> None:
+        self.times: dict[str, list[float]] = {"quiet": [], "thrash": []}
+        self.p50s: dict[str, list[float]] = {"quiet": [], "thrash": []}
+        self.rates: dict[str, list[float]] = {"quiet": [], "thrash": []}
+        self.caused: list[int] = []
+        self.asked = 0
+
+    def add(self, way: str, got: list[float], sent: int, swaps: int, seconds: float) -> None:
+        self.times[way] += got
+        self.p50s[way].append(statistics.median(got))
+        self.rates[way].append(len(got) / seconds)
+        if way == "thrash":
+            self.caused.append(swaps)
+            self.asked += sent
+
+    @property
+    def swaps(self) -> int:
+        return sum(self.caused)
+
+    def p50(self, way: str) -> float:
+        return statistics.median(self.times[way])
+
+    def p95(self, way: str) -> float:
+        return statistics.quantiles(self.times[way], n=20)[-1]
+
+    def rate(self, way: str) -> float:
+        return statistics.median(self.rates[way])
