@@ -18,6 +18,9 @@ request enters the daemon):
 
  1. An unknown model: 404. swapd is shutting down: 503.
  2. Ready, and no swap or stop is taking it down: serve it now.
+    Whenever an ensure is answered with a handle, its `Ready` is booked for the proxy that asked
+    (`claims.py`) until that proxy claims it (admitted, its request is in flight from the same
+    report on): meanwhile no swap takes the model out (step 11).
  3. Draining for a swap still in its collation window (its target's `maxWait`): take it back
     (the drain is cancelled, the swap queues again) and serve it now.
  4. A swap to it is under way: join it. One swap per target; every waiter gets its result.
@@ -36,9 +39,11 @@ ended, an unload, a busy reading), and at its last decision's deadline:
 10. Ask the eviction policy. Refuse: 503 `no_gpu_room`. Wait (busy models, GPU room): wait, and
     decide again at the next change or the deadline.
 11. MakeRoom, but a claimed swap stops this target or one of its evictees, or targets one of
-    them; or the target itself is still being stopped: wait for a change. Nobody waits for the
-    swap (only loads without `wait`) and it would take out a model in use: wait until that one
-    is idle, or someone waits (`collation.py`).
+    them; or the target itself is still being stopped; or an evictee has Readys out that are not
+    claimed yet (deferred: `DeferCause.UNCLAIMED_READY`, until claimed or CLAIM_WITHIN): wait
+    for a change. Nobody waits for the swap (only loads without `wait`, or requests whose
+    clients went away) and it would take out a model in use: wait until that one is idle, or
+    someone waits (`collation.py`).
 12. A swap ahead in the queue (higher `priority`; then past its `maxWait`, by arrival; then the
     cheaper swap-in, `collation.py`) that may begin now conflicts with this one: wait for a
     change, or for the order to change. Placement by memory neither waits for the queue nor
@@ -73,6 +78,7 @@ from ...ipc.states import ModelState
 from ..config import Config, ModelConfig
 from ..errors import EnsureError, ModelNotFound, ShuttingDown
 from .changes import Changes
+from .claims import ReadyClaims
 from .deciding import Decider
 from .eviction.choose import choose
 from .eviction.contract import EvictionPolicy, Occupant
@@ -107,12 +113,13 @@ class Scheduler(Generic[H]):
         self.clock = clock
         self.shutting_down = False
         self.changes = Changes()
+        self.claims = ReadyClaims(clock, self.changes)
         self.models: ModelTable[H] = ModelTable(config, effects)
         self.swaps: SwapQueue[H] = SwapQueue()
-        self.stops: Stops[H] = Stops(self.models, effects, self.swaps, self.changes)
+        self.stops: Stops[H] = Stops(self.models, effects, self.swaps, self.changes, self.claims)
         self.starts: Starts[H] = Starts(self.models, effects, clock, backoff_base)
         self.decider: Decider[H] = Decider(
-            self.models, self.swaps, self.stops, effects, readings, self.changes,
+            self.models, self.swaps, self.stops, self.claims, effects, readings, self.changes,
             policy=choose_policy(config), clock=clock, check_aborted=self._check_aborted,
         )  # fmt: skip
         self.take_downs: TakeDowns[H] = TakeDowns(self.models, self.swaps, self.stops, self.changes)
@@ -146,8 +153,9 @@ class Scheduler(Generic[H]):
 
     # ----------------------------------------------------------------------------- ensure
 
-    async def ensure(self, model_id: str, *, waits: bool = True) -> H:
-        """The handle of a ready model (starting it, and swapping others out, when needed).
+    async def ensure(self, model_id: str, claimant: str = "", *, waits: bool = True) -> H:
+        """The handle of a ready model (starting it, and swapping others out, when needed);
+        booked as a `Ready` out for the proxy `claimant` until it claims it (`claimed`).
         `waits` False: a load nobody waits for (`?wait=false`): its swap takes out no model in
         use until someone waits for it (`collation.py`)."""
         # 1.
@@ -159,10 +167,12 @@ class Scheduler(Generic[H]):
         # 2.
         if rec.state == ModelState.READY and rec.handle is not None:
             if not self.decider.taken_down(model_id):
+                self.claims.hand_out(model_id, {claimant: 1})
                 return rec.handle
         # 3.
         if rec.state == ModelState.DRAINING and rec.handle is not None:
             if self.stops.take_back(rec, self.clock()):
+                self.claims.hand_out(model_id, {claimant: 1})
                 return rec.handle
         # 4.
         swap = self.swaps.get(model_id)
@@ -177,16 +187,18 @@ class Scheduler(Generic[H]):
             self.effects.waiting(model_id, "", swap.turn.queued_at)
             swap.task = loop.create_task(self._run(swap))
         if not waits:
-            return await asyncio.shield(swap.result)
+            return await self.claims.join(swap.result, swap.claimants, model_id, claimant)
         swap.watchers += 1
         if swap.watchers == 1:
             self.changes.fire()  # a swap nobody waited for goes on as any other now
         try:
-            # A requester that gives up must not cancel a start others (or the next request)
-            # wait for.
-            return await asyncio.shield(swap.result)
+            return await self.claims.join(swap.result, swap.claimants, model_id, claimant)
         finally:
             swap.watchers -= 1
+
+    def claimed(self, model_id: str, proxy: str, count: int = 1) -> None:
+        """Proxy `proxy` handled `count` Readys for `model_id` it was sent (`claims.py`)."""
+        self.claims.claimed(model_id, proxy, count)
 
     # ------------------------------------------------------------------------------- a swap
 
@@ -209,6 +221,8 @@ class Scheduler(Generic[H]):
         else:
             if not swap.result.done():
                 swap.result.set_result(handle)
+                # Now, before any other swap decides: each waiter's Ready is out from here on.
+                self.claims.hand_out(swap.target, swap.claimants)
         finally:
             self.swaps.remove(swap)
             self.effects.ended(swap.target)
