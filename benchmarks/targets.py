@@ -168,6 +168,22 @@ BENCHMARKS: tuple[Benchmark, ...] = (
         ),
     ),
     Benchmark(
+        "thrash",
+        "two clients chatting with one model, alone and while a third asks for two other models "
+        "alternately every 100 ms without waiting (`?wait=false`), in alternating rounds: their "
+        "p50 and p95, and the swaps the third caused",
+        ("--rounds", "1", "--seconds", "4"),
+        targets=(
+            Target("victims_p50", "the chatting clients' p50, thrashed / quiet", Op.AT_MOST, 2, X),
+            Target(
+                "thrash_swaps",
+                "swaps the thrashing client caused while they chatted",
+                Op.AT_MOST,
+                0,
+            ),
+        ),
+    ),
+    Benchmark(
         "idle_memory",
         "resident memory of circusd + daemon + proxy when idle, before and after loading models",
         ("--settle", "1"),

@@ -40,11 +40,11 @@ from .machinery.kv_slots import KvFailed, KvSlots
 from .machinery.lifecycle import Lifecycle
 from .machinery.model_process import Running
 from .observe.metrics import Metrics
-from .observe.swap_log import SwapLog
+from .observe.swap_log import SwapLog, WaitWhy
 from .policy.busy_board import BusyBoard
 from .policy.eviction.contract import Decision, Wait
 from .policy.proxies import ProxyRegistry
-from .policy.records import ModelRecord
+from .policy.records import ModelRecord, Parked
 from .policy.scheduler import BACKOFF_AFTER
 from .policy.story import Happening, PhaseDone
 
@@ -299,9 +299,14 @@ class DaemonEffects:
         if self.ledger is not None:
             self.ledger.book(target, decision)
 
-    def waiting(self, target: str, on: str, queued_at: float) -> None:
-        since = time.time() - (time.monotonic() - queued_at)
-        if self.swap_log.waiting(target, on, since):
+    def waiting(self, target: str, on: str, queued_at: float, parked: Parked | None = None) -> None:
+        offset = time.time() - time.monotonic()
+        since = queued_at + offset
+        why = None
+        if parked is not None:
+            until = parked.at_latest + offset if parked.at_latest is not None else 0.0
+            why = WaitWhy(parked.cause, parked.serving, until)
+        if self.swap_log.waiting(target, on, since, why):
             self._publish_soon(target)
 
     def ended(self, target: str) -> None:

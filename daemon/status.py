@@ -144,10 +144,18 @@ def waiting_of(target: str, swaps: SwapLog | None, busy: BusyBoard | None) -> Wa
     now = swaps.waiting_now(target) if swaps is not None else None
     if now is None:
         return None
-    on, since = now
+    on, since, why = now
     holds = busy.holding_for(target) if busy is not None else {}
+    until = max(holds.values(), default=0.0)
+    if why is not None and not holds:
+        until = why.until
     return Waiting(
-        reason=on, since=since, holding=tuple(sorted(holds)), until=max(holds.values(), default=0.0)
+        reason=on,
+        since=since,
+        holding=tuple(sorted(holds)),
+        until=until,
+        cause=why.cause if why is not None else None,
+        serving=why.serving if why is not None else (),
     )
 
 

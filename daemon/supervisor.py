@@ -28,6 +28,7 @@ from ..ipc.messages import (
     Drained,
     Ensure,
     Error,
+    GaveUp,
     Hello,
     KeepAlive,
     Ok,
@@ -165,7 +166,7 @@ class Daemon:
             canonical_gpus=gpu.canonical_gpu_ids(self.gpu_backend.devices()),
             by_memory=self.ledger is not None,
         )
-        readings = DaemonReadings(self.registry, self.busy, self.ledger)
+        readings = DaemonReadings(self.registry, self.busy, self.ledger, self.swap_log.estimates)
         scheduler: Scheduler[Running] = Scheduler(config, effects, readings, choose_policy=policies)
         self.scheduler = scheduler
         backend, ledger = self.gpu_backend, self.ledger
@@ -192,6 +193,8 @@ class Daemon:
         self.table = routing.routing_table(config, self.generation, self.endpoints.log_dir)
         self._tasks: set[asyncio.Task[Any]] = set()
         self._stop = asyncio.Event()
+        # The Ensures under way, by connection and id: a `GaveUp` ends its wait.
+        self._ensures: dict[tuple[bytes, int], asyncio.Task[Any]] = {}
         # A reload and a profile switch replace the table: one at a time, so neither is lost.
         self._table_lock = asyncio.Lock()
         self.announcer = Announcer()
@@ -209,6 +212,7 @@ class Daemon:
         on(Snapshot, self._snapshot)
         on(Status, self._status)
         on(Ensure, self._ensure, spawn=True)
+        on(GaveUp, self._gave_up)
         on(Unload, self._unload, spawn=True)
         on(Sleep, self._sleep, spawn=True)
         on(Reload, self._reload, spawn=True)
@@ -320,8 +324,25 @@ class Daemon:
         )
         await self.endpoint.reply(identity, reply)
 
+    def _gave_up(self, identity: bytes, message: GaveUp) -> None:
+        """The request behind an Ensure under way gave up: its wait ends here (no reply), so the
+        swap it waited for counts one waiter less."""
+        task = self._ensures.get((identity, message.id))
+        if task is not None:
+            task.cancel()
+
     async def _ensure(self, identity: bytes, message: Ensure) -> None:
         self.registry.seen(message.proxy_id)
+        key = (identity, message.id)
+        task = asyncio.current_task()
+        if task is not None:
+            self._ensures[key] = task
+        try:
+            await self._answer_ensure(identity, message)
+        finally:
+            self._ensures.pop(key, None)
+
+    async def _answer_ensure(self, identity: bytes, message: Ensure) -> None:
         try:
             # The one place a request's name becomes a model id.
             model_id = names.resolve(self.scheduler.config, message.model).id
@@ -329,7 +350,7 @@ class Daemon:
             # A request's proxy claims the Ready (`Activity.claimed`); a load's admits nothing.
             claimant = message.proxy_id if message.cause == "request" else ""
             with self.metrics.waiting_for(model_id):
-                handle = await self.scheduler.ensure(model_id, claimant)
+                handle = await self.scheduler.ensure(model_id, claimant, waits=message.waits)
         except EnsureError as exc:
             reply: Reply = error_reply(message.id, exc)
         except Exception as exc:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import msgspec
 
+from .causes import WaitCause
 from .states import ModelState, StartStep
 
 
@@ -47,6 +48,10 @@ class Waiting(msgspec.Struct, frozen=True):
     since: float = 0.0  # wall clock: when the swap was queued (its first request came)
     holding: tuple[str, ...] = ()  # the busy models (busyCheck) it waits for
     until: float = 0.0  # wall clock: when it goes ahead anyway at the latest (0: not bounded)
+    # Why, as a type (None: a daemon older than the field); `serving`: the models it names
+    # (collation: the loaded models whose queue is served first; queue: the swap ahead).
+    cause: WaitCause | None = None
+    serving: tuple[str, ...] = ()
 
 
 class SleepStatus(msgspec.Struct, frozen=True):

@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 import msgspec
 from aiohttp import web
 
+from ..ipc.causes import WaitCause
 from ..ipc.model_status import ModelStatus, Waiting
 from ..ipc.states import (
     DOZING_STATES,
@@ -66,6 +67,11 @@ def waiting_words(waiting: Waiting) -> str:
     """What the daemon says the swap waits for (the target's `waiting`): the busy models that
     hold it and until when at the latest (a clock time: the line is written once, read later),
     else the scheduler's own words (collation, the queue, a stop under way, GPU room)."""
+    if waiting.cause is WaitCause.COLLATION and waiting.serving and not waiting.holding:
+        text = f"serving {', '.join(waiting.serving)}'s queue first"
+        if waiting.until:
+            text += f"; at most {max(0.0, waiting.until - time.time()):.1f} s more"
+        return f"waiting: {text}"
     if not waiting.holding:
         return f"waiting: {waiting.reason}"
     held = ", ".join(waiting.holding)

@@ -32,6 +32,7 @@ from .shape import (
     DEFAULT_DRAIN_CLIENT_TIMEOUT,
     DEFAULT_HEALTH_CHECK_TIMEOUT,
     DEFAULT_KV_CACHE_BUDGET_MB,
+    DEFAULT_MAX_WAIT,
     DEFAULT_METRICS_MAX_IN_MEMORY,
     DEFAULT_START_PORT,
 )
@@ -159,6 +160,9 @@ class ModelConfig(ModelRouting, frozen=True, kw_only=True):
     forced: tuple[Forced, ...] = ()
     # `busyCheck`: None = the model has none (the default: nothing asks its server).
     busy_check: BusyCheck | None = None
+    # `maxWait` (seconds): how long a swap to it waits at most while a loaded model's queue is
+    # served first (policy/collation.py).
+    max_wait: float = DEFAULT_MAX_WAIT
     # `wakeProbe`: None = wakes are not verified (`off`, or the model has no `sleep`).
     wake_probe: WakeProbe | None = None
     # `kvCache`: None = the model has none (its conversation caches are lost with its process).
@@ -247,6 +251,8 @@ class Config(msgspec.Struct, frozen=True):
     # `clientBodyMinRate` (bytes/s) and `drainClientTimeout` (seconds); 0: none.
     client_body_min_rate: float = DEFAULT_CLIENT_BODY_MIN_RATE
     drain_client_timeout: float = DEFAULT_DRAIN_CLIENT_TIMEOUT
+    # `maxWait` (seconds): the top level's; each model's is `ModelConfig.max_wait`.
+    max_wait: float = DEFAULT_MAX_WAIT
     cors: CorsPolicy = CorsPolicy()
 
     @property

@@ -33,7 +33,7 @@ from typing import Any, Protocol
 
 import msgspec
 
-from ...ipc.causes import DeferCause, StartCause, StopCause
+from ...ipc.causes import DeferCause, StartCause, StopCause, WaitCause
 from ...ipc.messages import Document, Event, QuerySwaps, SwapRecorded
 from ...ipc.swap_record import SwapKind, SwapOutcome, SwapPhase, SwapRecord
 from ..policy.story import Began, Deferred, Ended, Happening, PhaseDone
@@ -69,12 +69,24 @@ class _Open:
     folded: tuple[int, ...] = ()
 
 
+@dataclass(frozen=True)
+class WaitWhy:
+    """Why a queued swap waits, as a type (the scheduler's `Parked`, on the wall clock): the
+    cause, the models it names (collation: those whose queue is served first), and when it goes
+    ahead at the latest (0: not bounded)."""
+
+    cause: WaitCause
+    serving: tuple[str, ...] = ()
+    until: float = 0.0
+
+
 @dataclass
 class _Queued:
     """A swap queued for a target whose start has not begun yet."""
 
     since: float  # wall clock
     on: str = ""  # what it waits for now
+    why: WaitWhy | None = None  # the same, as a type (None: not told)
     waited_for: list[str] = field(default_factory=list)
     deferred: list[DeferCause] = field(default_factory=list)
     recorded: bool = False  # a start's record carries its wait already
@@ -115,14 +127,14 @@ class SwapLog:
         load, the preload)."""
         self._hints[model_id] = cause
 
-    def waiting(self, target: str, on: str, since: float) -> bool:
+    def waiting(self, target: str, on: str, since: float, why: WaitWhy | None = None) -> bool:
         """The swap to `target`, queued at `since` (wall clock), waits for `on` now ("": for
-        nothing: it decides, or it claimed its room). True when that changed what it waits
-        for (its status is to be published again)."""
+        nothing: it decides, or it claimed its room), and `why` as a type. True when that
+        changed what it waits for (its status is to be published again)."""
         queued = self._queued.setdefault(target, _Queued(since))
-        if on == queued.on:
+        if on == queued.on and why == queued.why:
             return False
-        queued.on = on
+        queued.on, queued.why = on, why
         if on and on not in queued.waited_for:
             queued.waited_for.append(on)
         return True
@@ -133,10 +145,13 @@ class SwapLog:
         queued = self._queued.pop(target, None)
         return queued is not None and bool(queued.on)
 
-    def waiting_now(self, target: str) -> tuple[str, float] | None:
-        """What the swap to `target` waits for now, and since when its request waits."""
+    def waiting_now(self, target: str) -> tuple[str, float, WaitWhy | None] | None:
+        """What the swap to `target` waits for now (in words, and as a type), and since when its
+        request waits."""
         queued = self._queued.get(target)
-        return (queued.on, queued.since) if queued is not None and queued.on else None
+        if queued is None or not queued.on:
+            return None
+        return queued.on, queued.since, queued.why
 
     def estimates(self, model_id: str) -> tuple[float | None, float | None]:
         """How long `model_id`'s load and its wake take, as its last ones went (None: none yet)."""

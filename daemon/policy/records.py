@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Generic, Protocol, TypeVar
 
-from ...ipc.causes import StopCause
+from ...ipc.causes import StopCause, WaitCause
 from ...ipc.routing_table import SleepSetting
 from ...ipc.states import ModelState
 from ..config import ModelConfig
@@ -102,6 +102,16 @@ class ModelRecord(Generic[H]):
 
 
 @dataclass(frozen=True)
+class Parked:
+    """Why a queued swap waits, as a type: the cause, the loaded models whose queue it serves
+    first (collation), and when it goes ahead at the latest (monotonic; None: not bounded)."""
+
+    cause: WaitCause
+    serving: tuple[str, ...] = ()
+    at_latest: float | None = None
+
+
+@dataclass(frozen=True)
 class Activity:
     """What the proxies report of a model."""
 
@@ -125,6 +135,11 @@ class Readings(Protocol):
 
     async def gpus(self, target: ModelConfig, occupants: Sequence[Occupant]) -> GpuRoom:
         """The GPUs' memory, for a decision that places `target` by memory (reads NVML, /proc)."""
+        ...
+
+    def swap_in_cost(self, model_id: str, *, waking: bool) -> float | None:
+        """Seconds bringing `model_id` back takes, as its last loads (its last wakes, `waking`)
+        went (the swap log's median); None before the first."""
         ...
 
 
@@ -188,10 +203,11 @@ class Effects(Protocol[H]):
         for."""
         ...
 
-    def waiting(self, target: str, on: str, queued_at: float) -> None:
+    def waiting(self, target: str, on: str, queued_at: float, parked: Parked | None = None) -> None:
         """The swap to `target`, queued at `queued_at` (the scheduler's clock), waits for `on`
-        now ("": for nothing: it was just queued, or it claimed its room and goes ahead). The
-        daemon shows it on the target's status and keeps it for the target's swap record."""
+        now ("": for nothing: it was just queued, or it claimed its room and goes ahead), and
+        why as a type (`parked`). The daemon shows it on the target's status and keeps it for
+        the target's swap record."""
         ...
 
     def ended(self, target: str) -> None:
