@@ -6,6 +6,7 @@ The daemon's config holds some of these very structs (`ModelRouting`, `RoutePeer
 
 from __future__ import annotations
 
+from enum import StrEnum
 from typing import Any
 
 import msgspec
@@ -67,6 +68,14 @@ class HttpCall(msgspec.Struct, frozen=True):
     timeout: float = 10.0
 
 
+class SleepMethod(StrEnum):
+    """How a model is put to sleep: through its server's own HTTP calls, or from outside through
+    the CUDA driver's checkpoint calls (lock, checkpoint; restore, unlock), for any server."""
+
+    HTTP = "http"
+    CUDA = "cuda"
+
+
 class SleepSetting(msgspec.Struct, frozen=True):
     """A model's `sleep` (or llmsnap's `sleepMode: enable` with `sleepEndpoints` and
     `wakeEndpoints`): how its server gives its GPU memory back without exiting, and takes it
@@ -80,6 +89,9 @@ class SleepSetting(msgspec.Struct, frozen=True):
     # Its server keeps serving what needs no GPU while asleep (ComfyUI's page, assets, websocket
     # and GET polls): the proxy forwards those without waking it.
     serves_asleep: bool = False
+    method: SleepMethod = SleepMethod.HTTP
+    # `cuda`: seconds the lock may wait for the CUDA work in flight (then the sleep fails).
+    lock_timeout: float = 10.0
 
 
 class ModelRouting(msgspec.Struct, frozen=True, kw_only=True):

@@ -78,3 +78,7 @@ class SwapRecord(msgspec.Struct, frozen=True, kw_only=True):
     waited: float = 0.0  # seconds from `queued` to `ended` (0: not known)
     waited_for: tuple[str, ...] = ()
     folded: tuple[int, ...] = ()  # the ids of the evicted models' stop records
+    # A take-down that was to be a sleep and came to a stop: why its sleep failed (a
+    # `StopCause`: `sleep_failed`, or `sleep: cuda`'s `cuda_unavailable`, `cuda_lock_timeout`,
+    # `cuda_checkpoint_failed`, `host_memory_short`); "" otherwise. `cause` stays the take-down's.
+    fell_back: str = ""

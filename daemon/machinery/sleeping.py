@@ -10,6 +10,10 @@ model holds afresh at every decision, so a residual that shrinks a little later 
 A server that answers its sleep calls but keeps its memory fails the sleep: the scheduler stops
 it instead. Without a GPU inventory, or with a CUDA context's worth or less held before, there is
 nothing to prove.
+
+`sleep: cuda` sends no call: its processes that hold GPU memory (the same reading) are locked and
+checkpointed through the driver (`cuda_sleep.py`), then the same proof follows; its wake restores
+and unlocks them, and NVML must show the memory back before the health check.
 """
 
 from __future__ import annotations
@@ -25,10 +29,12 @@ from typing import Any
 import aiohttp
 
 from ...ipc import watcher_names
-from ...ipc.routing_table import HttpCall, SleepSetting
+from ...ipc.causes import StopCause
+from ...ipc.routing_table import HttpCall, SleepMethod, SleepSetting
 from ..config import ModelConfig
 from ..errors import GpuError, SleepFailed, WakeFailed
 from . import gpu, health, process_tree
+from .cuda_sleep import CudaSleeper
 from .gpu_backend import GpuBackend, GpuProcess, NullBackend
 from .model_process import Running
 
@@ -200,6 +206,7 @@ class Sleeper:
     # that restarts adopts them asleep; None: not kept.
     marks: Path | None = None
     facts: dict[str, SleepFacts] = field(default_factory=dict)
+    cuda: CudaSleeper = field(default_factory=lambda: CudaSleeper({}))
 
     def _mark(self, model_id: str) -> Path | None:
         return None if self.marks is None else self.marks / watcher_names.watcher_name(model_id)
@@ -246,16 +253,26 @@ class Sleeper:
         pids, gpus, others = where
         backend = self.backend
         before: dict[str, int] = {}
+        holders: list[int] = []
         if backend is not None:
             try:
-                before = await read_held(backend, pids, gpus, others)
-            except GpuError as exc:
+                procs = await gpu.read_processes(backend)
+                before = held(procs, pids, gpus, others)
+                holders = sorted({p.pid for p in gpu.held_by(procs, pids, gpus, others)})
+            except Exception as exc:
                 log.error("%s: cannot read its GPU memory before the sleep: %s", model_id, exc)
                 backend = None
-        problem = await send_all(session, base, setting.sleep, "sleep")
-        if problem:
-            facts.last_failure = problem
-            raise SleepFailed(problem)
+        if setting.method is SleepMethod.CUDA:
+            try:
+                await self._cuda_sleep(model_id, backend, holders, before, setting)
+            except SleepFailed as exc:
+                facts.last_failure = exc.message
+                raise
+        else:
+            problem = await send_all(session, base, setting.sleep, "sleep")
+            if problem:
+                facts.last_failure = problem
+                raise SleepFailed(problem)
         residual: dict[str, int] = {}
         if backend is not None:
             try:
@@ -281,6 +298,45 @@ class Sleeper:
         )
         return seconds
 
+    async def _cuda_sleep(
+        self,
+        model_id: str,
+        backend: GpuBackend | None,
+        holders: list[int],
+        before: Mapping[str, int],
+        setting: SleepSetting,
+    ) -> None:
+        if backend is None or isinstance(backend, NullBackend):
+            raise SleepFailed(
+                "sleep: cuda needs the GPU inventory (NVML) to find its processes that hold GPU "
+                "memory, and there is none",
+                StopCause.CUDA_UNAVAILABLE,
+            )
+        await self.cuda.sleep(model_id, holders, sum(before.values()), setting.lock_timeout)
+
+    async def _cuda_wake(
+        self,
+        model_id: str,
+        where: tuple[Collection[int] | None, Collection[str] | None, Collection[int]],
+    ) -> None:
+        """Restore and unlock, then check that NVML shows its memory back."""
+        pids, gpus, others = where
+        await self.cuda.wake(model_id, sorted(pids or ()))
+        before = self.of(model_id).held_before
+        if self.backend is None or sum(before.values()) <= CONTEXT_BYTES:
+            return
+        try:
+            now = await read_held(self.backend, pids, gpus, others)
+        except GpuError as exc:
+            log.error("%s: cannot check its GPU memory after the wake: %s", model_id, exc)
+            return
+        if sum(now.values()) < sum(before.values()) // 2:
+            raise WakeFailed(
+                f"its GPU memory is not back after the restore: it holds "
+                f"{_gib(sum(now.values()))} of the {_gib(sum(before.values()))} it held before",
+                StopCause.CUDA_RESTORE_FAILED,
+            )
+
     async def wake(
         self,
         session: aiohttp.ClientSession,
@@ -290,11 +346,23 @@ class Sleeper:
         health_url: str | None,
         health_timeout: float,
         exited: asyncio.Future[Any],
+        where: tuple[Collection[int] | None, Collection[str] | None, Collection[int]] = (
+            None,
+            None,
+            (),
+        ),
     ) -> float:
-        """Send the wake calls, then wait for the health check; the seconds it took. Raises
-        `WakeFailed`."""
+        """Send the wake calls (`sleep: cuda`: restore and unlock its processes, found by
+        `where` after a daemon restart), then wait for the health check; the seconds it took.
+        Raises `WakeFailed`."""
         facts = self.of(model_id)
         began = time.monotonic()
+        if setting.method is SleepMethod.CUDA:
+            try:
+                await self._cuda_wake(model_id, where)
+            except WakeFailed as exc:
+                facts.last_failure = exc.message
+                raise
         problem = await send_all(session, base, setting.wake, "wake")
         if not problem:
             try:
@@ -321,4 +389,5 @@ class Sleeper:
         facts = self.facts.get(model_id)
         if facts is not None:
             facts.residual = {}
+        self.cuda.forget(model_id)
         self._marked(model_id, None)

@@ -63,6 +63,7 @@ class _Open:
     for_model: str = ""
     queued: float = 0.0
     waited_for: tuple[str, ...] = ()
+    fell_back: StopCause | None = None
     folded: tuple[int, ...] = ()
 
 
@@ -162,6 +163,8 @@ class SwapLog:
         episode = self._open.get(event.model)
         if episode is not None and event.came_to is not None:
             episode.kind = event.came_to
+        if episode is not None and event.cause not in (None, episode.cause):
+            episode.fell_back = event.cause  # its sleep failed: stopped instead, for this
         record = self._close(event.model, event.outcome, event.reason)
         if record is None or event.came_to is None:
             return
@@ -212,6 +215,7 @@ class SwapLog:
             waited=round(ended - episode.queued, 4) if episode.queued else 0.0,
             waited_for=episode.waited_for,
             folded=episode.folded,
+            fell_back=episode.fell_back or "",
         )
         self.next_id += 1
         self.records.append(record)

@@ -15,7 +15,7 @@ from ...ipc.routing_table import SleepSetting
 from ...ipc.states import ModelState
 from ...ipc.swap_record import SwapKind, SwapOutcome
 from ..config import ModelConfig
-from ..errors import BackingOff, DaemonError, EnsureError, StartFailed
+from ..errors import BackingOff, DaemonError, EnsureError, StartFailed, WakeFailed
 from .model_table import ModelTable
 from .records import Effects, H, ModelRecord, Stop
 from .story import Began, Ended
@@ -177,7 +177,8 @@ class Starts(Generic[H]):
             return None
         except Exception as exc:
             words = exc.message if isinstance(exc, DaemonError) else f"{type(exc).__name__}: {exc}"
-            failed = Stop(StopCause.WAKE_FAILED, detail=words)
+            cause = exc.cause if isinstance(exc, WakeFailed) else StopCause.WAKE_FAILED
+            failed = Stop(cause, detail=words)
             log.warning("%s: %s", rec.id, failed.text)
             models.set(rec, ModelState.STOPPING, failed.text, failed)
             # The wake's record ends here; the stop and the cold start that follow have theirs.
