@@ -55,16 +55,16 @@ def main(args: argparse.Namespace) -> int:
         print(f"{sources}: {_plural(count, 'error')}, config not usable", file=sys.stderr)
         return 1
     config = loaded.config
-    warnings = [*loaded.warnings, *_cuda_warnings(config, environ)]
-    for warning in warnings:
-        print(f"warning: {warning}", file=sys.stderr)
+    notes: list[object] = [*loaded.warnings, *_cuda_warnings(config, environ)]
+    for note in notes:
+        print(f"warning: {note}", file=sys.stderr)
     summary = [_plural(len(config.models), "model")]
     if config.groups:
         summary.append(_plural(len(config.groups), "group"))
     if config.peers:
         summary.append(_plural(len(config.peers), "peer"))
-    if warnings:
-        summary.append(_plural(len(warnings), "warning"))
+    if notes:
+        summary.append(_plural(len(notes), "warning"))
     if args.print_config:
         print(f"# {sources}: resolved by swapd (macros expanded, defaults filled)")
         print(render(config), end="")
