@@ -5,8 +5,9 @@ blocks the stand-in's work while locked, and logs each call to a file here).
 
 A swap back and forth keeps the sleeping model's process and calls lock, checkpoint, restore,
 unlock in that order; a lock that times out, a checkpoint that fails, too little host memory for
-the checkpoint, and a restore that fails each fall back to a stop (and a cold start), with their
-own cause in the swap record and the metrics."""
+the checkpoint, a host without the driver's checkpoint API, and a restore that fails each fall back
+to a stop (and a cold start), with their own cause in the swap record and the metrics; a daemon
+restart adopts it asleep and its wake asks the driver what to restore."""
 
 from __future__ import annotations
 
@@ -100,18 +101,21 @@ def _stops(stack: Stack, model: str) -> list[tuple[str, str]]:
         ("lock", "cuda_lock_timeout"),
         ("checkpoint", "cuda_checkpoint_failed"),
         ("memory", "host_memory_short"),
+        ("unavailable", "cuda_unavailable"),
     ],
 )
 def test_a_sleep_that_cannot_checkpoint_stops_the_model_instead(
     stack_factory, tmp_path: Path, fault: str, cause: str
 ) -> None:
     env = cuda_env(tmp_path, available_gib=4 if fault == "memory" else 64)
+    if fault == "unavailable":  # as on a host without the driver's checkpoint API
+        env["SWAPD_CUDA_CHECKPOINT"] = "none"
     sleep = {"preset": "cuda", "lockTimeout": 0.2}
     stack: Stack = stack_factory(
         config({"a": llama_model("a", sleep), "b": plain_model("b")}), env=env
     )
     first = served_pid(chat(stack.url, "a"))
-    if fault != "memory":
+    if fault in ("lock", "checkpoint"):
         (tmp_path / "cuda").mkdir(exist_ok=True)
         (tmp_path / "cuda" / f"fail-{fault}").touch()
     chat(stack.url, "b")
@@ -123,6 +127,7 @@ def test_a_sleep_that_cannot_checkpoint_stops_the_model_instead(
         # What the failed sleep took is given back before the stop.
         "checkpoint": [f"lock {first}", f"checkpoint {first}", f"unlock {first}"],
         "memory": [],
+        "unavailable": [],
     }[fault]
     assert calls(tmp_path) == expected
     if fault == "memory":
@@ -155,3 +160,27 @@ def test_a_restore_that_fails_stops_the_model_and_starts_it_cold(
     metrics = http_get(stack.url + "/metrics")[1].decode()
     assert 'swapd_model_stops_total{cause="cuda_restore_failed",model="a"} 1.0' in metrics
     assert 'swapd_model_wakes_total{model="a",result="failed"} 1.0' in metrics
+
+
+def test_a_daemon_restart_adopts_it_asleep_and_its_wake_asks_the_driver_what_to_restore(
+    stack_factory, tmp_path: Path
+) -> None:
+    """The new daemon has no record of what the old one checkpointed: its wake asks the driver
+    (the stand-in's `state`) about the model's process tree, and restores and unlocks what is
+    checkpointed."""
+    stack: Stack = stack_factory(
+        config({"a": llama_model("a"), "b": plain_model("b")}), env=cuda_env(tmp_path)
+    )
+    pid = served_pid(chat(stack.url, "a"))
+    assert stack.swapd("sleep", "a").returncode == 0
+    stack.kill_watcher("swapd-daemon")
+    adopted = stack.wait_state("a", "asleep", timeout=30)
+    assert adopted["pid"] == pid and adopted["reason"] == "adopted asleep"
+    assert served_pid(chat(stack.url, "a")) == pid
+    assert calls(tmp_path) == [
+        f"lock {pid}",
+        f"checkpoint {pid}",
+        f"restore {pid}",
+        f"unlock {pid}",
+    ]
+    assert stack.model("a")["state"] == "ready"
