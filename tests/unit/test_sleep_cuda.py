@@ -4,6 +4,7 @@ check-config's warning where the driver's API is missing, and the backend choice
 
 from __future__ import annotations
 
+import enum
 import os
 import re
 import subprocess
@@ -199,3 +200,82 @@ def test_check_config_warns_where_the_drivers_checkpoint_api_is_missing(tmp_path
         env={"SWAPD_CUDA_CHECKPOINT": "fake", "SWAPD_FAKE_CUDA_DIR": str(tmp_path / "cuda")},
     )
     assert (result.returncode, result.stderr) == (0, "")
+
+
+class _Driver:
+    """The shapes of `cuda.bindings.driver` the real backend uses (no GPU here): each call
+    answers a tuple whose first item is its `CUresult`; `answers` sets a call's."""
+
+    class CUresult(enum.IntEnum):
+        CUDA_SUCCESS = 0
+        CUDA_ERROR_NOT_READY = 600
+        CUDA_ERROR_ILLEGAL_STATE = 401
+        CUDA_ERROR_TIMEOUT = 909
+
+    class CUprocessState(enum.IntEnum):
+        CU_PROCESS_STATE_RUNNING = 0
+        CU_PROCESS_STATE_LOCKED = 1
+        CU_PROCESS_STATE_CHECKPOINTED = 2
+        CU_PROCESS_STATE_FAILED = 3
+
+    class CUcheckpointLockArgs:
+        timeoutMs = 0
+
+    def __init__(self) -> None:
+        self.answers: dict[str, tuple[object, ...]] = {}
+        self.seen: list[tuple[str, int, object]] = []
+
+    def _call(self, name: str, pid: int, args: object = None) -> tuple[object, ...]:
+        self.seen.append((name, pid, getattr(args, "timeoutMs", args)))
+        return self.answers.get(name, (self.CUresult.CUDA_SUCCESS,))
+
+    def cuCheckpointProcessLock(self, pid: int, args: object) -> tuple[object, ...]:
+        return self._call("lock", pid, args)
+
+    def cuCheckpointProcessCheckpoint(self, pid: int, args: object) -> tuple[object, ...]:
+        return self._call("checkpoint", pid, args)
+
+    def cuCheckpointProcessRestore(self, pid: int, args: object) -> tuple[object, ...]:
+        return self._call("restore", pid, args)
+
+    def cuCheckpointProcessUnlock(self, pid: int, args: object) -> tuple[object, ...]:
+        return self._call("unlock", pid, args)
+
+    def cuCheckpointProcessGetState(self, pid: int) -> tuple[object, ...]:
+        return self._call("state", pid)
+
+
+def test_the_driver_backend_reads_the_bindings_answers() -> None:
+    from swapd.daemon.machinery.cuda_driver import DriverCheckpointer
+
+    driver = _Driver()
+    real = DriverCheckpointer(driver)
+    real.lock(7, 2.5)
+    real.checkpoint(7)
+    real.restore(7)
+    real.unlock(7)
+    assert driver.seen == [("lock", 7, 2500), ("checkpoint", 7, None), ("restore", 7, None),
+                           ("unlock", 7, None)]  # fmt: skip
+    driver.answers["state"] = (
+        driver.CUresult.CUDA_SUCCESS,
+        driver.CUprocessState.CU_PROCESS_STATE_CHECKPOINTED,
+    )
+    assert real.state(7) is ProcessState.CHECKPOINTED
+    driver.answers["lock"] = (driver.CUresult.CUDA_ERROR_TIMEOUT,)
+    with pytest.raises(CheckpointError) as caught:
+        real.lock(7, 1.0)
+    assert caught.value.timed_out and "CUDA_ERROR_TIMEOUT" in str(caught.value)
+    driver.answers["checkpoint"] = (driver.CUresult.CUDA_ERROR_ILLEGAL_STATE,)
+    with pytest.raises(CheckpointError) as caught:
+        real.checkpoint(7)
+    assert not caught.value.timed_out and caught.value.step is Step.CHECKPOINT
+
+
+def test_without_the_bindings_the_driver_backend_says_why() -> None:
+    """This machine has no `cuda-bindings` (the `cuda` extra): unavailable, with the extra's
+    name, never an import error."""
+    from swapd.daemon.machinery.cuda_driver import DriverCheckpointer
+
+    found = DriverCheckpointer.open()
+    assert isinstance(found, Unavailable)
+    assert "swapd[cuda]" in found.reason or "no NVIDIA driver" in found.reason
