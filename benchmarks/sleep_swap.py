@@ -86,6 +86,8 @@ def swapd_config(args: argparse.Namespace, sleep: bool) -> str:
         }
         if sleep:
             model["sleep"] = "vllm"
+            if args.no_wake_probe:
+                model["wakeProbe"] = "off"
         models[name] = model
     start = free_port_range(2)
     return json.dumps({"healthCheckTimeout": 60, "startPort": start, "models": models})
@@ -252,7 +254,7 @@ async def sleep_phases(session: aiohttp.ClientSession, base: str) -> str:
     return (
         f"the other's drain {median(sleeps, 'drain')} ms and sleep {median(sleeps, 'sleep')} ms "
         f"(its calls and the release check); this one's wake {median(wakes, 'wake')} ms (its "
-        f"calls and health check)"
+        f"calls and health check) and its wakeProbe {median(wakes, 'verify')} ms (0: off)"
     )
 
 
@@ -369,6 +371,9 @@ def main(argv: list[str], report: Report) -> int:
     parser.add_argument("--load", type=float, default=2.5, help="the stand-ins' cold start (s)")
     parser.add_argument("--wake", type=float, default=0.25, help="the stand-ins' wake (s)")
     parser.add_argument("--sleep", type=float, default=0.02, help="the stand-ins' sleep (s)")
+    parser.add_argument(
+        "--no-wake-probe", action="store_true", help="wakeProbe: off (what the probe costs)"
+    )
     parser.add_argument("--gpu", action="store_true", help="the residual after each preset's sleep")
     parser.add_argument("--fake", action="store_true", help="--gpu with stand-ins on a fake GPU")
     for preset in ("vllm", "vllm2", "sglang", "comfyui"):

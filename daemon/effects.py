@@ -31,7 +31,7 @@ from ..ipc.states import HEALTH_CHECK_REASON, ModelState, StartStep
 from ..ipc.swap_record import SwapPhase
 from .config import ModelConfig
 from .endpoint import Endpoint
-from .errors import DaemonError
+from .errors import DaemonError, WakeUnverified
 from .gpu_ledger import GpuLedger
 from .machinery.exit_watch import ExitWatch
 from .machinery.lifecycle import Lifecycle
@@ -175,8 +175,9 @@ class DaemonEffects:
             if not self.lifecycle.detached:
                 await asyncio.shield(self.stop(model_id, handle, model, start_follows=False))
             raise
-        except DaemonError:
-            self.metrics.wakes.labels(model_id, "failed").inc()
+        except DaemonError as exc:
+            result = "unverified" if isinstance(exc, WakeUnverified) else "failed"
+            self.metrics.wakes.labels(model_id, result).inc()
             raise
         self.metrics.wakes.labels(model_id, "ok").inc()
         self.phases.record(model_id, SwapPhase.WAKE, seconds)

@@ -21,6 +21,7 @@ Hierarchy:
         ├── InvalidConfig            400 invalid_config  (a reload refused; the old config stays)
         ├── SleepFailed              500 sleep_failed    (the scheduler stops the model instead)
         ├── WakeFailed               500 wake_failed     (the scheduler stops, then starts it)
+        │   └── WakeUnverified       500 wake_unverified (its `wakeProbe` failed, or was wrong)
         ├── CircusUnavailable        503 circus_unavailable (circusd did not answer in time)
         ├── CircusError              502 circus_error    (circusd answered `status: error`)
         └── GpuError                 500 gpu_error       (NVML unusable, or `gpus` names no GPU)
@@ -58,6 +59,7 @@ __all__ = [
     "SleepFailed",
     "StartFailed",
     "WakeFailed",
+    "WakeUnverified",
 ]
 
 
@@ -166,6 +168,17 @@ class WakeFailed(DaemonError):
     def __init__(self, message: str, cause: StopCause = StopCause.WAKE_FAILED) -> None:
         super().__init__(message)
         self.cause = cause  # the stop's cause (`sleep: cuda` has its own)
+
+
+class WakeUnverified(WakeFailed):
+    """A wake whose calls and health check went well, but whose `wakeProbe` got no answer or the
+    wrong one: its server may be serving corrupted weights. Stopped and started cold, as any
+    failed wake, with a cause of its own."""
+
+    default_code = "wake_unverified"
+
+    def __init__(self, message: str, cause: StopCause = StopCause.WAKE_UNVERIFIED) -> None:
+        super().__init__(message, cause)
 
 
 class CircusUnavailable(DaemonError):

@@ -77,17 +77,24 @@ def sleep_status(
     asleep = rec.state == ModelState.ASLEEP
     return SleepStatus(
         preset=setting.preset,
-        residual=dict(facts.residual) if asleep else {},
-        held_before=dict(facts.held_before),
+        residual=_copy(facts.residual) if asleep else {},
+        held_before=_copy(facts.held_before),
         last_sleep_s=facts.last_sleep_s,
         last_wake_s=facts.last_wake_s,
         sleeps=facts.sleeps,
         wakes=facts.wakes,
+        verified=facts.verified,
         stop_after=setting.stop_after,
         stop_left=ttl.stop_left(rec, setting, registry, now) if asleep else None,
         serves_asleep=setting.serves_asleep,
+        websockets=registry.websockets(rec.id),
+        wake_on=tuple(f"{r.method} {r.path}" for r in setting.wake_on or ()),
         last_failure=facts.last_failure,
     )
+
+
+def _copy(held: dict[str, int] | None) -> dict[str, int] | None:
+    return None if held is None else dict(held)  # None: not measured
 
 
 def last_activity(rec: ModelRecord[Running], registry: ProxyRegistry) -> float:

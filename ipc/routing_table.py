@@ -76,6 +76,15 @@ class SleepMethod(StrEnum):
     CUDA = "cuda"
 
 
+class WakeRule(msgspec.Struct, frozen=True):
+    """One `wakeOn` entry: a request whose method is `method` (`*`: any) and whose path on the
+    model's own server (decoded, without the query) matches `path` as a whole (a regular
+    expression) wakes an asleep server that keeps serving (`SleepSetting.serves_asleep`)."""
+
+    method: str
+    path: str
+
+
 class SleepSetting(msgspec.Struct, frozen=True):
     """A model's `sleep` (or llmsnap's `sleepMode: enable` with `sleepEndpoints` and
     `wakeEndpoints`): how its server gives its GPU memory back without exiting, and takes it
@@ -89,6 +98,9 @@ class SleepSetting(msgspec.Struct, frozen=True):
     # Its server keeps serving what needs no GPU while asleep (ComfyUI's page, assets, websocket
     # and GET polls): the proxy forwards those without waking it.
     serves_asleep: bool = False
+    # With `serves_asleep`, the requests that wake it (`wakeOn`); the rest are served asleep.
+    # None: every request but a GET or HEAD (a websocket never wakes it).
+    wake_on: tuple[WakeRule, ...] | None = None
     method: SleepMethod = SleepMethod.HTTP
     # `cuda`: seconds the lock may wait for the CUDA work in flight (then the sleep fails).
     lock_timeout: float = 10.0

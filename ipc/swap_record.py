@@ -8,6 +8,8 @@ from enum import StrEnum
 
 import msgspec
 
+from .causes import DeferCause
+
 
 class SwapKind(StrEnum):
     """What a record tells of."""
@@ -37,6 +39,9 @@ class SwapPhase(StrEnum):
     HEALTH = "health"  # its health check, until it answered
     SLEEP = "sleep"  # its sleep calls and the check that its GPU memory came back
     WAKE = "wake"  # its wake calls and the health check after them
+    # Its `wakeProbe`: asked after a wake (and before its process's first sleep, to record the
+    # answer a wake must give again).
+    VERIFY = "verify"
 
 
 class SwapRecord(msgspec.Struct, frozen=True, kw_only=True):
@@ -50,17 +55,22 @@ class SwapRecord(msgspec.Struct, frozen=True, kw_only=True):
     for `model`; `load`: an explicit load, `POST /api/models/load/<id>`, `swapd load`,
     llama.cpp's `POST /models/load`, Ollama's empty generate; `preload`, `adopted`) for a start
     or a swap, a `causes.StopCause` (`swap`: for `for_model`; `unload`, `ttl`, `reload`,
-    `shutdown`, `sleep`, `sleep_failed`, `wake_failed`, `asleep_ttl`) for a stop or a sleep, and
-    `crash` for a crash. `result` (`SwapOutcome`): `ok`, `failed` (the start or wake failed:
-    `reason` says why), `aborted`. `phases` (`SwapPhase` -> seconds): `drain`, `stop`, `start`,
-    `health`, `sleep` (the calls and the release check), `wake` (the calls and the health
-    check).
+    `shutdown`, `sleep`, `sleep_failed`, `wake_failed`, `wake_unverified`, `asleep_ttl`) for a
+    stop or a sleep, and `crash` for a crash. `result` (`SwapOutcome`): `ok`, `failed` (the
+    start or wake failed: `reason` says why), `aborted`. `phases` (`SwapPhase` -> seconds):
+    `drain`, `stop`, `start`, `health`, `sleep` (the calls and the release check), `wake` (the
+    calls and the health check), `verify` (the `wakeProbe` after a wake, or before a first sleep
+    to record its answer).
 
     A start or swap a request asked for also says when that request came (`queued`), how long it
     waited in all (`waited`, seconds to `ended`: far more than the phases when the swap waited
     for a busy model) and what the swap waited for before its phases began (`waited_for`, the
-    scheduler's words, in order). A swap names the stop records of its evicted models, whose
-    drain and stop are its own phases (`folded`): one swap, not a stop and a swap."""
+    scheduler's words, in order), and why it was held back once its room was decided
+    (`deferred`, `causes.DeferCause`: `unclaimed_ready`, a model it would take out still had
+    requests made ready for it on their way to be admitted; absent from the wire when it was
+    not held back, so that such records read byte for byte as before). A swap names the stop
+    records of its evicted models, whose drain and stop are its own phases (`folded`): one swap,
+    not a stop and a swap."""
 
     id: int
     kind: SwapKind
@@ -77,8 +87,10 @@ class SwapRecord(msgspec.Struct, frozen=True, kw_only=True):
     queued: float = 0.0  # wall clock: when the swap was queued (0: not known, or not asked for)
     waited: float = 0.0  # seconds from `queued` to `ended` (0: not known)
     waited_for: tuple[str, ...] = ()
+    deferred: tuple[DeferCause, ...] | msgspec.UnsetType = msgspec.UNSET
     folded: tuple[int, ...] = ()  # the ids of the evicted models' stop records
     # A take-down that was to be a sleep and came to a stop: why its sleep failed (a
     # `StopCause`: `sleep_failed`, or `sleep: cuda`'s `cuda_unavailable`, `cuda_lock_timeout`,
-    # `cuda_checkpoint_failed`, `host_memory_short`); "" otherwise. `cause` stays the take-down's.
-    fell_back: str = ""
+    # `cuda_checkpoint_failed`, `host_memory_short`); absent otherwise. `cause` stays the
+    # take-down's. A `StopCause` by its value, as `cause` is.
+    fell_back: str | msgspec.UnsetType = msgspec.UNSET

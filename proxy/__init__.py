@@ -12,7 +12,8 @@ The top: ingress and the pipeline.
   credentials, API keys, errors); `auth`: API keys; `origin_check`: cross-site refusals.
 * `pipeline`: the forwarding routes, stage by stage: route decision -> admission -> forward ->
   relay -> accounting; `admission`: concurrency limit (429), in-flight counts, drains,
-  rate-limited activity; `loading`: loading progress streamed while a model starts;
+  rate-limited activity; `drain_bound`: how long a drain waits for requests their clients hold
+  up; `loading`: loading progress streamed while a model starts;
   `account`: what the accounting stage learns about a request (and the capture tee).
 * `context`: everything one proxy holds, made at start-up, and a benchmark's stand-ins for
   stages (`Stages`); `errors`: the one error tree and error shape.
@@ -20,8 +21,9 @@ The top: ingress and the pipeline.
 `routing/`: the route decision, pure functions.
 * `decide`: the decision; `body`: the request's model (JSON, multipart, form, query), bounded
   reads, filters; `rewrite`: the body and query a decision asks for; `model_routes`: the routes
-  dispatched by `model`; `comfyui`: the `/comfyui/` rules; `selectors`: selector strategies;
-  `matching`: linear-time path patterns.
+  dispatched by `model`; `comfyui`: the `/comfyui/` rules; `wake_rules`: which requests wake an
+  asleep server that keeps serving (`wakeOn`); `selectors`: selector strategies; `matching`:
+  linear-time path patterns.
 
 `upstream/`: forwarding.
 * `forward`: what goes upstream (headers, Host, X-Forwarded-*, body); `transport`: the one

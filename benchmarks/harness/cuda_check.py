@@ -115,7 +115,7 @@ async def suspend(
             exited: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
             try:
                 took = await sleeper.wake(
-                    session, "holder", base, setting, base + "/health", 60.0, exited, where
+                    session, "holder", base, setting, base + "/health", 60.0, exited, where=where
                 )
             except Exception as exc:
                 rows.append(("suspend", "wake FAILED", str(exc)))

@@ -21,6 +21,7 @@ from .model import (
     MatrixConfig,
     ModelConfig,
     PeerConfig,
+    WakeProbe,
 )
 from .sources import ConfigSources
 
@@ -38,6 +39,7 @@ __all__ = [
     "ModelConfig",
     "PeerConfig",
     "Projection",
+    "WakeProbe",
     "check_config",
     "default_config_path",
     "describe_default",

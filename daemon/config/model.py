@@ -96,6 +96,24 @@ class BusyCheck(msgspec.Struct, frozen=True):
     preset: str | None = None
 
 
+class WakeProbe(msgspec.Struct, frozen=True, kw_only=True):
+    """`wakeProbe`: the request that proves a woken model answers as it did before its sleep
+    (docs/guides/sleep-and-wake.md, "Verified wakes"). With neither `expect` nor `match`, the
+    answer its process gave before its first sleep is the one a wake must give again."""
+
+    method: str = "POST"
+    path: str = "/v1/chat/completions"
+    body: str = ""  # JSON text ("": none)
+    # Where in the JSON answer the compared value is (keys, list indices as digits); (): the body.
+    json_path: tuple[str, ...] = ()
+    expect: str | None = None  # the value must be exactly this
+    match: str | None = None  # or match this regular expression (`re.search`)
+    timeout: float = 60.0
+    # The default chat probe, which no one wrote: a server that does not answer it is not
+    # verified (a warning), where a written-out probe that fails fails the wake.
+    default: bool = False
+
+
 class ModelConfig(ModelRouting, frozen=True, kw_only=True):
     """A local model: `ModelRouting`'s fields (id, aliases, limits, filters, ...) and these."""
 
@@ -124,6 +142,8 @@ class ModelConfig(ModelRouting, frozen=True, kw_only=True):
     forced: tuple[Forced, ...] = ()
     # `busyCheck`: None = the model has none (the default: nothing asks its server).
     busy_check: BusyCheck | None = None
+    # `wakeProbe`: None = wakes are not verified (`off`, or the model has no `sleep`).
+    wake_probe: WakeProbe | None = None
 
 
 class GroupConfig(msgspec.Struct, frozen=True):

@@ -147,6 +147,15 @@ class Model(Section, frozen=True):
     sleep_mode: Any = None
     sleep_endpoints: Any = None
     wake_endpoints: Any = None
+    # `off`, or the request that verifies a wake and its answer; read in wake_probe_fields.py.
+    wake_probe: (
+        Annotated[
+            bool | str | dict[str, Any],
+            Expect("off, or a mapping (path, body, expect, match, jsonPath, ...)"),
+            Key(render=show.wake_probe),
+        ]
+        | None
+    ) = None
     macros: Any = None
     # nginx's `client_body_timeout` and `send_timeout`, in seconds (0: none; default 60).
     client_body_timeout: Seconds | None = None

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from ...ipc.causes import StopCause
 from ..errors import SleepFailed, WakeFailed
+from . import gpu
 from .cuda_backend import (
     CheckpointBackend,
     CheckpointError,
@@ -32,6 +33,7 @@ from .cuda_backend import (
     Unavailable,
     make_checkpointer,
 )
+from .gpu_backend import GpuBackend
 
 log = logging.getLogger("swapd.lifecycle")
 
@@ -88,6 +90,62 @@ class CudaSleeper:
         else:
             await asyncio.to_thread(call, pid)
         self.steps.append((step, pid, time.monotonic() - began))
+
+    async def sleep_model(
+        self,
+        model_id: str,
+        backend: GpuBackend | None,
+        where: tuple[Collection[int] | None, Collection[str] | None, Collection[int]],
+        footprint: int,
+        lock_timeout: float,
+    ) -> None:
+        """Lock and checkpoint the model's processes that hold GPU memory (NVML's list, `where`
+        as `sleeping.whose` says: its pids, its GPUs, the other models' pids). `backend` None:
+        no GPU inventory, so which they are is not known."""
+        if backend is None:
+            raise SleepFailed(
+                "sleep: cuda needs the GPU inventory (NVML) to find its processes that hold GPU "
+                "memory, and there is none",
+                StopCause.CUDA_UNAVAILABLE,
+            )
+        pids, gpus, others = where
+        try:
+            procs = await gpu.read_processes(backend)
+        except Exception as exc:
+            raise SleepFailed(
+                f"cannot read which of its processes hold GPU memory: {exc}",
+                StopCause.CUDA_UNAVAILABLE,
+            ) from exc
+        holders = sorted({p.pid for p in gpu.held_by(procs, pids, gpus, others)})
+        await self.sleep(model_id, holders, footprint, lock_timeout)
+
+    async def wake_model(
+        self,
+        model_id: str,
+        backend: GpuBackend | None,
+        where: tuple[Collection[int] | None, Collection[str] | None, Collection[int]],
+        held_before: Mapping[str, int] | None,
+        proof_above: int,
+    ) -> None:
+        """Restore and unlock, then check that NVML shows at least half of what it held before
+        its sleep back (when that was more than `proof_above` bytes, and measured)."""
+        pids, gpus, others = where
+        await self.wake(model_id, sorted(pids or ()))
+        before = sum((held_before or {}).values())
+        if backend is None or before <= proof_above:
+            return
+        try:
+            procs = await gpu.read_processes(backend)
+        except Exception as exc:  # NVML's errors, GpuError: the wake goes on unproven
+            log.error("%s: cannot check its GPU memory after the restore: %s", model_id, exc)
+            return
+        now = sum(p.used_bytes or 0 for p in gpu.held_by(procs, pids, gpus, others))
+        if now < before // 2:
+            raise WakeFailed(
+                f"its GPU memory is not back after the restore: it holds {_gib(now)} of the "
+                f"{_gib(before)} it held before",
+                StopCause.CUDA_RESTORE_FAILED,
+            )
 
     async def sleep(
         self, model_id: str, pids: Collection[int], footprint: int, lock_timeout: float

@@ -105,19 +105,20 @@ class Lifecycle:
         self.processes: dict[str, Running] = {}
         # By model id: what held GPU memory after its last stop (until its next start).
         self.gpu_lingering: dict[str, tuple[LingeringProcess, ...]] = {}
-        # Sleeps and wakes, and what each model holds asleep (its residual) and how long they took.
         self._session = session
         self._environ = dict(os.environ if environ is None else environ)
+        # Told how long each phase took: (model id, START, HEALTH or VERIFY, seconds).
+        self.on_phase = on_phase if on_phase is not None else _no_phase
+        # Sleeps and wakes, and what each model holds asleep (its residual) and how long they took.
         self.sleeper = sleeping.Sleeper(
             gpu_backend,
             gpu_release_timeout,
             asleep_dir,
+            on_phase=self.on_phase,
             cuda=CudaSleeper(
                 self._environ, meminfo=Path(self._environ.get(MEMINFO_ENV) or cuda_sleep.MEMINFO)
             ),
         )
-        # Told how long each phase of a start took: (model id, START or HEALTH, seconds).
-        self.on_phase = on_phase if on_phase is not None else _no_phase
         # `logToStdout` of the config in force: a model's output also to circusd's stdout?
         self.echo_output = echo_output
 
@@ -323,7 +324,13 @@ class Lifecycle:
         Raises `SleepFailed`; the process is left running either way."""
         where = await asyncio.to_thread(sleeping.whose, running, model, self._other_pids)
         return await self.sleeper.sleep(
-            self.session, running.model, running.pid, running.upstream, setting, where
+            self.session,
+            running.model,
+            running.pid,
+            running.upstream,
+            setting,
+            where,
+            model.wake_probe if model is not None else None,
         )
 
     async def wake(
@@ -342,6 +349,7 @@ class Lifecycle:
                 health_url(model) if model is not None else None,
                 model.health_check_timeout if model is not None else 120.0,
                 exited,
+                model.wake_probe if model is not None else None,
                 where,
             )
         finally:

@@ -11,9 +11,9 @@ A server that answers its sleep calls but keeps its memory fails the sleep: the 
 it instead. Without a GPU inventory, or with a CUDA context's worth or less held before, there is
 nothing to prove.
 
-`sleep: cuda` sends no call: its processes that hold GPU memory (the same reading) are locked and
-checkpointed through the driver (`cuda_sleep.py`), then the same proof follows; its wake restores
-and unlocks them, and NVML must show the memory back before the health check.
+`sleep: cuda` sends no call: the driver locks and checkpoints the model's GPU processes
+(`cuda_sleep.py`), then the same proof follows; its wake restores and unlocks them, and NVML must
+show the memory back before the health check.
 """
 
 from __future__ import annotations
@@ -29,11 +29,11 @@ from typing import Any
 import aiohttp
 
 from ...ipc import watcher_names
-from ...ipc.causes import StopCause
 from ...ipc.routing_table import HttpCall, SleepMethod, SleepSetting
-from ..config import ModelConfig
-from ..errors import GpuError, SleepFailed, WakeFailed
-from . import gpu, health, process_tree
+from ...ipc.swap_record import SwapPhase
+from ..config import ModelConfig, WakeProbe
+from ..errors import GpuError, SleepFailed, WakeFailed, WakeUnverified
+from . import gpu, health, process_tree, wake_probe
 from .cuda_sleep import CudaSleeper
 from .gpu_backend import GpuBackend, GpuProcess, NullBackend
 from .model_process import Running
@@ -56,13 +56,20 @@ class SleepFacts:
     """What the machinery learned of one model's sleeps and wakes, for its status (`swapd
     status`, `/running`, the UI) and the metrics."""
 
-    residual: dict[str, int] = field(default_factory=dict)  # GPU UUID -> bytes held asleep
-    held_before: dict[str, int] = field(default_factory=dict)  # and before its last sleep
+    # GPU UUID -> bytes held asleep, and before its last sleep; None where its last sleep could
+    # not measure them (no GPU inventory, or NVML failed): "not measured", never "nothing".
+    residual: dict[str, int] | None = field(default_factory=dict)
+    held_before: dict[str, int] | None = field(default_factory=dict)
     last_sleep_s: float | None = None  # its last sleep's calls and release check, seconds
     last_wake_s: float | None = None  # its last wake's calls and health check, seconds
     sleeps: int = 0
     wakes: int = 0
     last_failure: str = ""  # the last sleep or wake that failed, and why
+    # What its process answered its `wakeProbe` before its first sleep (None: not recorded),
+    # and the process asked (once each: a server that gives no answer is warned about once).
+    probe_answer: str | None = None
+    probe_pid: int | None = None
+    verified: int = 0  # wakes its probe proved
 
 
 # ------------------------------------------------------------------------------------ the calls
@@ -182,6 +189,19 @@ def _gib(n: int) -> str:
     return f"{n / 1024**3:.2f} GiB"
 
 
+NOT_MEASURED = "not measured"
+
+
+def memory_words(before: Mapping[str, int] | None, now: Mapping[str, int] | None) -> str:
+    """A sleep's figures for the log: what was read, and "not measured" for what was not (no GPU
+    inventory, or NVML failed), never a 0.00 GiB that no one read."""
+    if before is None and now is None:
+        return f"{NOT_MEASURED} (no GPU inventory)"
+    first = NOT_MEASURED if before is None else _gib(sum(before.values()))
+    second = NOT_MEASURED if now is None else _gib(sum(now.values()))
+    return f"{first} before, {second} now"
+
+
 def whose(
     running: Running, model: ModelConfig | None, other_pids: Callable[[str], set[int]]
 ) -> tuple[set[int] | None, tuple[str, ...] | None, set[int]]:
@@ -206,6 +226,9 @@ class Sleeper:
     # that restarts adopts them asleep; None: not kept.
     marks: Path | None = None
     facts: dict[str, SleepFacts] = field(default_factory=dict)
+    # Told how long each probe took: (model id, VERIFY, seconds), as the lifecycle's phases.
+    on_phase: Callable[[str, SwapPhase, float], None] = lambda *_: None
+    # `sleep: cuda`'s driver calls, and what each model's sleep checkpointed.
     cuda: CudaSleeper = field(default_factory=lambda: CudaSleeper({}))
 
     def _mark(self, model_id: str) -> Path | None:
@@ -243,28 +266,33 @@ class Sleeper:
         base: str,
         setting: SleepSetting,
         where: tuple[Collection[int] | None, Collection[str] | None, Collection[int]],
+        probe: WakeProbe | None = None,
     ) -> float:
         """Send the sleep calls to `pid`'s server at `base` and prove the memory came back; the
         seconds it took. `where`:
         the model's pids (None: any process but the third item's, a docker model), its GPUs
-        (None: every GPU), and the pids of the other models. Raises `SleepFailed`."""
+        (None: every GPU), and the pids of the other models. `probe`: the model's `wakeProbe`,
+        whose answer is recorded before the process's first sleep. Raises `SleepFailed`."""
         facts = self.of(model_id)
+        if probe is not None and facts.probe_pid != pid and wake_probe.needs_record(probe):
+            facts.probe_pid, facts.probe_answer = pid, None
+            await self._record(session, model_id, base, probe, facts)
         began = time.monotonic()
         pids, gpus, others = where
-        backend = self.backend
+        # No inventory: nothing is measured, and nothing is said to be.
+        backend = None if isinstance(self.backend, NullBackend) else self.backend
         before: dict[str, int] = {}
-        holders: list[int] = []
         if backend is not None:
             try:
-                procs = await gpu.read_processes(backend)
-                before = held(procs, pids, gpus, others)
-                holders = sorted({p.pid for p in gpu.held_by(procs, pids, gpus, others)})
-            except Exception as exc:
+                before = await read_held(backend, pids, gpus, others)
+            except GpuError as exc:
                 log.error("%s: cannot read its GPU memory before the sleep: %s", model_id, exc)
                 backend = None
         if setting.method is SleepMethod.CUDA:
             try:
-                await self._cuda_sleep(model_id, backend, holders, before, setting)
+                await self.cuda.sleep_model(
+                    model_id, backend, where, sum(before.values()), setting.lock_timeout
+                )
             except SleepFailed as exc:
                 facts.last_failure = exc.message
                 raise
@@ -273,7 +301,7 @@ class Sleeper:
             if problem:
                 facts.last_failure = problem
                 raise SleepFailed(problem)
-        residual: dict[str, int] = {}
+        residual: dict[str, int] | None = None
         if backend is not None:
             try:
                 residual = await wait_released(
@@ -285,57 +313,19 @@ class Sleeper:
             except GpuError as exc:
                 log.error("%s: cannot check its GPU memory after the sleep: %s", model_id, exc)
         seconds = time.monotonic() - began
-        facts.residual, facts.held_before = residual, before
+        measured = backend is not None
+        facts.residual = residual
+        facts.held_before = before if measured else None
         facts.last_sleep_s = seconds
         facts.sleeps += 1
         self._marked(model_id, pid)
         log.info(
-            "%s asleep in %.2fs (GPU memory: %s before, %s now)",
+            "%s asleep in %.2fs (GPU memory: %s)",
             model_id,
             seconds,
-            _gib(sum(before.values())),
-            _gib(sum(residual.values())),
+            memory_words(before if measured else None, residual),
         )
         return seconds
-
-    async def _cuda_sleep(
-        self,
-        model_id: str,
-        backend: GpuBackend | None,
-        holders: list[int],
-        before: Mapping[str, int],
-        setting: SleepSetting,
-    ) -> None:
-        if backend is None or isinstance(backend, NullBackend):
-            raise SleepFailed(
-                "sleep: cuda needs the GPU inventory (NVML) to find its processes that hold GPU "
-                "memory, and there is none",
-                StopCause.CUDA_UNAVAILABLE,
-            )
-        await self.cuda.sleep(model_id, holders, sum(before.values()), setting.lock_timeout)
-
-    async def _cuda_wake(
-        self,
-        model_id: str,
-        where: tuple[Collection[int] | None, Collection[str] | None, Collection[int]],
-    ) -> None:
-        """Restore and unlock, then check that NVML shows its memory back."""
-        pids, gpus, others = where
-        await self.cuda.wake(model_id, sorted(pids or ()))
-        before = self.of(model_id).held_before
-        if self.backend is None or sum(before.values()) <= CONTEXT_BYTES:
-            return
-        try:
-            now = await read_held(self.backend, pids, gpus, others)
-        except GpuError as exc:
-            log.error("%s: cannot check its GPU memory after the wake: %s", model_id, exc)
-            return
-        if sum(now.values()) < sum(before.values()) // 2:
-            raise WakeFailed(
-                f"its GPU memory is not back after the restore: it holds "
-                f"{_gib(sum(now.values()))} of the {_gib(sum(before.values()))} it held before",
-                StopCause.CUDA_RESTORE_FAILED,
-            )
 
     async def wake(
         self,
@@ -346,20 +336,25 @@ class Sleeper:
         health_url: str | None,
         health_timeout: float,
         exited: asyncio.Future[Any],
+        probe: WakeProbe | None = None,
         where: tuple[Collection[int] | None, Collection[str] | None, Collection[int]] = (
             None,
             None,
             (),
         ),
     ) -> float:
-        """Send the wake calls (`sleep: cuda`: restore and unlock its processes, found by
-        `where` after a daemon restart), then wait for the health check; the seconds it took.
-        Raises `WakeFailed`."""
+        """Send the wake calls (`sleep: cuda`: restore and unlock its processes, `where` as a
+        sleep's), then wait for the health check, then ask the `probe`; the seconds the calls and
+        the health check took. Raises `WakeFailed` (`WakeUnverified` when the probe got no
+        answer, or not the one it must give)."""
         facts = self.of(model_id)
         began = time.monotonic()
         if setting.method is SleepMethod.CUDA:
+            backend = None if isinstance(self.backend, NullBackend) else self.backend
             try:
-                await self._cuda_wake(model_id, where)
+                await self.cuda.wake_model(
+                    model_id, backend, where, facts.held_before, CONTEXT_BYTES
+                )
             except WakeFailed as exc:
                 facts.last_failure = exc.message
                 raise
@@ -377,6 +372,8 @@ class Sleeper:
             facts.last_failure = problem
             raise WakeFailed(problem)
         seconds = time.monotonic() - began
+        if probe is not None:
+            await self._verify(session, model_id, base, probe, facts)
         facts.last_wake_s = seconds
         facts.wakes += 1
         facts.residual = {}
@@ -384,10 +381,47 @@ class Sleeper:
         log.info("%s awake in %.2fs", model_id, seconds)
         return seconds
 
+    async def _record(
+        self,
+        session: aiohttp.ClientSession,
+        model_id: str,
+        base: str,
+        probe: WakeProbe,
+        facts: SleepFacts,
+    ) -> None:
+        """Keep the probe's answer before the process's first sleep (None: it gave none)."""
+        began = time.monotonic()
+        try:
+            facts.probe_answer = await wake_probe.record(session, model_id, base, probe)
+        finally:
+            self.on_phase(model_id, SwapPhase.VERIFY, time.monotonic() - began)
+
+    async def _verify(
+        self,
+        session: aiohttp.ClientSession,
+        model_id: str,
+        base: str,
+        probe: WakeProbe,
+        facts: SleepFacts,
+    ) -> None:
+        """Ask the probe after a wake. Raises `WakeUnverified`."""
+        if not wake_probe.can_check(model_id, probe, facts.probe_answer):
+            return
+        began = time.monotonic()
+        try:
+            await wake_probe.check(session, model_id, base, probe, facts.probe_answer)
+        except WakeUnverified as exc:
+            facts.last_failure = exc.message
+            raise
+        finally:
+            self.on_phase(model_id, SwapPhase.VERIFY, time.monotonic() - began)
+        facts.verified += 1
+
     def forget(self, model_id: str) -> None:
         """Its process stopped: it holds nothing asleep any more (the durations stay)."""
         facts = self.facts.get(model_id)
         if facts is not None:
             facts.residual = {}
+            facts.probe_answer = facts.probe_pid = None  # the next process records its own
         self.cuda.forget(model_id)
         self._marked(model_id, None)

@@ -18,7 +18,8 @@ the last `ESTIMATE_LOADS` is its estimate (`estimates`: the loading progress and
 It is also told what a queued swap waits for (`waiting`: the scheduler parked it on a busy model,
 collation, the queue, GPU room): what the target's status shows meanwhile (`waiting_now`), and,
 once the target's start (or wake) is recorded, when its request came, how long it waited in all
-and for what (`queued`, `waited`, `waited_for`).
+and for what (`queued`, `waited`, `waited_for`), and why it was held back once its room was
+decided (`deferred`: the story's `Deferred`, typed).
 """
 
 from __future__ import annotations
@@ -32,10 +33,10 @@ from typing import Any, Protocol
 
 import msgspec
 
-from ...ipc.causes import StartCause, StopCause
+from ...ipc.causes import DeferCause, StartCause, StopCause
 from ...ipc.messages import Document, Event, QuerySwaps, SwapRecorded
 from ...ipc.swap_record import SwapKind, SwapOutcome, SwapPhase, SwapRecord
-from ..policy.story import Began, Ended, Happening, PhaseDone
+from ..policy.story import Began, Deferred, Ended, Happening, PhaseDone
 
 # How many records the ring keeps (the UI shows the recent ones; Prometheus keeps the figures).
 RING_SIZE = 200
@@ -63,6 +64,7 @@ class _Open:
     for_model: str = ""
     queued: float = 0.0
     waited_for: tuple[str, ...] = ()
+    deferred: tuple[DeferCause, ...] = ()
     fell_back: StopCause | None = None
     folded: tuple[int, ...] = ()
 
@@ -74,6 +76,7 @@ class _Queued:
     since: float  # wall clock
     on: str = ""  # what it waits for now
     waited_for: list[str] = field(default_factory=list)
+    deferred: list[DeferCause] = field(default_factory=list)
     recorded: bool = False  # a start's record carries its wait already
 
 
@@ -156,6 +159,10 @@ class SwapLog:
                     episode.phases[event.phase] = round(event.seconds, 4)
             case Ended():
                 self._ended(event)
+            case Deferred(model=target, cause=cause):
+                queued = self._queued.get(target)
+                if queued is not None and cause not in queued.deferred:
+                    queued.deferred.append(cause)
 
     # ---------------------------------------------------------------------------- inside
 
@@ -183,6 +190,7 @@ class SwapLog:
         if queued is not None and not adopted and not queued.recorded:
             # One start per queued swap carries its request's wait (a restart does not).
             episode.queued, episode.waited_for = queued.since, tuple(queued.waited_for)
+            episode.deferred = tuple(queued.deferred)
             queued.recorded = True
         if stops:
             episode.began = min(s.began for s in stops)
@@ -214,8 +222,9 @@ class SwapLog:
             queued=episode.queued,
             waited=round(ended - episode.queued, 4) if episode.queued else 0.0,
             waited_for=episode.waited_for,
+            deferred=episode.deferred or msgspec.UNSET,
             folded=episode.folded,
-            fell_back=episode.fell_back or "",
+            fell_back=episode.fell_back or msgspec.UNSET,
         )
         self.next_id += 1
         self.records.append(record)

@@ -2,8 +2,9 @@
 what the decision needs (the busy checks its last decision asked for, the GPUs when its policy's
 terms read them), asks the eviction policy, and waits (parked on the scheduler's change signal,
 or until the decision's deadline) while the answer is to wait, the room it wants collides with a
-swap under way, or a swap ahead in the queue conflicts with it. It ends once the swap claimed its
-room, or its target is ready.
+swap under way, a model it would take out has `Ready` replies out not claimed yet (`claims.py`),
+or a swap ahead in the queue conflicts with it. It ends once the swap claimed its room, or its
+target is ready.
 
 Also here: what the policy is shown (`room.py` builds the ask and the occupants; an asleep target
 placed by memory may wake only on the GPUs it holds).
@@ -17,15 +18,18 @@ from typing import Any, Generic
 
 import msgspec
 
+from ...ipc.causes import DeferCause
 from ...ipc.states import ModelState
 from ..config import ModelConfig
 from ..errors import ModelNotFound, NoGpuRoom
 from . import room
 from .changes import Changes
+from .claims import ReadyClaims
 from .eviction.contract import EvictionPolicy, MakeRoom, Occupant, Refuse, Room, Terms, Wait
 from .model_table import ModelTable
 from .records import Effects, H, Readings
 from .stops import Stops
+from .story import Deferred
 from .swap import Claim, Swap
 from .swap_queue import SwapQueue
 
@@ -36,6 +40,7 @@ class Decider(Generic[H]):
         models: ModelTable[H],
         swaps: SwapQueue[H],
         stops: Stops[H],
+        claims: ReadyClaims,
         effects: Effects[H],
         readings: Readings,
         changes: Changes,
@@ -48,6 +53,7 @@ class Decider(Generic[H]):
         self.models = models
         self.swaps = swaps
         self.stops = stops
+        self.claims = claims
         self.effects = effects
         self.readings = readings
         self.changes = changes
@@ -113,6 +119,13 @@ class Decider(Generic[H]):
             if self.swaps.collides(target, decision.evict):
                 await self._park(swap, "collides with a swap under way", None)
                 continue
+            held = self.claims.holding(decision.evict)
+            if held:
+                words = ", ".join(f"{m} ({n})" for m, n in held.items())
+                on = f"requests made ready for {words} to be admitted first"
+                until = self.claims.due(frozenset(held))
+                await self._park(swap, on, until, DeferCause.UNCLAIMED_READY)
+                continue
             # 12.
             if self.terms(model).in_queue_order:
                 ahead = self._ahead_in_conflict(swap, decision)
@@ -147,13 +160,19 @@ class Decider(Generic[H]):
                 return other.target
         return None
 
-    async def _park(self, swap: Swap[H], on: str, until: float | None) -> None:
+    async def _park(
+        self, swap: Swap[H], on: str, until: float | None, deferred: DeferCause | None = None
+    ) -> None:
         """Wait for a change, or until `until` (monotonic) at the latest; `on` says what for
-        (told to the effects: it is what the swap waits for until it decides otherwise)."""
+        (told to the effects: it is what the swap waits for until it decides otherwise), and
+        `deferred` why a swap whose room was decided is held back (told as its story's
+        `Deferred`)."""
         waits = swap.waits
         assert waits is not None
         waits.on = on
         self.effects.waiting(swap.target, on, swap.turn.queued_at)
+        if deferred is not None:
+            self.effects.happened(Deferred(swap.target, deferred))
         try:
             await self.changes.wait(None if until is None else max(0.0, until - self.clock()))
         finally:

@@ -77,6 +77,8 @@ class Stop:
                 return f"its sleep failed, so it was stopped: {self.detail}"
             case StopCause.WAKE_FAILED:
                 return f"its wake failed, so it was stopped to start again: {self.detail}"
+            case StopCause.WAKE_UNVERIFIED:
+                return f"its wake was not verified, so it was stopped to start again: {self.detail}"
             case StopCause.ASLEEP_TTL:
                 return "asleep and unused longer than its sleep.stopAfter"
             case (

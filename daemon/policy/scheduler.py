@@ -18,6 +18,9 @@ request enters the daemon):
 
  1. An unknown model: 404. swapd is shutting down: 503.
  2. Ready, and no swap or stop is taking it down: serve it now.
+    Whenever an ensure is answered with a handle, its `Ready` is booked for the proxy that asked
+    (`claims.py`) until that proxy claims it (admitted, its request is in flight from the same
+    report on): meanwhile no swap takes the model out (step 11).
  3. Draining for a swap still in its collation window: take it back (the drain is cancelled, the
     swap queues again) and serve it now.
  4. A swap to it is under way: join it. One swap per target; every waiter gets its result.
@@ -36,7 +39,9 @@ ended, an unload, a busy reading), and at its last decision's deadline:
 10. Ask the eviction policy. Refuse: 503 `no_gpu_room`. Wait (busy models, GPU room): wait, and
     decide again at the next change or the deadline.
 11. MakeRoom, but a claimed swap stops this target or one of its evictees, or targets one of
-    them; or the target itself is still being stopped: wait for a change.
+    them; or the target itself is still being stopped; or an evictee has Readys out that are not
+    claimed yet (deferred: `DeferCause.UNCLAIMED_READY`, until claimed or CLAIM_WITHIN): wait
+    for a change.
 12. A swap ahead in the queue (higher `priority`, then arrival) that may begin now conflicts with
     this one: wait for a change. Placement by memory neither waits for the queue nor holds it.
 13. Claim: drain and stop the evictees in parallel, or put them to sleep where the policy says
@@ -69,6 +74,7 @@ from ...ipc.states import ModelState
 from ..config import Config, ModelConfig
 from ..errors import EnsureError, ModelNotFound, ShuttingDown
 from .changes import Changes
+from .claims import ReadyClaims
 from .deciding import Decider
 from .eviction.choose import choose
 from .eviction.contract import EvictionPolicy, Occupant
@@ -106,12 +112,13 @@ class Scheduler(Generic[H]):
         self.collate_window = collate_window
         self.shutting_down = False
         self.changes = Changes()
+        self.claims = ReadyClaims(clock, self.changes)
         self.models: ModelTable[H] = ModelTable(config, effects)
         self.swaps: SwapQueue[H] = SwapQueue()
-        self.stops: Stops[H] = Stops(self.models, effects, self.swaps, self.changes)
+        self.stops: Stops[H] = Stops(self.models, effects, self.swaps, self.changes, self.claims)
         self.starts: Starts[H] = Starts(self.models, effects, clock, backoff_base)
         self.decider: Decider[H] = Decider(
-            self.models, self.swaps, self.stops, effects, readings, self.changes,
+            self.models, self.swaps, self.stops, self.claims, effects, readings, self.changes,
             policy=choose_policy(config), clock=clock, collate_window=collate_window,
             check_aborted=self._check_aborted,
         )  # fmt: skip
@@ -146,8 +153,9 @@ class Scheduler(Generic[H]):
 
     # ----------------------------------------------------------------------------- ensure
 
-    async def ensure(self, model_id: str) -> H:
-        """The handle of a ready model (starting it, and swapping others out, when needed)."""
+    async def ensure(self, model_id: str, claimant: str = "") -> H:
+        """The handle of a ready model (starting it, and swapping others out, when needed);
+        booked as a `Ready` out for the proxy `claimant` until it claims it (`claimed`)."""
         # 1.
         if model_id not in self.config.models:
             raise ModelNotFound(f"no local model {model_id!r}")
@@ -157,10 +165,12 @@ class Scheduler(Generic[H]):
         # 2.
         if rec.state == ModelState.READY and rec.handle is not None:
             if not self.decider.taken_down(model_id):
+                self.claims.hand_out(model_id, {claimant: 1})
                 return rec.handle
         # 3.
         if rec.state == ModelState.DRAINING and rec.handle is not None:
             if self.stops.take_back(rec, self.clock(), self.collate_window):
+                self.claims.hand_out(model_id, {claimant: 1})
                 return rec.handle
         # 4.
         swap = self.swaps.get(model_id)
@@ -174,8 +184,11 @@ class Scheduler(Generic[H]):
             swap.result.add_done_callback(retrieve)
             self.effects.waiting(model_id, "", swap.turn.queued_at)
             swap.task = loop.create_task(self._run(swap))
-        # A requester that gives up must not cancel a start others (or the next request) wait for.
-        return await asyncio.shield(swap.result)
+        return await self.claims.join(swap.result, swap.claimants, model_id, claimant)
+
+    def claimed(self, model_id: str, proxy: str, count: int = 1) -> None:
+        """Proxy `proxy` handled `count` Readys for `model_id` it was sent (`claims.py`)."""
+        self.claims.claimed(model_id, proxy, count)
 
     # ------------------------------------------------------------------------------- a swap
 
@@ -198,6 +211,8 @@ class Scheduler(Generic[H]):
         else:
             if not swap.result.done():
                 swap.result.set_result(handle)
+                # Now, before any other swap decides: each waiter's Ready is out from here on.
+                self.claims.hand_out(swap.target, swap.claimants)
         finally:
             self.swaps.remove(swap)
             self.effects.ended(swap.target)

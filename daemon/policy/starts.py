@@ -177,6 +177,8 @@ class Starts(Generic[H]):
             return None
         except Exception as exc:
             words = exc.message if isinstance(exc, DaemonError) else f"{type(exc).__name__}: {exc}"
+            # A wake whose probe answered wrongly is a cause of its own (it may serve garbage:
+            # `WakeUnverified`), and so is each of `sleep: cuda`'s.
             cause = exc.cause if isinstance(exc, WakeFailed) else StopCause.WAKE_FAILED
             failed = Stop(cause, detail=words)
             log.warning("%s: %s", rec.id, failed.text)

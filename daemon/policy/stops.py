@@ -27,6 +27,7 @@ from ...ipc.swap_record import SwapKind, SwapOutcome
 from ..config import ModelConfig
 from ..errors import DaemonError, SleepFailed
 from .changes import Changes
+from .claims import ReadyClaims
 from .model_table import ModelTable
 from .records import Effects, H, ModelRecord, Stop
 from .story import Began, Ended
@@ -44,11 +45,13 @@ class Stops(Generic[H]):
         effects: Effects[H],
         swaps: SwapQueue[H],
         changes: Changes,
+        claims: ReadyClaims,
     ) -> None:
         self.models = models
         self.effects = effects
         self.swaps = swaps
         self.changes = changes
+        self.claims = claims
         self._stops: dict[str, asyncio.Task[None]] = {}
         # The drain under way of each draining model, cancelled when collation takes it back.
         self._draining: dict[str, asyncio.Task[None]] = {}
@@ -123,7 +126,7 @@ class Stops(Generic[H]):
             if drains:
                 self.models.set(rec, ModelState.DRAINING, stop.text, stop)
                 self.effects.happened(began)
-                drain = asyncio.get_running_loop().create_task(self.effects.drain(rec.id))
+                drain = asyncio.get_running_loop().create_task(self._drain(rec.id))
                 self._draining[rec.id] = drain
                 try:
                     await asyncio.wait([drain])
@@ -155,6 +158,7 @@ class Stops(Generic[H]):
                 log.exception("%s: stop failed", rec.id)
             rec.handle = None
             self.models.set(rec, ModelState.STOPPED, stop.text, stop)
+            self.claims.drop(rec.id)
             self.effects.happened(
                 Ended(rec.id, SwapOutcome.OK, stop.text, SwapKind.STOP, cause=stop.cause)
             )
@@ -164,6 +168,14 @@ class Stops(Generic[H]):
                 self._collatable.discard(rec.id)
                 self._to_sleep.discard(rec.id)
             self.changes.fire()
+
+    async def _drain(self, model_id: str) -> None:
+        """Phase one: every proxy acked the drain, and every `Ready` handed out before it was
+        claimed. A proxy that handles such a `Ready` after its ack does not admit it (the model
+        drains there): the stop waits for that word, so that the request asks again rather than
+        meet a closed port."""
+        await self.effects.drain(model_id)
+        await self.claims.settled(model_id)
 
     async def _sleep(self, rec: ModelRecord[H], handle: H, why: Stop) -> Stop | None:
         """Put a drained model to sleep: None once it is asleep, or why it must be stopped
@@ -237,6 +249,7 @@ class Stops(Generic[H]):
         handle, model = rec.handle, rec.model
         rec.handle = rec.asleep_with = None
         self.models.set(rec, ModelState.STOPPED, crash.text, crash)
+        self.claims.drop(model_id)
         self.effects.happened(Began(model_id, SwapKind.CRASH, StopCause.CRASH))
         self.effects.happened(Ended(model_id, SwapOutcome.OK, crash.text))
         self._clean_up(model_id, handle, model)

@@ -2,7 +2,7 @@
 episode began, a phase of it was done, it ended. The daemon's swap log (`observe/swap_log.py`)
 keeps each episode as a `SwapRecord` once it ended; it infers nothing from the models' states.
 
-The episodes, and who tells what (`starts.py`, `stops.py`):
+The episodes, and who tells what (`starts.py`, `stops.py`, `deciding.py`):
 
 * a start: `Began(START)` as the model goes `starting` (`adopted`: a process found starting);
   `Ended` OK once ready, FAILED with the start's error, ABORTED when an unload, a reload or a
@@ -13,7 +13,9 @@ The episodes, and who tells what (`starts.py`, `stops.py`):
   `Ended` OK with what it came to, `STOP` once stopped or `SLEEP` once asleep (a sleep that fails
   comes to a stop); with none when a request took the model back from its drain;
 * a crash: `Began(CRASH)` and `Ended` OK, as the scheduler learns that a ready or asleep model's
-  process exited on its own.
+  process exited on its own;
+* a swap held back: `Deferred` with its typed cause, while the swap to the model waits, its room
+  decided (`deciding.py`, step 11), before that model's start begins.
 
 `PhaseDone` comes from the daemon's machinery, which times the phases (drain, stop, start,
 health, sleep, wake), in the episode it belongs to.
@@ -23,7 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ...ipc.causes import StopCause
+from ...ipc.causes import DeferCause, StopCause
 from ...ipc.swap_record import SwapKind, SwapOutcome, SwapPhase
 
 
@@ -63,4 +65,13 @@ class Ended:
     cause: StopCause | None = None
 
 
-Happening = Began | PhaseDone | Ended
+@dataclass(frozen=True)
+class Deferred:
+    """The swap to `model`, its room decided, was held back all the same, for `cause` (told
+    before its start's episode begins: that start's record keeps it)."""
+
+    model: str
+    cause: DeferCause
+
+
+Happening = Began | PhaseDone | Ended | Deferred

@@ -14,10 +14,11 @@ The passthrough rules (`/upstream/` and `/comfyui/`), for a local model:
 * anything else is admitted like a model request, starting the model if it must.
 
 A model whose sleep setting keeps its server serving while asleep (ComfyUI's: `servesAsleep`)
-has one more rule: while it sleeps (`sleeping`, `asleep`, `waking`), a GET or HEAD and a
-websocket upgrade are forwarded to its asleep server outside admission (its page, assets,
-websocket and polls need no GPU), so they neither wake it nor count as its use; any other
-request (a job's POST) is admitted, which wakes it. Without that setting, or while the model is
+has one more rule: while it sleeps (`sleeping`, `asleep`, `waking`), a request that does not wake
+it (`wake_rules.wakes`: a websocket upgrade never does; a request matching the setting's `wakeOn`
+does, ComfyUI's job `POST /api/prompt`; without `wakeOn` any request but a GET or HEAD does) is
+forwarded to its asleep server outside admission, so it neither wakes it nor counts as its use;
+one that wakes it is admitted, which wakes it. Without that setting, or while the model is
 stopped, the rules above are exactly as they were.
 """
 
@@ -32,12 +33,10 @@ from ...ipc.reserved import COMFYUI_MODEL_ID
 from ...ipc.routing_table import Filters, RouteModel
 from ..errors import ProxyError
 from ..mirror.state import ModelRuntime, PeerTarget, Routes
-from . import comfyui, selectors
+from . import comfyui, selectors, wake_rules
 from .model_routes import upstream_path
 
 UPSTREAM_PREFIX = "/upstream/"
-# What an asleep server that keeps serving (ComfyUI's) answers without waking: reads.
-_NO_GPU = frozenset({"GET", "HEAD"})
 IGNORED_PATH = "path matches upstream.ignorePaths"
 IGNORED_WEBSOCKET = "ignored websocket requests cannot start it"
 
@@ -239,7 +238,13 @@ def _local(
 ) -> Decision:
     """`dozing`: whether a model is asleep (or falling asleep, or waking)."""
     serve = Serve(path_qs, route, None, rename, filters, False, True, ask.websocket)
-    if (ask.websocket or ask.method in _NO_GPU) and _serves_asleep(route) and dozing(route.id):
+    sleep = route.sleep
+    if (
+        sleep is not None
+        and sleep.serves_asleep
+        and dozing(route.id)
+        and not wake_rules.wakes(sleep, ask.method, ask.websocket, path_qs)
+    ):
         serve.admitted = False
         return serve
     if ask.websocket and route.ignore_websockets:
@@ -253,10 +258,6 @@ def _local(
             return not_loaded(route.id, reason)
         serve.admitted = ask.websocket
     return serve
-
-
-def _serves_asleep(route: RouteModel) -> bool:
-    return route.sleep is not None and route.sleep.serves_asleep
 
 
 def _peer(ask: Ask, peer: PeerTarget, path_qs: str, named: str | None) -> Serve:

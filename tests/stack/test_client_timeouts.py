@@ -32,6 +32,9 @@ def stack(stack_factory: Callable[..., Stack]) -> Stack:
             "healthCheckTimeout": 15,
             "clientBodyTimeout": 0.5,
             "sendTimeout": 0.5,
+            # The stall's own timeout ends these waits: the minimum rate's grace (0.5 s and a
+            # little) would race it on a loaded machine; it has its own tests below.
+            "clientBodyMinRate": 0,
             "models": {
                 "a": local_model("a", a),
                 # Slow to get healthy: a request for it waits a while for its start.

@@ -89,7 +89,7 @@ def _stops(stack: Stack, model: str) -> list[tuple[str, str]]:
     """Its stop records' causes, and why a sleep that was to be failed (`fell_back`)."""
     _, swaps = stack.get_json("/api/swaps")
     return [
-        (s["cause"], s["fell_back"])
+        (s["cause"], s.get("fell_back", ""))
         for s in swaps["swaps"]
         if s["model"] == model and s["kind"] == "stop"
     ]

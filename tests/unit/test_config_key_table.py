@@ -10,6 +10,7 @@ import pytest
 
 from swapd.daemon.config import shape
 from swapd.daemon.config.floor.schema import Key, keys_of
+from swapd.daemon.config.sections.sleep_fields import WRITTEN
 from tests.support.paths import REPO
 
 DOC = REPO / "docs" / "configuration.md"
@@ -66,3 +67,23 @@ def test_every_model_key_has_a_row_and_every_row_a_key() -> None:
 def test_a_key_added_without_a_row_fails(section: type[shape.Section], heading: str) -> None:
     with pytest.raises(AssertionError, match="without a row"):
         _check({**keys_of(section), "brandNewKey": Key()}, _rows(heading))
+
+
+def _sleep_rows() -> list[str]:
+    """The key column of the `sleep` section's key table (the one headed `| key | value |`)."""
+    text = DOC.read_text()
+    start = text.index("\n### `sleep`\n")
+    section = text[start : text.index("\n#", start + 1)]
+    table = section[section.index("\n| key | value |") :]
+    names: list[str] = []
+    for line in table.splitlines()[3:]:
+        if not line.startswith("| `"):
+            break
+        names += re.findall(r"`([^`]+)`", line.split(" | ")[0])
+    return names
+
+
+def test_every_sleep_key_has_a_row_and_every_row_a_key() -> None:
+    # `sleep`'s mapping form is read by its preset step (sections/sleep_fields.py), which
+    # declares the keys it takes.
+    assert sorted(_sleep_rows()) == sorted(WRITTEN.settings)

@@ -561,7 +561,14 @@ class _RecordingLink:
     def __init__(self) -> None:
         self.casts: list[tuple[str, int]] = []
 
-    def activity(self, model: str, in_flight: int, at: float | None = None) -> None:
+    def activity(
+        self,
+        model: str,
+        in_flight: int,
+        at: float | None = None,
+        claimed: int = 0,
+        websockets: int = 0,
+    ) -> None:
         self.casts.append((model, in_flight))
 
     def drained(self, model: str, epoch: int) -> None:
@@ -601,6 +608,41 @@ async def test_activity_sends_the_idle_edge_at_once_and_folds_the_rest_into_one_
     rt.activity_timer = asyncio.get_running_loop().call_later(0, flush, rt)
     await asyncio.wait_for(flushed, ACTIVITY_INTERVAL_S * 5)
     assert link.casts == [("m", 1), ("m", 0), ("m", 0)]
+
+
+async def test_an_ignored_websocket_opening_or_closing_is_told_at_once_and_is_not_use() -> None:
+    """`Admission.sockets_changed`: the daemon keeps an asleep model with an open websocket from
+    its `stopAfter` (issue 37 item 5), so the count goes out when it turns non-zero or zero,
+    carrying the last request's time unchanged (a websocket is not TTL activity)."""
+    from swapd.ipc.model_status import ModelStatus
+    from swapd.proxy.admission import Admission
+    from swapd.proxy.mirror.state import ModelRuntime, ProxyState
+
+    sent: list[tuple[int, float | None, int]] = []
+
+    class Link(_RecordingLink):
+        def activity(
+            self,
+            model: str,
+            in_flight: int,
+            at: float | None = None,
+            claimed: int = 0,
+            websockets: int = 0,
+        ) -> None:
+            sent.append((in_flight, at, websockets))
+
+    admission = Admission(ProxyState(), Link())  # type: ignore[arg-type]
+    route = RouteModel(id="m", upstream="http://127.0.0.1:1", concurrency_limit=10, ttl=60)
+    rt = ModelRuntime(id="m", route=route, limit=10, status=ModelStatus(model="m", state="asleep"))
+    rt.last_activity = 123.0
+    tab = object()
+    rt.ignored_ws.add(tab)
+    admission.sockets_changed(rt)
+    assert sent == [(0, 123.0, 1)]
+    rt.ignored_ws.discard(tab)
+    admission.sockets_changed(rt)  # within the same second: the edge still goes at once
+    assert sent == [(0, 123.0, 1), (0, 123.0, 0)]
+    assert rt.last_activity == 123.0
 
 
 def test_the_loading_progress_says_what_a_swap_waits_for() -> None:

@@ -49,6 +49,11 @@ def sleep(setting: SleepSetting) -> dict[str, Any]:
         "wakeEndpoints": calls(setting.wake),
         "stopAfter": number(setting.stop_after),
         "servesAsleep": setting.serves_asleep,
+        **(
+            {"wakeOn": [f"{rule.method} {rule.path}" for rule in setting.wake_on]}
+            if setting.wake_on is not None
+            else {}
+        ),
     }
 
 
@@ -130,6 +135,24 @@ def model_busy_check(model: Any) -> dict[str, Any]:
 
 def model_sleep(model: Any) -> dict[str, Any]:
     return {} if model.sleep is None else {"sleep": sleep(model.sleep)}
+
+
+def wake_probe(model: Any) -> dict[str, Any]:
+    probe = model.wake_probe
+    if probe is None:
+        return {"wakeProbe": "off"} if model.sleep is not None else {}
+    if probe.default:
+        return {}  # the default, which `sleep` implies
+    body: dict[str, Any] = {"method": probe.method, "path": probe.path}
+    if probe.body:
+        body["body"] = probe.body
+    if probe.json_path:
+        body["jsonPath"] = ".".join(probe.json_path)
+    for name in ("expect", "match"):
+        if getattr(probe, name) is not None:
+            body[name] = getattr(probe, name)
+    body["timeout"] = number(probe.timeout)
+    return {"wakeProbe": body}
 
 
 # The top level's keys read by hand (`shape.Top`), from the resolved `Config`.

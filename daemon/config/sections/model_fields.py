@@ -16,7 +16,7 @@ from typing import Any
 from urllib.parse import quote, urlsplit
 
 from ....ipc.reserved import COMFYUI_MODEL_ID
-from ....ipc.routing_table import Capabilities
+from ....ipc.routing_table import Capabilities, SleepSetting
 from ....ipc.routing_table import Timeouts as RouteTimeouts
 from .. import model as c
 from .. import shape
@@ -31,6 +31,8 @@ from .gpu_fields import vram_of
 from .sleep_fields import Timeouts as SleepTimeouts
 from .sleep_fields import read_sleep
 from .timeouts import timeouts_of
+from .wake_probe_fields import DEFAULT as DEFAULT_WAKE_PROBE
+from .wake_probe_fields import for_model, read_wake_probe
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # Linux refuses to exec an argument over 128 KiB (MAX_ARG_STRLEN); a longer command is a mistake,
@@ -51,6 +53,7 @@ COMFYUI_CONCURRENCY_REASON = (
 # The model keys read by hand here, each by its quirk function (keys.resolve calls them in the
 # order of shape.Model's fields).
 QUIRKS = keys.Quirks(shape.Model)
+QUIRKS.read("wake_probe")(read_wake_probe)
 
 
 @dataclass(frozen=True)
@@ -96,6 +99,7 @@ def build(
     if len(report.errors) > errors_before or cmd is None or proxy is None:
         return None
 
+    read["wake_probe"] = _wake_probe(read["wake_probe"], sleep, read, model_id, path, report)
     ignore_websockets = bool(spec.compat and spec.compat.ignore_websockets)
     limit = read.pop("concurrency_limit")
     forced: list[c.Forced] = []
@@ -123,6 +127,26 @@ def build(
         forced=tuple(forced),
         sleep=sleep,
     )
+
+
+def _wake_probe(
+    probe: c.WakeProbe | None,
+    sleep: SleepSetting | None,
+    read: Mapping[str, Any],
+    model_id: str,
+    path: Path,
+    report: Report,
+) -> c.WakeProbe | None:
+    """What verifies the model's wakes: none without `sleep`; none by default for ComfyUI's
+    preset (no chat API to ask); else the probe, asking for the model by the name its server
+    knows it by."""
+    if sleep is None:
+        if probe is not None and probe is not DEFAULT_WAKE_PROBE:
+            report.warn((*path, "wakeProbe"), "the model has no sleep setting: no wake to verify")
+        return None
+    if probe is DEFAULT_WAKE_PROBE and sleep.preset == "comfyui":
+        return None
+    return for_model(probe, read.get("use_model_name") or model_id)
 
 
 def command(text: str | None, where: Path, report: Report, *, stop: bool) -> tuple[str, ...] | None:

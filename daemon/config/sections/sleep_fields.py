@@ -17,14 +17,16 @@ preset sleeps it (and any CUDA server) from outside, through the driver's checkp
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import msgspec
 
-from ....ipc.routing_table import HttpCall, SleepMethod, SleepSetting
+from ....ipc.routing_table import HttpCall, SleepMethod, SleepSetting, WakeRule
 from ..floor.issues import Report, describe
+from ..floor.patterns import has_nested_quantifier
 from ..floor.presets import Presets
 from ..floor.schema import known_keys
 from ..floor.yaml_nodes import Path
@@ -35,6 +37,8 @@ LLMSNAP_KEYS = ("sleepMode", "sleepEndpoints", "wakeEndpoints")
 DEFAULT_REQUEST_TIMEOUT = 10.0
 MIN_REQUEST_TIMEOUT = 1.0
 METHODS = ("GET", "POST", "PUT", "PATCH")
+# What a `wakeOn` entry may name: a request's method, or `*` for any.
+WAKE_METHODS = ("*", "GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
 
 _COMFYUI_FREE = '{"unload_models": true, "free_memory": true}'
 
@@ -70,12 +74,16 @@ PRESETS: dict[str, SleepSetting] = {
         preset="sglang",
     ),
     # ComfyUI unloads its models and frees its cache; the next job loads what it needs, so a
-    # wake is the health check alone. Its page, websocket and polls keep being served.
+    # wake is the health check alone. Only a job needs the GPU: its page, websocket, polls,
+    # settings and saved workflows keep being served asleep (ComfyUI's server answers them while
+    # its models are freed). It queues a job at `POST /prompt`, and at `/api/prompt` since its
+    # route prefix.
     "comfyui": SleepSetting(
         sleep=(HttpCall("/free", body=_COMFYUI_FREE, timeout=30.0),),
         wake=(),
         preset="comfyui",
         serves_asleep=True,
+        wake_on=(WakeRule("POST", "/prompt"), WakeRule("POST", "/api/prompt")),
     ),
     # Any CUDA server (llama.cpp, whisper.cpp, a custom container): its processes that hold GPU
     # memory are locked and checkpointed by the driver (NVIDIA 570 and later), the memory copied
@@ -110,6 +118,7 @@ WRITTEN = Presets(
         "wakeRequestTimeout",
         "stopAfter",
         "servesAsleep",
+        "wakeOn",
         "lockTimeout",
     ),
 )
@@ -198,12 +207,26 @@ def _mapping(
         return None
     start = base if base is not None else SleepSetting(sleep=sleep or ())
     start = _with_timeouts(start, timeouts, {"sleep": sleep is not None, "wake": wake is not None})
+    serves_asleep = serves if serves is not None else start.serves_asleep
+    wake_on = start.wake_on
+    if value.get("wakeOn") is not None:
+        wake_on = _wake_rules(value["wakeOn"], (*where, "wakeOn"), report)
+        if wake_on is None:
+            return None
+        if not serves_asleep:
+            report.error(
+                (*where, "wakeOn"),
+                "needs servesAsleep: true (a server that serves nothing while asleep wakes for "
+                "every request)",
+            )
+            return None
     return msgspec.structs.replace(
         start,
         sleep=sleep if sleep is not None else start.sleep,
         wake=wake if wake is not None else start.wake,
         stop_after=stop_after if stop_after is not None else start.stop_after,
-        serves_asleep=serves if serves is not None else start.serves_asleep,
+        serves_asleep=serves_asleep,
+        wake_on=wake_on if serves_asleep else None,
     )
 
 
@@ -218,11 +241,12 @@ def _cuda(
                 (*where, key), "preset cuda sends no HTTP call: it takes no endpoints", key=True
             )
             return None
-    if value.get("servesAsleep"):
-        report.error(
-            (*where, "servesAsleep"), "a checkpointed server serves nothing while asleep", key=True
-        )
-        return None
+    for key in ("servesAsleep", "wakeOn"):
+        if value.get(key):
+            report.error(
+                (*where, key), "a checkpointed server serves nothing while asleep", key=True
+            )
+            return None
     lock = _seconds(value.get("lockTimeout"), (*where, "lockTimeout"), report, 0.0)
     stop_after = _seconds(value.get("stopAfter"), (*where, "stopAfter"), report, 0.0)
     if lock is False or stop_after is False:
@@ -235,6 +259,52 @@ def _cuda(
         lock_timeout=float(lock) if lock is not None else base.lock_timeout,
         stop_after=float(stop_after) if stop_after is not None else base.stop_after,
     )
+
+
+def _wake_rules(value: Any, where: Path, report: Report) -> tuple[WakeRule, ...] | None:
+    """`wakeOn`: a list of `"METHOD /path"` (`*` for any method; the path a regular expression
+    matched against the whole path on the model's own server); None after an error."""
+    if not isinstance(value, list):
+        report.error(where, f"expected a list of 'METHOD /path' patterns, got {describe(value)}")
+        return None
+    rules: list[WakeRule] = []
+    for index, item in enumerate(value):
+        rule = _wake_rule(item, (*where, index), report)
+        if rule is None:
+            return None
+        rules.append(rule)
+    if not rules:
+        report.warn(where, "lists nothing: no request wakes it (only a load or a wake by hand)")
+    return tuple(rules)
+
+
+def _wake_rule(item: Any, where: Path, report: Report) -> WakeRule | None:
+    method, _, path = item.strip().partition(" ") if isinstance(item, str) else ("", "", "")
+    path = path.strip()
+    if not method or not path:
+        report.error(
+            where, f"expected 'METHOD /path' (e.g. 'POST /api/prompt'), got {describe(item)}"
+        )
+        return None
+    if method.upper() not in WAKE_METHODS:
+        report.error(where, f"invalid method {method!r} (must be {', '.join(WAKE_METHODS)})")
+        return None
+    if not path.startswith("/"):
+        report.error(where, f"expected a path starting with '/', got {path!r}")
+        return None
+    try:
+        re.compile(path)
+    except re.error as exc:
+        report.error(where, f"invalid regular expression {path!r}: {exc}")
+        return None
+    if has_nested_quantifier(path):
+        report.warn(
+            where,
+            f"pattern {path!r} repeats a group that itself repeats (nested quantifiers, as in "
+            "(a+)+$): on a path that almost matches it can take exponential time, and it runs "
+            "on every request to the asleep model",
+        )
+    return WakeRule(method.upper(), path)
 
 
 def _with_timeouts(

@@ -10,7 +10,7 @@ import * as events from "./events.js";
 const MAX_ROWS = 200;
 // Every phase a record may carry (`/api/swaps`), in the order they run: a wake's own is `wake`,
 // a sleep's (or a swap's evicted model put to sleep) `sleep`.
-export const PHASES = ["drain", "stop", "sleep", "start", "health", "wake"];
+export const PHASES = ["drain", "stop", "sleep", "start", "health", "wake", "verify"];
 const records = new Map(); // id -> record
 const subscribers = [];
 
@@ -44,6 +44,7 @@ function cause(r) {
     case "asleep_ttl": return "asleep past its stopAfter";
     case "sleep_failed": return "its sleep failed";
     case "wake_failed": return "its wake failed";
+    case "wake_unverified": return "its wake was not verified";
     default: return r.reason || r.cause;
   }
 }
