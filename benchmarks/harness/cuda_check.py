@@ -104,7 +104,7 @@ async def suspend(
             except Exception as exc:
                 rows.append(("suspend", "sleep FAILED", str(exc)))
                 return False
-            for step, pid, seconds in sleeper.cuda.steps:
+            for step, pid, seconds in sleeper.cuda.steps["holder"]:
                 rows.append(("suspend", f"{step} pid {pid}", f"{seconds:.3f} s"))
             facts = sleeper.of("holder")
             rows.append(("suspend", "sleep in all (with the release check)", f"{took:.3f} s"))
@@ -120,7 +120,7 @@ async def suspend(
             except Exception as exc:
                 rows.append(("suspend", "wake FAILED", str(exc)))
                 return False
-            for step, pid, seconds in sleeper.cuda.steps:
+            for step, pid, seconds in sleeper.cuda.steps["holder"]:
                 rows.append(("suspend", f"{step} pid {pid}", f"{seconds:.3f} s"))
             rows.append(("suspend", "wake in all (with the health check)", f"{took:.3f} s"))
         rows.append(("suspend", "NVML: the holder holds, woken", gib(_held(backend, holder.pid))))

@@ -67,15 +67,20 @@ class CudaSleeper:
     meminfo: Path = MEMINFO
     backend: CheckpointBackend | Unavailable | None = None  # None: chosen at its first use
     checkpointed: dict[str, tuple[int, ...]] = field(default_factory=dict)
-    # The last sleep's or wake's steps: (step, pid, seconds), for the log and the GPU check.
-    steps: list[tuple[Step, int, float]] = field(default_factory=list)
+    # By model id, its last sleep's or wake's steps: (step, pid, seconds), for the log and the
+    # GPU check (a swap puts several models to sleep side by side).
+    steps: dict[str, list[tuple[Step, int, float]]] = field(default_factory=dict)
 
     def chosen(self) -> CheckpointBackend | Unavailable:
         if self.backend is None:
             self.backend = make_checkpointer(self.environ)
         return self.backend
 
-    async def _call(self, step: Step, pid: int, *args: float) -> None:
+    async def _chosen(self) -> CheckpointBackend | Unavailable:
+        # Its first use imports the bindings and calls cuInit: not on the event loop.
+        return self.backend if self.backend is not None else await asyncio.to_thread(self.chosen)
+
+    async def _call(self, model_id: str, step: Step, pid: int, *args: float) -> None:
         backend = self.chosen()
         assert not isinstance(backend, Unavailable)
         began = time.monotonic()
@@ -89,7 +94,7 @@ class CudaSleeper:
                 ) from None
         else:
             await asyncio.to_thread(call, pid)
-        self.steps.append((step, pid, time.monotonic() - began))
+        self.steps.setdefault(model_id, []).append((step, pid, time.monotonic() - began))
 
     async def sleep_model(
         self,
@@ -152,8 +157,8 @@ class CudaSleeper:
     ) -> None:
         """Lock and checkpoint `pids` (the model's processes that hold GPU memory, `footprint`
         bytes in all). Raises `SleepFailed` with its cause; what it did is undone first."""
-        backend = self.chosen()
-        self.steps = []
+        backend = await self._chosen()
+        self.steps[model_id] = []
         if isinstance(backend, Unavailable):
             raise SleepFailed(
                 f"sleep: cuda cannot be used here: {backend.reason}", StopCause.CUDA_UNAVAILABLE
@@ -170,10 +175,10 @@ class CudaSleeper:
         done: list[int] = []
         try:
             for pid in pids:
-                await self._call(Step.LOCK, pid, lock_timeout)
+                await self._call(model_id, Step.LOCK, pid, lock_timeout)
                 locked.append(pid)
             for pid in pids:
-                await self._call(Step.CHECKPOINT, pid)
+                await self._call(model_id, Step.CHECKPOINT, pid)
                 done.append(pid)
         except CheckpointError as exc:
             await self._undo(model_id, locked, done)
@@ -184,15 +189,15 @@ class CudaSleeper:
                 ) from exc
             raise SleepFailed(str(exc), StopCause.CUDA_CHECKPOINT_FAILED) from exc
         self.checkpointed[model_id] = tuple(pids)
-        log.info("%s checkpointed: %s", model_id, self.said())
+        log.info("%s checkpointed: %s", model_id, self.said(model_id))
 
     async def _undo(self, model_id: str, locked: list[int], done: list[int]) -> None:
         """Give back what a failed sleep took: restore the checkpointed, unlock the locked."""
         for pid in reversed(locked):
             try:
                 if pid in done:
-                    await self._call(Step.RESTORE, pid)
-                await self._call(Step.UNLOCK, pid)
+                    await self._call(model_id, Step.RESTORE, pid)
+                await self._call(model_id, Step.UNLOCK, pid)
             except CheckpointError as exc:
                 log.warning("%s: after its failed sleep, %s", model_id, exc)
 
@@ -200,8 +205,8 @@ class CudaSleeper:
         """Restore and unlock what its sleep checkpointed, each in turn; after a daemon restart
         (nothing recorded), whatever of its process `tree` the driver says is checkpointed or
         locked. Raises `WakeFailed` with its cause."""
-        backend = self.chosen()
-        self.steps = []
+        backend = await self._chosen()
+        self.steps[model_id] = []
         if isinstance(backend, Unavailable):
             raise WakeFailed(
                 f"sleep: cuda cannot be used here: {backend.reason}", StopCause.CUDA_RESTORE_FAILED
@@ -210,16 +215,16 @@ class CudaSleeper:
         try:
             if recorded is not None:
                 for pid in recorded:
-                    await self._call(Step.RESTORE, pid)
-                    await self._call(Step.UNLOCK, pid)
+                    await self._call(model_id, Step.RESTORE, pid)
+                    await self._call(model_id, Step.UNLOCK, pid)
             else:
                 for pid in tree:
-                    await self._adopted(pid)
+                    await self._adopted(model_id, pid)
         except CheckpointError as exc:
             raise WakeFailed(str(exc), StopCause.CUDA_RESTORE_FAILED) from exc
-        log.info("%s restored: %s", model_id, self.said())
+        log.info("%s restored: %s", model_id, self.said(model_id))
 
-    async def _adopted(self, pid: int) -> None:
+    async def _adopted(self, model_id: str, pid: int) -> None:
         backend = self.chosen()
         assert not isinstance(backend, Unavailable)
         try:
@@ -227,17 +232,18 @@ class CudaSleeper:
         except CheckpointError:
             return  # no CUDA process: nothing of it was checkpointed
         if state is ProcessState.CHECKPOINTED:
-            await self._call(Step.RESTORE, pid)
+            await self._call(model_id, Step.RESTORE, pid)
             state = ProcessState.LOCKED
         if state is ProcessState.LOCKED:
-            await self._call(Step.UNLOCK, pid)
+            await self._call(model_id, Step.UNLOCK, pid)
 
     def forget(self, model_id: str) -> None:
         self.checkpointed.pop(model_id, None)
 
-    def said(self) -> str:
-        """The last sleep's or wake's steps, for a log line."""
-        return ", ".join(f"{step} {pid} {seconds:.2f}s" for step, pid, seconds in self.steps)
+    def said(self, model_id: str) -> str:
+        """Its last sleep's or wake's steps, for a log line."""
+        steps = self.steps.get(model_id, [])
+        return ", ".join(f"{step} {pid} {seconds:.2f}s" for step, pid, seconds in steps)
 
 
 def _gib(n: int) -> str:
