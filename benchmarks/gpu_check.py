@@ -14,10 +14,11 @@ Run it on the GPU machine, in swapd's venv: `python -m benchmarks gpu_check [--g
 `--full` is the one prepared check of a GPU host (docs/gpus.md, "The prepared GPU check"): after
 the inventory, `sleep: cuda`'s two sections (harness/cuda_check.py: a holder of `--cuda-gib` GiB
 suspended and restored through swapd's own code path, its pattern read back; then `swapd run`
-with two such holders as `sleep: cuda` models with `gpus: auto`, swapped back and forth, each wake
-verified), then the release check above and gpu_placement_check (`--placement-mib`); at the end
-one table of every figure. Needs only swapd, its dependencies and `cuda-bindings` (no torch): see
-benchmarks/gpu_wheels.sh. `--fake`: a dry run on the fake NVML backend and the checkpoint stand-in.
+with two such holders as `sleep: cuda` models with `gpus: auto`, a ballast process leaving room
+for one of them only, swapped back and forth, each wake verified), then the release check above
+and gpu_placement_check (`--placement-mib`); at the end one table of every figure. Needs only
+swapd, its dependencies and `cuda-bindings` (no torch): see benchmarks/gpu_wheels.sh. `--fake`:
+a dry run on the fake NVML backend and the checkpoint stand-in.
 """
 
 from __future__ import annotations
@@ -119,7 +120,8 @@ async def check(argv: list[str]) -> int:
         env = dict(os.environ)
         ok = await cuda_check.suspend(backend, size, (target.index, target.uuid), env, rows)
         free = next(d for d in backend.devices() if d.index == target.index).free_bytes
-        ok = await asyncio.to_thread(cuda_check.swapd, free, env, rows) and ok
+        gpu_free = (target.index, free)
+        ok = await asyncio.to_thread(cuda_check.swapd, size, gpu_free, env, rows) and ok
     baseline = next(d for d in backend.devices() if d.index == target.index).used_bytes
 
     size = args.mib * 2**20

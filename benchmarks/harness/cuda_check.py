@@ -5,11 +5,11 @@
    (`Sleeper` with the `cuda` preset: lock, checkpoint, then the release check; restore, unlock,
    the check that the memory is back, the health check), NVML's figure before and after each,
    the time of each step, and the holder reading its pattern back.
-2. `swapd`: a real `swapd run` with two holders as `sleep: cuda` models with `gpus: auto`, each
-   holding more than half of the GPU's free memory (so that placement by memory cannot run both:
-   each start puts the other to sleep), swapped back and forth through the proxy; each answer is
-   the woken holder reading its pattern back, with the wake's time, the residual and the
-   placement swapd learned.
+2. `swapd`: a real `swapd run` with two holders as `sleep: cuda` models with `gpus: auto`,
+   swapped back and forth through the proxy; a ballast process (not a model) holds the rest of
+   the GPU but room for one and a half holders, so that placement by memory cannot run both and
+   each start puts the other to sleep. Each answer is the woken holder reading its pattern back,
+   with the wake's time, the residual and the placement swapd learned.
 
 Each adds rows (section, what, figure) to the table gpu_check prints. With `fake`, the fake NVML
 backend and the checkpoint stand-in (daemon/machinery/cuda_fake.py) stand for the GPU.
@@ -132,18 +132,42 @@ async def suspend(
         await asyncio.to_thread(holder.wait, 30)
 
 
-def swapd(free: int, env: dict[str, str], rows: Rows, rounds: int = 2) -> bool:
-    """Section 2 on a GPU with `free` bytes free; False when a wake was not verified."""
-    fake = " --fake" if env.get("SWAPD_GPU_BACKEND") == "fake" else ""
-    size = int(free * 0.55)
-    rows.append(("swapd", "each holder holds (55 % of the GPU's free memory)", gib(size)))
+def swapd(
+    size: int, gpu: tuple[int, int], env: dict[str, str], rows: Rows, rounds: int = 2
+) -> bool:
+    """Section 2 on the GPU `gpu` (its index, its free bytes); False when a wake was not
+    verified."""
+    index, free = gpu
+    fake = ["--fake"] if env.get("SWAPD_GPU_BACKEND") == "fake" else []
+    ballast_bytes = free - size * 3 // 2
+    if ballast_bytes <= 0:
+        rows.append(("swapd", "SKIPPED", f"the GPU has {gib(free)} free: too little for two"))
+        return False
+    ballast = subprocess.Popen(
+        [sys.executable, str(HOLDER), str(ballast_bytes), *fake],
+        env={**env, "CUDA_VISIBLE_DEVICES": str(index)},
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert ballast.stdout is not None
+        line = ballast.stdout.readline().strip()
+        rows.append(("swapd", "ballast (not a model)", line or f"FAILED ({ballast.wait()})"))
+        return bool(line) and _swap(size, " ".join(fake), env, rows, rounds)
+    finally:
+        ballast.terminate()
+        ballast.wait(30)
+
+
+def _swap(size: int, fake: str, env: dict[str, str], rows: Rows, rounds: int) -> bool:
+    rows.append(("swapd", "each holder holds", gib(size)))
     names = ["h0", "h1"]
     config = {
         "healthCheckTimeout": 120,
         "startPort": free_port_range(len(names)),
         "models": {
             name: {
-                "cmd": f"{sys.executable} {HOLDER} {size} --port ${{PORT}} --pattern{fake}",
+                "cmd": f"{sys.executable} {HOLDER} {size} --port ${{PORT}} --pattern {fake}",
                 "proxy": "http://127.0.0.1:${PORT}",
                 "checkEndpoint": "/health",
                 "gpus": "auto",

@@ -94,7 +94,7 @@ def test_the_prepared_gpu_checks_dry_run_suspends_a_holder_and_swaps_two_through
     kinds = re.findall(r"^swapd\s+(h[01]): (start|swap|wake) \(", table, re.M)
     assert kinds == [("h0", "start"), ("h1", "swap"), ("h0", "wake"), ("h1", "wake")], table
     assert len(re.findall(r"pattern intact \(dry run\)$", table, re.M)) == 5
-    assert re.search(r"^swapd\s+h0: asleep, on GPU-\S+\s+footprint 4\.40 GiB", table, re.M)
+    assert re.search(r"^swapd\s+h0: asleep, on GPU-\S+\s+footprint 1\.00 GiB", table, re.M)
     assert re.search(r"^release\s+wait_released after the exit was reaped\s+released", table, re.M)
     assert re.search(r"^placement\s+gpu_placement_check .*exit 0$", table, re.M)
     assert "every wake verified: yes" in out
