@@ -301,14 +301,15 @@ class _Build:
                 gpus_auto=model.gpus_auto,
             )
             errors_before = len(report.errors)
-            spec = self.typed.section(model.body, shape.Model, model.path)
+            body = sleep_fields.one_form(model.body, model.path, report)
+            spec = self.typed.section(body, shape.Model, model.path)
             aliases[model.id] = model_fields.aliases_of(model.id, spec.aliases, report)
             by_id[model.id] = model_fields.by_id_names(model.id, spec)
             extra = [n for n in by_id[model.id] if n not in aliases[model.id]]
             result = model_fields.build(
                 model.id,
                 spec,
-                model.body,
+                body,
                 port=model.port,
                 gpus=model.gpus,
                 gpus_auto=model.gpus_auto,
