@@ -336,6 +336,7 @@ class _Build:
         top_fields.peer_namespace(top, peers, report)
         chosen = selectors.read(top.selectors, names, peers, routes.groups, routes.matrix, report)
         perf_disabled, perf_every = observe_fields.performance(top, report)
+        learn, learn_prefetch = observe_fields.learning(top)
         return c.Config(
             **plain.fields,
             models=built,
@@ -359,6 +360,8 @@ class _Build:
             session_headers=observe_fields.session_headers(top, self.typed),
             performance_disabled=perf_disabled,
             performance_every=perf_every,
+            learn=learn,
+            learn_prefetch=learn_prefetch,
             cors=security_fields.cors(top, self.typed, report),
         )
 

@@ -182,6 +182,9 @@ class Model(Section, frozen=True):
     ) = None
     # Read at the macro stage (stages.expand_model), before typing: macros expand what is typed.
     macros: Any = None
+    # Weight files besides those `cmd` names after -m/--model/--mmproj: read ahead into the page
+    # cache when it is the likely next model, and measured there (observe/page_cache.py).
+    weights: Annotated[Texts, Key(factory=tuple, unset=((),))] | None = None
     # nginx's `client_body_timeout` and `send_timeout`, in seconds (0: none; default 60).
     client_body_timeout: Seconds | None = None
     send_timeout: Seconds | None = None
@@ -308,6 +311,15 @@ class Performance(Section, frozen=True):
     every: Annotated[int | str, Expect("a duration such as 5s or 1m")] | None = None
 
 
+class Learn(Section, frozen=True):
+    """What swapd learns of the traffic (`daemon/observe/learning.py`); read in
+    observe_fields.py."""
+
+    enabled: bool | None = None
+    # Read the likely next model's weight files into the page cache.
+    prefetch: bool | None = None
+
+
 class Cors(Section, frozen=True):
     """llama-swap's `security.cors` (read in security_fields.py)."""
 
@@ -393,5 +405,6 @@ class Top(Section, frozen=True):
     wake_request_timeout: Annotated[int | float, Expect("seconds (a number)")] | None = None
     ui: Ui | None = None
     performance: Performance | None = None
+    learn: Learn | None = None
     profiles: dict[str, Profile] | None = None
     selectors: dict[str, Selector] | None = None

@@ -1,6 +1,6 @@
 """The `ui` and `performance` sections, as llama-swap reads them: the session headers its web UI
 shows (trimmed, repeats dropped case-insensitively, llama-swap's default when none is left),
-and the sampler's switch and interval (a Go duration, at least 5 s)."""
+and the sampler's switch and interval (a Go duration, at least 5 s); and swapd's `learn`."""
 
 from __future__ import annotations
 
@@ -32,6 +32,15 @@ def performance(top: shape.Top, report: Report) -> tuple[bool, float]:
         return False, c.DEFAULT_PERFORMANCE_EVERY
     every = _every(spec.every, report)
     return bool(spec.disabled), every
+
+
+def learning(top: shape.Top) -> tuple[bool, bool]:
+    """(learn.enabled, learn.prefetch): both on by default; prefetch needs the learning."""
+    spec = top.learn
+    if spec is None:
+        return True, True
+    enabled = spec.enabled is not False
+    return enabled, enabled and spec.prefetch is not False
 
 
 def _every(raw: int | str | None, report: Report) -> float:
