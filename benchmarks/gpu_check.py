@@ -10,6 +10,15 @@ Run it on the GPU machine, in swapd's venv: `python -m benchmarks gpu_check [--g
 3. The child exits (SIGTERM, or SIGKILL with --kill); the script times how long, after the exit was
    reaped, `wait_released` takes to see the process gone, and how long the GPU's `used` takes to
    come back to what it was before the child started.
+
+`--full` is the one prepared check of a GPU host (docs/gpus.md, "The prepared GPU check"): after
+the inventory, `sleep: cuda`'s two sections (harness/cuda_check.py: a holder of `--cuda-gib` GiB
+suspended and restored through swapd's own code path, its pattern read back; then `swapd run`
+with two such holders as `sleep: cuda` models with `gpus: auto`, a ballast process leaving room
+for one of them only, swapped back and forth, each wake verified), then the release check above
+and gpu_placement_check (`--placement-mib`); at the end one table of every figure. Needs only
+swapd, its dependencies and `cuda-bindings` (no torch): see benchmarks/gpu_wheels.sh. `--fake`:
+a dry run on the fake NVML backend and the checkpoint stand-in.
 """
 
 from __future__ import annotations
@@ -20,9 +29,11 @@ import os
 import signal
 import statistics
 import sys
+import tempfile
 import time
 from pathlib import Path
 
+from .harness import cuda_check
 from .harness.report import Report
 
 # The process holding GPU memory (shared with gpu_placement_check.py).
@@ -37,6 +48,13 @@ def main(argv: list[str], report: Report) -> int:
     return asyncio.run(check(argv))
 
 
+def table(rows: cuda_check.Rows) -> str:
+    wide = [max(len(r[i]) for r in rows) for i in (0, 1)]
+    lines = [f"{'section':<{wide[0]}}  {'what':<{wide[1]}}  figure"]
+    lines += [f"{a:<{wide[0]}}  {b:<{wide[1]}}  {c}" for a, b, c in rows]
+    return "\n".join(lines)
+
+
 async def check(argv: list[str]) -> int:
     parser = argparse.ArgumentParser("python -m benchmarks gpu_check", description=__doc__)
     parser.add_argument("--gpu", default="0", help="GPU index or UUID (default 0)")
@@ -46,7 +64,18 @@ async def check(argv: list[str]) -> int:
     parser.add_argument(
         "--backend", default="nvml", help="'fake' dry-runs this script without a GPU"
     )
+    parser.add_argument("--full", action="store_true", help="the prepared check: every section")
+    parser.add_argument("--fake", action="store_true", help="--backend fake, and the stand-ins")
+    parser.add_argument("--cuda-gib", type=float, default=4.0, help="GiB each cuda holder holds")
+    parser.add_argument("--placement-mib", default="2048,3072,4096")
     args = parser.parse_args(argv)
+    rows: cuda_check.Rows = []
+    if args.fake:
+        args.backend = "fake"
+        work = Path(tempfile.mkdtemp(prefix="swapd-gpucheck-"))
+        os.environ.update(cuda_check.fake_env(work, 8 * 2**30))
+    elif args.full:
+        os.environ.update({"SWAPD_GPU_BACKEND": "nvml", "SWAPD_CUDA_CHECKPOINT": "driver"})
     if args.backend == "fake":
         os.environ.setdefault("SWAPD_FAKE_GPUS", "1")
 
@@ -65,6 +94,13 @@ async def check(argv: list[str]) -> int:
             f"GPU {d.index}: {d.name} {d.uuid} total {_mib(d.total_bytes)} "
             f"used {_mib(d.used_bytes)} free {_mib(d.free_bytes)}"
         )
+        rows.append(
+            (
+                "inventory",
+                f"GPU {d.index} {d.name}",
+                f"{d.uuid}, {_mib(d.total_bytes)} total, {_mib(d.used_bytes)} used",
+            )
+        )
     (target,) = gpu.resolve_gpus((args.gpu,), devices)
     costs = []
     for _ in range(20):
@@ -75,6 +111,17 @@ async def check(argv: list[str]) -> int:
         f"processes(): median {statistics.median(costs) * 1e3:.2f} ms over 20 calls; "
         f"{len(before)} process(es) on the GPUs now"
     )
+    rows.append(
+        ("inventory", "processes(), median of 20", f"{statistics.median(costs) * 1e3:.2f} ms")
+    )
+    ok = True
+    if args.full:
+        size = int(args.cuda_gib * 2**30)
+        env = dict(os.environ)
+        ok = await cuda_check.suspend(backend, size, (target.index, target.uuid), env, rows)
+        free = next(d for d in backend.devices() if d.index == target.index).free_bytes
+        gpu_free = (target.index, free)
+        ok = await asyncio.to_thread(cuda_check.swapd, size, gpu_free, env, rows) and ok
     baseline = next(d for d in backend.devices() if d.index == target.index).used_bytes
 
     size = args.mib * 2**20
@@ -114,10 +161,19 @@ async def check(argv: list[str]) -> int:
         t_exit = time.perf_counter()
         took = (t_exit - t_signal) * 1e3
         print(f"child exited (code {child.returncode}) {took:.1f} ms after the signal")
+        rows.append(("release", "child exit after its signal", f"{took:.1f} ms"))
         lingering = await gpu.wait_released(
             backend, {child.pid}, (target.uuid,), timeout=args.timeout, poll=0.005
         )
         t_released = time.perf_counter()
+        rows.append(
+            (
+                "release",
+                "wait_released after the exit was reaped",
+                f"{'released' if not lingering else 'LINGERING'} "
+                f"{(t_released - t_exit) * 1e3:.1f} ms",
+            )
+        )
         print(
             f"wait_released: {'released' if not lingering else f'LINGERING {lingering}'} "
             f"{(t_released - t_exit) * 1e3:.1f} ms after the exit was reaped"
@@ -132,9 +188,26 @@ async def check(argv: list[str]) -> int:
             f"GPU {target.index} used back to {_mib(used)} (baseline {_mib(baseline)} + 64 MiB) "
             f"{(time.perf_counter() - t_exit) * 1e3:.1f} ms after the exit was reaped"
         )
+        rows.append(
+            (
+                "release",
+                "GPU used back after the exit was reaped",
+                f"{(time.perf_counter() - t_exit) * 1e3:.1f} ms",
+            )
+        )
     finally:
         if child.returncode is None:
             child.kill()
             await child.wait()
         backend.close()
-    return 0
+    if args.full:
+        from . import gpu_placement_check
+
+        print("\ngpu_placement_check")
+        placement = ["--mib", args.placement_mib, *(["--fake"] if args.fake else [])]
+        code = await asyncio.to_thread(gpu_placement_check.main, placement, None)
+        rows.append(("placement", "gpu_placement_check (its figures above)", f"exit {code}"))
+        ok = ok and code == 0
+        print("\n" + table(rows))
+        print("\nevery wake verified: " + ("yes" if ok else "NO"))
+    return 0 if ok else 1

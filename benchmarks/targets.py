@@ -252,7 +252,10 @@ BENCHMARKS: tuple[Benchmark, ...] = (
     Benchmark(
         "gpu_check",
         "on a GPU host: NVML's inventory, the memory of a process holding GPU memory, how long "
-        "it takes to come back after the process exits (`--quick`: the fake backend)",
+        "it takes to come back after the process exits (`--quick`: the fake backend); `--full`: "
+        "the one prepared GPU check, `sleep: cuda` through swapd's code path and `swapd run`, "
+        "each wake verified, then the release and placement checks, in one table (`--fake`: "
+        "its dry run)",
         ("--backend", "fake", "--mib", "64"),
         note="figures for docs/gpus.md",
     ),

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from ..ipc.causes import StopCause
 from ..ipc.errors import Failure
 from ..ipc.messages import Error
 
@@ -153,12 +154,20 @@ class SleepFailed(DaemonError):
 
     default_code = "sleep_failed"
 
+    def __init__(self, message: str, cause: StopCause = StopCause.SLEEP_FAILED) -> None:
+        super().__init__(message)
+        self.cause = cause  # the stop's cause (`sleep: cuda` has its own)
+
 
 class WakeFailed(DaemonError):
     """A wake that did not end ready: a call or the health check failed or timed out. The model
     is stopped and started cold instead."""
 
     default_code = "wake_failed"
+
+    def __init__(self, message: str, cause: StopCause = StopCause.WAKE_FAILED) -> None:
+        super().__init__(message)
+        self.cause = cause  # the stop's cause (`sleep: cuda` has its own)
 
 
 class WakeUnverified(WakeFailed):
@@ -167,6 +176,9 @@ class WakeUnverified(WakeFailed):
     failed wake, with a cause of its own."""
 
     default_code = "wake_unverified"
+
+    def __init__(self, message: str, cause: StopCause = StopCause.WAKE_UNVERIFIED) -> None:
+        super().__init__(message, cause)
 
 
 class CircusUnavailable(DaemonError):

@@ -28,6 +28,15 @@ class StopCause(StrEnum):
     WAKE_UNVERIFIED = "wake_unverified"
     # Asleep and unused for longer than its `sleep.stopAfter`.
     ASLEEP_TTL = "asleep_ttl"
+    # `sleep: cuda`'s own failures (each stopped instead, as `sleep_failed`; a wake's: started
+    # cold, as `wake_failed`): the driver's checkpoint API is missing here; the lock did not
+    # get hold of its CUDA work within `lockTimeout`; the checkpoint failed; the host has too
+    # little memory available for the checkpoint; the restore (or unlock) failed.
+    CUDA_UNAVAILABLE = "cuda_unavailable"
+    CUDA_LOCK_TIMEOUT = "cuda_lock_timeout"
+    CUDA_CHECKPOINT_FAILED = "cuda_checkpoint_failed"
+    HOST_MEMORY_SHORT = "host_memory_short"
+    CUDA_RESTORE_FAILED = "cuda_restore_failed"
 
 
 class StartCause(StrEnum):

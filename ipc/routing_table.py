@@ -6,6 +6,7 @@ The daemon's config holds some of these very structs (`ModelRouting`, `RoutePeer
 
 from __future__ import annotations
 
+from enum import StrEnum
 from typing import Any
 
 import msgspec
@@ -67,6 +68,14 @@ class HttpCall(msgspec.Struct, frozen=True):
     timeout: float = 10.0
 
 
+class SleepMethod(StrEnum):
+    """How a model is put to sleep: through its server's own HTTP calls, or from outside through
+    the CUDA driver's checkpoint calls (lock, checkpoint; restore, unlock), for any server."""
+
+    HTTP = "http"
+    CUDA = "cuda"
+
+
 class WakeRule(msgspec.Struct, frozen=True):
     """One `wakeOn` entry: a request whose method is `method` (`*`: any) and whose path on the
     model's own server (decoded, without the query) matches `path` as a whole (a regular
@@ -92,6 +101,9 @@ class SleepSetting(msgspec.Struct, frozen=True):
     # With `serves_asleep`, the requests that wake it (`wakeOn`); the rest are served asleep.
     # None: every request but a GET or HEAD (a websocket never wakes it).
     wake_on: tuple[WakeRule, ...] | None = None
+    method: SleepMethod = SleepMethod.HTTP
+    # `cuda`: seconds the lock may wait for the CUDA work in flight (then the sleep fails).
+    lock_timeout: float = 10.0
 
 
 class ModelRouting(msgspec.Struct, frozen=True, kw_only=True):

@@ -98,3 +98,8 @@ class SwapRecord(msgspec.Struct, frozen=True, kw_only=True):
     folded: tuple[int, ...] = ()  # the ids of the evicted models' stop records
     # Left out of the wire (UNSET) when no phase moved bytes: a record reads as it always did.
     phase_bytes: dict[SwapPhase, int] | msgspec.UnsetType = msgspec.UNSET
+    # A take-down that was to be a sleep and came to a stop: why its sleep failed (a
+    # `StopCause`: `sleep_failed`, or `sleep: cuda`'s `cuda_unavailable`, `cuda_lock_timeout`,
+    # `cuda_checkpoint_failed`, `host_memory_short`); absent otherwise. `cause` stays the
+    # take-down's. A `StopCause` by its value, as `cause` is.
+    fell_back: str | msgspec.UnsetType = msgspec.UNSET

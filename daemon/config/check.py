@@ -5,14 +5,36 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Mapping
 
+from ...ipc.routing_table import SleepMethod
 from .loader import ConfigError, load
+from .model import Config
 from .render import render
 from .sources import ConfigSources
 
 
 def _plural(count: int, word: str) -> str:
     return f"{count} {word}" if count == 1 else f"{count} {word}s"
+
+
+def _cuda_warnings(config: Config, environ: Mapping[str, str]) -> list[str]:
+    """`sleep: cuda` where the driver's checkpoint API cannot be used: those models are stopped,
+    never put to sleep (the daemon logs why at each swap)."""
+    ids = [m.id for m in config.models.values() if m.sleep and m.sleep.method is SleepMethod.CUDA]
+    if not ids:
+        return []
+    # Only here: the machinery is no part of reading a config.
+    from ..machinery.cuda_backend import Unavailable, make_checkpointer
+
+    backend = make_checkpointer(environ)
+    if not isinstance(backend, Unavailable):
+        return []
+    return [
+        f"models.{model_id}.sleep: cuda cannot be used on this host ({backend.reason}): "
+        "a swap stops it instead"
+        for model_id in ids
+    ]
 
 
 def main(args: argparse.Namespace) -> int:
@@ -32,16 +54,17 @@ def main(args: argparse.Namespace) -> int:
         count = len(error.issues)
         print(f"{sources}: {_plural(count, 'error')}, config not usable", file=sys.stderr)
         return 1
-    for warning in loaded.warnings:
-        print(f"warning: {warning}", file=sys.stderr)
     config = loaded.config
+    notes: list[object] = [*loaded.warnings, *_cuda_warnings(config, environ)]
+    for note in notes:
+        print(f"warning: {note}", file=sys.stderr)
     summary = [_plural(len(config.models), "model")]
     if config.groups:
         summary.append(_plural(len(config.groups), "group"))
     if config.peers:
         summary.append(_plural(len(config.peers), "peer"))
-    if loaded.warnings:
-        summary.append(_plural(len(loaded.warnings), "warning"))
+    if notes:
+        summary.append(_plural(len(notes), "warning"))
     if args.print_config:
         print(f"# {sources}: resolved by swapd (macros expanded, defaults filled)")
         print(render(config), end="")

@@ -100,7 +100,7 @@ class Capabilities(Section, frozen=True):
 # `busyCheck`'s presets, by name (sections/busy_check_fields.py holds what each one asks).
 BusyPreset = Literal["comfyui", "llamacpp", "vllm"]
 # `sleep`'s presets, by name (sections/sleep_fields.py holds what each one asks).
-SleepPreset = Literal["vllm", "vllm-level2", "sglang", "comfyui"]
+SleepPreset = Literal["vllm", "vllm-level2", "sglang", "comfyui", "cuda"]
 # `kvCache`'s presets (sections/kv_cache_fields.py).
 KvCachePreset = Literal["llama.cpp", "llamacpp"]
 

@@ -13,6 +13,10 @@ A process may declare its own use instead, as a real CUDA process's use changes 
 when its environment has `SWAPD_FAKE_GPU_MEM_DIR`, the file `<that dir>/<its pid>` holds its
 bytes (tests/support/upstreams/fake_model.py `--gpu-mem`, and `POST /gpu-mem?bytes=N` to grow).
 
+A process the CUDA checkpoint stand-in (`cuda_fake.py`) has checkpointed is listed on no device,
+as NVML lists a checkpointed process nowhere (its state file is in `SWAPD_FAKE_CUDA_DIR`, read from
+the process's own environment).
+
 Several swapd instances (parallel test runs) share one /proc. When `SWAPD_FAKE_GPU_SCOPE` is set,
 only processes whose environment carries the same value count, and the daemon passes its
 environment on to the models it starts, so each instance sees only its own models.
@@ -27,6 +31,9 @@ from pathlib import Path
 
 from ...ipc.model_status import GpuInfo
 from ..errors import GpuError
+from .cuda_backend import ProcessState
+from .cuda_fake import DIR_ENV as CUDA_DIR_ENV
+from .cuda_fake import read_state
 from .gpu_backend import GpuProcess, GpuTelemetry
 
 CUDA_ENV = "CUDA_VISIBLE_DEVICES"
@@ -145,6 +152,9 @@ class FakeBackend:
             if self._scope is not None and env.get(SCOPE_ENV) != self._scope:
                 continue
             if _is_zombie(pid_dir):
+                continue
+            cuda = env.get(CUDA_DIR_ENV)
+            if cuda and read_state(cuda, pid_dir.name) is ProcessState.CHECKPOINTED:
                 continue
             used = _declared(env, pid_dir.name)
             if CUDA_ENV in env:

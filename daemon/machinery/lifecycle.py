@@ -39,8 +39,9 @@ from ...ipc.routing_table import SleepSetting
 from ...ipc.swap_record import SwapPhase
 from ..config import Config, ModelConfig
 from ..errors import ExitedDuringStart, HealthCheckTimeout, PortStillInUse, StartFailed
-from . import health, model_log, model_stop, pid_watch, ports, process_tree, sleeping
+from . import cuda_sleep, health, model_log, model_stop, pid_watch, ports, process_tree, sleeping
 from .circus_client import CircusClient
+from .cuda_sleep import CudaSleeper
 from .gpu_backend import GpuBackend
 from .model_process import (
     Running,
@@ -61,6 +62,8 @@ def _no_phase(model_id: str, phase: SwapPhase, seconds: float) -> None:
     pass
 
 
+# Where the host's MemAvailable is read for `sleep: cuda` (a test points it at a file of its own).
+MEMINFO_ENV = "SWAPD_MEMINFO"
 # A stopped model's GPU memory must be back within this, else what lingers is reported.
 GPU_RELEASE_TIMEOUT = 10.0
 # The stream class circusd imports for a model's stdout and stderr (model_output.py), by its
@@ -102,14 +105,19 @@ class Lifecycle:
         self.processes: dict[str, Running] = {}
         # By model id: what held GPU memory after its last stop (until its next start).
         self.gpu_lingering: dict[str, tuple[LingeringProcess, ...]] = {}
-        # Sleeps and wakes, and what each model holds asleep (its residual) and how long they took.
         self._session = session
         self._environ = dict(os.environ if environ is None else environ)
         # Told how long each phase took: (model id, START, HEALTH or VERIFY, seconds).
         self.on_phase = on_phase if on_phase is not None else _no_phase
         # Sleeps and wakes, and what each model holds asleep (its residual) and how long they took.
         self.sleeper = sleeping.Sleeper(
-            gpu_backend, gpu_release_timeout, asleep_dir, on_phase=self.on_phase
+            gpu_backend,
+            gpu_release_timeout,
+            asleep_dir,
+            on_phase=self.on_phase,
+            cuda=CudaSleeper(
+                self._environ, meminfo=Path(self._environ.get(MEMINFO_ENV) or cuda_sleep.MEMINFO)
+            ),
         )
         # `logToStdout` of the config in force: a model's output also to circusd's stdout?
         self.echo_output = echo_output
@@ -330,6 +338,7 @@ class Lifecycle:
     ) -> float:
         """Tell the server to take its memory back, then wait for its health check; the seconds
         it took. Raises `WakeFailed`."""
+        where = await asyncio.to_thread(sleeping.whose, running, model, self._other_pids)
         exited = asyncio.ensure_future(pid_watch.wait_exit(running.pid))
         try:
             return await self.sleeper.wake(
@@ -341,6 +350,7 @@ class Lifecycle:
                 model.health_check_timeout if model is not None else 120.0,
                 exited,
                 model.wake_probe if model is not None else None,
+                where,
             )
         finally:
             exited.cancel()

@@ -10,6 +10,10 @@ model holds afresh at every decision, so a residual that shrinks a little later 
 A server that answers its sleep calls but keeps its memory fails the sleep: the scheduler stops
 it instead. Without a GPU inventory, or with a CUDA context's worth or less held before, there is
 nothing to prove.
+
+`sleep: cuda` sends no call: the driver locks and checkpoints the model's GPU processes
+(`cuda_sleep.py`), then the same proof follows; its wake restores and unlocks them, and NVML must
+show the memory back before the health check.
 """
 
 from __future__ import annotations
@@ -25,11 +29,12 @@ from typing import Any
 import aiohttp
 
 from ...ipc import watcher_names
-from ...ipc.routing_table import HttpCall, SleepSetting
+from ...ipc.routing_table import HttpCall, SleepMethod, SleepSetting
 from ...ipc.swap_record import SwapPhase
 from ..config import ModelConfig, WakeProbe
 from ..errors import GpuError, SleepFailed, WakeFailed, WakeUnverified
 from . import gpu, health, process_tree, wake_probe
+from .cuda_sleep import CudaSleeper
 from .gpu_backend import GpuBackend, GpuProcess, NullBackend
 from .model_process import Running
 
@@ -223,6 +228,8 @@ class Sleeper:
     facts: dict[str, SleepFacts] = field(default_factory=dict)
     # Told how long each probe took: (model id, VERIFY, seconds), as the lifecycle's phases.
     on_phase: Callable[[str, SwapPhase, float], None] = lambda *_: None
+    # `sleep: cuda`'s driver calls, and what each model's sleep checkpointed.
+    cuda: CudaSleeper = field(default_factory=lambda: CudaSleeper({}))
 
     def _mark(self, model_id: str) -> Path | None:
         return None if self.marks is None else self.marks / watcher_names.watcher_name(model_id)
@@ -281,10 +288,19 @@ class Sleeper:
             except GpuError as exc:
                 log.error("%s: cannot read its GPU memory before the sleep: %s", model_id, exc)
                 backend = None
-        problem = await send_all(session, base, setting.sleep, "sleep")
-        if problem:
-            facts.last_failure = problem
-            raise SleepFailed(problem)
+        if setting.method is SleepMethod.CUDA:
+            try:
+                await self.cuda.sleep_model(
+                    model_id, backend, where, sum(before.values()), setting.lock_timeout
+                )
+            except SleepFailed as exc:
+                facts.last_failure = exc.message
+                raise
+        else:
+            problem = await send_all(session, base, setting.sleep, "sleep")
+            if problem:
+                facts.last_failure = problem
+                raise SleepFailed(problem)
         residual: dict[str, int] | None = None
         if backend is not None:
             try:
@@ -321,12 +337,27 @@ class Sleeper:
         health_timeout: float,
         exited: asyncio.Future[Any],
         probe: WakeProbe | None = None,
+        where: tuple[Collection[int] | None, Collection[str] | None, Collection[int]] = (
+            None,
+            None,
+            (),
+        ),
     ) -> float:
-        """Send the wake calls, then wait for the health check, then ask the `probe`; the
-        seconds the calls and the health check took. Raises `WakeFailed` (`WakeUnverified`
-        when the probe got no answer, or not the one it must give)."""
+        """Send the wake calls (`sleep: cuda`: restore and unlock its processes, `where` as a
+        sleep's), then wait for the health check, then ask the `probe`; the seconds the calls and
+        the health check took. Raises `WakeFailed` (`WakeUnverified` when the probe got no
+        answer, or not the one it must give)."""
         facts = self.of(model_id)
         began = time.monotonic()
+        if setting.method is SleepMethod.CUDA:
+            backend = None if isinstance(self.backend, NullBackend) else self.backend
+            try:
+                await self.cuda.wake_model(
+                    model_id, backend, where, facts.held_before, CONTEXT_BYTES
+                )
+            except WakeFailed as exc:
+                facts.last_failure = exc.message
+                raise
         problem = await send_all(session, base, setting.wake, "wake")
         if not problem:
             try:
@@ -392,4 +423,5 @@ class Sleeper:
         if facts is not None:
             facts.residual = {}
             facts.probe_answer = facts.probe_pid = None  # the next process records its own
+        self.cuda.forget(model_id)
         self._marked(model_id, None)

@@ -151,7 +151,9 @@ class Metrics:
         self.stops = Counter(
             "swapd_model_stops",
             "models stopped, by cause (swap, unload, ttl, reload, shutdown, crash, unhealthy, "
-            "sleep_failed, wake_failed, wake_unverified, asleep_ttl)",
+            "sleep_failed, wake_failed, wake_unverified, asleep_ttl; sleep: cuda's "
+            "cuda_unavailable, cuda_lock_timeout, cuda_checkpoint_failed, host_memory_short, "
+            "cuda_restore_failed)",
             ["model", "cause"],
             registry=registry,
         )

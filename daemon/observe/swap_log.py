@@ -66,6 +66,7 @@ class _Open:
     queued: float = 0.0
     waited_for: tuple[str, ...] = ()
     deferred: tuple[DeferCause, ...] = ()
+    fell_back: StopCause | None = None
     folded: tuple[int, ...] = ()
 
 
@@ -187,6 +188,8 @@ class SwapLog:
         episode = self._open.get(event.model)
         if episode is not None and event.came_to is not None:
             episode.kind = event.came_to
+        if episode is not None and event.cause not in (None, episode.cause):
+            episode.fell_back = event.cause  # its sleep failed: stopped instead, for this
         record = self._close(event.model, event.outcome, event.reason)
         if record is None or event.came_to is None:
             return
@@ -247,6 +250,7 @@ class SwapLog:
             waited_for=episode.waited_for,
             deferred=episode.deferred or msgspec.UNSET,
             folded=episode.folded,
+            fell_back=episode.fell_back or msgspec.UNSET,
         )
         self.next_id += 1
         self.records.append(record)

@@ -81,6 +81,15 @@ class Stop:
                 return f"its wake was not verified, so it was stopped to start again: {self.detail}"
             case StopCause.ASLEEP_TTL:
                 return "asleep and unused longer than its sleep.stopAfter"
+            case (
+                StopCause.CUDA_UNAVAILABLE
+                | StopCause.CUDA_LOCK_TIMEOUT
+                | StopCause.CUDA_CHECKPOINT_FAILED
+                | StopCause.HOST_MEMORY_SHORT
+            ):
+                return f"its sleep failed, so it was stopped: {self.detail}"
+            case StopCause.CUDA_RESTORE_FAILED:
+                return f"its wake failed, so it was stopped to start again: {self.detail}"
 
 
 @dataclass

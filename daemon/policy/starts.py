@@ -15,7 +15,7 @@ from ...ipc.routing_table import SleepSetting
 from ...ipc.states import ModelState
 from ...ipc.swap_record import SwapKind, SwapOutcome
 from ..config import ModelConfig
-from ..errors import BackingOff, DaemonError, EnsureError, StartFailed, WakeUnverified
+from ..errors import BackingOff, DaemonError, EnsureError, StartFailed, WakeFailed
 from .model_table import ModelTable
 from .records import Effects, H, ModelRecord, Stop
 from .story import Began, Ended
@@ -177,12 +177,9 @@ class Starts(Generic[H]):
             return None
         except Exception as exc:
             words = exc.message if isinstance(exc, DaemonError) else f"{type(exc).__name__}: {exc}"
-            # A wake whose probe answered wrongly is a cause of its own: it may serve garbage.
-            cause = (
-                StopCause.WAKE_UNVERIFIED
-                if isinstance(exc, WakeUnverified)
-                else StopCause.WAKE_FAILED
-            )
+            # A wake whose probe answered wrongly is a cause of its own (it may serve garbage:
+            # `WakeUnverified`), and so is each of `sleep: cuda`'s.
+            cause = exc.cause if isinstance(exc, WakeFailed) else StopCause.WAKE_FAILED
             failed = Stop(cause, detail=words)
             log.warning("%s: %s", rec.id, failed.text)
             models.set(rec, ModelState.STOPPING, failed.text, failed)

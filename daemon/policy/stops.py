@@ -25,7 +25,7 @@ from ...ipc.routing_table import SleepSetting
 from ...ipc.states import LOADED_STATES, ModelState
 from ...ipc.swap_record import SwapKind, SwapOutcome
 from ..config import ModelConfig
-from ..errors import DaemonError
+from ..errors import DaemonError, SleepFailed
 from . import collation
 from .changes import Changes
 from .claims import ReadyClaims
@@ -169,7 +169,9 @@ class Stops(Generic[H]):
             rec.handle = None
             self.models.set(rec, ModelState.STOPPED, stop.text, stop)
             self.claims.drop(rec.id)
-            self.effects.happened(Ended(rec.id, SwapOutcome.OK, stop.text, SwapKind.STOP))
+            self.effects.happened(
+                Ended(rec.id, SwapOutcome.OK, stop.text, SwapKind.STOP, cause=stop.cause)
+            )
         finally:
             if self._stops.get(rec.id) is asyncio.current_task():
                 del self._stops[rec.id]
@@ -196,7 +198,8 @@ class Stops(Generic[H]):
         try:
             await self.effects.sleep(rec.id, handle, rec.model, setting)
         except DaemonError as exc:
-            failed = Stop(StopCause.SLEEP_FAILED, why.for_model, detail=exc.message)
+            cause = exc.cause if isinstance(exc, SleepFailed) else StopCause.SLEEP_FAILED
+            failed = Stop(cause, why.for_model, detail=exc.message)
         except Exception as exc:  # a bug in the machinery: still a stop, never a hang
             log.exception("%s: sleep failed", rec.id)
             failed = Stop(StopCause.SLEEP_FAILED, why.for_model, f"{type(exc).__name__}: {exc}")

@@ -62,6 +62,9 @@ class Ended:
     # What a take-down came to: STOP (stopped) or SLEEP (asleep); None when a request took its
     # model back (it stays a stop of its own, folded into no swap), and for any other episode.
     came_to: SwapKind | None = None
+    # A take-down that came to a stop for another cause than it began with (its sleep failed:
+    # `sleep_failed`, `sleep: cuda`'s own causes: the record's `fell_back`); None: the same.
+    cause: StopCause | None = None
 
 
 @dataclass(frozen=True)

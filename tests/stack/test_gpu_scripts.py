@@ -64,3 +64,37 @@ def test_the_sleep_benchmarks_gpu_mode_dry_run_prints_each_presets_residual(
     ):
         row = rf"^  {re.escape(preset)}  awake\s+{awake} GiB, asleep\s+{asleep} GiB .* wake "
         assert re.search(row, out, re.M), out
+
+
+def test_the_prepared_gpu_checks_dry_run_suspends_a_holder_and_swaps_two_through_swapd(
+    tmp_path: Path,
+) -> None:
+    """`gpu_check --full` is the one prepared check of a GPU host; `--fake` runs every section on
+    the fake NVML and the checkpoint stand-in: the holder suspended through swapd's own code path
+    (lock, checkpoint; restore, unlock) and its pattern read back, then two `sleep: cuda`
+    holders swapped back and forth by `swapd run`, each wake verified, then the release and
+    placement checks, in one table."""
+    argv = ["gpu_check", "--full", "--fake", "--cuda-gib", "1", "--placement-mib", "256,512"]
+    result = subprocess.run(
+        benchmark(tmp_path, *argv),
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=400,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    out = result.stdout
+    table = out[out.index("\nsection ") :]
+    steps = re.findall(r"^suspend\s+(lock|checkpoint|restore|unlock) pid \d+\s", table, re.M)
+    assert steps == ["lock", "checkpoint", "restore", "unlock"], table
+    assert re.search(r"^suspend\s+NVML: the holder holds, awake\s+1\.00 GiB$", table, re.M)
+    assert re.search(r"^suspend\s+NVML: the process, asleep\s+0\.00 GiB$", table, re.M)
+    assert re.search(r"^suspend\s+NVML: the holder holds, woken\s+1\.00 GiB$", table, re.M)
+    kinds = re.findall(r"^swapd\s+(h[01]): (start|swap|wake) \(", table, re.M)
+    assert kinds == [("h0", "start"), ("h1", "swap"), ("h0", "wake"), ("h1", "wake")], table
+    assert len(re.findall(r"pattern intact \(dry run\)$", table, re.M)) == 5
+    assert re.search(r"^swapd\s+h0: asleep, on GPU-\S+\s+footprint 1\.00 GiB", table, re.M)
+    assert re.search(r"^release\s+wait_released after the exit was reaped\s+released", table, re.M)
+    assert re.search(r"^placement\s+gpu_placement_check .*exit 0$", table, re.M)
+    assert "every wake verified: yes" in out

@@ -202,7 +202,7 @@ def test_mistakes_name_file_line_and_key() -> None:
     )
     assert errors == [
         "sleep.yaml:4 models.a.sleep: unknown preset 'vlm': expected vllm, vllm-level2, "
-        "sglang, comfyui; did you mean 'vllm'?",
+        "sglang, comfyui, cuda; did you mean 'vllm'?",
         "sleep.yaml:7 models.b.sleep.stopafter: unknown key 'stopafter'; did you mean 'stopAfter'?",
         "sleep.yaml:10 models.c.sleepMode: wakeEndpoints required when sleepMode is 'enable'",
         "sleep.yaml:15 models.d.sleepMode: use either sleep or llmsnap's sleepMode, "

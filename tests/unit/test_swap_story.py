@@ -9,6 +9,8 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
+from msgspec import UNSET
+
 from swapd.daemon.config.sections.sleep_fields import PRESETS
 from swapd.daemon.observe.swap_log import SwapLog
 from swapd.daemon.policy.eviction.preemption import RECLAIM_PAUSE
@@ -83,8 +85,11 @@ async def test_a_failed_sleep_comes_to_a_stop_and_a_failed_wake_ends_its_own_rec
     await sched.ensure("a")
     fx.sleep_fails.add("a")
     await sched.ensure("b")
-    # The take-down that was to be a sleep is a stop, its cause still the swap's.
+    # The take-down that was to be a sleep is a stop, its cause still the swap's; why it fell
+    # back to a stop is its `fell_back`.
     assert rows(swaps)[1:] == [("stop", "a", "ok", "swap"), ("swap", "b", "ok", "request")]
+    assert swaps.records[1].fell_back == "sleep_failed"
+    assert swaps.records[0].fell_back is UNSET and swaps.records[2].fell_back is UNSET
     fx.sleep_fails.clear()
     await sched.ensure("a")
     await sched.ensure("b")  # a asleep again

@@ -8,7 +8,7 @@ from typing import Any
 
 import msgspec
 
-from ....ipc.routing_table import Filters, HttpCall, SleepSetting
+from ....ipc.routing_table import Filters, HttpCall, SleepMethod, SleepSetting
 
 HIDDEN = "(hidden)"
 
@@ -37,6 +37,12 @@ def sleep(setting: SleepSetting) -> dict[str, Any]:
             for c in items
         ]
 
+    if setting.method is SleepMethod.CUDA:  # no calls: the driver's checkpoint is its sleep
+        return {
+            "preset": setting.preset,
+            "lockTimeout": number(setting.lock_timeout),
+            "stopAfter": number(setting.stop_after),
+        }
     return {
         **({"preset": setting.preset} if setting.preset else {}),
         "sleepEndpoints": calls(setting.sleep),

@@ -8,8 +8,10 @@ llmsnap's keys are read too, with llmsnap's meaning: `sleepMode: enable` with `s
 (seconds each call may take, default 10, at least 1). Without either form a model has no sleep
 setting, and nothing changes: it is stopped as before.
 
-llama.cpp's server is not among the presets: it sleeps on its own after `--sleep-idle-seconds`,
-and nothing in its HTTP API tells it to sleep now (its `POST /props` changes no such thing).
+llama.cpp's server has no sleep call: it sleeps on its own after `--sleep-idle-seconds`, and
+nothing in its HTTP API tells it to sleep now (its `POST /props` changes no such thing). The `cuda`
+preset sleeps it (and any CUDA server) from outside, through the driver's checkpoint calls
+(machinery/cuda_sleep.py); it sends no HTTP call, so it takes no endpoints.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from typing import Any
 
 import msgspec
 
-from ....ipc.routing_table import HttpCall, SleepSetting, WakeRule
+from ....ipc.routing_table import HttpCall, SleepMethod, SleepSetting, WakeRule
 from ..floor.issues import Report, describe
 from ..floor.patterns import has_nested_quantifier
 from ..floor.presets import Presets
@@ -39,6 +41,9 @@ METHODS = ("GET", "POST", "PUT", "PATCH")
 WAKE_METHODS = ("*", "GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
 
 _COMFYUI_FREE = '{"unload_models": true, "free_memory": true}'
+
+# `cuda`'s default `lockTimeout`: a CUDA call in flight longer than this fails the sleep.
+DEFAULT_LOCK_TIMEOUT = 10.0
 
 # Each preset's calls, as its server documents them, with timeouts that fit a large model (a
 # vLLM level-1 sleep copies the weights to CPU memory; a level-2 wake reads them from disk).
@@ -80,6 +85,12 @@ PRESETS: dict[str, SleepSetting] = {
         serves_asleep=True,
         wake_on=(WakeRule("POST", "/prompt"), WakeRule("POST", "/api/prompt")),
     ),
+    # Any CUDA server (llama.cpp, whisper.cpp, a custom container): its processes that hold GPU
+    # memory are locked and checkpointed by the driver (NVIDIA 570 and later), the memory copied
+    # to host RAM; a wake restores and unlocks them, then the health check.
+    "cuda": SleepSetting(
+        sleep=(), preset="cuda", method=SleepMethod.CUDA, lock_timeout=DEFAULT_LOCK_TIMEOUT
+    ),
 }
 
 # What a preset's server must be started with, looked for in the model's cmd and env.
@@ -108,6 +119,7 @@ WRITTEN = Presets(
         "stopAfter",
         "servesAsleep",
         "wakeOn",
+        "lockTimeout",
     ),
 )
 _CALL_KEYS = ("endpoint", "method", "body", "timeout")
@@ -183,6 +195,11 @@ def _mapping(
         wake = _calls(value["wakeEndpoints"], (*where, "wakeEndpoints"), report, timeouts.wake)
         if wake is None:
             return None
+    if base is not None and base.method is SleepMethod.CUDA:
+        return _cuda(value, base, where, report)
+    if value.get("lockTimeout") is not None:
+        report.error((*where, "lockTimeout"), "only preset cuda takes a lockTimeout", key=True)
+        return None
     if sleep is None and base is None:
         report.error(where, "needs sleepEndpoints (the calls that put it to sleep) or a preset")
         return None
@@ -218,6 +235,37 @@ def _mapping(
         stop_after=stop_after if stop_after is not None else start.stop_after,
         serves_asleep=serves_asleep,
         wake_on=wake_on if serves_asleep else None,
+    )
+
+
+def _cuda(
+    value: Mapping[str, Any], base: SleepSetting, where: Path, report: Report
+) -> SleepSetting | None:
+    """`{preset: cuda, ...}`: no calls to change (the driver's calls are its sleep and wake),
+    its `lockTimeout` and `stopAfter`."""
+    for key in ("sleepEndpoints", "wakeEndpoints", "sleepRequestTimeout", "wakeRequestTimeout"):
+        if value.get(key) is not None:
+            report.error(
+                (*where, key), "preset cuda sends no HTTP call: it takes no endpoints", key=True
+            )
+            return None
+    for key in ("servesAsleep", "wakeOn"):
+        if value.get(key):
+            report.error(
+                (*where, key), "a checkpointed server serves nothing while asleep", key=True
+            )
+            return None
+    lock = _seconds(value.get("lockTimeout"), (*where, "lockTimeout"), report, 0.0)
+    stop_after = _seconds(value.get("stopAfter"), (*where, "stopAfter"), report, 0.0)
+    if lock is False or stop_after is False:
+        return None
+    if lock == 0:
+        report.error((*where, "lockTimeout"), "must be more than 0 seconds")
+        return None
+    return msgspec.structs.replace(
+        base,
+        lock_timeout=float(lock) if lock is not None else base.lock_timeout,
+        stop_after=float(stop_after) if stop_after is not None else base.stop_after,
     )
 
 

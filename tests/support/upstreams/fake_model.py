@@ -25,6 +25,10 @@ llama-server's `GET /slots` (N slots; a chat completion or `/slow` request in pr
 and shows `is_processing: true`); without it `/slots` answers 501 as llama-server started with
 `--no-slots` does. `--metrics` serves vLLM's `GET /metrics` (Prometheus text) with
 `vllm:num_requests_running` and `vllm:num_requests_waiting`.
+
+Its "CUDA work" (every request but `/health`) blocks while the CUDA checkpoint stand-in
+(swapd's `cuda_fake.py`) has it locked or checkpointed, as the driver's lock blocks a real
+server's CUDA calls: it waits until `$SWAPD_FAKE_CUDA_DIR/<its pid>.state` says it runs again.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ import os
 import signal
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 from aiohttp import WSMsgType, web
@@ -515,6 +520,18 @@ async def no_page(request: web.Request) -> web.Response:
 
 
 @web.middleware
+async def cuda_work(request: web.Request, handler: Any) -> web.StreamResponse:
+    folder = os.environ.get("SWAPD_FAKE_CUDA_DIR")
+    if folder and request.path != "/health":
+        state = Path(folder, f"{os.getpid()}.state")
+        # The driver's lock has no event to wait on from inside the process: its CUDA call just
+        # returns once unlocked. Polling the state file is the stand-in's way.
+        while await asyncio.to_thread(state.exists):  # noqa: ASYNC110 (locked or checkpointed)
+            await asyncio.sleep(0.01)
+    return await handler(request)
+
+
+@web.middleware
 async def log_requests(request: web.Request, handler: Any) -> web.StreamResponse:
     body = await request.read()
     entry = {
@@ -605,7 +622,7 @@ def main() -> None:
     if ARGS.listen_delay:
         time.sleep(ARGS.listen_delay)
 
-    middlewares = [log_requests] if ARGS.request_log else []
+    middlewares = [log_requests, cuda_work] if ARGS.request_log else [cuda_work]
     app = web.Application(client_max_size=1024**3, middlewares=middlewares)
     app.on_response_prepare.append(llama_cors)
     app.router.add_get("/health", health)
