@@ -45,6 +45,7 @@ from . import (
     pid_watch,
     ports,
     process_tree,
+    sleep_proof,
     sleeping,
 )
 from .circus_client import CircusClient
@@ -267,7 +268,7 @@ class Lifecycle:
     ) -> float:
         """Tell the server to give its GPU memory back, and prove it did; the seconds it took.
         Raises `SleepFailed`; the process is left running either way."""
-        where = await asyncio.to_thread(sleeping.whose, running, model, self._other_pids)
+        where = await asyncio.to_thread(sleep_proof.whose, running, model, self._other_pids)
         return await self.sleeper.sleep(
             self.session,
             running.model,
@@ -283,7 +284,7 @@ class Lifecycle:
     ) -> float:
         """Tell the server to take its memory back, then wait for its health check; the seconds
         it took. Raises `WakeFailed`."""
-        where = await asyncio.to_thread(sleeping.whose, running, model, self._other_pids)
+        where = await asyncio.to_thread(sleep_proof.whose, running, model, self._other_pids)
         exited = asyncio.ensure_future(pid_watch.wait_exit(running.pid))
         try:
             return await self.sleeper.wake(
