@@ -20,7 +20,7 @@ from collections import Counter
 from typing import Generic
 
 from ...ipc import exits
-from ...ipc.causes import StopCause
+from ...ipc.causes import DeferCause, StopCause
 from ...ipc.routing_table import SleepSetting
 from ...ipc.states import LOADED_STATES, ModelState
 from ...ipc.swap_record import SwapKind, SwapOutcome
@@ -30,7 +30,7 @@ from .changes import Changes
 from .claims import ReadyClaims
 from .model_table import ModelTable
 from .records import Effects, H, ModelRecord, Stop
-from .story import Began, Ended
+from .story import Began, Deferred, Ended
 from .swap_queue import SwapQueue
 
 log = logging.getLogger("swapd.scheduler")
@@ -126,7 +126,7 @@ class Stops(Generic[H]):
             if drains:
                 self.models.set(rec, ModelState.DRAINING, stop.text, stop)
                 self.effects.happened(began)
-                drain = asyncio.get_running_loop().create_task(self._drain(rec.id))
+                drain = asyncio.get_running_loop().create_task(self._drain(rec.id, stop))
                 self._draining[rec.id] = drain
                 try:
                     await asyncio.wait([drain])
@@ -167,11 +167,18 @@ class Stops(Generic[H]):
                 self._to_sleep.discard(rec.id)
             self.changes.fire()
 
-    async def _drain(self, model_id: str) -> None:
-        """Phase one: every proxy acked the drain, and every `Ready` handed out before it was
-        claimed. A proxy that handles such a `Ready` after its ack does not admit it (the model
-        drains there): the stop waits for that word, so that the request asks again rather than
-        meet a closed port."""
+    async def _drain(self, model_id: str, stop: Stop) -> None:
+        """Phase one: every `Ready` handed out for the model claimed, then every proxy acked the
+        drain. The Readys first: a proxy that hears of the drain before it handles such a
+        `Ready` does not admit it (the model drains there) and asks again, and the run that was
+        started or woken for that request is taken out before serving it (a wasted start). So
+        the drain is not told before they are claimed (the swap it is for was deferred, told as
+        `UNCLAIMED_READY`); whatever path took the model down (a swap that claimed it while it
+        started or woke, a TTL, a sleep asked for), its waiting requests are served first. After
+        the acks they are awaited again: no process is stopped with a `Ready` out."""
+        if self.claims.out(model_id):
+            self.effects.happened(Deferred(stop.for_model or model_id, DeferCause.UNCLAIMED_READY))
+            await self.claims.settled(model_id)
         await self.effects.drain(model_id)
         await self.claims.settled(model_id)
 
