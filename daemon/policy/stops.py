@@ -36,6 +36,11 @@ from .swap_queue import SwapQueue
 log = logging.getLogger("swapd.scheduler")
 
 TAKEN_BACK = "kept: requested again before its stop"
+# The take-downs whose drain is told only once the Readys out for the model are claimed: a swap
+# (another model's need) and a TTL (a Ready out is a request that came after all) never outrank
+# the requests the model was just made ready for; an operator's unload or sleep, and a reload,
+# do.
+WAITS_FOR_READYS = frozenset({StopCause.SWAP, StopCause.TTL})
 
 
 class Stops(Generic[H]):
@@ -168,15 +173,16 @@ class Stops(Generic[H]):
             self.changes.fire()
 
     async def _drain(self, model_id: str, stop: Stop) -> None:
-        """Phase one: every `Ready` handed out for the model claimed, then every proxy acked the
-        drain. The Readys first: a proxy that hears of the drain before it handles such a
-        `Ready` does not admit it (the model drains there) and asks again, and the run that was
-        started or woken for that request is taken out before serving it (a wasted start). So
-        the drain is not told before they are claimed (the swap it is for was deferred, told as
-        `UNCLAIMED_READY`); whatever path took the model down (a swap that claimed it while it
-        started or woke, a TTL, a sleep asked for), its waiting requests are served first. After
-        the acks they are awaited again: no process is stopped with a `Ready` out."""
-        if self.claims.out(model_id):
+        """Phase one: every proxy acked the drain, and every `Ready` handed out before it was
+        claimed. A proxy that handles such a `Ready` after it heard of the drain does not admit
+        it (the model drains there) and the request asks again: the stop waits for that word,
+        so that the request does not meet a closed port. For a swap or a TTL the Readys are
+        claimed first, before the drain is told (`WAITS_FOR_READYS`): else the run started or
+        woken for those requests (a swap that claimed the model while it started or woke waits
+        for that, then drains at once) is taken out before it serves them, a wasted start. An
+        unload, a reload and a sleep asked for drain at once (docs/swapping.md)."""
+        if stop.cause in WAITS_FOR_READYS and self.claims.out(model_id):
+            # The swap it is for (or the model's own story, for a TTL) says why it waited.
             self.effects.happened(Deferred(stop.for_model or model_id, DeferCause.UNCLAIMED_READY))
             await self.claims.settled(model_id)
         await self.effects.drain(model_id)
