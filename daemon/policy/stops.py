@@ -178,9 +178,9 @@ class Stops(Generic[H]):
         it (the model drains there) and the request asks again: the stop waits for that word,
         so that the request does not meet a closed port. For a swap or a TTL the Readys are
         claimed first, before the drain is told (`WAITS_FOR_READYS`): else the run started or
-        woken for those requests (a swap that claimed the model while it started or woke waits
-        for that, then drains at once) is taken out before it serves them, a wasted start. An
-        unload, a reload and a sleep asked for drain at once (docs/swapping.md)."""
+        woken for those requests is taken out before it serves them, a wasted start or wake,
+        whichever way the take-down got past step 11 (a TTL never asks it). An unload, a reload
+        and a sleep asked for drain at once (docs/swapping.md)."""
         if stop.cause in WAITS_FOR_READYS and self.claims.out(model_id):
             # The swap it is for (or the model's own story, for a TTL) says why it waited.
             self.effects.happened(Deferred(stop.for_model or model_id, DeferCause.UNCLAIMED_READY))
