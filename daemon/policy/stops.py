@@ -37,9 +37,9 @@ log = logging.getLogger("swapd.scheduler")
 
 TAKEN_BACK = "kept: requested again before its stop"
 # The take-downs whose drain is told only once the Readys out for the model are claimed: a swap
-# (another model's need) and a TTL (a Ready out is a request that came after all) never outrank
-# the requests the model was just made ready for; an operator's unload or sleep, and a reload,
-# do.
+# (another model's need) and a TTL (a Ready out is a request: the model is not idle after all)
+# never outrank the requests the model was just made ready for; an operator's unload or sleep,
+# and a reload, do.
 WAITS_FOR_READYS = frozenset({StopCause.SWAP, StopCause.TTL})
 
 
@@ -182,8 +182,8 @@ class Stops(Generic[H]):
         whichever way the take-down got past step 11 (a TTL never asks it). An unload, a reload
         and a sleep asked for drain at once (docs/swapping.md)."""
         if stop.cause in WAITS_FOR_READYS and self.claims.out(model_id):
-            # The swap it is for (or the model's own story, for a TTL) says why it waited.
-            self.effects.happened(Deferred(stop.for_model or model_id, DeferCause.UNCLAIMED_READY))
+            if stop.for_model:  # the swap's record says why it waited
+                self.effects.happened(Deferred(stop.for_model, DeferCause.UNCLAIMED_READY))
             await self.claims.settled(model_id)
         await self.effects.drain(model_id)
         await self.claims.settled(model_id)
