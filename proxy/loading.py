@@ -21,7 +21,7 @@ from aiohttp import web
 from ..ipc.model_status import Waiting
 from ..ipc.states import DOZING_STATES, HEALTH_CHECK_REASON, LEAVING_STATES, ModelState
 from .context import ProxyContext
-from .errors import ProxyError, error_body
+from .floor.errors import ProxyError, error_body
 from .mirror.changes import Applied
 from .mirror.state import ModelRuntime
 from .routing.body import RequestModel

@@ -14,7 +14,7 @@ from aiohttp import web
 
 from ...ipc.messages import Ok, SetProfile
 from ..context import CTX
-from ..errors import BadRequest
+from ..floor.errors import BadRequest
 from ..mirror.wait import routes_of
 
 # How long a PUT waits for the event stream to bring the table the daemon just published.

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from swapd.ipc.routing_table import RouteModel, RoutingTable
 from swapd.proxy.dialects.ollama import replies, requests, values
 from swapd.proxy.dialects.ollama.streams import StreamTranslator
-from swapd.proxy.errors import ProxyError
+from swapd.proxy.floor.errors import ProxyError
 from swapd.proxy.mirror.state import Routes
 
 

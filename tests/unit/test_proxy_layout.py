@@ -15,16 +15,17 @@ PROXY = REPO / "proxy"
 # What a folder's modules may import, beside the standard and third-party libraries: another
 # module of the same folder always; `ipc` is the contract both sides share.
 ALLOWED: dict[str, tuple[str, ...]] = {
-    "routing": ("ipc", "errors", "mirror"),
-    "upstream": ("ipc", "errors", "account"),
-    "mirror": ("ipc", "errors", "routing.matching", "upstream.address"),
-    "observe": ("ipc", "account", "mirror"),
-    "api": ("ipc", "context", "errors", "mirror", "observe", "routing", "ui", "dialects"),
+    # What every folder may stand on: errors, the request's account, path patterns.
+    "floor": ("ipc",),
+    "routing": ("ipc", "floor", "mirror"),
+    "upstream": ("ipc", "floor"),
+    "mirror": ("ipc", "floor", "upstream.address"),
+    "observe": ("ipc", "floor", "mirror"),
+    "api": ("ipc", "context", "floor", "mirror", "observe", "routing", "ui"),
     "dialects": (
         "ipc",
         "context",
-        "errors",
-        "account",
+        "floor",
         "mirror",
         "routing",
         "upstream",
@@ -35,7 +36,7 @@ ALLOWED: dict[str, tuple[str, ...]] = {
 }
 # The request path: what runs for every forwarded request between the front checks and the
 # accounting stage.
-REQUEST_PATH = ("pipeline", "admission", "loading", "routing", "upstream")
+REQUEST_PATH = ("pipeline", "admission", "forwarding", "loading", "routing", "upstream")
 
 
 def _name(path: Path) -> str:

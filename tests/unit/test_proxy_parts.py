@@ -16,7 +16,7 @@ from multidict import CIMultiDict
 from swapd.ipc.model_status import Waiting
 from swapd.ipc.routing_table import RouteModel, RoutePeer, RoutingTable
 from swapd.proxy.auth import check_api_key, presented_key
-from swapd.proxy.errors import (
+from swapd.proxy.floor.errors import (
     ProxyError,
     UpstreamBroken,
     UpstreamError,

@@ -38,8 +38,8 @@ from collections.abc import Mapping, Sequence
 import msgspec
 from aiohttp import web
 
-from ..ipc.errors import Failure
-from ..ipc.messages import Error
+from ...ipc.errors import Failure
+from ...ipc.messages import Error
 
 __all__ = [
     "SRC",
@@ -127,7 +127,7 @@ def error_response(
 
 
 class ProxyError(Failure):
-    """Raised anywhere below a handler; `app.guard` answers it with `response()`.
+    """Raised anywhere below a handler; `front.guard` answers it with `response()`.
 
     `status`: the class's own unless given; `code`: the class's own, else the status's default
     (`kind_of`); `headers`: set on the error response (`Retry-After`, `WWW-Authenticate`)."""
