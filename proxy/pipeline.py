@@ -104,7 +104,8 @@ def _pipeline(
     A dialect's routes are the Application's, whose requests have one."""
 
     async def serve(ctx: ProxyContext, request: web.BaseRequest) -> web.StreamResponse:
-        # Set once here and handed down: every stage after this one gets it as an argument.
+        # Set once here and handed down: to the decision's stages as an argument, then in the
+        # request's one record (`Forwarding`).
         acc = request[ACCOUNT] = Account()
         acc.started = ctx.loop.time()
         acc.route = route

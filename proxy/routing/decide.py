@@ -67,8 +67,9 @@ class Serve:
     """Forward to a local model (`route`) or a peer (`peer`) at `path_qs` (below the upstream's
     base). `rename`: the model value to write into the body; `filters`: the JSON filters;
     `rename_query`: also rewrite `?model=` (peers). `admitted`: False for what is served outside
-    admission (ignored paths and websockets of a ready model). Not frozen: a frozen dataclass
-    costs microseconds to build, and one is built per request."""
+    admission (ignored paths and websockets of a ready model). Built once, by keywords, and never
+    changed after; not frozen all the same: a frozen dataclass costs microseconds to build, and
+    one is built per request."""
 
     path_qs: str
     route: RouteModel | None = None
