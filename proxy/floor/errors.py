@@ -16,7 +16,7 @@ and `code` its client is answered with; one argument order for all: the message,
         ├── Unavailable              503 service_unavailable
         └── BadGateway               502 bad_gateway        an upstream failed the request
             ├── Refused              nothing listens on its port: no byte of the request was
-            │                        sent, so it may be sent again (`pipeline._serve_local`)
+            │                        sent, so it may be sent again (`pipeline._send_admitted`)
             ├── UpstreamError        the transport's: nothing usable came before the response
             │   │                    head (`forward.py` words it for the client, naming the
             │   │                    upstream, as `BadGateway` or `Refused`)
