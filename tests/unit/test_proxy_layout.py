@@ -117,3 +117,19 @@ def test_the_module_map_names_every_module_under_its_folder() -> None:
             missing.append(".".join(parts))
     assert missing == []
     assert set(sections) == {"", *ALLOWED}  # every folder has its section
+
+
+def test_no_folder_imports_a_top_module_that_imports_that_folder() -> None:
+    """The folders stand under the top: one that needs a top module (`context`, `pipeline`)
+    imports it only where that module needs nothing of the folder (no import runs back up)."""
+    top = {_name(path): _imports(path) for path in _modules() if "." not in _name(path)}
+    back = []
+    for path in _modules():
+        module = _name(path)
+        folder = module.split(".")[0]
+        if folder not in ALLOWED or "." not in module:
+            continue
+        for target in _imports(path):
+            if target in top and any(t.split(".")[0] == folder for t in top[target]):
+                back.append(f"{module} imports {target}, which imports {folder}/")
+    assert back == []
