@@ -6,8 +6,7 @@ or to a peer (`serve_peer`). What goes upstream and how the reply comes back are
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+import msgspec
 from aiohttp import web
 
 from .context import ProxyContext
@@ -22,12 +21,12 @@ from .upstream.forward import ReplyRewrite, forward, outgoing
 from .upstream.websocket import relay_websocket
 
 
-@dataclass(slots=True)
-class Forwarding:
+class Forwarding(msgspec.Struct):
     """One request the route decision serves, handed whole to every stage after it (admission,
     the forward, the relay). `found`: the model the request named and its body as read;
     `rewrite`: a dialect's rewrite of the reply (`dialects/`), None to relay it as it is. `body`,
-    `plain` and `path_qs` are what goes upstream (`outgoing`)."""
+    `plain` and `path_qs` are what goes upstream (`outgoing`). A msgspec `Struct` built by
+    keywords, as `decide.Serve` is (a tenth of a keyword-built dataclass's cost); never encoded."""
 
     request: web.BaseRequest
     ctx: ProxyContext
