@@ -1,11 +1,12 @@
 """Check swapd's NVML backend on a real GPU host, and time GPU memory release after an exit.
 
-Run it on the GPU machine, in swapd's venv:  python benchmarks/gpu_check.py [--gpu 0] [--mib 1024]
+Run it on the GPU machine, in swapd's venv: `python -m benchmarks gpu_check [--gpu 0] [--mib 1024]`
+(`--backend fake`: a dry run without a GPU, one fake GPU unless SWAPD_FAKE_GPUS says otherwise).
 
 1. NvmlBackend inventory (index, UUID, name, total/used/free) and the cost of one process listing.
-2. A child process (gpu_holder.py) allocates --mib MiB on --gpu (torch, else cupy, else the CUDA
-   driver API through ctypes: libcuda ships with the driver, so no CUDA toolkit). The script waits
-   until NVML lists the child on that GPU and prints what NVML reports for it.
+2. A child process (harness/gpu_holder.py) allocates --mib MiB on --gpu (torch, else cupy, else
+   the CUDA driver API through ctypes: libcuda ships with the driver, so no CUDA toolkit). The
+   script waits until NVML lists the child on that GPU and prints what NVML reports for it.
 3. The child exits (SIGTERM, or SIGKILL with --kill); the script times how long, after the exit was
    reaped, `wait_released` takes to see the process gone, and how long the GPU's `used` takes to
    come back to what it was before the child started.
@@ -22,18 +23,22 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout too
+from .harness.report import Report
 
 # The process holding GPU memory (shared with gpu_placement_check.py).
-HOLDER = Path(__file__).resolve().parent / "gpu_holder.py"
+HOLDER = Path(__file__).resolve().parent / "harness" / "gpu_holder.py"
 
 
 def _mib(value: int | None) -> str:
     return "n/a" if value is None else f"{value / 2**20:.0f} MiB"
 
 
-async def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str], report: Report) -> int:
+    return asyncio.run(check(argv))
+
+
+async def check(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser("python -m benchmarks gpu_check", description=__doc__)
     parser.add_argument("--gpu", default="0", help="GPU index or UUID (default 0)")
     parser.add_argument("--mib", type=int, default=1024, help="MiB to allocate (default 1024)")
     parser.add_argument("--kill", action="store_true", help="SIGKILL the child instead of SIGTERM")
@@ -41,7 +46,9 @@ async def main() -> int:
     parser.add_argument(
         "--backend", default="nvml", help="'fake' dry-runs this script without a GPU"
     )
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    if args.backend == "fake":
+        os.environ.setdefault("SWAPD_FAKE_GPUS", "1")
 
     from swapd.daemon.machinery import gpu
 
@@ -131,7 +138,3 @@ async def main() -> int:
             await child.wait()
         backend.close()
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(asyncio.run(main()))

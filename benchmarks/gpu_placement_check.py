@@ -4,12 +4,13 @@ models really allocated, and how long NVML takes to show a stopped model's memor
 Run it on the GPU machine, in swapd's venv (torch or cupy installed, or only the driver: the model
 falls back to libcuda through ctypes):
 
-    python benchmarks/gpu_placement_check.py [--mib 2048,3072,4096] [--timeout 120]
+    python -m benchmarks gpu_placement_check [--mib 2048,3072,4096] [--timeout 120]
 
 It runs the real swapd (`swapd run`, with circusd, the daemon and the proxy; SWAPD_GPU_BACKEND=nvml)
-with one `gpus: auto` model per `--mib` entry, no `vram` hints. Each model (gpu_holder.py) allocates
-that many MiB on the GPU CUDA_VISIBLE_DEVICES gives it, then answers /health. The
-script starts them one after another through the proxy and prints, per model:
+with one `gpus: auto` model per `--mib` entry, no `vram` hints. Each model
+(harness/gpu_holder.py) allocates that many MiB on the GPU CUDA_VISIBLE_DEVICES gives it, then
+answers /health. The script starts them one after another through the proxy and prints, per
+model:
 
 * allocated MiB, the footprint swapd learned (NVML's per-process memory, summed over the model's
   processes), and their difference (the CUDA context, typically a few hundred MiB);
@@ -27,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -35,16 +35,15 @@ import time
 import urllib.request
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))  # run from a checkout
+import psutil
 
-import psutil  # noqa: E402
+from swapd.daemon.machinery.gpu import GpuBackend, make_backend
+from tests.support.stack import Stack, free_port_range, wait_for
 
-from swapd.daemon.machinery.gpu import GpuBackend, make_backend  # noqa: E402
-from tests.support.stack import Stack, free_port_range, wait_for  # noqa: E402
+from .harness.report import Report
 
 # Each model: a process holding its MiB on the GPU and answering /health (gpu_holder.py).
-HOLDER = REPO / "benchmarks" / "gpu_holder.py"
+HOLDER = Path(__file__).resolve().parent / "harness" / "gpu_holder.py"
 MIB = 1024**2
 
 
@@ -81,12 +80,14 @@ def start_one(stack: Stack, name: str, size: int, timeout: float) -> None:
     )
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def main(argv: list[str], report: Report) -> int:
+    parser = argparse.ArgumentParser(
+        "python -m benchmarks gpu_placement_check", description=__doc__
+    )
     parser.add_argument("--mib", default="2048,3072,4096", help="MiB each model allocates")
     parser.add_argument("--timeout", type=float, default=120.0)
     parser.add_argument("--fake", action="store_true", help="no GPU: the fake NVML backend")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     sizes = [int(x) * MIB for x in args.mib.split(",")]
 
     work = Path(tempfile.mkdtemp(prefix="swapd-place-"))
@@ -152,8 +153,3 @@ def main() -> int:
             print(f"{name:<16} {_ms(gone):>26} {_ms(back):>18}")
         backend.close()
     return 0
-
-
-if __name__ == "__main__":
-    os.environ.setdefault("PYTHONUNBUFFERED", "1")
-    sys.exit(main())

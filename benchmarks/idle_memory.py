@@ -1,12 +1,11 @@
 """Resident memory of an idle swapd: circusd + daemon + proxy, no model loaded.
 
-    python benchmarks/idle_memory.py [--proxy-processes 1] [--settle 3]
-
 Starts the real `swapd run` (a two-model config, nothing loaded), waits until the proxy answers
 /health plus --settle seconds, samples every swapd process with psutil five times, and prints RSS
 (what the target is about) and USS (memory no other process shares) per process and in total.
-Target: total RSS <= 150 MB (with one proxy process). Then it loads both models in turn, unloads
-them, and measures once more: an idle swapd that has swapped should not have grown.
+Target (benchmarks/targets.py): the total RSS (with one proxy process). Then it loads both models
+in turn, unloads them, and measures once more: an idle swapd that has swapped should not have
+grown.
 """
 
 from __future__ import annotations
@@ -20,7 +19,11 @@ import time
 import urllib.request
 
 import psutil
-from running_swapd import RunningSwapd, free_port
+
+from tests.support.ports import free_port_range
+
+from .harness.report import Report
+from .harness.swapd_run import RunningSwapd
 
 CONFIG = """\
 healthCheckTimeout: 15
@@ -81,7 +84,7 @@ def measure(circusd_pid: int, rounds: int = 5) -> dict[str, tuple[float, float]]
     }
 
 
-def report(title: str, figures: dict[str, tuple[float, float]]) -> float:
+def show(title: str, figures: dict[str, tuple[float, float]]) -> float:
     print(title)
     for name, (rss, uss) in figures.items():
         print(f"  {name:14s} RSS {rss / MB:6.1f} MB   USS {uss / MB:6.1f} MB")
@@ -100,16 +103,16 @@ def chat(url: str, model: str) -> None:
         assert resp.status == 200
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description="RSS of an idle swapd (circusd + daemon + proxy)")
+def main(argv: list[str], report: Report) -> int:
+    parser = argparse.ArgumentParser("python -m benchmarks idle_memory", description=__doc__)
     parser.add_argument("--settle", type=float, default=3.0, help="seconds idle before sampling")
     parser.add_argument("--proxy-processes", type=int, default=1)
-    args = parser.parse_args()
-    config = CONFIG.format(start=free_port(consecutive=2), python=sys.executable)
+    args = parser.parse_args(argv)
+    config = CONFIG.format(start=free_port_range(2), python=sys.executable)
     extra = ("--proxy-processes", str(args.proxy_processes))
     with RunningSwapd(config, extra_args=extra) as swapd:
         time.sleep(args.settle)  # idle is the point: let start-up garbage settle
-        total = report("idle, nothing loaded ever:", measure(swapd.pid))
+        total = show("idle, nothing loaded ever:", measure(swapd.pid))
         chat(swapd.url, "idle-a")
         chat(swapd.url, "idle-b")
         unload = [
@@ -123,15 +126,10 @@ def main() -> int:
 
         subprocess.run(unload, check=True, capture_output=True, timeout=60)
         time.sleep(args.settle)
-        after = report("idle again after loading two models and unloading:", measure(swapd.pid))
+        after = show("idle again after loading two models and unloading:", measure(swapd.pid))
         code = swapd.stop()
     print(f"swapd exit code {code}")
-    print(
-        f"target total RSS <= 150 MB: {'met' if total <= 150 * MB else 'MISSED'} "
-        f"({total / MB:.1f} MB idle, {after / MB:.1f} MB after swapping)"
-    )
+    print(f"total RSS {total / MB:.1f} MB idle, {after / MB:.1f} MB after swapping")
+    report.figure("total_rss_mb", {"idle": total / MB, "after_swapping": after / MB})
+    report.check("total", total / MB)
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -13,8 +13,6 @@ on a shared 2-core machine its figures move by tens of percent from run to run; 
 the same code in a tight loop (CPU time, `time.process_time`, median of `--repeat` runs), so a
 change to any stage shows. What a request costs in all, on and off: `observability_cost.py`'s
 "CPU/request in the proxy" (about 115 to 170 us here).
-
-Run: `python benchmarks/observability_micro.py [--requests 20000] [--batch 32] [--repeat 5]`.
 """
 
 from __future__ import annotations
@@ -32,10 +30,12 @@ from swapd.daemon.config import Config
 from swapd.daemon.observe.service import Observer
 from swapd.ipc import codec
 from swapd.ipc.messages import ActivityReport, Event
-from swapd.proxy.floor.account import Account
+from swapd.proxy.floor.account import Account, TeeBudget
 from swapd.proxy.mirror.state import ProxyState
 from swapd.proxy.observe.activity import Recorder
 from swapd.proxy.observe.events import EventHub, Subscriber
+
+from .harness.report import Report
 
 # What observability_cost.py's nginx answers: OpenAI usage and llama.cpp timings.
 REPLY = (
@@ -77,10 +77,8 @@ CAPTURE_BYTES = 5 * 1024 * 1024  # llama-swap's default captureBuffer
 
 async def _run(requests: int, batch: int, keep: int, watched: bool = True) -> dict[str, float]:
     loop = asyncio.get_running_loop()
-    recorder = Recorder()
     reports: list[ActivityReport] = []
-    recorder.send = reports.append
-    recorder.proxy_id = "bench-1"
+    recorder = Recorder("bench-1", reports.append, ProxyState(), TeeBudget())
     endpoint = _Endpoint()
     observer = Observer(Config(), "bench", endpoint, lambda: (), _no_gpus)
     hub = EventHub(ProxyState(1))
@@ -132,22 +130,22 @@ async def _run(requests: int, batch: int, keep: int, watched: bool = True) -> di
 
 
 def _drain(subscriber: Subscriber) -> None:
-    """What the subscriber's writer takes off its queue."""
-    subscriber.frames.clear()
-    if hasattr(subscriber, "queued"):
-        subscriber.queued = 0
+    """What the subscriber's writer takes off its backlog."""
+    subscriber.take()
 
 
 async def _no_gpus() -> tuple[()]:
     return ()
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def main(argv: list[str], report: Report) -> int:
+    parser = argparse.ArgumentParser(
+        "python -m benchmarks observability_micro", description=__doc__
+    )
     parser.add_argument("--requests", type=int, default=20000)
     parser.add_argument("--batch", type=int, default=32, help="requests per report")
     parser.add_argument("--repeat", type=int, default=5)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     print(f"observability CPU per request, median of {args.repeat} runs, {time.ctime()}")
     heads = ("captures off", "captures on", "nobody watching")
     print(f"  {'':22s}" + "".join(f" {head:>15s}" for head in heads))
@@ -160,8 +158,5 @@ def main() -> int:
     for stage in columns[0]:
         print(f"  {stage:22s}" + "".join(f" {c[stage]:12.2f} us" for c in columns))
     print(f"  {'all':22s}" + "".join(f" {sum(c.values()):12.2f} us" for c in columns))
+    report.figure("cpu_us_per_request", dict(zip(heads, columns, strict=True)))
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

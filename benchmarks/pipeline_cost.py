@@ -7,14 +7,13 @@ of these runs under valgrind's callgrind in turn and serves `--requests` small J
 benchmark's, over `--connections` kept-alive connections); instructions are counted only while
 they run (`callgrind_control -i on/off`), so start-up is left out:
 
-* the floor (`pipeline_floor.py`): aiohttp's server and the lean pool, no feature;
+* the floor (`harness/pipeline_floor.py`): aiohttp's server and the lean pool, no feature;
 * swapd's proxy process, started as circusd starts it (`python -m swapd.proxy --run-dir ...`,
   here with `--listen`), with everything on, then with stages switched off one after another
-  (`pipeline_stages.py`), each row's difference from the row above being that stage's cost.
+  (`harness/pipeline_stages.py`), each row's difference from the row above being that stage's cost.
 
-Needs `valgrind` (Debian: `apt-get install valgrind`), `nginx`. Loopback only. Run:
-`python benchmarks/pipeline_cost.py [--requests 1000] [--connections 8]`. It takes a few minutes:
-valgrind runs Python some fifty times slower.
+Needs `valgrind` and `nginx`. Loopback only. It takes a few minutes: valgrind runs Python some
+fifty times slower.
 """
 
 from __future__ import annotations
@@ -23,19 +22,20 @@ import argparse
 import asyncio
 import glob
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from running_swapd import RunningSwapd, free_port, wait_http_ok
-from side_by_side import BODY, bench_config, nginx
+from tests.support.ports import free_port
 
-HERE = Path(__file__).resolve().parent
-# Each row switches off one more stage than the row above (see pipeline_stages.py).
+from .harness.contenders import HARNESS
+from .harness.report import Report
+from .harness.side_by_side import BODY, bench_config, nginx
+from .harness.swapd_run import RunningSwapd, wait_http_ok
+
+# Each row switches off one more stage than the row above (see harness/pipeline_stages.py).
 ROWS = (
     ("swapd, everything on", "-"),
     ("  without activity records", "activity"),
@@ -114,15 +114,12 @@ def instructions(
         return max(totals) / args.requests
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def main(argv: list[str], report: Report) -> int:
+    parser = argparse.ArgumentParser("python -m benchmarks pipeline_cost", description=__doc__)
     parser.add_argument("--requests", type=int, default=1000)
     parser.add_argument("--connections", type=int, default=8)
-    args = parser.parse_args()
-    for tool in ("valgrind", "callgrind_control", "nginx"):
-        if shutil.which(tool) is None:
-            print(f"{tool} not found (Debian: apt-get install valgrind nginx-light)")
-            return 2
+    args = parser.parse_args(argv)
+    rows: dict[str, float] = {}
     with tempfile.TemporaryDirectory(prefix="swapd-bench-cost-") as tmp_name:
         with nginx(Path(tmp_name)) as (direct, _):
             upstream = int(direct.rsplit(":", 1)[1])
@@ -130,14 +127,15 @@ def main() -> int:
             with RunningSwapd(config) as swapd:
                 wait_http_ok(swapd.url + "/upstream/bench/", 30)
                 port = free_port()
-                floor_argv = [sys.executable, str(HERE / "pipeline_floor.py"), str(port)]
+                floor_argv = [sys.executable, str(HARNESS / "pipeline_floor.py"), str(port)]
                 floor = instructions([*floor_argv, str(upstream)], "/", port, args)
                 print(f"instructions per request ({args.requests} requests, callgrind):")
                 print(f"  {'floor':48s} {floor:>9,.0f}")
+                rows["floor"] = floor
                 previous = None
                 for label, stages in ROWS:
                     port = free_port()
-                    argv = [sys.executable, str(HERE / "pipeline_stages.py"), stages, "--"]
+                    argv = [sys.executable, str(HARNESS / "pipeline_stages.py"), stages, "--"]
                     argv += ["--run-dir", str(swapd.run_dir), "--listen", f"127.0.0.1:{port}"]
                     env = {"SWAPD_PROXY_ACTIVITY": "0"} if "activity" in stages else {}
                     count = instructions(argv, "/health", port, args, **env)
@@ -146,8 +144,6 @@ def main() -> int:
                         step = f"{count - floor:+9,.0f} over the floor"
                     print(f"  {label:48s} {count:>9,.0f}  {step}  ({count / floor:.2f}x floor)")
                     previous = count
+                    rows[label.strip()] = count
+    report.figure("instructions_per_request", rows)
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

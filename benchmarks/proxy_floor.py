@@ -2,13 +2,13 @@
 
 Side by side at one connection (wrk, small JSON POSTs, median latency), against the same nginx
 upstream answering `return 200`:
-* direct, and nginx as a reverse proxy (as in proxy_throughput.py);
+* direct, and nginx as a reverse proxy (as in proxy_pipeline.py);
 * a uvloop byte relay (no HTTP parsing at all): the floor of one more loopback hop in Python;
 * aiohttp's low-level server answering a fixed body itself, with no upstream: aiohttp's own cost;
 * aiohttp's low-level server forwarding through swapd's pooled upstream client;
 * swapd (circusd + daemon + proxy: aiohttp's server and swapd's pipeline).
 
-Run: `python benchmarks/proxy_floor.py [--seconds 3] [--rounds 5]` (needs wrk and nginx).
+No target: it says where the latency goes. Needs wrk and nginx.
 """
 
 from __future__ import annotations
@@ -23,9 +23,11 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from running_swapd import RunningSwapd, free_port, wait_http_ok
-from side_by_side import bench_config, nginx, post_script, tools_found, wrk
+from tests.support.ports import free_port
+
+from .harness.report import Report
+from .harness.side_by_side import bench_config, nginx, post_script, wrk
+from .harness.swapd_run import RunningSwapd, wait_http_ok
 
 # Each runs as `python SCRIPT LISTEN_PORT UPSTREAM_PORT`.
 REFERENCES = {
@@ -108,13 +110,11 @@ def reference(tmp: Path, script: Path, name: str, source: str, upstream_port: st
         proc.wait(10)
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def main(argv: list[str], report: Report) -> int:
+    parser = argparse.ArgumentParser("python -m benchmarks proxy_floor", description=__doc__)
     parser.add_argument("--seconds", type=int, default=3)
     parser.add_argument("--rounds", type=int, default=5)
-    args = parser.parse_args()
-    if not tools_found():
-        return 2
+    args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="swapd-bench-floor-") as tmp_name:
         tmp = Path(tmp_name)
         script = post_script(tmp)
@@ -141,8 +141,5 @@ def main() -> int:
         median = statistics.median(values)
         rounds = ", ".join(f"{v:.3f}" for v in values)
         print(f"  {name:22s} {median:.3f} ms   adds {median - direct_ms:+.3f} ms   ({rounds})")
+    report.figure("p50_ms", latency)
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,32 +1,32 @@
-"""The request pipeline's cost, side by side with its floor, in one run (issue 9, "Speed").
+"""The request pipeline's cost, side by side with its floor, in one run (issue 9, "Speed"; it
+holds what proxy_throughput.py measured before, the nginx ratio among them).
 
-Targets, all measured against the same upstreams in the same run, rounds alternating:
+Contenders, all measured against the same upstreams in the same run, rounds alternating:
 * direct: the upstream itself (nginx answering `return 200`), and nginx as a reverse proxy to it,
   for scale;
 * floor: aiohttp's server forwarding through swapd's lean pool with no features
-  (`pipeline_floor.py`);
-* bare: a bare aiohttp proxy, aiohttp's server and aiohttp's client (`proxy_throughput.py`);
+  (`harness/pipeline_floor.py`);
+* bare: a bare aiohttp proxy, aiohttp's server and aiohttp's client (`harness/contenders.py`);
 * swapd: the real `swapd run` (circusd + daemon + one proxy process), small JSON POSTs carrying a
   `model`, so it does its real work (key check, route decision, admission, forward, accounting).
 
-Printed, each with its target:
-* req/s at 32 connections: swapd / floor >= 0.9, swapd / bare >= 1.5;
-* median latency at 1 connection, added over direct: swapd <= floor + 0.03 ms, and bare's added
-  latency >= 1.5x swapd's;
-* SSE events relayed per second through swapd vs directly from the model (>= 0.95), with
+Figures, each judged by its target in benchmarks/targets.py:
+* req/s at 32 connections: swapd against the floor, the bare proxy and nginx;
+* median latency at 1 connection, added over direct: swapd's over the floor's, and the bare
+  proxy's added latency against swapd's;
+* SSE events relayed per second through swapd vs directly from the model, with
   tests/support/upstreams/fake_model.py's `/sse` as the model;
-* time to first byte of a streamed chat completion through swapd vs direct (<= direct + 0.5 ms);
-* 1,000 concurrent open streams through swapd, none failing;
+* time to first byte of a streamed chat completion through swapd vs direct;
+* `--streams` concurrent open streams through swapd, none failing;
 * the proxy process's resident memory when idle (before and after the load); with `--before`
   a tree of the commit before issue 9 (`PRE_ISSUE_9`), the idle target is judged side by side.
+The proxy's CPU per request (user + system of its process over the 32-connection run) is printed
+too: the figure a busy machine disturbs least.
 
 `--before DIR` adds a second swapd, "before", run from an older tree (`DIR/swapd/...`, put
 first on `PYTHONPATH`; make one with `mkdir -p DIR/swapd && git archive REV | tar -x -C
 DIR/swapd`), measured beside the others at 32 and at 1 connection: before/after figures of a
 change in one run.
-
-Needs `wrk` and `nginx` (Debian: `apt-get install wrk nginx-light`). Loopback only. Run:
-`python benchmarks/proxy_pipeline.py [--seconds 3] [--rounds 3] [--streams 1000] [--before DIR]`.
 """
 
 from __future__ import annotations
@@ -34,105 +34,44 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
 import os
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from proxy_throughput import (
-    SSE_EVENTS,
-    bare_proxy,
-    fake_model,
-    open_streams,
-    own_session,
-    sse_rounds,
-)
-from running_swapd import RunningSwapd, free_port, wait_http_ok
-from side_by_side import (
+from tests.support.ports import free_port
+
+from .harness.contenders import bare_proxy, fake_model, floor
+from .harness.report import Report
+from .harness.side_by_side import (
     bench_and_sse_config,
     cpu_seconds,
     nginx,
     post_script,
-    proxy_pid,
-    tools_found,
     wrk,
 )
+from .harness.streams import CHAT, SSE_EVENTS, first_byte_times, open_streams, sse_rounds
+from .harness.swapd_run import RunningSwapd, wait_http_ok
 
-HERE = Path(__file__).resolve().parent
 TTFB_REQUESTS = 300
-IDLE_RSS_BEFORE_MB = 46.1  # the proxy's idle RSS before issue 9 (benchmarks/README.md)
+IDLE_RSS_BEFORE_MB = 46.1  # the proxy's idle RSS before issue 9 (benchmarks/HISTORY.md)
 PRE_ISSUE_9 = "41d4165"  # the last commit before issue 9's pipeline (hot_path.py still there)
-CHAT = "/v1/chat/completions"
-
-
-@contextlib.contextmanager
-def floor(upstream_port: int) -> Iterator[tuple[str, int]]:
-    port = free_port()
-    argv = [sys.executable, str(HERE / "pipeline_floor.py"), str(port), str(upstream_port)]
-    proc = subprocess.Popen(argv, start_new_session=own_session())
-    try:
-        url = f"http://127.0.0.1:{port}"
-        wait_http_ok(url + "/", 15, interval=0.05)
-        yield url, proc.pid
-    finally:
-        proc.terminate()
-        proc.wait(10)
-
-
-async def first_byte_times(url: str, model: str, count: int) -> list[float]:
-    """Seconds from sending a streamed chat request to its first event, `count` times in turn
-    on one kept-alive connection."""
-    host, port = url.removeprefix("http://").split(":")
-    body = json.dumps({"model": model, "stream": True, "x_chunks": 1}).encode()
-    request = (
-        f"POST {CHAT} HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\n"
-        f"Content-Length: {len(body)}\r\n\r\n"
-    ).encode() + body
-    reader, writer = await asyncio.open_connection(host, int(port))
-    times = []
-    try:
-        for _ in range(count):
-            start = time.perf_counter()
-            writer.write(request)
-            seen = b""
-            while b"data: " not in seen:
-                seen += await reader.read(65536)
-            times.append(time.perf_counter() - start)
-            while not seen.endswith(b"0\r\n\r\n"):  # the rest of the response, chunked
-                more = await reader.read(65536)
-                if not more:
-                    raise ConnectionError(f"{url} closed the connection mid-response")
-                seen += more
-    finally:
-        writer.close()
-    return times
 
 
 def rss_mb(pid: int) -> float:
     return psutil.Process(pid).memory_info().rss / 1e6
 
 
-def ratio_line(label: str, value: float, target: str, met: bool) -> str:
-    return f"  {label} = {value:.3f} (target {target}: {'met' if met else 'MISSED'})"
-
-
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def main(argv: list[str], report: Report) -> int:
+    parser = argparse.ArgumentParser("python -m benchmarks proxy_pipeline", description=__doc__)
     parser.add_argument("--seconds", type=float, default=3)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--streams", type=int, default=1000)
     parser.add_argument("--before", type=Path, help="an older tree to measure beside this one")
-    args = parser.parse_args()
-    if not tools_found():
-        return 2
+    args = parser.parse_args(argv)
 
     with tempfile.TemporaryDirectory(prefix="swapd-bench-pipeline-") as tmp_name:
         tmp = Path(tmp_name)
@@ -140,7 +79,7 @@ def main() -> int:
         sse_port = free_port()
         with (
             nginx(tmp) as (direct, via_nginx),
-            fake_model(free_port()) as model_direct,
+            fake_model() as model_direct,
         ):
             upstream_port = int(direct.rsplit(":", 1)[1])
             config = bench_and_sse_config(upstream_port, sse_port, args.streams * 2)
@@ -157,11 +96,11 @@ def main() -> int:
                     wait_http_ok(before.url + "/upstream/bench/", 30)
                 for warm in ("/upstream/bench/", "/upstream/sse/health"):
                     wait_http_ok(swapd.url + warm, 30)
-                pid = proxy_pid(swapd.pid)
+                pid = swapd.proxy.pid
                 time.sleep(2)  # idle is the point: let start-up garbage settle
                 idle_before = rss_mb(pid)
                 # The older tree's proxy, idle for as long, in the same run.
-                idle_older = rss_mb(proxy_pid(before.pid)) if before is not None else None
+                idle_older = rss_mb(before.proxy.pid) if before is not None else None
                 targets = {
                     "direct": direct,
                     "nginx": via_nginx,
@@ -174,7 +113,7 @@ def main() -> int:
                 pids = {"floor": floor_pid, "bare": bare_pid, "swapd": pid}
                 if before is not None:
                     targets["before"] = before.url
-                    pids["before"] = proxy_pid(before.pid)
+                    pids["before"] = before.proxy.pid
                 rps: dict[str, list[float]] = {t: [] for t in targets}
                 p50: dict[str, list[float]] = {t: [] for t in targets}
                 cpu: dict[str, list[float]] = {t: [] for t in pids}
@@ -205,16 +144,18 @@ def main() -> int:
 
     figures = (rps, p50, cpu, sse, ttfb)
     idle = (idle_before, idle_after, idle_older)
-    return report(args, targets, figures, (done, failed, held), idle)
+    judge(report, args, targets, figures, (done, failed, held), idle)
+    return 0
 
 
-def report(
+def judge(
+    report: Report,
     args: argparse.Namespace,
     targets: dict[str, str],
     figures: tuple[dict[str, list[float]], ...],
     streams: tuple[int, int, float],
     idle: tuple[float, float, float | None],
-) -> int:
+) -> None:
     rps, p50, cpu, sse, ttfb = figures
     idle_before, idle_after, idle_older = idle
     med = {name: statistics.median(values) for name, values in rps.items()}
@@ -223,13 +164,14 @@ def report(
     for name in targets:
         rounds = ", ".join(f"{v:,.0f}" for v in rps[name])
         print(f"  {name:7s} {med[name]:>10,.0f}   ({rounds})")
-    to_floor = med["swapd"] / med["floor"]
-    to_bare = med["swapd"] / med["bare"]
-    print(ratio_line("swapd / floor", to_floor, ">= 0.9", to_floor >= 0.9))
-    print(ratio_line("swapd / bare aiohttp proxy", to_bare, ">= 1.5", to_bare >= 1.5))
+    report.figure("rps", rps)
+    report.check("floor_rps", med["swapd"] / med["floor"])
+    report.check("bare_rps", med["swapd"] / med["bare"])
+    report.check("nginx_rps", med["swapd"] / med["nginx"])
     if "before" in med:
         print(f"  before / floor = {med['before'] / med['floor']:.3f} (the older tree, same run)")
     per_request = {name: statistics.median(values) for name, values in cpu.items()}
+    report.figure("proxy_cpu_us_per_request", per_request)
     print(
         "  proxy CPU per request at 32 connections: "
         + ", ".join(f"{name} {us:.0f} us" for name, us in per_request.items())
@@ -241,15 +183,12 @@ def report(
     for name in targets:
         rounds = ", ".join(f"{v:.3f}" for v in p50[name])
         print(f"  {name:7s} {lat[name]:.3f} ms   adds {added[name]:+.3f} ms   ({rounds})")
-    over_floor = added["swapd"] - added["floor"]
-    print(
-        f"  swapd adds {over_floor:+.3f} ms over the floor "
-        f"(target <= +0.030: {'met' if over_floor <= 0.03 else 'MISSED'})"
-    )
+    report.figure("p50_ms", p50)
+    report.check("floor_latency", added["swapd"] - added["floor"])
     if "before" in added:
         print(f"  before adds {added['before'] - added['floor']:+.3f} ms over the floor")
     bare_ratio = added["bare"] / added["swapd"] if added["swapd"] > 0 else float("inf")
-    print(ratio_line("bare's added latency / swapd's", bare_ratio, ">= 1.5", bare_ratio >= 1.5))
+    report.check("bare_latency", bare_ratio)
 
     sse_med = {k: statistics.median(v) for k, v in sse.items()}
     sse_ratio = sse_med["swapd"] / sse_med["direct"]
@@ -257,16 +196,16 @@ def report(
     print(f"  direct {sse_med['direct']:,.0f} events/s, swapd {sse_med['swapd']:,.0f} events/s")
     for name, values in sse.items():
         print(f"  {name:7s} per round: " + ", ".join(f"{v:,.0f}" for v in values))
-    print(ratio_line("swapd / direct", sse_ratio, ">= 0.95", sse_ratio >= 0.95))
+    report.figure("sse_events_per_s", sse)
+    report.check("sse", sse_ratio)
 
     first = {k: statistics.median(v) * 1000 for k, v in ttfb.items()}
     fastest = {k: min(v) * 1000 for k, v in ttfb.items()}
     extra = first["swapd"] - first["direct"]
     print(f"time to first byte of a streamed chat completion ({len(ttfb['swapd'])} requests each):")
-    print(
-        f"  median: direct {first['direct']:.3f} ms, swapd {first['swapd']:.3f} ms: swapd adds "
-        f"{extra:+.3f} ms (target <= +0.5: {'met' if extra <= 0.5 else 'MISSED'})"
-    )
+    print(f"  median: direct {first['direct']:.3f} ms, swapd {first['swapd']:.3f} ms")
+    report.figure("first_byte_ms", first)
+    report.check("first_byte", extra)
     print(
         f"  fastest: direct {fastest['direct']:.3f} ms, swapd {fastest['swapd']:.3f} ms "
         f"(adds {fastest['swapd'] - fastest['direct']:+.3f} ms: what load cannot add to)"
@@ -275,23 +214,17 @@ def report(
     done, failed, held = streams
     print(
         f"concurrent streams: {done} of {args.streams} completed, {failed} failed; all were open "
-        f"at once after {held:.2f}s (target: no error: {'met' if failed == 0 else 'MISSED'})"
+        f"at once after {held:.2f}s"
     )
+    report.check("streams_failed", failed)
     print(f"proxy idle RSS: {idle_before:.1f} MB before the load, {idle_after:.1f} MB after")
+    report.figure("idle_rss_mb", {"before_load": idle_before, "after_load": idle_after})
     if idle_older is not None:
         # Side by side: the only comparison a machine's state (libraries, allocator) cannot skew.
-        print(
-            f"  the older tree's proxy, idle as long in the same run: {idle_older:.1f} MB "
-            f"(target: no higher than the tree before issue 9, `--before` {PRE_ISSUE_9}: "
-            f"{'met' if idle_before <= idle_older else 'MISSED'})"
-        )
+        print(f"  the older tree's proxy, idle as long in the same run: {idle_older:.1f} MB")
+        report.check("idle_rss", idle_before - idle_older)
     else:
         print(
             f"  (recorded before issue 9, another day: {IDLE_RSS_BEFORE_MB} MB; for the target "
             f"run with --before a tree of {PRE_ISSUE_9})"
         )
-    return 0 if failed == 0 else 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -13,8 +13,7 @@ import aiohttp
 
 from ..ipc.model_status import Busy
 from ..ipc.states import ModelState
-from .config import Config
-from .config.busy_check_fields import BusyCheck
+from .config import BusyCheck, Config
 from .machinery.busy_poller import BusyProbes, Target
 from .machinery.model_process import Running
 from .policy import busy_answer

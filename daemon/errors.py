@@ -21,6 +21,7 @@ Hierarchy:
         ├── InvalidConfig            400 invalid_config  (a reload refused; the old config stays)
         ├── SleepFailed              500 sleep_failed    (the scheduler stops the model instead)
         ├── WakeFailed               500 wake_failed     (the scheduler stops, then starts it)
+        │   └── WakeUnverified       500 wake_unverified (its `wakeProbe` failed, or was wrong)
         ├── CircusUnavailable        503 circus_unavailable (circusd did not answer in time)
         ├── CircusError              502 circus_error    (circusd answered `status: error`)
         └── GpuError                 500 gpu_error       (NVML unusable, or `gpus` names no GPU)
@@ -57,6 +58,7 @@ __all__ = [
     "SleepFailed",
     "StartFailed",
     "WakeFailed",
+    "WakeUnverified",
 ]
 
 
@@ -157,6 +159,14 @@ class WakeFailed(DaemonError):
     is stopped and started cold instead."""
 
     default_code = "wake_failed"
+
+
+class WakeUnverified(WakeFailed):
+    """A wake whose calls and health check went well, but whose `wakeProbe` got no answer or the
+    wrong one: its server may be serving corrupted weights. Stopped and started cold, as any
+    failed wake, with a cause of its own."""
+
+    default_code = "wake_unverified"
 
 
 class CircusUnavailable(DaemonError):

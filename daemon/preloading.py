@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from ..ipc.causes import StartCause
-from .cli import circus_config
+from ..ipc.endpoints import PRELOADED_FILE
 from .errors import EnsureError
 from .machinery.model_process import Running
 from .policy import names
@@ -25,7 +25,7 @@ def preload(
 ) -> None:
     """Not again when circusd restarts the daemon (the new daemon adopted what runs, maybe a
     model the user loaded since). `wanted` tells the swap log why each start was asked for."""
-    marker = run_dir / circus_config.PRELOADED_FILE
+    marker = run_dir / PRELOADED_FILE
     if marker.exists():
         if scheduler.config.preload:
             log.info("preload skipped: it ran when this swapd started (daemon restarted)")

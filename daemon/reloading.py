@@ -1,7 +1,8 @@
 """`swapd reload`: read the config again, switch the scheduler to it, stop what it changed.
 
 What to stop is `policy/reload.py`'s decision; this module does it. The reply carries the same
-warnings `swapd check-config` prints for the file (`accepted but ignored` keys and the like).
+warnings `swapd check-config` prints for the file (`accepted but ignored` keys and the like),
+a refused file's with its errors.
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ from .policy import reload
 from .policy.scheduler import Scheduler
 
 log = logging.getLogger("swapd.daemon")
+# How a warning line starts in what `swapd reload` prints (the CLI sends those lines to stderr).
+WARNING = "warning: "
 
 
 @dataclass(frozen=True)
@@ -46,7 +49,11 @@ async def apply(
     try:
         loaded = await asyncio.to_thread(load, path, ports=keep)
         gpu.verify_gpus(backend, loaded.config)
-    except (ConfigError, GpuError) as exc:
+    except ConfigError as exc:
+        # The file's warnings go with its errors: the typo a warning names is met next otherwise.
+        lines = [str(exc), *(f"{WARNING}{warning}" for warning in exc.warnings)]
+        raise InvalidConfig("\n".join(lines)) from exc
+    except GpuError as exc:
         raise InvalidConfig(str(exc)) from exc
     new = loaded.config
     fresh = {mid: definition_hash(m) for mid, m in new.models.items()}
@@ -91,7 +98,7 @@ async def quietly(reloading: Coroutine[Any, Any, Reloaded]) -> None:
 def report(path: Path | ConfigSources, result: Reloaded) -> str:
     """What `swapd reload` prints: check-config's warnings (one `warning: ` line each, which the
     CLI writes to stderr as check-config does), then what the reload did."""
-    lines = [f"warning: {warning}" for warning in result.warnings]
+    lines = [f"{WARNING}{warning}" for warning in result.warnings]
     text = f"reloaded {path}"
     if result.stopped:
         text += f"; stopped changed models: {', '.join(result.stopped)}"

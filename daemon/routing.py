@@ -52,5 +52,7 @@ def routing_table(config: Config, generation: int, log_dir: Path | None = None) 
         session_headers=config.session_headers,
         client_body_timeout=config.client_body_timeout,
         send_timeout=config.send_timeout,
+        client_body_min_rate=config.client_body_min_rate,
+        drain_client_timeout=config.drain_client_timeout,
         cors=config.cors,
     )

@@ -8,7 +8,7 @@ from collections.abc import Iterable, Mapping
 from typing import Protocol
 
 from ..ipc.model_status import Lingering, LingeringProcess, ModelStatus, SleepStatus, Waiting
-from ..ipc.states import ModelState
+from ..ipc.states import ModelState, StartStep
 from .config import ModelConfig
 from .gpu_ledger import GpuLedger
 from .machinery.model_process import Running
@@ -30,9 +30,10 @@ def model_status(
     busy: BusyBoard | None = None,
     waiting: Waiting | None = None,
     sleep: Mapping[str, SleepFacts] | None = None,
+    estimates: tuple[float | None, float | None] = (None, None),
 ) -> ModelStatus:
     """`rec` as the world sees it; `model` is its definition in the current config (None when a
-    reload removed it)."""
+    reload removed it); `estimates`: how long its load and its wake take (the swap log's)."""
     handle = rec.handle
     facts = sleep.get(rec.id) if sleep is not None else None
     return ModelStatus(
@@ -48,12 +49,16 @@ def model_status(
         ttl_left=ttl.ttl_left_of(rec, model, registry, now, busy.held(rec.id) if busy else 0.0),
         keep_alive=registry.kept(rec.id, handle.pid if handle else None),
         reason=rec.reason,
+        # Its health check's beginning is told by the machinery (`effects.StatePublisher`).
+        starting=StartStep.SPAWNING if rec.state == ModelState.STARTING else None,
         in_flight=registry.in_flight(rec.id),
         gpu_lingering=gpu_lingering.get(rec.id, ()),
         lingering=lingering.get(rec.id),
         busy=busy.report(rec.id) if busy else None,
         waiting=waiting,
         sleep=sleep_status(rec, model, registry, facts, now),
+        load_estimate=estimates[0],
+        wake_estimate=estimates[1],
     )
 
 
@@ -72,17 +77,24 @@ def sleep_status(
     asleep = rec.state == ModelState.ASLEEP
     return SleepStatus(
         preset=setting.preset,
-        residual=dict(facts.residual) if asleep else {},
-        held_before=dict(facts.held_before),
+        residual=_copy(facts.residual) if asleep else {},
+        held_before=_copy(facts.held_before),
         last_sleep_s=facts.last_sleep_s,
         last_wake_s=facts.last_wake_s,
         sleeps=facts.sleeps,
         wakes=facts.wakes,
+        verified=facts.verified,
         stop_after=setting.stop_after,
         stop_left=ttl.stop_left(rec, setting, registry, now) if asleep else None,
         serves_asleep=setting.serves_asleep,
+        websockets=registry.websockets(rec.id),
+        wake_on=tuple(f"{r.method} {r.path}" for r in setting.wake_on or ()),
         last_failure=facts.last_failure,
     )
+
+
+def _copy(held: dict[str, int] | None) -> dict[str, int] | None:
+    return None if held is None else dict(held)  # None: not measured
 
 
 def last_activity(rec: ModelRecord[Running], registry: ProxyRegistry) -> float:
@@ -116,6 +128,7 @@ def all_status(
             busy,
             waiting_of(rec.id, swaps, busy),
             sleep,
+            swaps.estimates(rec.id) if swaps is not None else (None, None),
         )
         for rec in records
     )
@@ -174,6 +187,7 @@ class StatusView:
             busy=self.busy,
             waiting=waiting_of(rec.id, self.swaps, self.busy),
             sleep=m.sleep_facts,
+            estimates=self.swaps.estimates(rec.id),
         )
         return self.ledger.annotate(st, model) if self.ledger is not None else st
 

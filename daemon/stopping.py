@@ -9,7 +9,6 @@ import logging
 
 from ..ipc import watcher_names
 from ..ipc.states import ModelState
-from .cli import circus_config
 from .errors import CircusError, CircusUnavailable
 from .machinery import notify
 from .machinery.circus_client import CircusClient
@@ -52,7 +51,7 @@ async def stop(
         statuses = None
     if not shutdown.everything_stops(
         statuses,
-        circus_config.PROXY_WATCHER,
+        watcher_names.PROXY_WATCHER,
         [watcher_names.watcher_name(r.id) for r in loaded],
         [watcher_names.watcher_name(r.id) for r in starting],
     ):

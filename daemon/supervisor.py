@@ -173,7 +173,7 @@ class Daemon:
     def _register(self) -> None:
         on = self.endpoint.on
         on(Hello, self._hello)
-        on(Activity, lambda _, m: self.registry.activity(m.proxy_id, m.model, m.in_flight, m.at))
+        on(Activity, self._activity)
         on(Drained, lambda _, m: self.registry.drained(m.proxy_id, m.model, m.epoch))
         on(KeepAlive, self._keep_alive)
         self.observer.register(on)
@@ -242,6 +242,14 @@ class Daemon:
         if self.announcer.due(message.proxy_id, message.pid):
             await self._publish_table()
 
+    def _activity(self, _identity: bytes, message: Activity) -> None:
+        # The count first: a claimed Ready that was admitted is in flight from the same message.
+        self.registry.activity(
+            message.proxy_id, message.model, message.in_flight, message.at, message.websockets
+        )
+        if message.claimed:
+            self.scheduler.claimed(message.model, message.proxy_id, message.claimed)
+
     async def _keep_alive(self, _identity: bytes, message: KeepAlive) -> None:
         pid = self._pid_of(message.model)
         if pid is not None:  # not running (any more): nothing to keep
@@ -287,8 +295,10 @@ class Daemon:
             # The one place a request's name becomes a model id.
             model_id = names.resolve(self.scheduler.config, message.model).id
             self.swap_log.wanted(model_id, StartCause(message.cause))
+            # A request's proxy claims the Ready (`Activity.claimed`); a load's admits nothing.
+            claimant = message.proxy_id if message.cause == "request" else ""
             with self.metrics.waiting_for(model_id):
-                handle = await self.scheduler.ensure(model_id)
+                handle = await self.scheduler.ensure(model_id, claimant)
         except EnsureError as exc:
             reply: Reply = error_reply(message.id, exc)
         except Exception as exc:
@@ -386,6 +396,7 @@ class Daemon:
         )  # fmt: skip
 
     def _forget_proxy(self, proxy_id: str) -> None:
+        self.scheduler.claims.forget(proxy_id)  # its Readys will never be claimed
         self.announcer.forget(proxy_id)
         self.observer.forget(proxy_id)
 

@@ -24,6 +24,8 @@ class StopCause(StrEnum):
     SLEEP_FAILED = "sleep_failed"
     # Its wake failed, timed out, or its health check did: stopped, then started cold.
     WAKE_FAILED = "wake_failed"
+    # Its wake went well but its `wakeProbe` did not answer as it must: stopped, started cold.
+    WAKE_UNVERIFIED = "wake_unverified"
     # Asleep and unused for longer than its `sleep.stopAfter`.
     ASLEEP_TTL = "asleep_ttl"
 
@@ -37,3 +39,12 @@ class StartCause(StrEnum):
     LOAD = "load"
     PRELOAD = "preload"  # `hooks.on_startup.preload`
     ADOPTED = "adopted"  # found running or starting after a daemon restart
+
+
+class DeferCause(StrEnum):
+    """Why a swap that had its room decided waits before it takes a model out (the swap log's
+    `deferred`)."""
+
+    # A model it would take out was made ready for requests whose `Ready` its proxy has not
+    # claimed yet: they are served first (docs/swapping.md).
+    UNCLAIMED_READY = "unclaimed_ready"

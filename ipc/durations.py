@@ -5,6 +5,10 @@ from __future__ import annotations
 
 import re
 
+# The longest Go duration, in seconds: `time.Duration` is int64 nanoseconds (some 292 years).
+# Ollama's `keep_alive` is one, so nothing longer can be asked for.
+MAX_DURATION_S = (2**63 - 1) / 1e9
+
 _UNIT_SECONDS = {
     "ns": 1e-9,
     "us": 1e-6,

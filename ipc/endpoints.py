@@ -7,6 +7,10 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+# In the run dir: written once this swapd's daemon ran `hooks.on_startup.preload`; `swapd run`
+# removes it, so a daemon that circusd restarts under a running swapd does not preload again.
+PRELOADED_FILE = "preloaded"
+
 
 def default_run_dir() -> Path:
     """`/run/swapd` for root, `$XDG_RUNTIME_DIR/swapd` otherwise, else a per-user temp dir."""

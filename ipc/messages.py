@@ -15,11 +15,12 @@ All of them are tagged msgspec structs (`type` field = the class name); `codec.p
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import msgspec
 
 from .activity import Finished, InFlight
+from .durations import MAX_DURATION_S
 from .model_status import GpuInfo, ModelStatus
 from .routing_table import RoutingTable
 from .swap_record import SwapRecord
@@ -235,12 +236,20 @@ class Hello(_Msg, frozen=True):
 
 class Activity(_Msg, frozen=True):
     """Rate-limited: at most one per model per second from each proxy, and at once when the proxy's
-    in-flight count for the model drops to zero. `in_flight` is that proxy's current count."""
+    in-flight count for the model drops to zero, or when it handled a `Ready`. `in_flight` is that
+    proxy's current count; `claimed`: how many `Ready` replies for the model it handled since its
+    last report (admitted, then counted in `in_flight`, or not taken), which the daemon held the
+    model for until now (docs/architecture.md, "Ready and drain"). `websockets`: the websockets it
+    relays to the model outside admission (ignored ones, and those an asleep server serves) open
+    now, sent at once when it turns zero or non-zero: an asleep model is not stopped for its
+    `sleep.stopAfter` while one is open (an open tab)."""
 
     proxy_id: str
     model: str
     in_flight: int
     at: float  # wall-clock time of the last request start or finish
+    claimed: int = 0
+    websockets: int = 0
 
 
 class Drained(_Msg, frozen=True):
@@ -256,11 +265,12 @@ class KeepAlive(_Msg, frozen=True):
     (Ollama's `keep_alive`), in place of its `ttl`: `seconds` > 0 that long, 0 unloads it as soon
     as nothing is in flight, < 0 never by TTL; None returns to the config's `ttl`. Sent once the
     model answered, so it is running; the daemon ties it to that run's process, so the next run
-    starts from its `ttl` again. The last one the daemon receives wins."""
+    starts from its `ttl` again. The last one the daemon receives wins. Never longer than Go's
+    longest duration (Ollama's bound): the proxy refuses a longer one with a 400."""
 
     proxy_id: str
     model: str
-    seconds: float | None = None
+    seconds: Annotated[float, msgspec.Meta(le=MAX_DURATION_S)] | None = None
 
 
 class ActivityReport(_Msg, frozen=True):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import msgspec
 
-from .states import ModelState
+from .states import ModelState, StartStep
 
 
 class LingeringProcess(msgspec.Struct, frozen=True):
@@ -54,17 +54,24 @@ class SleepStatus(msgspec.Struct, frozen=True):
 
     preset: str = ""  # "" for a written-out setting (or llmsnap's keys)
     # GPU UUID -> bytes its processes hold asleep, as NVML read them once its memory dropped
-    # (its residual: a CUDA context, buffers); set while it is asleep.
-    residual: dict[str, int] = msgspec.field(default_factory=dict)
-    # GPU UUID -> bytes they held just before its last sleep.
-    held_before: dict[str, int] = msgspec.field(default_factory=dict)
+    # (its residual: a CUDA context, buffers); set while it is asleep. None (null): not measured
+    # (no GPU inventory), never an empty mapping that would read as "holds nothing".
+    residual: dict[str, int] | None = msgspec.field(default_factory=dict)
+    # GPU UUID -> bytes they held just before its last sleep (None: not measured).
+    held_before: dict[str, int] | None = msgspec.field(default_factory=dict)
     last_sleep_s: float | None = None  # its last sleep: the calls and the release check
     last_wake_s: float | None = None  # its last wake: the calls and the health check
     sleeps: int = 0
     wakes: int = 0
+    verified: int = 0  # wakes its `wakeProbe` proved
     stop_after: float = 0.0  # `sleep.stopAfter` (0: asleep for ever)
     stop_left: float | None = None  # asleep: seconds until `stopAfter` stops it
     serves_asleep: bool = False  # its server answers what needs no GPU while asleep (ComfyUI)
+    # Its server's ignored websockets open now (an open tab): while asleep, `stopAfter` waits.
+    websockets: int = 0
+    # With `serves_asleep`: the requests that wake it, "METHOD /path" (`wakeOn`); empty: every
+    # request but a GET or HEAD.
+    wake_on: tuple[str, ...] = ()
     last_failure: str = ""  # its last sleep or wake that failed (it was stopped), and why
 
 
@@ -85,6 +92,9 @@ class ModelStatus(msgspec.Struct, frozen=True):
     # when nothing did.
     keep_alive: float | None = None
     reason: str = ""  # why it is failed/stopped, when it is
+    # Starting: spawning its process, or waiting for its health check (None in other states).
+    # The daemon's word to its proxies; `/api/status` leaves it out (status_doc.py).
+    starting: StartStep | None = None
     in_flight: int = 0
     # What still holds GPU memory after the model stopped (NVML's view).
     gpu_lingering: tuple[LingeringProcess, ...] = ()
@@ -103,6 +113,10 @@ class ModelStatus(msgspec.Struct, frozen=True):
     waiting: Waiting | None = None
     # Its sleep setting's facts (None: it has no sleep setting).
     sleep: SleepStatus | None = None
+    # Seconds its load (spawn to healthy) and its wake take, the median of its last ones that
+    # went well (the swap log's); None before the first.
+    load_estimate: float | None = None
+    wake_estimate: float | None = None
 
 
 class GpuInfo(msgspec.Struct, frozen=True):

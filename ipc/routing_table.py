@@ -67,6 +67,15 @@ class HttpCall(msgspec.Struct, frozen=True):
     timeout: float = 10.0
 
 
+class WakeRule(msgspec.Struct, frozen=True):
+    """One `wakeOn` entry: a request whose method is `method` (`*`: any) and whose path on the
+    model's own server (decoded, without the query) matches `path` as a whole (a regular
+    expression) wakes an asleep server that keeps serving (`SleepSetting.serves_asleep`)."""
+
+    method: str
+    path: str
+
+
 class SleepSetting(msgspec.Struct, frozen=True):
     """A model's `sleep` (or llmsnap's `sleepMode: enable` with `sleepEndpoints` and
     `wakeEndpoints`): how its server gives its GPU memory back without exiting, and takes it
@@ -80,6 +89,9 @@ class SleepSetting(msgspec.Struct, frozen=True):
     # Its server keeps serving what needs no GPU while asleep (ComfyUI's page, assets, websocket
     # and GET polls): the proxy forwards those without waking it.
     serves_asleep: bool = False
+    # With `serves_asleep`, the requests that wake it (`wakeOn`); the rest are served asleep.
+    # None: every request but a GET or HEAD (a websocket never wakes it).
+    wake_on: tuple[WakeRule, ...] | None = None
 
 
 class ModelRouting(msgspec.Struct, frozen=True, kw_only=True):
@@ -174,5 +186,10 @@ class RoutingTable(msgspec.Struct, frozen=True):
     # seconds, 0: none: how long a request body may stall, and a response go unread.
     client_body_timeout: float = 60.0
     send_timeout: float = 60.0
+    # `clientBodyMinRate`: past `client_body_timeout`, a body must average this many bytes/s
+    # (Apache's `MinRate`); `drainClientTimeout`: how long a drain waits for a request its client
+    # holds up (seconds). 0: none.
+    client_body_min_rate: float = 500.0
+    drain_client_timeout: float = 30.0
     # `security.cors`: which other sites' pages may use swapd, and their CORS answers.
     cors: CorsPolicy = CorsPolicy()

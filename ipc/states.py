@@ -61,6 +61,15 @@ ENDING_STATES: frozenset[ModelState] = frozenset(
     {ModelState.STOPPING, ModelState.STOPPED, ModelState.FAILED}
 )
 
+
+class StartStep(StrEnum):
+    """Where a `starting` model's start is (`model_status.ModelStatus.starting`), so a loading
+    stream tells the two apart without reading the reason's words."""
+
+    SPAWNING = "spawning"  # its process is being spawned (or, found starting, awaited)
+    HEALTH_CHECK = "health_check"  # its process runs and waits for its health check
+
+
 # The `reason` of a `starting` model whose process runs and is waiting for its health check
-# (published once the spawn is done, so a loading stream can tell the two phases apart).
+# (published, with `StartStep.HEALTH_CHECK`, once the spawn is done): the words a person reads.
 HEALTH_CHECK_REASON = "waiting for the health check"

@@ -20,3 +20,7 @@ HEARTBEAT_GRACE = 1.5 * HEARTBEAT_S
 # ACTIVITY_INTERVAL_S after the fact, so the TTL does not unload a model this soon after its last
 # report or Ready reply: a request the proxy has not reported yet may be under way.
 REPORT_GRACE = 1.5 * ACTIVITY_INTERVAL_S
+# How long the daemon holds a model for a `Ready` it handed out until the proxy claims it (admits
+# the request, or tells it did not): longer than the proxy's wait for its state to catch up with
+# a `Ready` (`proxy/pipeline.py`, 1 s), so only a proxy that hangs or lost the reply reaches it.
+CLAIM_WITHIN = 5.0

@@ -10,6 +10,11 @@ from __future__ import annotations
 
 import re
 
+# The two static watchers of the circus config (`daemon/cli/circus_config.py` writes them; the
+# daemon process names the proxy's when it decides whether swapd as a whole is stopping).
+DAEMON_WATCHER = "swapd-daemon"
+PROXY_WATCHER = "swapd-proxy"
+
 PREFIX = "model-"
 _SAFE = frozenset(b"abcdefghijklmnopqrstuvwxyz0123456789-")
 _ESCAPE = re.compile(r"_([0-9a-f]{2})")

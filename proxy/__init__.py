@@ -14,19 +14,22 @@ The top: ingress and the pipeline, in a request's order.
 * `app`: app factory (the context made and wired at start-up), route table.
 * `pipeline`: the forwarding routes, stage by stage: route decision -> admission -> forward ->
   relay -> accounting; `admission`: a request's place with its model (`Slot`, one `async
-  with`: concurrency limit 429, in-flight counts), drains, rate-limited activity; `loading`:
-  loading progress streamed while a model starts; `forwarding`: what the decision serves, as one
+  with`: concurrency limit 429, in-flight counts), drains, rate-limited activity;
+  `drain_bound`: how long a drain waits for requests their clients hold up; `loading`: loading
+  progress streamed while a model starts; `forwarding`: what the decision serves, as one
   record, sent to a local model's upstream or a peer.
 * `context`: everything one proxy holds, made at start-up.
 
 `floor/`: what every folder may stand on (it imports only `ipc/`).
 * `errors`: the one error tree and error shape; `account`: what the accounting stage learns
-  about a request (and the capture tee); `matching`: linear-time path patterns.
+  about a request (and the capture tee); `matching`: linear-time path patterns; `progress`: how
+  a dialect's streams carry loading progress (`ProgressFrames`, which `loading` writes).
 
 `routing/`: the route decision, pure functions.
 * `decide`: the decision; `body`: the request's model (JSON, multipart, form, query), bounded
   reads, filters; `rewrite`: the body and query a decision asks for; `model_routes`: the routes
-  dispatched by `model`; `comfyui`: the `/comfyui/` rules; `selectors`: selector strategies.
+  dispatched by `model`; `comfyui`: the `/comfyui/` rules; `wake_rules`: which requests wake an
+  asleep server that keeps serving (`wakeOn`); `selectors`: selector strategies.
 
 `upstream/`: forwarding.
 * `forward`: what goes upstream (headers, Host, X-Forwarded-*, body); `transport`: the one
@@ -60,7 +63,7 @@ The top: ingress and the pipeline, in a request's order.
   API; `ollama/`: Ollama's API (`routes`: its routes, and `/api/version`; `requests`: its
   requests as the model's own; `relaying`, `streams`, `replies`: the model's answers as
   Ollama's; `listing`: `/api/tags`, `/api/ps`, `/api/show`; `values`: names, durations,
-  `keep_alive`).
+  `keep_alive`; `progress`: loading progress as `thinking` lines).
 
 `ui/`: the web UI's static files; `assets`: read once and kept in memory.
 """

@@ -13,7 +13,10 @@ and releases on exit, counts the request in flight (`begin`) and out again (`end
 exit if it still is; nothing else of the request path touches the counters.
 
 Activity: one cast per model per second, plus the busy->idle edge at once whenever the last cast
-told the daemon "busy" (so `swapd status` and the TTL never see a finished request as in flight).
+told the daemon "busy" (so `swapd status` and the TTL never see a finished request as in flight),
+and at once for each `Ready` the daemon answered an `ensure` with, once this process admitted its
+request (`Slot.begin(claim=True)`: in flight in the same cast) or did not take it (`unclaimed`):
+the daemon holds the model for a `Ready` until then (docs/architecture.md, "Ready and drain").
 A run of sequential requests to a ready model therefore costs at most about two casts a second,
 never one per request: the first request's start and end go out, the rest are folded into the
 cast at the end of that second.
@@ -65,10 +68,11 @@ class Slot:
         self.end()
         self._admission.release(self.rt)
 
-    def begin(self) -> None:
-        """Served by the upstream from now on: counted in flight."""
+    def begin(self, *, claim: bool = False) -> None:
+        """Served by the upstream from now on: counted in flight; `claim`: it was admitted on
+        the daemon's `Ready` (`Admission.begin`)."""
         self.in_flight = True
-        self._admission.begin(self.rt)
+        self._admission.begin(self.rt, claim=claim)
 
     def end(self) -> None:
         """No longer in flight (if it was): it holds up no drain."""
@@ -100,9 +104,15 @@ class Admission:
         rt.reserved -= 1
 
     # --- in flight -------------------------------------------------------------------------------
-    def begin(self, rt: ModelRuntime) -> None:
+    def begin(self, rt: ModelRuntime, *, claim: bool = False) -> None:
+        """A request is in flight; `claim`: it was admitted on the daemon's `Ready`."""
         rt.in_flight += 1
-        self._activity(rt)
+        self._activity(rt, claimed=1 if claim else 0)
+
+    def unclaimed(self, rt: ModelRuntime) -> None:
+        """A `Ready` the daemon sent was not taken (the model drains here, or the requester is
+        gone): it holds the model no longer."""
+        self._send_activity(rt, time.time(), claimed=1)
 
     def end(self, rt: ModelRuntime) -> None:
         rt.in_flight -= 1
@@ -110,15 +120,23 @@ class Admission:
         if rt.in_flight == 0 and rt.drain_epoch is not None and not rt.drain_acked:
             self._ack(rt)
 
-    def _activity(self, rt: ModelRuntime) -> None:
+    def sockets_changed(self, rt: ModelRuntime) -> None:
+        """An ignored websocket opened or closed. Not use (the TTL's clock stays), but the daemon
+        keeps an asleep model with one open from its `stopAfter`: told at once when the count
+        turns zero or non-zero."""
+        self._activity(rt, used=False)
+
+    def _activity(self, rt: ModelRuntime, claimed: int = 0, used: bool = True) -> None:
         now = time.time()
-        rt.last_activity = now
+        if used:
+            rt.last_activity = now
         idle_edge = rt.in_flight == 0 and rt.activity_sent_in_flight > 0
-        if idle_edge or now - rt.activity_sent_at >= ACTIVITY_INTERVAL_S:
+        sockets_edge = bool(rt.ignored_ws) != (rt.activity_sent_websockets > 0)
+        if claimed or idle_edge or sockets_edge or now - rt.activity_sent_at >= ACTIVITY_INTERVAL_S:
             if rt.activity_timer is not None:
                 rt.activity_timer.cancel()
                 rt.activity_timer = None
-            self._send_activity(rt, now)
+            self._send_activity(rt, now, claimed)
         elif rt.activity_timer is None:
             delay = ACTIVITY_INTERVAL_S - (now - rt.activity_sent_at)
             rt.activity_timer = self._loop.call_later(delay, self._flush_activity, rt)
@@ -127,10 +145,13 @@ class Admission:
         rt.activity_timer = None
         self._send_activity(rt, time.time())
 
-    def _send_activity(self, rt: ModelRuntime, now: float) -> None:
+    def _send_activity(self, rt: ModelRuntime, now: float, claimed: int = 0) -> None:
         rt.activity_sent_at = now
         rt.activity_sent_in_flight = rt.in_flight
-        self._link.activity(rt.id, rt.in_flight, rt.last_activity)
+        rt.activity_sent_websockets = len(rt.ignored_ws)
+        self._link.activity(
+            rt.id, rt.in_flight, rt.last_activity, claimed=claimed, websockets=len(rt.ignored_ws)
+        )
 
     # --- the daemon's changes: drains, stops ---------------------------------------------------
     def _applied(self, applied: Applied[ModelRuntime]) -> None:

@@ -17,6 +17,13 @@ requests (`server.py` makes one per connection).
   it holds all it may of the body (the model is slower than the client, or the request waits for
   a swap), the client is not stalling and its clock starts again when reading resumes. One timer
   per connection, armed when a request with a body yet to come begins.
+* A request body that trickles (`clientBodyMinRate`, Apache's `mod_reqtimeout` `MinRate`): bytes
+  that keep coming just inside `clientBodyTimeout` would hold a request for as long as the client
+  likes. So the body may take `clientBodyTimeout` seconds plus one second for every
+  `clientBodyMinRate` bytes received, or the connection gets a 408 the same way: past the grace,
+  the body must average at least that rate. Time the proxy holds the client back does not count
+  (the rate's clock starts again, as the stall's does). Counted in `stats.slow_bodies`. The same
+  timer serves both.
 * A response nobody reads (`sendTimeout`, nginx's `send_timeout`): when the connection's write
   buffer is full (the transport paused writing: the client reads nothing), the client must read
   again within that many seconds, or the connection is dropped. A client that reads, however
@@ -80,11 +87,15 @@ class SwapdRequestHandler(web.RequestHandler):
         "_clock",
         "_head_timeout",
         "_head_timer",
+        "_held_for",
         "_send_timer",
         "_state",
         "_stats",
         "body",
         "body_at",
+        "body_got",
+        "body_since",
+        "client_held",
         "handling",
         "head_since",
         "request",
@@ -116,6 +127,13 @@ class SwapdRequestHandler(web.RequestHandler):
         self.request: web.BaseRequest | None = None
         self.body: StreamReader | None = None
         self.body_at = 0.0  # loop time a body's last bytes came (or reading resumed)
+        # The body's rate: bytes received since `body_since` (loop time it began, or reading
+        # resumed after the proxy held the client back).
+        self.body_got = 0
+        self.body_since = 0.0
+        # Seconds the request `_held_for` has held up a drain of its model (`drain_bound.py`).
+        self.client_held = 0.0
+        self._held_for: web.BaseRequest | None = None
 
     # --- the head's clock ---------------------------------------------------------------------
     def data_received(self, data: bytes) -> None:
@@ -129,6 +147,7 @@ class SwapdRequestHandler(web.RequestHandler):
         if not head:  # a head's clock already runs, or a request or its body is under way
             if self.handling:
                 self.body_at = self._clock.time()
+                self.body_got += len(data)
             return
         self.head_since = now = self._clock.time()
         if self._head_timer is None:
@@ -165,7 +184,8 @@ class SwapdRequestHandler(web.RequestHandler):
     # --- a body's clock -------------------------------------------------------------------------
     def body_expected(self) -> None:
         """`Dispatch`: the request being handled has a body yet to come."""
-        self.body_at = now = self._clock.time()
+        self.body_at = self.body_since = now = self._clock.time()
+        self.body_got = 0
         timeout = self._timeouts()[0]
         if timeout > 0 and self._body_timer is None:
             self._body_timer = self._clock.call_at(now + timeout, self._body_deadline)
@@ -175,6 +195,9 @@ class SwapdRequestHandler(web.RequestHandler):
             return 0.0, 0.0
         table = self._state.routes.table
         return table.client_body_timeout, table.send_timeout
+
+    def _min_rate(self) -> float:
+        return self._state.routes.table.client_body_min_rate if self._state is not None else 0.0
 
     def _body_deadline(self) -> None:
         self._body_timer = None
@@ -186,16 +209,37 @@ class SwapdRequestHandler(web.RequestHandler):
             return
         now = self._clock.time()
         if not transport.is_reading():
-            self.body_at = now  # the proxy holds the client back: not the client's stall
+            # The proxy holds the client back: not the client's stall, nor its slowness.
+            self.body_at = self.body_since = now
+            self.body_got = 0
         left = self.body_at + timeout - now
-        if left > 0:
-            self._body_timer = self._clock.call_later(left, self._body_deadline)
+        rate = self._min_rate()
+        # Apache's MinRate: the grace, plus a second for every `rate` bytes received.
+        rate_left = self.body_since + timeout + self.body_got / rate - now if rate > 0 else left
+        if left > 0 and rate_left > 0:
+            self._body_timer = self._clock.call_later(min(left, rate_left), self._body_deadline)
             return
-        self._stats.body_timeouts += 1
+        if left <= 0:
+            self._stats.body_timeouts += 1
+            log.info(
+                "request body stalled for %g s (clientBodyTimeout): closing the connection",
+                timeout,
+            )
+            self._time_out(f"request body not received in time (clientBodyTimeout {timeout:g} s)")
+            return
+        self._stats.slow_bodies += 1
+        spent = now - self.body_since
         log.info(
-            "request body stalled for %g s (clientBodyTimeout): closing the connection", timeout
+            "request body came at %.0f bytes/s over %.0f s (clientBodyMinRate %g): closing the "
+            "connection",
+            self.body_got / spent,
+            spent,
+            rate,
         )
-        self._time_out(f"request body not received in time (clientBodyTimeout {timeout:g} s)")
+        self._time_out(
+            f"request body too slow: {self.body_got} bytes in {spent:.0f} s, under "
+            f"clientBodyMinRate {rate:g} bytes/s after clientBodyTimeout {timeout:g} s"
+        )
 
     # --- a response nobody reads ----------------------------------------------------------------
     def pause_writing(self) -> None:
@@ -222,13 +266,44 @@ class SwapdRequestHandler(web.RequestHandler):
         )
         transport.abort()  # not close(): that would wait for the client to read what is queued
 
+    # --- a drain its client holds up (`drain_bound.py`) -----------------------------------------
+    def waits_on_client(self) -> bool:
+        """Whether the request under way waits on its client alone: the client reads nothing of
+        its response (the write buffer is full), or its body has not all come and the proxy is
+        reading it (it does not hold the client back)."""
+        transport = self.transport
+        if not self.handling or transport is None:
+            return False
+        if self.writing_paused:
+            return True
+        body = self.body
+        return body is not None and not body.is_eof() and transport.is_reading()
+
+    def hold(self, seconds: float) -> float:
+        """Count `seconds` more that the request under way held up a drain; its total."""
+        if self._held_for is not self.request:
+            self._held_for, self.client_held = self.request, 0.0
+        self.client_held += seconds
+        return self.client_held
+
+    def cut(self, message: str) -> None:
+        """End the request under way: a 408 with `message` when its response has not begun,
+        else the connection dropped (not closed: that would wait for the client to read)."""
+        transport, request = self.transport, self.request
+        if transport is None:
+            return
+        if self.writing_paused or (request is not None and request.writer.output_size > 0):
+            transport.abort()
+        else:
+            self._time_out(message)
+
     def connection_lost(self, exc: BaseException | None) -> None:
         for timer in (self._head_timer, self._body_timer, self._send_timer):
             if timer is not None:
                 timer.cancel()
         self._head_timer = self._body_timer = self._send_timer = None
         self.body = None
-        self.request = None
+        self.request = self._held_for = None
         super().connection_lost(exc)
 
     # --- bad requests ---------------------------------------------------------------------------

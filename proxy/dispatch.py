@@ -65,8 +65,8 @@ ModelRoute = Callable[[ProxyContext, web.BaseRequest], Awaitable[web.StreamRespo
 @dataclass(frozen=True, slots=True)
 class Stages:
     """The stages of a model request that a benchmark may put a stand-in for, to measure what
-    each one costs (`benchmarks/pipeline_stages.py`, which `benchmarks/pipeline_cost.py` runs row
-    by row); every default is swapd's own, and swapd never passes any other.
+    each one costs (`benchmarks/harness/pipeline_stages.py`, which `benchmarks/pipeline_cost.py`
+    runs row by row); every default is swapd's own, and swapd never passes any other.
 
     Each is read once, at start-up, into the place that calls it (`Dispatch` here, the context
     in `app.make_app`, `observe/access_log.AccessLines`), so a stand-in costs a request nothing,

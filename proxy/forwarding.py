@@ -58,7 +58,14 @@ async def send(
         ctx.stats.websockets += 1
         ignored_in = rt.ignored_ws if not decision.admitted else None
         return await relay_websocket(
-            request, ctx.session, address, fwd.path_qs, rt.id, host=host, ignored_in=ignored_in
+            request,
+            ctx.session,
+            address,
+            fwd.path_qs,
+            rt.id,
+            host=host,
+            ignored_in=ignored_in,
+            changed=lambda: ctx.admission.sockets_changed(rt),
         )
     out = outgoing(
         request,

@@ -86,7 +86,7 @@ async def guard(
         return await handler(request)
     except ProxyError as exc:
         ctx.stats.refused += 1
-        return exc.response()
+        return exc.response(request.headers.get("Accept", ""))
     except web.HTTPException as exc:
         if exc.status >= 400 and exc.text and not exc.content_type.endswith("json"):
             # aiohttp's own 404/405 (unknown path, wrong method) in the one error shape; an
@@ -94,7 +94,8 @@ async def guard(
             kept = {
                 k: v for k, v in exc.headers.items() if k not in ("Content-Type", "Content-Length")
             }
-            return error_response(exc.status, exc.text.strip(), headers=kept)
+            accept = request.headers.get("Accept", "")
+            return error_response(exc.status, exc.text.strip(), headers=kept, accept=accept)
         raise
     finally:
         ctx.leave()

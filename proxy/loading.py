@@ -2,8 +2,10 @@
 `POST /v1/chat/completions` whose model is not ready is answered at once with 200 and an SSE
 stream of llama-swap-style `reasoning_content` deltas saying what it waits for (other models
 finishing their requests and stopping or going to sleep, the start or the wake of an asleep
-model, the health check) with the seconds elapsed,
-then `Done! (X.XXs)`, and then the model's own stream in the same response. The upstream's status
+model, the health check) with the seconds elapsed (and, once the model has loaded before, about
+how long its load takes), then `Done! (X.XXs)`, and then the model's own stream in the same
+response. A dialect's stream (Ollama's chat and generate) gets the same text in its own framing
+(`floor/progress.ProgressFrames`). The upstream's status
 and headers are lost, as in llama-swap (200 was already sent); a failure is appended as an
 OpenAI error event. Admission's 429 comes before any of it.
 """
@@ -18,10 +20,11 @@ from typing import Any, TypeVar
 import msgspec
 from aiohttp import web
 
-from ..ipc.model_status import Waiting
-from ..ipc.states import DOZING_STATES, HEALTH_CHECK_REASON, LEAVING_STATES, ModelState
+from ..ipc.model_status import ModelStatus, Waiting
+from ..ipc.states import DOZING_STATES, LEAVING_STATES, ModelState, StartStep
 from .context import ProxyContext
 from .floor.errors import ProxyError, error_body
+from .floor.progress import PROGRESS_FRAMES, ProgressFrames
 from .mirror.changes import Applied
 from .mirror.state import ModelRuntime
 from .routing.body import RequestModel
@@ -42,7 +45,8 @@ _decode_stream = msgspec.json.Decoder(_Stream).decode
 def wanted(request: web.BaseRequest, rt: ModelRuntime, found: RequestModel | None) -> bool:
     if not rt.route.send_loading_state or request.method != "POST":
         return False
-    if not request.path.startswith("/v1/chat/completions"):
+    dialect = PROGRESS_FRAMES in request  # another API's stream (Ollama's chat and generate)
+    if not dialect and not request.path.startswith("/v1/chat/completions"):
         return False
     if found is None or found.kind != "json" or found.body is None:
         return False
@@ -66,19 +70,29 @@ def waiting_words(waiting: Waiting) -> str:
     return text
 
 
-class Progress:
-    def __init__(self, request: web.BaseRequest, ctx: ProxyContext, rt: ModelRuntime, name: str):
-        self.request = request
-        self.ctx = ctx
-        self.rt = rt
-        self.name = name  # as the client asked (the chunks' `model`)
-        self.response: web.StreamResponse | None = None
-        self._began = 0.0
-        self._phase = ""
-        self._news: list[str] = []  # phases seen since the last write, with their times
-        self._wake = asyncio.Event()
+def estimate_words(status: ModelStatus, waking: bool) -> str:
+    """How long the model's own load (or wake) took lately, "" before its first."""
+    seconds = status.wake_estimate if waking else status.load_estimate
+    if seconds is None:
+        return ""
+    return f"its last {'wakes' if waking else 'loads'} took about {about(seconds)}\n"
 
-    def _chunk(self, text: str) -> bytes:
+
+def about(seconds: float) -> str:
+    """`about N s`'s N s: whole seconds, tenths below 10."""
+    return f"{seconds:.0f} s" if seconds >= 10 else f"{seconds:.1f} s"
+
+
+class OpenAIFrames:
+    """The progress as OpenAI's stream events (`reasoning_content` deltas); a failure as an
+    OpenAI error event."""
+
+    content_type = "text/event-stream"
+
+    def __init__(self, name: str) -> None:
+        self.name = name  # as the client asked (the chunks' `model`)
+
+    def text(self, text: str) -> bytes:
         delta = {
             "id": "swapd-loading",
             "object": "chat.completion.chunk",
@@ -88,9 +102,26 @@ class Progress:
         }
         return b"data: " + _encode(delta) + b"\n\n"
 
+    def failed(self, exc: ProxyError) -> bytes:
+        return b"data: " + error_body(exc.status, exc.message, exc.code, exc.log_tail) + b"\n\n"
+
+
+class Progress:
+    def __init__(self, request: web.BaseRequest, ctx: ProxyContext, rt: ModelRuntime, name: str):
+        self.request = request
+        self.ctx = ctx
+        self.rt = rt
+        frames: ProgressFrames | None = request.get(PROGRESS_FRAMES)
+        self.frames = frames if frames is not None else OpenAIFrames(name)
+        self.response: web.StreamResponse | None = None
+        self._began = 0.0
+        self._phase = ""
+        self._news: list[str] = []  # phases seen since the last write, with their times
+        self._wake = asyncio.Event()
+
     async def _say(self, text: str) -> None:
         assert self.response is not None
-        await self.response.write(self._chunk(text))
+        await self.response.write(self.frames.text(text))
 
     def _applied(self, applied: Applied[ModelRuntime]) -> None:
         """A listener of the mirror's changes: a model's status changed."""
@@ -98,9 +129,10 @@ class Progress:
             self._changed()
 
     def _changed(self) -> None:
-        """Note the phase now (several may pass between two writes)."""
+        """Note the phase now (several may pass between two writes); between two phases (None)
+        the last one stands."""
         phase = self.phase()
-        if phase != self._phase:
+        if phase is not None and phase != self._phase:
             self._phase = phase
             elapsed = asyncio.get_running_loop().time() - self._began
             self._news.append(f"\n[{elapsed:.1f}s] {phase}\n")
@@ -116,15 +148,19 @@ class Progress:
                 self._began = asyncio.get_running_loop().time()
                 self.response = web.StreamResponse(
                     headers={
-                        "Content-Type": "text/event-stream",
+                        "Content-Type": self.frames.content_type,
                         "Cache-Control": "no-cache",
                         "X-Accel-Buffering": "no",
                     }
                 )
                 await self.response.prepare(self.request)
                 await self._say(BAR)
-                verb = "waking" if self.rt.state in DOZING_STATES else "loading"
+                waking = self.rt.state in DOZING_STATES
+                verb = "waking" if waking else "loading"
                 await self._say(f"swapd {verb} model: {self.rt.id}\n")
+                said = estimate_words(self.rt.status, waking)
+                if said:
+                    await self._say(said)
                 self._changed()
             while True:
                 wake = asyncio.ensure_future(self._wake.wait())
@@ -146,8 +182,9 @@ class Progress:
             changes.forget(self._applied)
             task.cancel()
 
-    def phase(self) -> str:
-        """What the request waits for now, from this process's mirror of the model states."""
+    def phase(self) -> str | None:
+        """What the request waits for now, from this process's mirror of the model states; None
+        between two phases (stopped before its start, ready before the daemon's answer)."""
         rt = self.rt
         others = [
             r for r in self.ctx.state.runtimes.values() if r is not rt and r.state in LEAVING_STATES
@@ -163,7 +200,7 @@ class Progress:
             )
             return f"swapping: waiting for {what}"
         if rt.state == ModelState.STARTING:
-            if rt.status.reason == HEALTH_CHECK_REASON:
+            if rt.status.starting is StartStep.HEALTH_CHECK:
                 return f"{rt.id} is running; waiting for its health check"
             return f"starting {rt.id}"
         if rt.state == ModelState.WAKING:
@@ -176,7 +213,7 @@ class Progress:
             return waiting_words(rt.status.waiting)
         if rt.state == ModelState.ASLEEP:
             return f"{rt.id} is asleep; waking it"
-        return f"waiting for {rt.id}"
+        return None
 
     async def done(self) -> None:
         if self.response is None:
@@ -188,10 +225,9 @@ class Progress:
     async def failed(self, exc: ProxyError) -> web.StreamResponse:
         """The error, appended to the stream already sent (it cannot be a status any more)."""
         assert self.response is not None
-        error = error_body(exc.status, exc.message, exc.code, exc.log_tail)
         try:
             await self._say(f"\nfailed: {exc.message}\n")
-            await self.response.write(b"data: " + error + b"\n\n")
+            await self.response.write(self.frames.failed(exc))
             await self.response.write_eof()
         except ConnectionError:
             pass

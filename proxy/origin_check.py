@@ -19,7 +19,13 @@ at. Where a request comes from:
 
 A request of this host's own pages passes; so does a top-level navigation the user made
 (`GET`/`HEAD`, `Sec-Fetch-Mode: navigate`, `Sec-Fetch-Dest: document`, `Sec-Fetch-User: ?1`: a
-link clicked on another site), except to llama-swap's `GET /unload`. Another site's request
+link clicked on another site, a GET form, a `window.open` on a click), but only to the UI and to
+pages that start nothing (`NAVIGABLE`, `NAVIGABLE_UNDER`): a link to `/upstream/<m>/`,
+`/props?model=`, `/v1/audio/voices?model=` or llama-swap's `GET /unload` would start, swap or stop
+models for another site, whatever the user meant by the click (and with a browser's cached
+credentials, whatever the keys), so it is refused (403, `cross_origin`, saying why). The list is
+of what may pass, so a route added later is refused to other sites until it is put there.
+Another site's request
 passes only when its origin is allowed: listed in `security.cors.allowedOrigins` (`*`: every
 site, llama-swap's default), or the origin of an editor's or app's own page (`app://`,
 `tauri://`, `vscode-webview://`, `vscode-file://`), which no web page can have. Its answer then
@@ -63,7 +69,37 @@ LOCAL_SUFFIXES = (
     ".localdomain",
 )
 _OWN_SITE = frozenset({"same-origin", "none"})
-_STATE_CHANGING_GETS = frozenset({"/unload"})  # llama-swap's unload-all by GET
+# Where another site's link may take the user: the UI and pages that start, swap or stop nothing
+# (reads; `/` and `/upstream` send a browser to the UI). Every other GET may start a model.
+NAVIGABLE = frozenset(
+    {
+        "/",
+        "/ui",
+        "/upstream",
+        "/favicon.ico",
+        "/health",
+        "/wol-health",
+        "/running",
+        "/v1/models",
+        "/models",
+        "/metrics",
+        "/logs",
+        "/logs/stream",
+        "/api/events",
+        "/api/version",
+        "/api/inflight",
+        "/api/metrics/activity",
+        "/api/metrics/stats",
+        "/api/performance",
+        "/api/hardware",
+        "/api/profiles",
+        "/api/status",
+        "/api/swaps",
+        "/api/tags",
+        "/api/ps",
+    }
+)
+NAVIGABLE_UNDER = ("/ui/", "/logs/stream/", "/api/captures/")
 DEFAULT_METHODS = "GET, POST, PUT, PATCH, DELETE, OPTIONS"
 DEFAULT_HEADERS = "Content-Type, Authorization, Accept, X-Requested-With"
 _TOKEN_CHARS = frozenset(
@@ -185,11 +221,15 @@ def _user_navigation(request: web.BaseRequest) -> bool:
     headers = request.headers
     return (
         request.method in ("GET", "HEAD")
-        and request.path not in _STATE_CHANGING_GETS
         and headers.get("Sec-Fetch-Mode") == "navigate"
         and headers.get("Sec-Fetch-Dest") == "document"
         and headers.get("Sec-Fetch-User") == "?1"
     )
+
+
+def navigable(path: str) -> bool:
+    """Whether another site's link may lead to `path`: the UI, or a page that starts nothing."""
+    return path in NAVIGABLE or path.startswith(NAVIGABLE_UNDER)
 
 
 def check_browser(request: web.BaseRequest, cors: CorsPolicy) -> str | None:
@@ -211,11 +251,20 @@ def check_browser(request: web.BaseRequest, cors: CorsPolicy) -> str | None:
         if site == "same-origin":
             _check_host(policy, host)
             return None
-        if _user_navigation(request):
-            return None  # a link on another site, followed by the user
+        navigation = _user_navigation(request)
+        if navigation and navigable(request.path):
+            return None  # a link on another site to the UI, followed by the user
         seen = _referer_origin(headers.get("Referer"))
         if policy.any or (seen is not None and policy.allows(seen)):
-            return None  # an allowed site's image or script: no CORS answer to give
+            return None  # an allowed site's link, image or script: no CORS answer to give
+        if navigation:
+            raise Forbidden(
+                f"cross-site navigation refused: {request.method} {request.path[:200]!r} may "
+                "start, swap or stop models, so a link, form or window of another site may "
+                "not lead there (only to swapd's UI and pages that start nothing); open it from "
+                "swapd's own UI or type the address in",
+                code="cross_origin",
+            )
         raise Forbidden(
             f"cross-site request refused: Sec-Fetch-Site {(site or '')[:40]!r} (a page of another "
             "site; allow it in security.cors.allowedOrigins)",

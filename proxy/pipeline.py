@@ -46,10 +46,12 @@ from .upstream.forward import ReplyRewrite
 from .upstream.websocket import is_websocket
 
 # How long a request that got `Ready` for a model this process still sees draining waits for
-# the mirror to show the model's new run (the reply and the broadcasts travel on different
+# the mirror to show the model's new run ready (the reply and the broadcasts travel on different
 # sockets, so either may arrive first; the events follow within milliseconds). Past it, the mirror
 # is taken at its word, the model being drained (again): the request asks the daemon once more,
-# which queues it behind that drain. The `_CATCH_UP_TRIES`th such `Ready` is answered 503.
+# which queues it behind that drain. The `_CATCH_UP_TRIES`th such `Ready` is answered 503. Each
+# `Ready` is claimed (admitted or not taken) at once when decided: the daemon holds the model for
+# it until then (docs/architecture.md, "Ready and drain"), at most `timings.CLAIM_WITHIN`.
 _CATCH_UP_S = 1.0
 _CATCH_UP_TRIES = 3
 # How long a request refused by a model taken as ready waits to hear from the daemon that the
@@ -270,22 +272,33 @@ async def _admit(
     def may_serve() -> bool:
         return rt.drain_epoch is None or rt.hot
 
+    def new_run_ready() -> bool:
+        # Ready itself, not only "no drain": a new run that is still starting clears the drain
+        # too, and nothing listens on its port yet.
+        return rt.hot
+
     try:
         for _ in range(_CATCH_UP_TRIES):
             ensure = ctx.link.ensure(rt.id)
             reply = await (progress.wait(ensure) if progress is not None else ensure)
             if isinstance(reply, Error):
                 raise ProxyError.from_reply(reply)
+            upstream: str | None = reply.upstream
             if not may_serve():
                 # Not a poll: woken by the change that shows the model's new run.
-                caught_up = ctx.state.changes.until(may_serve, _CATCH_UP_S)
-                await (progress.wait(caught_up) if progress is not None else caught_up)
-                if not may_serve():  # the bound passed, or a drain came in the meantime
+                caught_up = ctx.state.changes.until(new_run_ready, _CATCH_UP_S)
+                try:
+                    await (progress.wait(caught_up) if progress is not None else caught_up)
+                except BaseException:
+                    ctx.admission.unclaimed(rt)
+                    raise
+                if not new_run_ready():  # the bound passed, or a drain came in the meantime
+                    ctx.admission.unclaimed(rt)
                     continue
+                upstream = None  # the mirror's run is the one to send it to now
             # Between the check and begin() nothing can run: a Draining that arrives later sees
             # this request in flight and waits for it.
-            slot.begin()
-            upstream = reply.upstream
+            slot.begin(claim=True)
             if upstream and upstream.rstrip("/") != rt.base_url:
                 return UpstreamAddress.parse(upstream)
             return rt.address

@@ -3,7 +3,8 @@
 * Its request handler is `dispatch.Dispatch`: model requests straight to the pipeline, every
   other request to the `web.Application`.
 * Each connection is a `connection.SwapdRequestHandler`: the bounded head time (408) and quiet
-  bad requests (400, counted in `stats.bad_requests`).
+  bad requests (400, counted in `stats.bad_requests`); `drain_bound.DrainBound` ends those whose
+  clients hold up a drain past `drainClientTimeout`.
 * Request bodies are not decompressed (`auto_decompress=False`): they go upstream as sent.
 * Request lines and header fields are limited to 8190 bytes each, 128 header lines (aiohttp's
   defaults, nginx's order of size); a whole request head must arrive within `HEAD_TIMEOUT_S`
@@ -31,6 +32,7 @@ from aiohttp import web
 from .connection import MAX_LINE, SwapdRequestHandler
 from .context import ProxyContext
 from .dispatch import Dispatch, Stages
+from .drain_bound import DrainBound
 from .observe.access_log import LOGGER as ACCESS_LOGGER
 from .observe.access_log import access_logger
 
@@ -89,9 +91,11 @@ async def serve(
     server = await create_server(
         lambda: SwapdRequestHandler(manager, ctx.stats, loop=loop, state=ctx.state, **args)
     )
+    bound = DrainBound(ctx.state, manager, ctx.stats, loop)
     try:
         await stop.wait()
     finally:
+        bound.close()
         server.close()
         await _drain(ctx, grace)
         await runner.cleanup()

@@ -13,17 +13,15 @@ import socket
 from dataclasses import dataclass
 from pathlib import Path
 
-from ...ipc.endpoints import Endpoints
+from ...ipc.endpoints import PRELOADED_FILE, Endpoints
+from ...ipc.watcher_names import DAEMON_WATCHER, PROXY_WATCHER
 from ..policy.shutdown import DEFAULT_GRACE
 
-DAEMON_WATCHER = "swapd-daemon"
-PROXY_WATCHER = "swapd-proxy"
+__all__ = ["DAEMON_WATCHER", "PRELOADED_FILE", "PROXY_WATCHER"]
+
 LISTEN_SOCKET = "swapd"
 # circusd SIGKILLs a proxy this long after its shutdown grace.
 PROXY_EXIT_MARGIN = 5.0
-# In the run dir: written once this swapd's daemon ran `hooks.on_startup.preload`; `swapd run`
-# removes it, so a daemon that circusd restarts under a running swapd does not preload again.
-PRELOADED_FILE = "preloaded"
 
 
 class ListenAddressError(ValueError):

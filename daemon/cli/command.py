@@ -205,7 +205,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(llama_swap_argv(sys.argv[1:] if argv is None else argv))
     if args.command == "check-config":
-        from ..config.check import main as command
+        from ..config import check_config as command
     elif args.command == "run":
         from .run import main as command
     else:

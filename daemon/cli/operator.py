@@ -97,21 +97,35 @@ def _seconds(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}s"
 
 
+def _residual_words(residual: dict[str, int] | None, reply: StatusReply) -> str:
+    """What an asleep model holds on the GPUs, as measured; "not measured" where nothing was
+    (no GPU inventory), never "nothing"."""
+    if residual is None:
+        return "its GPU memory not measured (no GPU inventory)"
+    held = ", ".join(
+        f"{n / 2**20:.0f} MiB on {_gpu_name(g, reply)}" for g, n in sorted(residual.items())
+    )
+    return f"holding {held or 'nothing on the GPUs'}"
+
+
 def _sleep_note(m: ModelStatus, reply: StatusReply) -> str:
     sleep = m.sleep
     assert sleep is not None
     text = f"{m.model}: sleep {sleep.preset or 'written out'}"
     if m.state == ModelState.ASLEEP:
-        held = ", ".join(
-            f"{n / 2**20:.0f} MiB on {_gpu_name(g, reply)}"
-            for g, n in sorted(sleep.residual.items())
-        )
-        text += f"; asleep, holding {held or 'nothing on the GPUs'}"
+        text += f"; asleep, {_residual_words(sleep.residual, reply)}"
         if sleep.stop_left is not None:
             text += f"; stopped in {_duration(sleep.stop_left)} unless used"
+        elif sleep.stop_after > 0 and sleep.websockets:
+            open_ = (
+                "1 websocket is" if sleep.websockets == 1 else f"{sleep.websockets} websockets are"
+            )
+            text += f"; kept from its stopAfter while {open_} open"
     text += (
         f"; last sleep {_seconds(sleep.last_sleep_s)}, last wake {_seconds(sleep.last_wake_s)}"
-        f" ({sleep.sleeps} sleeps, {sleep.wakes} wakes)"
+        f" ({sleep.sleeps} sleeps, {sleep.wakes} wakes"
+        + (f", {sleep.verified} verified" if sleep.verified else "")
+        + ")"
     )
     if sleep.last_failure:
         text += f"; last failure: {sleep.last_failure}"
@@ -171,7 +185,11 @@ def render_table(reply: StatusReply, now: float | None = None) -> str:
                 f" {g.reserved_bytes / 2**20:.0f} MiB reserved)"
                 for g in reply.gpus
             )
-            or f"none ({reply.gpu_backend or 'no backend'})"
+            or (
+                "not measured (no GPU inventory)"
+                if reply.gpu_backend in ("", "none")
+                else f"none ({reply.gpu_backend})"
+            )
         ),
     )
     return "\n".join(lines + notes)
@@ -236,7 +254,13 @@ def main(args: argparse.Namespace) -> int:
             print(line, file=sys.stderr if line.startswith("warning: ") else sys.stdout)
         return 0
     if isinstance(reply, Error):
-        print(f"swapd: {reply.message}", file=sys.stderr)
+        # A refused reload's message ends with the file's warnings: first, as check-config does.
+        told = reply.message.splitlines() or [""]
+        kept = [line for line in told if not line.startswith("warning: ")]
+        for line in told:
+            if line.startswith("warning: "):
+                print(line, file=sys.stderr)
+        print("swapd: " + "\n".join(kept), file=sys.stderr)
         for line in reply.log_tail:  # a failed start: the last lines of its output
             print(f"  {line}", file=sys.stderr)
         return 1

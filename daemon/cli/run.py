@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 from ...ipc.endpoints import Endpoints, default_run_dir, ensure_private_dir
-from ..config import Config, embedded
+from ..config import Config, default_config_path, describe_default
 from ..machinery import gpu
 from . import circus_config
 
@@ -121,7 +121,7 @@ def main(args: argparse.Namespace) -> int:
     config_dir = getattr(args, "config_dir", None)
     is_embedded = args.config is None and config_dir is None
     config_path = (
-        embedded.default_config_path()
+        default_config_path()
         if is_embedded
         else (Path(args.config).resolve() if args.config is not None else None)
     )
@@ -166,7 +166,7 @@ def main(args: argparse.Namespace) -> int:
     )
     ini = circus_config.write(layout)
     if is_embedded:
-        print(embedded.describe_default(f"{host}:{port}"))
+        print(describe_default(f"{host}:{port}"))
     scheme = "https" if tls else "http"
     print(f"swapd: run dir {run_dir}, listening on {scheme}://{host}:{port}", flush=True)
     os.environ["CIRCUSCTL_ENDPOINT"] = endpoints.circus_ctl

@@ -5,9 +5,15 @@ Everything outside this package imports from here, not from the modules inside i
 
 from __future__ import annotations
 
-from .issues import ConfigError, ConfigIssue
+from .check import main as check_config
+from .embedded import default_config_path, describe_default
+from .floor.issues import ConfigError, ConfigIssue
+from .floor.matrix_dsl import Projection
+from .floor.matrix_dsl import named as models_named
 from .loader import load, load_config, load_config_text
 from .model import (
+    BusyCheck,
+    BusyCount,
     Config,
     Filters,
     Forced,
@@ -15,10 +21,13 @@ from .model import (
     MatrixConfig,
     ModelConfig,
     PeerConfig,
+    WakeProbe,
 )
 from .sources import ConfigSources
 
 __all__ = [
+    "BusyCheck",
+    "BusyCount",
     "Config",
     "ConfigError",
     "ConfigIssue",
@@ -29,7 +38,13 @@ __all__ = [
     "MatrixConfig",
     "ModelConfig",
     "PeerConfig",
+    "Projection",
+    "WakeProbe",
+    "check_config",
+    "default_config_path",
+    "describe_default",
     "load",
     "load_config",
     "load_config_text",
+    "models_named",
 ]

@@ -16,9 +16,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from . import (
+from . import model as c
+from . import shape, stages
+from .floor import keys, macros
+from .floor.issues import ConfigError, ConfigIssue, Report, describe
+from .floor.merge import Merged
+from .floor.schema import KeyCheck, keys_of
+from .floor.typed import Converter
+from .floor.yaml_nodes import NESTED_TOO_DEEPLY, Document, Path, YamlSyntaxError, parse
+from .sections import (
     gpu_fields,
-    macros,
     model_fields,
     observe_fields,
     profiles,
@@ -26,18 +33,11 @@ from . import (
     routing,
     security_fields,
     selectors,
-    shape,
     sleep_fields,
-    stages,
     top_fields,
 )
-from . import model as c
-from .issues import ConfigError, ConfigIssue, Report, describe
-from .merge import Merged
-from .schema import TOP_LEVEL, KeyCheck
+from .sections.common import name_problem
 from .sources import ConfigSources
-from .typed import Converter
-from .yaml_nodes import NESTED_TOO_DEEPLY, Document, Path, YamlSyntaxError, parse
 
 __all__ = [
     "ConfigError",
@@ -205,10 +205,6 @@ def _load_document(
     return Loaded(config, tuple(builder.report.warnings))
 
 
-def _or(value: float | None, default: float) -> float:
-    return default if value is None else float(value)
-
-
 def _without(mapping: Mapping[str, Any], *keys: str) -> dict[str, Any]:
     return {k: v for k, v in mapping.items() if k not in keys}
 
@@ -241,7 +237,7 @@ class _Build:
             )
             return None
         checker = KeyCheck(report, strict=self.strict)
-        checker.check(data, TOP_LEVEL, ())
+        checker.check(data, keys_of(shape.Top), ())
         self.ignored = checker.ignored_paths
         data = self._drop_ignored(data, ())
 
@@ -264,7 +260,8 @@ class _Build:
         top = self.typed.section(top_raw, shape.Top, ())
 
         health, health_forced = top_fields.health_check_timeout(top.health_check_timeout, report)
-        start_port = top.start_port or c.DEFAULT_START_PORT
+        plain = keys.resolve(top, (), report, {})
+        start_port = plain.fields["start_port"]
         grouped = router_members.grouped(data)
         decided = grouped | router_members.matrix_named(data)
         staged = [
@@ -279,10 +276,8 @@ class _Build:
         ]
         stages.allocate_ports(staged, start_port, self.ports, report)
         defaults = model_fields.ModelDefaults(
-            ttl=top.global_ttl or 0,
-            unload_timeout=top.unload_timeout or float(c.DEFAULT_UNLOAD_TIMEOUT),
+            inherited=plain.by_name,
             health_check_timeout=float(health),
-            send_loading_state=bool(top.send_loading_state),
             sleep_timeouts=sleep_fields.Timeouts(
                 sleep_fields.request_timeout(
                     top.sleep_request_timeout, ("sleepRequestTimeout",), report
@@ -326,7 +321,7 @@ class _Build:
                 built[model.id] = result
 
         built = gpu_fields.check_placement(
-            built, data["models"], top.gpus, grouped, report, model_fields.gpus_of
+            built, data["models"], top.gpus, grouped, report, gpu_fields.gpus_of
         )
         cross = top_fields.CrossCheck(data["models"], aliases, self.typed, document)
         names = {model_id: model_id for model_id in data["models"]}
@@ -341,26 +336,17 @@ class _Build:
         chosen = selectors.read(top.selectors, names, peers, routes.groups, routes.matrix, report)
         perf_disabled, perf_every = observe_fields.performance(top, report)
         return c.Config(
+            **plain.fields,
             models=built,
             health_check_timeout=health,
             log_level=top_fields.log_level(top.log_level, report),
-            log_to_stdout=top.log_to_stdout or "proxy",
             log_time_format=top_fields.log_time_format(top.log_time_format, report),
-            start_port=start_port,
-            global_ttl=top.global_ttl or 0,
             api_keys=top_fields.api_keys(top, self.typed, report),
-            include_aliases_in_list=bool(top.include_aliases_in_list),
-            ollama_api=top.ollama_api is not False,
-            metrics_max_in_memory=max(0, top.metrics_max_in_memory or 0)
-            or c.DEFAULT_METRICS_MAX_IN_MEMORY,
             vram_margin=gpu_fields.margin_of(top.vram_margin, ("vramMargin",), report),
             router=routes.router,
             groups=routes.groups,
             matrix=routes.matrix,
             priority=routes.priority,
-            capture_buffer=c.DEFAULT_CAPTURE_BUFFER_MB
-            if top.capture_buffer is None
-            else top.capture_buffer,
             store_path=top_fields.store_path(top, self.source, report),
             peers=peers,
             ignore_paths=top_fields.ignore_paths(top, self.typed, report),
@@ -372,8 +358,6 @@ class _Build:
             session_headers=observe_fields.session_headers(top, self.typed),
             performance_disabled=perf_disabled,
             performance_every=perf_every,
-            client_body_timeout=_or(top.client_body_timeout, c.DEFAULT_CLIENT_TIMEOUT),
-            send_timeout=_or(top.send_timeout, c.DEFAULT_CLIENT_TIMEOUT),
             cors=security_fields.cors(top, self.typed, report),
         )
 
@@ -381,7 +365,7 @@ class _Build:
         """The models whose id a request can name; the others are reported at their key."""
         usable = {}
         for model_id, body in models.items():
-            problem = model_fields.name_problem(model_id, "a model id")
+            problem = name_problem(model_id, "a model id")
             if problem is None:
                 usable[model_id] = body
             else:

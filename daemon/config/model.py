@@ -21,10 +21,22 @@ from ...ipc.routing_table import (
     RoutePeer,
     RouteSelector,
 )
-from .busy_check_fields import BusyCheck
-from .matrix_dsl import MatrixSet
+from .floor.matrix_dsl import MatrixSet
+
+# The defaults are declared with their keys.
+from .shape import (
+    DEFAULT_CAPTURE_BUFFER_MB,
+    DEFAULT_CLIENT_BODY_MIN_RATE,
+    DEFAULT_CLIENT_TIMEOUT,
+    DEFAULT_DRAIN_CLIENT_TIMEOUT,
+    DEFAULT_HEALTH_CHECK_TIMEOUT,
+    DEFAULT_METRICS_MAX_IN_MEMORY,
+    DEFAULT_START_PORT,
+)
 
 __all__ = [
+    "BusyCheck",
+    "BusyCount",
     "Config",
     "Filters",
     "Forced",
@@ -37,14 +49,6 @@ __all__ = [
     "RouteSelector",
 ]
 
-# llama-swap's defaults (shared/reference/llama-swap.md §1.2, §1.3).
-DEFAULT_HEALTH_CHECK_TIMEOUT = 120
-MIN_HEALTH_CHECK_TIMEOUT = 15
-DEFAULT_START_PORT = 5800
-DEFAULT_CHECK_ENDPOINT = "/health"
-DEFAULT_PROXY = "http://localhost:${PORT}"
-DEFAULT_UNLOAD_TIMEOUT = 10
-DEFAULT_CONCURRENCY_LIMIT = 10
 # llama-swap writes this `.*\.(js|...)$`; under `re.search` the leading `.*` matches the same
 # paths and makes each search quadratic in the path's length.
 DEFAULT_IGNORE_PATHS: tuple[str, ...] = (r"\.(js|json|css|png|gif|jpg|jpeg|ico|txt)$",)
@@ -58,6 +62,56 @@ class Forced(msgspec.Struct, frozen=True):
     key: str
     value: Any
     reason: str
+
+
+# `busyCheck` (sections/busy_check_fields.py reads it; machinery/busy_poller.py polls it).
+DEFAULT_INTERVAL = 1.0
+DEFAULT_TIMEOUT = 2.0
+# A swap waits this long for a busy model at most, then goes ahead (a render of several minutes
+# fits; a job that never ends does not hold the GPUs for ever).
+DEFAULT_SWAP_WAIT = 600.0
+
+
+class BusyCount(msgspec.Struct, frozen=True):
+    """One number in the upstream's answer; the model is busy while any count is above 0.
+
+    `json`: a dotted path into a JSON answer ("" is the answer itself); a list there counts its
+    items (only those whose `where` field is true, when `where` is set), a number counts as itself.
+    `metric`: a Prometheus metric in a text-format answer; its samples are summed.
+    `label`: what one of them is, a singular noun ("running job"); an "s" is added for several.
+    """
+
+    label: str
+    json: str | None = None
+    where: str | None = None
+    metric: str | None = None
+
+
+class BusyCheck(msgspec.Struct, frozen=True):
+    path: str
+    counts: tuple[BusyCount, ...]
+    interval: float = DEFAULT_INTERVAL  # seconds between polls while the model is ready
+    timeout: float = DEFAULT_TIMEOUT  # one poll; no answer in time counts as idle
+    swap_wait: float = DEFAULT_SWAP_WAIT  # how long a swap waits for the model to turn idle
+    preset: str | None = None
+
+
+class WakeProbe(msgspec.Struct, frozen=True, kw_only=True):
+    """`wakeProbe`: the request that proves a woken model answers as it did before its sleep
+    (docs/guides/sleep-and-wake.md, "Verified wakes"). With neither `expect` nor `match`, the
+    answer its process gave before its first sleep is the one a wake must give again."""
+
+    method: str = "POST"
+    path: str = "/v1/chat/completions"
+    body: str = ""  # JSON text ("": none)
+    # Where in the JSON answer the compared value is (keys, list indices as digits); (): the body.
+    json_path: tuple[str, ...] = ()
+    expect: str | None = None  # the value must be exactly this
+    match: str | None = None  # or match this regular expression (`re.search`)
+    timeout: float = 60.0
+    # The default chat probe, which no one wrote: a server that does not answer it is not
+    # verified (a warning), where a written-out probe that fails fails the wake.
+    default: bool = False
 
 
 class ModelConfig(ModelRouting, frozen=True, kw_only=True):
@@ -88,6 +142,8 @@ class ModelConfig(ModelRouting, frozen=True, kw_only=True):
     forced: tuple[Forced, ...] = ()
     # `busyCheck`: None = the model has none (the default: nothing asks its server).
     busy_check: BusyCheck | None = None
+    # `wakeProbe`: None = wakes are not verified (`off`, or the model has no `sleep`).
+    wake_probe: WakeProbe | None = None
 
 
 class GroupConfig(msgspec.Struct, frozen=True):
@@ -111,16 +167,12 @@ class MatrixConfig(msgspec.Struct, frozen=True):
 PeerConfig = RoutePeer
 
 
-DEFAULT_METRICS_MAX_IN_MEMORY = 1000
 # `vramMargin` (gpu_fields.py): left free on each GPU a placement by memory uses.
 DEFAULT_VRAM_MARGIN = 512 * 1024**2
-DEFAULT_CAPTURE_BUFFER_MB = 5
 # `ui.activity.session_id` (llama-swap's default) and `performance.every` (seconds, its default
 # and its minimum).
 DEFAULT_SESSION_HEADERS: tuple[str, ...] = ("X-Session-ID", "X-Litellm-Session-Id")
 DEFAULT_PERFORMANCE_EVERY = 5.0
-# `clientBodyTimeout` and `sendTimeout`: nginx's defaults.
-DEFAULT_CLIENT_TIMEOUT = 60.0
 
 
 class Config(msgspec.Struct, frozen=True):
@@ -166,6 +218,9 @@ class Config(msgspec.Struct, frozen=True):
     # `clientBodyTimeout`, `sendTimeout` (seconds; 0: none) and `security.cors`.
     client_body_timeout: float = DEFAULT_CLIENT_TIMEOUT
     send_timeout: float = DEFAULT_CLIENT_TIMEOUT
+    # `clientBodyMinRate` (bytes/s) and `drainClientTimeout` (seconds); 0: none.
+    client_body_min_rate: float = DEFAULT_CLIENT_BODY_MIN_RATE
+    drain_client_timeout: float = DEFAULT_DRAIN_CLIENT_TIMEOUT
     cors: CorsPolicy = CorsPolicy()
 
     @property

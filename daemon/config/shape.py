@@ -1,54 +1,55 @@
 """The config file's keys, declared once: each key's name as llama-swap writes it, its type and
-bounds, and the llama-swap keys swapd accepts but does not act on.
+bounds, its default or the top-level key it inherits, how `check-config --print` shows it (its
+`Key`, floor/keys.py), and the llama-swap keys swapd accepts but does not act on.
 
-`schema.py` derives the known-key tables (unknown keys, "did you mean", ignored-key warnings) from
-these structs, and `typed.py` converts each section into them with msgspec after macro expansion,
-so a wrong type or a value out of bounds is reported in one place. A field typed `Any` is read by
-hand in `model_fields.py` or `top_fields.py`: those are llama-swap's quirks (`cmd` text to argv,
-`env` as `NAME=value` strings, an alias written as a mapping, `gpus` as indices or UUIDs, ...).
-A null value is the same as leaving the key out, as when llama-swap decodes onto its defaults.
+`floor/schema.py` derives the known-key tables (unknown keys, "did you mean", ignored-key
+warnings) from these structs, `floor/typed.py` converts each section into them with msgspec after
+macro expansion, so a wrong type or a value out of bounds is reported in one place, and
+`keys.resolve()` fills the defaults. A key whose `Key` has no default is read by hand in its
+section's module (`sections/`): those are llama-swap's quirks (`cmd` text to argv, `env` as
+`NAME=value` strings, an alias written as a mapping, `gpus` as indices or UUIDs, ...). A null
+value is the same as leaving the key out, as when llama-swap decodes onto its defaults.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal, get_args
 
-import msgspec
 from msgspec import Meta, field
 
-# msgpack, which carries the config to the proxy, holds integers in 64 bits.
-MIN_INT = -(2**63)
-MAX_INT = 2**63 - 1
-MAX_PORT = 65535
+from .floor import show
+from .floor.issues import Report
+from .floor.keys import (
+    MAX_INT,
+    Count,
+    Expect,
+    Free,
+    Ignored,
+    Inherit,
+    Int,
+    Key,
+    Port,
+    Seconds,
+    Section,
+    Texts,
+)
+from .floor.yaml_nodes import Path
 
-
-class Ignored:
-    """Marks a llama-swap key swapd accepts (so a real llama-swap config loads) but ignores."""
-
-    def __init__(self, note: str = "") -> None:
-        self.note = note  # why, shown in the warning
-
-
-class Expect:
-    """What the value must be, in the error's words, where the type alone says too little."""
-
-    def __init__(self, words: str) -> None:
-        self.words = words
-
-
-Int = Annotated[int, Meta(le=MAX_INT)]
-Count = Annotated[int, Meta(ge=0, le=MAX_INT)]
-Seconds = Annotated[float, Meta(ge=0)]
-Port = Annotated[int, Meta(ge=1, le=MAX_PORT)]
-Texts = tuple[str, ...]
-# Free-form values (metadata, setParams): anything YAML holds, as long as msgpack can carry it.
-Free = dict[str, Any]
-
-
-class Section(msgspec.Struct, frozen=True, rename="camel"):
-    """A mapping in the file. `expected` words the error when the value is not a mapping."""
-
-    expected: ClassVar[str] = "a mapping"
+# llama-swap's defaults (shared/reference/llama-swap.md §1.2, §1.3).
+DEFAULT_HEALTH_CHECK_TIMEOUT = 120
+MIN_HEALTH_CHECK_TIMEOUT = 15
+DEFAULT_START_PORT = 5800
+DEFAULT_CHECK_ENDPOINT = "/health"
+DEFAULT_PROXY = "http://localhost:${PORT}"
+DEFAULT_UNLOAD_TIMEOUT = 10
+DEFAULT_CONCURRENCY_LIMIT = 10
+DEFAULT_METRICS_MAX_IN_MEMORY = 1000
+DEFAULT_CAPTURE_BUFFER_MB = 5
+# `clientBodyTimeout` and `sendTimeout`: nginx's defaults.
+DEFAULT_CLIENT_TIMEOUT = 60.0
+# `clientBodyMinRate` (bytes/s: Apache's `MinRate` default) and `drainClientTimeout` (seconds).
+DEFAULT_CLIENT_BODY_MIN_RATE = 500.0
+DEFAULT_DRAIN_CLIENT_TIMEOUT = 30.0
 
 
 class PeerFilters(Section, frozen=True):
@@ -67,7 +68,7 @@ class Compat(Section, frozen=True):
 
 
 class Timeouts(Section, frozen=True):
-    """llama-swap's upstream transport timeouts, seconds (0: none); config/timeouts.py."""
+    """llama-swap's upstream transport timeouts, seconds (0: none); config/sections/timeouts.py."""
 
     connect: Seconds | None = None
     keepalive: Seconds | None = field(default=None, name="keepalive")
@@ -85,45 +86,83 @@ class Capabilities(Section, frozen=True):
     context: Count | None = None
 
 
+# `busyCheck`'s presets, by name (sections/busy_check_fields.py holds what each one asks).
+BusyPreset = Literal["comfyui", "llamacpp", "vllm"]
+
+
+def _ttl(value: int, where: Path, report: Report) -> None:
+    if value < -1:
+        report.error(
+            where,
+            f"must be 0 (never unload), seconds to stay idle, or -1 (use globalTTL), got {value}",
+        )
+
+
 class Model(Section, frozen=True):
+    """A model's keys, in the order `check-config --print` shows them (then those it does not)."""
+
     expected: ClassVar[str] = "a mapping with at least cmd"
 
-    cmd: str | None = None
-    cmd_stop: str | None = None
-    proxy: str | None = None
-    check_endpoint: str | None = None
-    ttl: Int | None = None
-    unload_timeout: Seconds | None = None
-    aliases: Any = None
-    env: Any = None
-    unlisted: bool | None = None
-    use_model_name: str | None = None
-    concurrency_limit: Count | None = None
-    name: str | None = None
-    description: str | None = None
-    metadata: Free | None = None
-    macros: Any = None
-    gpus: Any = None
-    vram: Any = None
+    cmd: Annotated[str, Key(render=show.cmd)] | None = None
+    cmd_stop: Annotated[str, Key(render=show.cmd_stop)] | None = None
+    proxy: Annotated[str, Key(render=show.proxy)] | None = None
+    check_endpoint: Annotated[str, Key(render=show.check_endpoint)] | None = None
+    # -1 (or unset): the top level's globalTTL; below -1: an error.
+    ttl: Annotated[Int, Key(Inherit("globalTTL"), unset=(-1,), check=_ttl)] | None = None
+    unload_timeout: (
+        Annotated[Seconds, Key(Inherit("unloadTimeout"), unset=(0,), render=show.unload_timeout)]
+        | None
+    ) = None
+    concurrency_limit: Annotated[Count, Key(DEFAULT_CONCURRENCY_LIMIT, unset=(0,))] | None = None
+    compat: Annotated[Compat, Key(render=show.compat)] | None = None
     # client: the client's Host goes upstream (the default); upstream: the upstream's host:port.
-    host_header: Literal["client", "upstream"] | None = None
+    host_header: Annotated[Literal["client", "upstream"], Key("client")] | None = None
+    # Stream loading progress to a streaming chat request that waits for a start.
+    send_loading_state: Annotated[bool, Key(Inherit("sendLoadingState"))] | None = None
+    gpus: Annotated[Any, Key(render=show.gpus)] = None
+    # Names, or llama-swap's newer `{id, name, unlisted}`; read in model_fields.aliases_of.
+    aliases: (
+        Annotated[list[Any], Expect("a list of alias names"), Key(render=show.aliases)] | None
+    ) = None
+    env: Annotated[Any, Key(render=show.env)] = None
+    unlisted: Annotated[bool, Key(False)] | None = None
+    # Empty means unset, as in llama-swap (omitted from /v1/models, no rename upstream).
+    use_model_name: Annotated[str, Key(None, unset=("",))] | None = None
+    name: Annotated[str, Key(None, unset=("",))] | None = None
+    description: Annotated[str, Key(None, unset=("",))] | None = None
+    metadata: Annotated[Free, Key(factory=dict, unset=({},))] | None = None
+    filters: Annotated[ModelFilters, Key(render=show.model_filters)] | None = None
+    vram: Annotated[Any, Key(render=show.vram)] = None
     # A preset name or a mapping; its own keys are checked where it is read (busy_check_fields.py).
-    busy_check: Any = None
+    busy_check: (
+        Annotated[
+            str | dict[str, Any],
+            Expect(f"a preset name ({', '.join(get_args(BusyPreset))}) or a mapping"),
+            Key(render=show.model_busy_check),
+        ]
+        | None
+    ) = None
     # A preset name or a mapping, and llmsnap's three keys; read in sleep_fields.py.
-    sleep: Any = None
+    sleep: Annotated[Any, Key(render=show.model_sleep)] = None
     sleep_mode: Any = None
     sleep_endpoints: Any = None
     wake_endpoints: Any = None
-    compat: Compat | None = None
-    filters: ModelFilters | None = None
-    # Stream loading progress to a streaming chat request that waits for a start.
-    send_loading_state: bool | None = None
+    # `off`, or the request that verifies a wake and its answer; read in wake_probe_fields.py.
+    wake_probe: (
+        Annotated[
+            bool | str | dict[str, Any],
+            Expect("off, or a mapping (path, body, expect, match, jsonPath, ...)"),
+            Key(render=show.wake_probe),
+        ]
+        | None
+    ) = None
+    macros: Any = None
     # nginx's `client_body_timeout` and `send_timeout`, in seconds (0: none; default 60).
     client_body_timeout: Seconds | None = None
     send_timeout: Seconds | None = None
     security: Security | None = None
-    timeouts: Timeouts | None = None
-    capabilities: Capabilities | None = None
+    timeouts: Annotated[Timeouts, Key(render=None)] | None = None
+    capabilities: Annotated[Capabilities, Key(render=None)] | None = None
 
 
 class Group(Section, frozen=True):
@@ -259,47 +298,73 @@ class Security(Section, frozen=True):
     cors: Cors | None = None
 
 
+def _not_positive(value: int) -> bool:
+    return value <= 0
+
+
 class Top(Section, frozen=True):
-    health_check_timeout: Int | None = None
-    log_level: str | None = None
+    """The top level's keys, in the order `check-config --print` shows them (then the others).
+    A plain key's resolved value is the `Config` field of the same name."""
+
+    # Below 15: raised to 15 (forced); read in top_fields.py.
+    health_check_timeout: Annotated[Int, Key()] | None = None
+    log_level: Annotated[str, Key()] | None = None
     # What circusd's stdout (the journal under systemd) gets besides swapd's own lines.
-    log_to_stdout: Literal["proxy", "upstream", "both", "none"] | None = None
-    start_port: Port | None = None
-    global_ttl: Count | None = field(default=None, name="globalTTL")
-    unload_timeout: Seconds | None = None
-    macros: Any = None
-    api_keys: Texts | None = None
-    include_aliases_in_list: bool | None = None
+    log_to_stdout: Annotated[Literal["proxy", "upstream", "both", "none"], Key("proxy")] | None = (
+        None
+    )
+    start_port: Annotated[Port, Key(DEFAULT_START_PORT)] | None = None
+    global_ttl: Annotated[Count, Key(0)] | None = field(default=None, name="globalTTL")
+    include_aliases_in_list: Annotated[bool, Key(False)] | None = None
     # Ollama's API on the listen port (`/api/tags`, `/api/chat`, ...; default on).
-    ollama_api: bool | None = field(default=None, name="ollamaAPI")
-    models: Annotated[dict[str, Model], Expect("a mapping of model ids")] | None = None
-    groups: dict[str, Group] | None = None  # legacy form of routing.router.settings.groups
-    peers: dict[str, Peer] | None = None
-    upstream: Upstream | None = None
-    hooks: Hooks | None = None
+    ollama_api: Annotated[bool, Key(True)] | None = field(default=None, name="ollamaAPI")
+    # The activity log's size in memory; 0 or less: the default, as in llama-swap.
+    metrics_max_in_memory: (
+        Annotated[Int, Key(DEFAULT_METRICS_MAX_IN_MEMORY, unset=_not_positive)] | None
+    ) = None
+    # Read by hand in gpu_fields.py, as is `gpus`.
+    vram_margin: Annotated[Any, Key()] = None
+    # MB for request/response captures (llama-swap's default 5; 0: none).
+    capture_buffer: Annotated[Count, Key(DEFAULT_CAPTURE_BUFFER_MB)] | None = None
+    # nginx's `client_body_timeout` and `send_timeout`, in seconds (0: none; default 60).
+    client_body_timeout: Annotated[Seconds, Key(DEFAULT_CLIENT_TIMEOUT)] | None = None
+    send_timeout: Annotated[Seconds, Key(DEFAULT_CLIENT_TIMEOUT)] | None = None
+    # Apache's `MinRate` for request bodies, bytes/s (0: none), and how long a drain waits for a
+    # request its client holds up, seconds (0: no bound).
+    client_body_min_rate: Annotated[Seconds, Key(DEFAULT_CLIENT_BODY_MIN_RATE)] | None = None
+    drain_client_timeout: Annotated[Seconds, Key(DEFAULT_DRAIN_CLIENT_TIMEOUT)] | None = None
+    store: Annotated[Store, Key(render=show.store)] | None = None
+    api_keys: Annotated[Texts, Key(render=show.api_keys)] | None = None
+    security: Annotated[Security, Key(render=show.security)] | None = None
+    models: (
+        Annotated[dict[str, Model], Expect("a mapping of model ids"), Key(render=show.models)]
+        | None
+    ) = None
+    # The legacy form of routing.router.settings.groups.
+    groups: Annotated[dict[str, Group], Key(render=show.groups)] | None = None
+    # The legacy top-level form of routing.router.settings.matrix.
+    matrix: Annotated[Matrix, Key(render=show.matrix)] | None = None
+    routing: Annotated[Routing, Key(render=show.routing)] | None = None
+    peers: Annotated[dict[str, Peer], Key(render=show.peers)] | None = None
+    upstream: Annotated[Upstream, Key(render=show.upstream)] | None = None
+    hooks: Annotated[Hooks, Key(render=show.hooks)] | None = None
+    # Only the default of the models' keys of the same names.
+    unload_timeout: (
+        Annotated[Seconds, Key(float(DEFAULT_UNLOAD_TIMEOUT), unset=(0,), own=False)] | None
+    ) = None
+    # Stream loading progress to a streaming chat request that waits for a start.
+    send_loading_state: Annotated[bool, Key(False, own=False)] | None = None
+    macros: Any = None
     # `auto` (or `auto: [GPUs]`): placement by memory for every model that sets no `gpus` and is
-    # in no group or matrix set; both read by hand in gpu_fields.py, as is `vramMargin`.
+    # in no group or matrix set; read by hand in gpu_fields.py.
     gpus: Any = None
-    vram_margin: Any = None
     # The timestamp of swapd's own log lines (ipc/log_time.py); unset: swapd's own.
     log_time_format: str | None = None
     log_requests: Annotated[Any, Ignored("deprecated in llama-swap too")] = None
-    metrics_max_in_memory: Int | None = None
-    # MB for request/response captures (llama-swap's default 5; 0: none).
-    capture_buffer: Count | None = None
-    # Stream loading progress to a streaming chat request that waits for a start.
-    send_loading_state: bool | None = None
     # llmsnap's: seconds each sleep (wake) call may take, unless it sets its own (sleep_fields.py).
     sleep_request_timeout: Any = None
     wake_request_timeout: Any = None
-    # nginx's `client_body_timeout` and `send_timeout`, in seconds (0: none; default 60).
-    client_body_timeout: Seconds | None = None
-    send_timeout: Seconds | None = None
-    security: Security | None = None
-    store: Store | None = None
     ui: Ui | None = None
     performance: Performance | None = None
     profiles: dict[str, Profile] | None = None
     selectors: dict[str, Selector] | None = None
-    routing: Routing | None = None
-    matrix: Matrix | None = None  # legacy top-level form of routing.router.settings.matrix

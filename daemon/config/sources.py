@@ -12,7 +12,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from .issues import ConfigError, ConfigIssue
+from .floor.issues import ConfigError, ConfigIssue
 
 Stamp = tuple[tuple[str, int, int, int], ...] | None
 

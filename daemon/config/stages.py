@@ -10,14 +10,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import macros
-from .cmdline import strip_comment_lines
-from .gpu_fields import auto_wanted
-from .issues import Report, describe
-from .model_fields import gpus_of
-from .schema import suggest
-from .shape import MAX_PORT
-from .yaml_nodes import Document, Path
+from .floor import macros
+from .floor.cmdline import strip_comment_lines
+from .floor.issues import Report, describe
+from .floor.keys import MAX_PORT
+from .floor.schema import suggest
+from .floor.yaml_nodes import Document, Path
+from .sections.gpu_fields import auto_wanted, gpus_of
 
 _ENV_REF_NAME = re.compile(r"^env\.[A-Za-z_][A-Za-z0-9_]*$")
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import aiohttp
 
-from ..config.busy_check_fields import BusyCheck
+from ..config import BusyCheck
 
 log = logging.getLogger("swapd.busy")
 

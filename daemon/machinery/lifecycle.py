@@ -36,6 +36,7 @@ import aiohttp
 
 from ...ipc.model_status import Lingering, LingeringProcess
 from ...ipc.routing_table import SleepSetting
+from ...ipc.swap_record import SwapPhase
 from ..config import Config, ModelConfig
 from ..errors import ExitedDuringStart, HealthCheckTimeout, PortStillInUse, StartFailed
 from . import health, model_log, model_stop, pid_watch, ports, process_tree, sleeping
@@ -56,7 +57,7 @@ __all__ = ["GPU_RELEASE_TIMEOUT", "Lifecycle", "Running", "StartFailed"]
 log = logging.getLogger("swapd.lifecycle")
 
 
-def _no_phase(model_id: str, phase: str, seconds: float) -> None:
+def _no_phase(model_id: str, phase: SwapPhase, seconds: float) -> None:
     pass
 
 
@@ -83,7 +84,7 @@ class Lifecycle:
         session: aiohttp.ClientSession | None = None,
         environ: Mapping[str, str] | None = None,
         echo_output: bool = False,
-        on_phase: Callable[[str, str, float], None] | None = None,
+        on_phase: Callable[[str, SwapPhase, float], None] | None = None,
     ) -> None:
         self.watchers = Watchers(circus)
         self.log_dir = log_dir
@@ -102,11 +103,14 @@ class Lifecycle:
         # By model id: what held GPU memory after its last stop (until its next start).
         self.gpu_lingering: dict[str, tuple[LingeringProcess, ...]] = {}
         # Sleeps and wakes, and what each model holds asleep (its residual) and how long they took.
-        self.sleeper = sleeping.Sleeper(gpu_backend, gpu_release_timeout, asleep_dir)
         self._session = session
         self._environ = dict(os.environ if environ is None else environ)
-        # Told how long each phase of a start took: (model id, "start" or "health", seconds).
+        # Told how long each phase took: (model id, START, HEALTH or VERIFY, seconds).
         self.on_phase = on_phase if on_phase is not None else _no_phase
+        # Sleeps and wakes, and what each model holds asleep (its residual) and how long they took.
+        self.sleeper = sleeping.Sleeper(
+            gpu_backend, gpu_release_timeout, asleep_dir, on_phase=self.on_phase
+        )
         # `logToStdout` of the config in force: a model's output also to circusd's stdout?
         self.echo_output = echo_output
 
@@ -216,7 +220,7 @@ class Lifecycle:
                     await self.stop(started, model, timeout=min(5.0, model.unload_timeout))
             raise
         spawned = time.monotonic()
-        self.on_phase(model.id, "start", spawned - began)
+        self.on_phase(model.id, SwapPhase.START, spawned - began)
         pid = running.pid
         exited = asyncio.ensure_future(pid_watch.wait_exit(pid))
         try:
@@ -250,7 +254,7 @@ class Lifecycle:
                 )
             raise
         exited.cancel()
-        self.on_phase(model.id, "health", time.monotonic() - spawned)
+        self.on_phase(model.id, SwapPhase.HEALTH, time.monotonic() - spawned)
         log.info("%s ready (pid %d, %s)", model.id, pid, model.proxy)
         return running
 
@@ -312,7 +316,13 @@ class Lifecycle:
         Raises `SleepFailed`; the process is left running either way."""
         where = await asyncio.to_thread(sleeping.whose, running, model, self._other_pids)
         return await self.sleeper.sleep(
-            self.session, running.model, running.pid, running.upstream, setting, where
+            self.session,
+            running.model,
+            running.pid,
+            running.upstream,
+            setting,
+            where,
+            model.wake_probe if model is not None else None,
         )
 
     async def wake(
@@ -330,6 +340,7 @@ class Lifecycle:
                 health_url(model) if model is not None else None,
                 model.health_check_timeout if model is not None else 120.0,
                 exited,
+                model.wake_probe if model is not None else None,
             )
         finally:
             exited.cancel()

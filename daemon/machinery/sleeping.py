@@ -26,9 +26,10 @@ import aiohttp
 
 from ...ipc import watcher_names
 from ...ipc.routing_table import HttpCall, SleepSetting
-from ..config import ModelConfig
-from ..errors import GpuError, SleepFailed, WakeFailed
-from . import gpu, health, process_tree
+from ...ipc.swap_record import SwapPhase
+from ..config import ModelConfig, WakeProbe
+from ..errors import GpuError, SleepFailed, WakeFailed, WakeUnverified
+from . import gpu, health, process_tree, wake_probe
 from .gpu_backend import GpuBackend, GpuProcess, NullBackend
 from .model_process import Running
 
@@ -50,13 +51,20 @@ class SleepFacts:
     """What the machinery learned of one model's sleeps and wakes, for its status (`swapd
     status`, `/running`, the UI) and the metrics."""
 
-    residual: dict[str, int] = field(default_factory=dict)  # GPU UUID -> bytes held asleep
-    held_before: dict[str, int] = field(default_factory=dict)  # and before its last sleep
+    # GPU UUID -> bytes held asleep, and before its last sleep; None where its last sleep could
+    # not measure them (no GPU inventory, or NVML failed): "not measured", never "nothing".
+    residual: dict[str, int] | None = field(default_factory=dict)
+    held_before: dict[str, int] | None = field(default_factory=dict)
     last_sleep_s: float | None = None  # its last sleep's calls and release check, seconds
     last_wake_s: float | None = None  # its last wake's calls and health check, seconds
     sleeps: int = 0
     wakes: int = 0
     last_failure: str = ""  # the last sleep or wake that failed, and why
+    # What its process answered its `wakeProbe` before its first sleep (None: not recorded),
+    # and the process asked (once each: a server that gives no answer is warned about once).
+    probe_answer: str | None = None
+    probe_pid: int | None = None
+    verified: int = 0  # wakes its probe proved
 
 
 # ------------------------------------------------------------------------------------ the calls
@@ -176,6 +184,19 @@ def _gib(n: int) -> str:
     return f"{n / 1024**3:.2f} GiB"
 
 
+NOT_MEASURED = "not measured"
+
+
+def memory_words(before: Mapping[str, int] | None, now: Mapping[str, int] | None) -> str:
+    """A sleep's figures for the log: what was read, and "not measured" for what was not (no GPU
+    inventory, or NVML failed), never a 0.00 GiB that no one read."""
+    if before is None and now is None:
+        return f"{NOT_MEASURED} (no GPU inventory)"
+    first = NOT_MEASURED if before is None else _gib(sum(before.values()))
+    second = NOT_MEASURED if now is None else _gib(sum(now.values()))
+    return f"{first} before, {second} now"
+
+
 def whose(
     running: Running, model: ModelConfig | None, other_pids: Callable[[str], set[int]]
 ) -> tuple[set[int] | None, tuple[str, ...] | None, set[int]]:
@@ -200,6 +221,8 @@ class Sleeper:
     # that restarts adopts them asleep; None: not kept.
     marks: Path | None = None
     facts: dict[str, SleepFacts] = field(default_factory=dict)
+    # Told how long each probe took: (model id, VERIFY, seconds), as the lifecycle's phases.
+    on_phase: Callable[[str, SwapPhase, float], None] = lambda *_: None
 
     def _mark(self, model_id: str) -> Path | None:
         return None if self.marks is None else self.marks / watcher_names.watcher_name(model_id)
@@ -236,15 +259,21 @@ class Sleeper:
         base: str,
         setting: SleepSetting,
         where: tuple[Collection[int] | None, Collection[str] | None, Collection[int]],
+        probe: WakeProbe | None = None,
     ) -> float:
         """Send the sleep calls to `pid`'s server at `base` and prove the memory came back; the
         seconds it took. `where`:
         the model's pids (None: any process but the third item's, a docker model), its GPUs
-        (None: every GPU), and the pids of the other models. Raises `SleepFailed`."""
+        (None: every GPU), and the pids of the other models. `probe`: the model's `wakeProbe`,
+        whose answer is recorded before the process's first sleep. Raises `SleepFailed`."""
         facts = self.of(model_id)
+        if probe is not None and facts.probe_pid != pid and wake_probe.needs_record(probe):
+            facts.probe_pid, facts.probe_answer = pid, None
+            await self._record(session, model_id, base, probe, facts)
         began = time.monotonic()
         pids, gpus, others = where
-        backend = self.backend
+        # No inventory: nothing is measured, and nothing is said to be.
+        backend = None if isinstance(self.backend, NullBackend) else self.backend
         before: dict[str, int] = {}
         if backend is not None:
             try:
@@ -256,7 +285,7 @@ class Sleeper:
         if problem:
             facts.last_failure = problem
             raise SleepFailed(problem)
-        residual: dict[str, int] = {}
+        residual: dict[str, int] | None = None
         if backend is not None:
             try:
                 residual = await wait_released(
@@ -268,16 +297,17 @@ class Sleeper:
             except GpuError as exc:
                 log.error("%s: cannot check its GPU memory after the sleep: %s", model_id, exc)
         seconds = time.monotonic() - began
-        facts.residual, facts.held_before = residual, before
+        measured = backend is not None
+        facts.residual = residual
+        facts.held_before = before if measured else None
         facts.last_sleep_s = seconds
         facts.sleeps += 1
         self._marked(model_id, pid)
         log.info(
-            "%s asleep in %.2fs (GPU memory: %s before, %s now)",
+            "%s asleep in %.2fs (GPU memory: %s)",
             model_id,
             seconds,
-            _gib(sum(before.values())),
-            _gib(sum(residual.values())),
+            memory_words(before if measured else None, residual),
         )
         return seconds
 
@@ -290,9 +320,11 @@ class Sleeper:
         health_url: str | None,
         health_timeout: float,
         exited: asyncio.Future[Any],
+        probe: WakeProbe | None = None,
     ) -> float:
-        """Send the wake calls, then wait for the health check; the seconds it took. Raises
-        `WakeFailed`."""
+        """Send the wake calls, then wait for the health check, then ask the `probe`; the
+        seconds the calls and the health check took. Raises `WakeFailed` (`WakeUnverified`
+        when the probe got no answer, or not the one it must give)."""
         facts = self.of(model_id)
         began = time.monotonic()
         problem = await send_all(session, base, setting.wake, "wake")
@@ -309,6 +341,8 @@ class Sleeper:
             facts.last_failure = problem
             raise WakeFailed(problem)
         seconds = time.monotonic() - began
+        if probe is not None:
+            await self._verify(session, model_id, base, probe, facts)
         facts.last_wake_s = seconds
         facts.wakes += 1
         facts.residual = {}
@@ -316,9 +350,46 @@ class Sleeper:
         log.info("%s awake in %.2fs", model_id, seconds)
         return seconds
 
+    async def _record(
+        self,
+        session: aiohttp.ClientSession,
+        model_id: str,
+        base: str,
+        probe: WakeProbe,
+        facts: SleepFacts,
+    ) -> None:
+        """Keep the probe's answer before the process's first sleep (None: it gave none)."""
+        began = time.monotonic()
+        try:
+            facts.probe_answer = await wake_probe.record(session, model_id, base, probe)
+        finally:
+            self.on_phase(model_id, SwapPhase.VERIFY, time.monotonic() - began)
+
+    async def _verify(
+        self,
+        session: aiohttp.ClientSession,
+        model_id: str,
+        base: str,
+        probe: WakeProbe,
+        facts: SleepFacts,
+    ) -> None:
+        """Ask the probe after a wake. Raises `WakeUnverified`."""
+        if not wake_probe.can_check(model_id, probe, facts.probe_answer):
+            return
+        began = time.monotonic()
+        try:
+            await wake_probe.check(session, model_id, base, probe, facts.probe_answer)
+        except WakeUnverified as exc:
+            facts.last_failure = exc.message
+            raise
+        finally:
+            self.on_phase(model_id, SwapPhase.VERIFY, time.monotonic() - began)
+        facts.verified += 1
+
     def forget(self, model_id: str) -> None:
         """Its process stopped: it holds nothing asleep any more (the durations stay)."""
         facts = self.facts.get(model_id)
         if facts is not None:
             facts.residual = {}
+            facts.probe_answer = facts.probe_pid = None  # the next process records its own
         self._marked(model_id, None)

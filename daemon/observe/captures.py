@@ -6,10 +6,11 @@ compressed bytes: swapd keeps them as they are).
 The proxies send each capture's header pairs as they are (`RawCapture`); redaction happens
 here, when the capture is stored: one value per name (the first, as llama-swap's `headerMap`),
 and `[REDACTED]` for a credential, known by its header's name (`secret_name`: llama-swap's
-`redactHeaders` and more) or by its value (`Secrets`: a value that holds a configured key, in
-whatever header a client put it). The secrets cross only the private `ipc://` socket to the
-daemon, which holds the config's `apiKeys` anyway, and are never kept nor shown
-(docs/endpoints.md, "Captures")."""
+`redactHeaders` and more; the session headers `ui.activity.session_id` names are shown, as
+llama-swap's UI shows them) or by its value (`Secrets`: a value that holds a configured key, in
+whatever header a client put it, the session headers included). The secrets cross only the
+private `ipc://` socket to the daemon, which holds the config's `apiKeys` anyway, and are never
+kept nor shown (docs/endpoints.md, "Captures")."""
 
 from __future__ import annotations
 
@@ -59,10 +60,18 @@ def secret_name(name: str) -> bool:
 class Secrets:
     """The configured keys (`apiKeys` and the peers' `apiKey`s) a header value must not show:
     one that holds a key as it is (`Bearer sk-...`, `token=sk-...`) or as the password of
-    `Basic` credentials is redacted whatever the header's name."""
+    `Basic` credentials is redacted whatever the header's name. `shown`: the header names
+    (`ui.activity.session_id`) whose name alone redacts nothing: llama-swap's UI shows their
+    values as the request's session, and `X-Session-ID` has a credential word in its name."""
 
-    def __init__(self, keys: Iterable[str] = ()) -> None:
+    def __init__(self, keys: Iterable[str] = (), shown: Iterable[str] = ()) -> None:
         self.keys = tuple(k for k in keys if k)
+        self.shown = frozenset(name.lower() for name in shown)
+
+    def secret(self, name: str, value: str) -> bool:
+        """Whether the header `name: value` is shown as `[REDACTED]`."""
+        by_name = secret_name(name) and name.lower() not in self.shown
+        return by_name or self.held_in(value)
 
     def held_in(self, value: str) -> bool:
         keys = self.keys
@@ -109,7 +118,7 @@ def headers_of(
     size = 0
     for key, value in pairs:
         if key not in out:
-            if secret_name(key) or secrets.held_in(value):
+            if secrets.secret(key, value):
                 value = REDACTED
             out[key] = value
             size += len(key) + len(value)

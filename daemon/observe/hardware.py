@@ -38,9 +38,9 @@ def _text(value: str | None) -> str | None:
 
 def snapshot(gpus: list[GpuTelemetry], *, root: Path = Path("/")) -> dict[str, Any]:
     machine = platform.machine()
-    arch: dict[str, Any] = {"name": _ARCHITECTURES.get(machine.lower(), "other")}
-    if arch["name"] != machine:
-        arch["raw_name"] = machine or None
+    name = _ARCHITECTURES.get(machine.lower(), "other")
+    # Always there, as llama-swap's (no omitempty): null when the name says it all.
+    arch = {"name": name, "raw_name": machine if machine and name != machine else None}
     try:
         version = importlib.metadata.version("swapd")
     except importlib.metadata.PackageNotFoundError:

@@ -91,7 +91,8 @@ class _Live(Collector):
             loaded.add_metric([st.model], 1.0 if st.state in AWAKE_STATES else 0.0)
             sleep = st.sleep
             if sleep is not None:
-                for gpu, held in sorted(sleep.residual.items()):
+                # Not measured (no GPU inventory): no sample, rather than a 0 no one read.
+                for gpu, held in sorted((sleep.residual or {}).items()):
                     residual.add_metric([st.model, gpu], float(held))
                 if sleep.last_sleep_s is not None:
                     last_sleep.add_metric([st.model], sleep.last_sleep_s)
@@ -138,7 +139,7 @@ class Metrics:
             "time spent in each phase of a start or swap: drain, stop (of a model evicted or "
             "unloaded), start (spawn to a running process), health (to the first 200), sleep "
             "(its server's sleep calls and the GPU memory's release), wake (its wake calls and "
-            "health check)",
+            "health check), verify (its wakeProbe)",
             ["model", "phase"],
             buckets=_PHASES,
             registry=registry,
@@ -149,7 +150,7 @@ class Metrics:
         self.stops = Counter(
             "swapd_model_stops",
             "models stopped, by cause (swap, unload, ttl, reload, shutdown, crash, unhealthy, "
-            "sleep_failed, wake_failed, asleep_ttl)",
+            "sleep_failed, wake_failed, wake_unverified, asleep_ttl)",
             ["model", "cause"],
             registry=registry,
         )
@@ -161,7 +162,8 @@ class Metrics:
         )
         self.wakes = Counter(
             "swapd_model_wakes",
-            "asleep models woken, by result (ok; failed: stopped and started cold instead)",
+            "asleep models woken, by result (ok; failed, or unverified: its wakeProbe failed; "
+            "either way stopped and started cold instead)",
             ["model", "result"],
             registry=registry,
         )

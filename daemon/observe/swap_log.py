@@ -2,24 +2,29 @@
 sleeps and wakes), each with the duration of its phases and its cause, for the web UI's timeline
 (`GET /api/swaps`, and `swap` events on `/api/events`).
 
-It is told what the scheduler does through the daemon's effects (every state change with its
-reason and, for a stop, its cause; each phase's duration as the machinery measures it) and, by
-the daemon, why a start was asked for (a request or the preload hook); it decides nothing. A
-record is kept, and published, once its episode ended: a start when the model is ready (or
-failed, or the start was aborted), a stop when the model is stopped, a sleep when it is asleep,
-a wake when it is ready again (or failed: the stop and cold start that follow are records of
-their own). The stops and sleeps of a swap's evicted models are records of their own (cause
-`swap`) and are folded into the swap's (or the wake's) record as its drain, stop and sleep
-phases (the record names them in `folded`).
+The scheduler tells it each episode as it happens, as typed events (`policy/story.py`: began,
+phase done, ended; the phases' durations come from the machinery that times them), and the
+daemon why a start was asked for (`wanted`: a request, an explicit load, the preload hook); it
+infers nothing and decides nothing. A record is kept, and published, once its episode ended. The
+stops and sleeps of a swap's evicted models are records of their own (cause `swap`) and are
+folded into the swap's (or the wake's) record as its drain, stop and sleep phases (the record
+names them in `folded`).
+
+Each model's last loads (a start's or a swap's own `start` and `health`) and wakes (`wake`) that
+went well are kept apart from the ring (which other models' records push out): the median of
+the last `ESTIMATE_LOADS` is its estimate (`estimates`: the loading progress and the web UI say
+"about N s"; none before its first).
 
 It is also told what a queued swap waits for (`waiting`: the scheduler parked it on a busy model,
 collation, the queue, GPU room): what the target's status shows meanwhile (`waiting_now`), and,
 once the target's start (or wake) is recorded, when its request came, how long it waited in all
-and for what (`queued`, `waited`, `waited_for`).
+and for what (`queued`, `waited`, `waited_for`), and why it was held back once its room was
+decided (`deferred`: the story's `Deferred`, typed).
 """
 
 from __future__ import annotations
 
+import statistics
 import time
 from collections import deque
 from collections.abc import Callable
@@ -28,13 +33,15 @@ from typing import Any, Protocol
 
 import msgspec
 
-from ...ipc.causes import StartCause, StopCause
+from ...ipc.causes import DeferCause, StartCause, StopCause
 from ...ipc.messages import Document, Event, QuerySwaps, SwapRecorded
-from ...ipc.states import LEAVING_STATES, ModelState
-from ...ipc.swap_record import SwapRecord
+from ...ipc.swap_record import SwapKind, SwapOutcome, SwapPhase, SwapRecord
+from ..policy.story import Began, Deferred, Ended, Happening, PhaseDone
 
 # How many records the ring keeps (the UI shows the recent ones; Prometheus keeps the figures).
 RING_SIZE = 200
+# How many of a model's last loads (and wakes) its estimate is the median of.
+ESTIMATE_LOADS = 5
 
 _encode = msgspec.json.Encoder().encode
 
@@ -49,14 +56,15 @@ class Publisher(Protocol):
 
 @dataclass
 class _Open:
-    kind: str
+    kind: SwapKind
     cause: StartCause | StopCause
     began: float
-    phases: dict[str, float] = field(default_factory=dict)
+    phases: dict[SwapPhase, float] = field(default_factory=dict)
     evicted: tuple[str, ...] = ()
     for_model: str = ""
     queued: float = 0.0
     waited_for: tuple[str, ...] = ()
+    deferred: tuple[DeferCause, ...] = ()
     folded: tuple[int, ...] = ()
 
 
@@ -67,6 +75,7 @@ class _Queued:
     since: float  # wall clock
     on: str = ""  # what it waits for now
     waited_for: list[str] = field(default_factory=list)
+    deferred: list[DeferCause] = field(default_factory=list)
     recorded: bool = False  # a start's record carries its wait already
 
 
@@ -83,12 +92,13 @@ class SwapLog:
         self.clock = clock
         self.records: deque[SwapRecord] = deque(maxlen=size)
         self.next_id = 1
-        self._state: dict[str, ModelState] = {}
         self._open: dict[str, _Open] = {}
         self._hints: dict[str, StartCause] = {}
         # Stops done for a swap to `target` whose start has not begun yet: target -> stops.
         self._evicted: dict[str, list[SwapRecord]] = {}
         self._queued: dict[str, _Queued] = {}
+        self._loads: dict[str, deque[float]] = {}
+        self._wakes: dict[str, deque[float]] = {}
 
     def register(self, on: Callable[..., None]) -> None:
         reply = self.endpoint.reply
@@ -127,90 +137,69 @@ class SwapLog:
         queued = self._queued.get(target)
         return (queued.on, queued.since) if queued is not None and queued.on else None
 
-    def phase(self, model_id: str, phase: str, seconds: float) -> None:
-        episode = self._open.get(model_id)
-        if episode is not None:
-            episode.phases[phase] = round(seconds, 4)
+    def estimates(self, model_id: str) -> tuple[float | None, float | None]:
+        """How long `model_id`'s load and its wake take, as its last ones went (None: none yet)."""
+        return _median(self._loads.get(model_id)), _median(self._wakes.get(model_id))
 
-    def changed(
-        self,
-        model_id: str,
-        state: ModelState,
-        reason: str,
-        *,
-        cause: StopCause | None = None,
-        for_model: str = "",
-        adopted: bool = False,
-    ) -> None:
-        """`model_id` is in `state` now, for `reason`; `cause` says why it is being stopped
-        (`for_model`: the model a swap stopped it for); `adopted`: a start is one of a process
-        this daemon found."""
-        before = self._state.get(model_id, ModelState.STOPPED)
-        self._state[model_id] = state
-        if state == before:
-            return  # a new reason for the same state (the health check began)
-        episode = self._open.get(model_id)
-        if state == ModelState.STARTING:
-            self._open_start(model_id, adopted)
-        elif state == ModelState.WAKING:
-            self._open_start(model_id, adopted, kind="wake")
-        elif state in LEAVING_STATES:
-            if episode is not None and episode.kind == "wake":
-                # A wake that failed: its record ends here, and the stop that follows has its own.
-                self._close(model_id, "failed", reason)
-                episode = None
-            if cause is not None and (episode is None or episode.kind not in ("stop", "sleep")):
-                episode = _Open("stop", cause, self.clock(), for_model=for_model)
-                self._open[model_id] = episode
-            if episode is not None and episode.kind in ("stop", "sleep"):
-                # Asleep it ends, unless its sleep fails (then it is stopped after all).
-                episode.kind = "sleep" if state == ModelState.SLEEPING else "stop"
-        elif state == ModelState.ASLEEP:
-            record = self._close(model_id, "ok", reason)
-            if record is not None and record.cause == StopCause.SWAP and record.for_model:
-                self._evicted.setdefault(record.for_model, []).append(record)
-        elif state == ModelState.READY:
-            self._close(model_id, "ok", "")
-        elif state == ModelState.FAILED:
-            self._close(model_id, "failed", reason)
-        elif state == ModelState.STOPPED:
-            if episode is None:
-                awake = before in (ModelState.READY, ModelState.ASLEEP)
-                if awake and cause is StopCause.CRASH:
-                    self._open[model_id] = _Open("crash", StopCause.CRASH, self.clock())
-                    self._close(model_id, "ok", reason)
-                return
-            if episode.kind == "stop":
-                record = self._close(model_id, "ok", reason)
-                if record is not None and record.cause == StopCause.SWAP and record.for_model:
-                    self._evicted.setdefault(record.for_model, []).append(record)
-            else:
-                self._close(model_id, "aborted", reason)
+    def told(self, event: Happening) -> None:
+        """What the scheduler tells of a model's episode as it happens (`policy/story.py`)."""
+        match event:
+            case Began(kind=SwapKind.START | SwapKind.WAKE):
+                self._open_start(event.model, event.adopted, event.kind)
+            case Began():
+                # A take-down or a crash: the scheduler tells its cause.
+                assert event.cause is not None, event
+                self._open[event.model] = _Open(
+                    event.kind, event.cause, self.clock(), for_model=event.for_model
+                )
+            case PhaseDone():
+                episode = self._open.get(event.model)
+                if episode is not None:
+                    episode.phases[event.phase] = round(event.seconds, 4)
+            case Ended():
+                self._ended(event)
+            case Deferred(model=target, cause=cause):
+                queued = self._queued.get(target)
+                if queued is not None and cause not in queued.deferred:
+                    queued.deferred.append(cause)
 
     # ---------------------------------------------------------------------------- inside
 
-    def _open_start(self, model_id: str, adopted: bool, kind: str = "start") -> None:
+    def _ended(self, event: Ended) -> None:
+        episode = self._open.get(event.model)
+        if episode is not None and event.came_to is not None:
+            episode.kind = event.came_to
+        record = self._close(event.model, event.outcome, event.reason)
+        if record is None or event.came_to is None:
+            return
+        if record.cause == StopCause.SWAP and record.for_model:
+            # A stop or sleep for a swap: folded into that swap's record once its start begins.
+            self._evicted.setdefault(record.for_model, []).append(record)
+
+    def _open_start(self, model_id: str, adopted: bool, kind: SwapKind) -> None:
         """A start (or a wake: `kind`), a swap when it stopped or put models to sleep first."""
         hint = self._hints.pop(model_id, StartCause.REQUEST)
         cause = StartCause.ADOPTED if adopted else hint
         stops = self._evicted.pop(model_id, [])
-        episode = _Open("swap" if stops and kind == "start" else kind, cause, self.clock())
+        swapped = bool(stops) and kind is SwapKind.START
+        episode = _Open(SwapKind.SWAP if swapped else kind, cause, self.clock())
         queued = self._queued.get(model_id)
         if queued is not None and not adopted and not queued.recorded:
             # One start per queued swap carries its request's wait (a restart does not).
             episode.queued, episode.waited_for = queued.since, tuple(queued.waited_for)
+            episode.deferred = tuple(queued.deferred)
             queued.recorded = True
         if stops:
             episode.began = min(s.began for s in stops)
             episode.evicted = tuple(sorted(s.model for s in stops))
             episode.folded = tuple(s.id for s in stops)
-            for name in ("drain", "stop", "sleep"):
+            for name in (SwapPhase.DRAIN, SwapPhase.STOP, SwapPhase.SLEEP):
                 taken = [s.phases[name] for s in stops if name in s.phases]
                 if taken:
                     episode.phases[name] = max(taken)
         self._open[model_id] = episode
 
-    def _close(self, model_id: str, result: str, reason: str) -> SwapRecord | None:
+    def _close(self, model_id: str, result: SwapOutcome, reason: str) -> SwapRecord | None:
         episode = self._open.pop(model_id, None)
         if episode is None:
             return None
@@ -230,11 +219,29 @@ class SwapLog:
             queued=episode.queued,
             waited=round(ended - episode.queued, 4) if episode.queued else 0.0,
             waited_for=episode.waited_for,
+            deferred=episode.deferred or msgspec.UNSET,
             folded=episode.folded,
         )
         self.next_id += 1
         self.records.append(record)
+        if result is SwapOutcome.OK:
+            self._learn(record)
         self.endpoint.publish_nowait(
             lambda seq: SwapRecorded(instance=self.instance, seq=seq, record=record)
         )
         return record
+
+    def _learn(self, record: SwapRecord) -> None:
+        """A load or a wake that went well: how long the model's own part took."""
+        phases = record.phases
+        if record.kind in (SwapKind.START, SwapKind.SWAP) and record.cause != StartCause.ADOPTED:
+            if SwapPhase.START in phases:
+                taken = phases[SwapPhase.START] + phases.get(SwapPhase.HEALTH, 0.0)
+                self._loads.setdefault(record.model, deque(maxlen=ESTIMATE_LOADS)).append(taken)
+        elif record.kind is SwapKind.WAKE and SwapPhase.WAKE in phases:
+            wakes = self._wakes.setdefault(record.model, deque(maxlen=ESTIMATE_LOADS))
+            wakes.append(phases[SwapPhase.WAKE])
+
+
+def _median(values: deque[float] | None) -> float | None:
+    return round(statistics.median(values), 3) if values else None

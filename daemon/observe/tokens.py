@@ -6,12 +6,17 @@ llama.cpp `timings` (`prompt_n`, `predicted_n`, `cache_n`, `prompt_per_second`,
 `predicted_per_second`, `draft_n`/`draft_n_accepted`), which override the usage counts. A stream
 is read from its tail (`account.Tail`): the `data:` events there, the latest usage and timings
 winning. -1 means not reported. Non-2xx bodies give the error message instead.
+
+A count is an integer from 0 to 2^53 (what every JSON reader holds exactly), a speed a finite
+number; anything else (`1e300`, -3, a string) reads as not reported, and a document nested too
+deeply for the decoder gives no counts: one answer never costs its record, nor its batch.
 """
 
 from __future__ import annotations
 
+import math
 import typing
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
 import msgspec
 
@@ -22,7 +27,8 @@ ERROR_LIMIT = 500
 # The struct path's types: counts as JSON integers, speeds as any number. A document with
 # another type where a count should be (12.0, a string) fails to decode into `_Doc` and takes the
 # general way, which reads what it can. gc=False: they hold scalars and each other only.
-Count = int | None
+MAX_COUNT = 2**53
+Count = Annotated[int, msgspec.Meta(ge=0, le=MAX_COUNT)] | None
 Speed = float | None
 
 
@@ -69,11 +75,19 @@ _S = TypeVar("_S", bound=msgspec.Struct)
 
 
 def _int(value: Any) -> int | None:
-    return int(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return None
+    return int(value) if 0 <= value <= MAX_COUNT else None
 
 
 def _float(value: Any) -> float | None:
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return None
+    return _speed(float(value))
+
+
+def _speed(value: float | None) -> float | None:
+    return value if value is not None and math.isfinite(value) else None
 
 
 def _lenient(cls: type[_S], value: Any) -> _S | None:
@@ -105,11 +119,13 @@ def _from_object(doc: Any, tokens: Tokens) -> None:
 def _parse_into(data: bytes, tokens: Tokens) -> None:
     try:
         doc = _decode_doc(data)
+    except RecursionError:
+        return  # nested too deeply to read (the general way could not either): no counts
     except msgspec.DecodeError:
         # Not the usual shape (an /infill array, a field of another type): the general way.
         try:
             _from_object(_decode(data), tokens)
-        except msgspec.DecodeError:
+        except (msgspec.DecodeError, RecursionError):
             pass
         return
     _read(doc, tokens)
@@ -129,10 +145,10 @@ def _read(doc: _Doc, tokens: Tokens) -> None:
             tokens.input_tokens = timings.prompt_n
         if timings.predicted_n is not None:
             tokens.output_tokens = timings.predicted_n
-        if timings.prompt_per_second is not None:
-            tokens.prompt_per_second = timings.prompt_per_second
-        if timings.predicted_per_second is not None:
-            tokens.tokens_per_second = timings.predicted_per_second
+        if (speed := _speed(timings.prompt_per_second)) is not None:
+            tokens.prompt_per_second = speed
+        if (speed := _speed(timings.predicted_per_second)) is not None:
+            tokens.tokens_per_second = speed
         if timings.cache_n is not None:
             tokens.cache_tokens = timings.cache_n
         if timings.draft_n is not None and timings.draft_n_accepted is not None:
@@ -188,7 +204,7 @@ def error_message(status: int, reason: str, body: bytes | None) -> str:
     if body:
         try:
             doc = _decode(body)
-        except msgspec.DecodeError:
+        except (msgspec.DecodeError, RecursionError):
             doc = None
         if isinstance(doc, dict):
             error = doc.get("error")

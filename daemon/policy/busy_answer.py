@@ -14,7 +14,7 @@ from typing import Any
 import msgspec
 from prometheus_client.parser import text_string_to_metric_families
 
-from ..config.busy_check_fields import BusyCheck, BusyCount
+from ..config import BusyCheck, BusyCount
 
 
 @dataclass(frozen=True)

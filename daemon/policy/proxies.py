@@ -1,5 +1,6 @@
 """What the daemon knows about the proxies: who is alive (heartbeats), how many requests each has
-in flight per model and when each model was last used (activity casts), and the drain acks."""
+in flight per model and when each model was last used (activity casts), the ignored websockets
+each has open per model (an open tab), and the drain acks."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ class ProxyInfo:
     pid: int = 0
     last_seen: float = 0.0  # monotonic
     in_flight: dict[str, int] = field(default_factory=dict)
+    websockets: dict[str, int] = field(default_factory=dict)  # model -> ignored websockets open
     drained: dict[str, int] = field(default_factory=dict)  # model -> highest acked epoch
 
 
@@ -36,6 +38,9 @@ class ProxyRegistry:
         self.proxies: dict[str, ProxyInfo] = {}
         self.last_activity: dict[str, float] = {}  # model -> wall clock (the report's `at`)
         self.last_report: dict[str, float] = {}  # model -> wall clock when a report came in
+        # model -> wall clock of the last report while one of its websockets was open (or of the
+        # one that said the last closed): an asleep model's `stopAfter` counts from it.
+        self.last_socket: dict[str, float] = {}
         # model -> (pid of the run it was asked for, seconds): a request's keep_alive in place of
         # the model's ttl for that run (`KeepAlive`; `ttl.py` reads it).
         self.keep_alive: dict[str, tuple[int, float | None]] = {}
@@ -64,10 +69,15 @@ class ProxyRegistry:
         self.first_hello.set()
         self._notify()
 
-    def activity(self, proxy_id: str, model: str, in_flight: int, at: float) -> None:
+    def activity(
+        self, proxy_id: str, model: str, in_flight: int, at: float, websockets: int = 0
+    ) -> None:
         info = self._seen(proxy_id)
         info.in_flight[model] = max(0, in_flight)
         now = self.wall()
+        if websockets > 0 or info.websockets.get(model, 0) > 0:
+            self.last_socket[model] = now
+        info.websockets[model] = max(0, websockets)
         # TTL counts from when the activity happened (`at`), not from when the report came in.
         self.last_activity[model] = max(self.last_activity.get(model, 0.0), min(at, now))
         self.last_report[model] = now
@@ -113,6 +123,10 @@ class ProxyRegistry:
 
     def in_flight(self, model: str) -> int:
         return sum(p.in_flight.get(model, 0) for p in self.live())
+
+    def websockets(self, model: str) -> int:
+        """The ignored websockets the live proxies have open to `model`."""
+        return sum(p.websockets.get(model, 0) for p in self.live())
 
     def next_epoch(self, model: str) -> int:
         epoch = self._epochs.get(model, 0) + 1

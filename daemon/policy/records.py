@@ -19,6 +19,7 @@ from ...ipc.routing_table import SleepSetting
 from ...ipc.states import ModelState
 from ..config import ModelConfig
 from .eviction.contract import BusyReading, Decision, GpuRoom, Occupant
+from .story import Happening
 
 
 class RunningModel(Protocol):
@@ -76,6 +77,8 @@ class Stop:
                 return f"its sleep failed, so it was stopped: {self.detail}"
             case StopCause.WAKE_FAILED:
                 return f"its wake failed, so it was stopped to start again: {self.detail}"
+            case StopCause.WAKE_UNVERIFIED:
+                return f"its wake was not verified, so it was stopped to start again: {self.detail}"
             case StopCause.ASLEEP_TTL:
                 return "asleep and unused longer than its sleep.stopAfter"
 
@@ -164,6 +167,11 @@ class Effects(Protocol[H]):
 
     def changed(self, record: ModelRecord[H], model: ModelConfig | None) -> None:
         """A model's state changed (publish it); `model` is its definition in the config now."""
+        ...
+
+    def happened(self, event: Happening) -> None:
+        """A step of a model's swap story (`story.py`: an episode began or ended), told after
+        the state change it goes with. The daemon's swap log records it."""
         ...
 
     def decided(self, target: ModelConfig, decision: Decision) -> None:

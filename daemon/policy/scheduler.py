@@ -8,13 +8,19 @@ draining -> stopping -> stopped, plus failed, and for a model with a sleep setti
 draining -> sleeping -> asleep -> waking -> ready (a failed sleep or wake falls back to a stop,
 and a wake's to a cold start). Its parts: the models' records (`model_table.py`),
 the swaps under way (`swap_queue.py`, each a `swap.Swap` in an explicit phase), the starts
-(`starts.py`) and the stops (`stops.py`); `room.py` builds what the policy is shown.
+(`starts.py`) and the stops (`stops.py`), a queued swap's decision, steps 7 to 12 below
+(`deciding.py`; `room.py` builds what the policy is shown), and the take-downs asked for from
+outside, unloads, sleeps, TTL and reload stops (`take_downs.py`). Each tells the story of what
+it does to a model as it happens (`story.py`) to the effects, for the swap log.
 
 The decision tree. For each `ensure(model_id)` (a name is resolved to its id once, where the
 request enters the daemon):
 
  1. An unknown model: 404. swapd is shutting down: 503.
  2. Ready, and no swap or stop is taking it down: serve it now.
+    Whenever an ensure is answered with a handle, its `Ready` is booked for the proxy that asked
+    (`claims.py`) until that proxy claims it (admitted, its request is in flight from the same
+    report on): meanwhile no swap takes the model out (step 11).
  3. Draining for a swap still in its collation window: take it back (the drain is cancelled, the
     swap queues again) and serve it now.
  4. A swap to it is under way: join it. One swap per target; every waiter gets its result.
@@ -33,7 +39,9 @@ ended, an unload, a busy reading), and at its last decision's deadline:
 10. Ask the eviction policy. Refuse: 503 `no_gpu_room`. Wait (busy models, GPU room): wait, and
     decide again at the next change or the deadline.
 11. MakeRoom, but a claimed swap stops this target or one of its evictees, or targets one of
-    them; or the target itself is still being stopped: wait for a change.
+    them; or the target itself is still being stopped; or an evictee has Readys out that are not
+    claimed yet (deferred: `DeferCause.UNCLAIMED_READY`, until claimed or CLAIM_WITHIN): wait
+    for a change.
 12. A swap ahead in the queue (higher `priority`, then arrival) that may begin now conflicts with
     this one: wait for a change. Placement by memory neither waits for the queue nor holds it.
 13. Claim: drain and stop the evictees in parallel, or put them to sleep where the policy says
@@ -57,26 +65,19 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Coroutine, Iterable, Iterator
-from typing import Any, Generic
+from typing import Generic
 
 import msgspec
 
 from ...ipc.causes import StopCause
-from ...ipc.states import LOADED_STATES, ModelState
+from ...ipc.states import ModelState
 from ..config import Config, ModelConfig
-from ..errors import (
-    CannotSleep,
-    EnsureError,
-    ModelNotFound,
-    ModelUnloaded,
-    NoGpuRoom,
-    NotRunning,
-    ShuttingDown,
-)
-from . import room
+from ..errors import EnsureError, ModelNotFound, ShuttingDown
 from .changes import Changes
+from .claims import ReadyClaims
+from .deciding import Decider
 from .eviction.choose import choose
-from .eviction.contract import EvictionPolicy, MakeRoom, Occupant, Refuse, Room, Wait
+from .eviction.contract import EvictionPolicy, Occupant
 from .eviction.preemption import COLLATE_WINDOW
 from .model_table import ModelTable
 from .records import Effects, H, ModelRecord, Readings, Stop
@@ -84,6 +85,7 @@ from .starts import BACKOFF_AFTER, BACKOFF_BASE, BACKOFF_MAX, Starts
 from .stops import Stops
 from .swap import Abort, Claim, Phase, Swap, retrieve
 from .swap_queue import SwapQueue
+from .take_downs import TakeDowns
 
 __all__ = ["BACKOFF_AFTER", "BACKOFF_BASE", "BACKOFF_MAX", "EnsureError", "Scheduler"]
 
@@ -105,17 +107,22 @@ class Scheduler(Generic[H]):
         collate_window: float = COLLATE_WINDOW,
     ) -> None:
         self.effects = effects
-        self.readings = readings
         self.choose_policy = choose_policy
-        self.policy = choose_policy(config)
         self.clock = clock
         self.collate_window = collate_window
         self.shutting_down = False
         self.changes = Changes()
+        self.claims = ReadyClaims(clock, self.changes)
         self.models: ModelTable[H] = ModelTable(config, effects)
         self.swaps: SwapQueue[H] = SwapQueue()
-        self.stops: Stops[H] = Stops(self.models, effects, self.swaps, self.changes)
+        self.stops: Stops[H] = Stops(self.models, effects, self.swaps, self.changes, self.claims)
         self.starts: Starts[H] = Starts(self.models, effects, clock, backoff_base)
+        self.decider: Decider[H] = Decider(
+            self.models, self.swaps, self.stops, self.claims, effects, readings, self.changes,
+            policy=choose_policy(config), clock=clock, collate_window=collate_window,
+            check_aborted=self._check_aborted,
+        )  # fmt: skip
+        self.take_downs: TakeDowns[H] = TakeDowns(self.models, self.swaps, self.stops, self.changes)
 
     @property
     def config(self) -> Config:
@@ -146,8 +153,9 @@ class Scheduler(Generic[H]):
 
     # ----------------------------------------------------------------------------- ensure
 
-    async def ensure(self, model_id: str) -> H:
-        """The handle of a ready model (starting it, and swapping others out, when needed)."""
+    async def ensure(self, model_id: str, claimant: str = "") -> H:
+        """The handle of a ready model (starting it, and swapping others out, when needed);
+        booked as a `Ready` out for the proxy `claimant` until it claims it (`claimed`)."""
         # 1.
         if model_id not in self.config.models:
             raise ModelNotFound(f"no local model {model_id!r}")
@@ -156,11 +164,13 @@ class Scheduler(Generic[H]):
         rec = self.record(model_id)
         # 2.
         if rec.state == ModelState.READY and rec.handle is not None:
-            if not self._taken_down(model_id):
+            if not self.decider.taken_down(model_id):
+                self.claims.hand_out(model_id, {claimant: 1})
                 return rec.handle
         # 3.
         if rec.state == ModelState.DRAINING and rec.handle is not None:
             if self.stops.take_back(rec, self.clock(), self.collate_window):
+                self.claims.hand_out(model_id, {claimant: 1})
                 return rec.handle
         # 4.
         swap = self.swaps.get(model_id)
@@ -174,11 +184,11 @@ class Scheduler(Generic[H]):
             swap.result.add_done_callback(retrieve)
             self.effects.waiting(model_id, "", swap.turn.queued_at)
             swap.task = loop.create_task(self._run(swap))
-        # A requester that gives up must not cancel a start others (or the next request) wait for.
-        return await asyncio.shield(swap.result)
+        return await self.claims.join(swap.result, swap.claimants, model_id, claimant)
 
-    def _taken_down(self, model_id: str) -> bool:
-        return self.stops.under_way(model_id) or self.swaps.evicting(model_id)
+    def claimed(self, model_id: str, proxy: str, count: int = 1) -> None:
+        """Proxy `proxy` handled `count` Readys for `model_id` it was sent (`claims.py`)."""
+        self.claims.claimed(model_id, proxy, count)
 
     # ------------------------------------------------------------------------------- a swap
 
@@ -201,6 +211,8 @@ class Scheduler(Generic[H]):
         else:
             if not swap.result.done():
                 swap.result.set_result(handle)
+                # Now, before any other swap decides: each waiter's Ready is out from here on.
+                self.claims.hand_out(swap.target, swap.claimants)
         finally:
             self.swaps.remove(swap)
             self.effects.ended(swap.target)
@@ -224,7 +236,7 @@ class Scheduler(Generic[H]):
     async def _swap(self, swap: Swap[H]) -> H:
         target = swap.target
         while True:
-            ready = await self._claim(swap)
+            ready = await self.decider.until_claimed(swap)
             if ready is not None:
                 return ready
             claim = swap.claim
@@ -238,7 +250,11 @@ class Scheduler(Generic[H]):
                     log.info("%s: waits again: a model it was stopping serves its requests", target)
                     continue
                 model = self.config.models.get(target)
-                if claim.sleep and model is not None and self.policy.reads_gpus(model):
+                if (
+                    claim.sleep
+                    and model is not None
+                    and self.decider.terms(model).decides_again_asleep
+                ):
                     # What the sleepers still hold is known now: decide again with it.
                     log.info("%s: decides again with %s asleep", target, ", ".join(claim.sleep))
                     swap.queued()
@@ -279,137 +295,9 @@ class Scheduler(Generic[H]):
             if isinstance(result, BaseException):
                 log.error("%s: stopping %s failed: %r", target, m, result)
 
-    async def _claim(self, swap: Swap[H]) -> H | None:
-        """Steps 7 to 12, until the swap has claimed its room (None) or its target is ready
-        (its handle)."""
-        target = swap.target
-        while True:
-            waits = swap.waits
-            # 7.
-            last = waits.decision if waits is not None else None
-            if waits is not None and isinstance(last, Wait) and last.check:
-                await self._read_busy_checks(swap, last.check)
-                waits.asked.update(dict.fromkeys(last.check, self.clock()))
-                waits.decision = None
-            model = self._waking_on_its_gpus(target)
-            gpus = None
-            if model is not None and self.policy.reads_gpus(model):
-                gpus = await self.readings.gpus(model, self._read_with(target))
-            # 8.
-            self._check_aborted(swap)
-            model = self._waking_on_its_gpus(target)
-            if model is None:
-                raise ModelNotFound(f"no local model {target!r}")
-            assert waits is not None
-            # 9.
-            rec = self.record(target)
-            if rec.state == ModelState.READY and rec.handle and not self._taken_down(target):
-                return rec.handle
-            # 10.
-            now = self.clock()
-            decision = self.policy.decide(
-                room.ask(swap, model, now, self.collate_window), Room(self._occupants(target), gpus)
-            )
-            waits.decision = decision
-            self.effects.decided(model, decision)
-            if isinstance(decision, Refuse):
-                raise NoGpuRoom(decision.reason)
-            if isinstance(decision, Wait):
-                if decision.for_room and waits.room_since is None:
-                    waits.room_since = now
-                if not decision.check:
-                    await self._park(swap, decision.reason, decision.until)
-                continue
-            # 11.
-            if self.stops.under_way(target):
-                await self._park(swap, f"{target} is being stopped", None)
-                continue
-            if self.swaps.collides(target, decision.evict):
-                await self._park(swap, "collides with a swap under way", None)
-                continue
-            # 12.
-            if not self.policy.reads_gpus(model):
-                ahead = self._ahead_in_conflict(swap, decision)
-                if ahead is not None:
-                    await self._park(swap, f"behind the swap to {ahead} in the queue", None)
-                    continue
-            # 13.
-            swap.claimed(Claim(decision.stop, decision.placement, decision.sleep))
-            self.effects.waiting(target, "", swap.turn.queued_at)
-            return None
-
-    def _ahead_in_conflict(self, swap: Swap[H], mine: MakeRoom) -> str | None:
-        """A swap ahead in the queue that may begin now and conflicts with `swap`'s claim."""
-        for other in self.swaps.ahead(swap):
-            model = self.config.models.get(other.target)
-            if model is None or self.policy.reads_gpus(model):
-                continue
-            ask = room.ask(other, model, self.clock(), self.collate_window)
-            theirs = self.policy.decide(ask, Room(self._occupants(other.target)))
-            if not isinstance(theirs, MakeRoom):
-                continue
-            if self.stops.under_way(other.target) or self.swaps.collides(
-                other.target, theirs.evict
-            ):
-                continue
-            if (
-                other.target == swap.target
-                or other.target in mine.evict
-                or swap.target in theirs.evict
-                or theirs.evict & mine.evict
-            ):
-                return other.target
-        return None
-
-    async def _park(self, swap: Swap[H], on: str, until: float | None) -> None:
-        """Wait for a change, or until `until` (monotonic) at the latest; `on` says what for
-        (told to the effects: it is what the swap waits for until it decides otherwise)."""
-        waits = swap.waits
-        assert waits is not None
-        waits.on = on
-        self.effects.waiting(swap.target, on, swap.turn.queued_at)
-        try:
-            await self.changes.wait(None if until is None else max(0.0, until - self.clock()))
-        finally:
-            waits.on = ""
-
-    async def _read_busy_checks(self, swap: Swap[H], models: frozenset[str]) -> None:
-        """The busy checks of `models` read again, or until the swap is answered otherwise."""
-        reading = asyncio.ensure_future(self.readings.check_busy(models))
-        either: set[asyncio.Future[Any]] = {reading, swap.result}
-        try:
-            await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            reading.cancel()
-
-    def _waking_on_its_gpus(self, target: str) -> ModelConfig | None:
-        """The target's definition; an asleep one placed by memory may be placed only on the
-        GPUs its process holds (it wakes where it sleeps)."""
-        model = self.config.models.get(target)
-        rec = self.records.get(target)
-        if model is None or rec is None or rec.state != ModelState.ASLEEP or not model.gpus_auto:
-            return model
-        held = rec.model.gpus if rec.model is not None else None
-        return msgspec.structs.replace(model, gpus_allowed=held) if held else model
-
-    def _read_with(self, target: str) -> list[Occupant]:
-        """What a GPU reading attributes memory to: the occupants, and a target with a process
-        (asleep), whose residual is its own, not a stranger's."""
-        occupants = list(self._occupants(target).values())
-        rec = self.records.get(target)
-        if rec is not None and rec.handle is not None:
-            model = rec.model or self.config.models.get(target)
-            occupants.append(room.occupant(target, model, rec.state, rec.handle, self.readings))
-        return occupants
-
-    def _occupants(self, target: str | None) -> dict[str, Occupant]:
-        return room.occupants(
-            self.config, self.swaps.claims(), self.records.values(), self.readings, target
-        )
-
     def occupants(self) -> list[Occupant]:
         """Every model with a process or a claimed start (for the GPU footprints' samples)."""
-        return list(self._occupants(None).values())
+        return list(self.decider.occupants(None).values())
 
     def _check_aborted(self, swap: Swap[H]) -> None:
         if swap.abort is not None:
@@ -420,74 +308,20 @@ class Scheduler(Generic[H]):
     # ------------------------------------------------------------------------- stop, unload
 
     async def stop(self, model_id: str, cause: StopCause) -> None:
-        """Drain and stop one model (TTL, reload; joins a stop under way); nothing when it is
-        not loaded."""
-        await self.stops.stop(model_id, Stop(cause))
+        """Drain and stop one model (TTL, reload); `take_downs.py`."""
+        await self.take_downs.stop(model_id, cause)
 
     async def idle(self, model_id: str, cause: StopCause) -> None:
-        """Take an idle model out of the GPU the way its setting says (its TTL ran out): put it
-        to sleep when it has a sleep setting, stop it otherwise."""
-        model = self.config.models.get(model_id)
-        if model is not None and model.sleep is not None:
-            await self.stops.sleep(model_id, Stop(cause))
-        else:
-            await self.stops.stop(model_id, Stop(cause))
+        """Its TTL ran out: asleep or stopped, as its setting says; `take_downs.py`."""
+        await self.take_downs.idle(model_id, cause)
 
     async def sleep(self, model_id: str, cause: StopCause = StopCause.SLEEP) -> ModelState:
-        """Put one model to sleep on request (`swapd sleep`, the Sleep button): drained, then
-        asleep (or stopped, when its sleep fails). Returns the state it ended in. A model
-        without a sleep setting is 400 `cannot_sleep`; one that is not running, 409."""
-        model = self.config.models.get(model_id)
-        if model is None:
-            raise ModelNotFound(f"no local model {model_id!r}")
-        if model.sleep is None:
-            raise CannotSleep(
-                f"model {model_id} has no sleep setting (docs/configuration.md, sleep): it can "
-                "be unloaded, not put to sleep"
-            )
-        rec = self.record(model_id)
-        if rec.state in (ModelState.STARTING, ModelState.WAKING) or self.swaps.get(model_id):
-            raise NotRunning(f"model {model_id} is starting; put it to sleep once it is ready")
-        if rec.state not in LOADED_STATES:
-            raise NotRunning(f"model {model_id} is not running; there is nothing to put to sleep")
-        await self.stops.sleep(model_id, Stop(cause))
-        return self.record(model_id).state
+        """Put one model to sleep on request; the state it ended in; `take_downs.py`."""
+        return await self.take_downs.sleep(model_id, cause)
 
     async def unload(self, model_id: str | None, cause: StopCause = StopCause.UNLOAD) -> list[str]:
-        """Stop one model (by id) or, with None, every loaded one. Returns the ids stopped.
-
-        Ensures already waiting for a model when its unload arrives get 503 `model_unloaded` (a
-        start under way is aborted); ensures that arrive later wait until it stopped, then start
-        it again."""
-        if model_id is None:
-            targets = sorted(self.loaded() | self.swaps.targets())
-        else:
-            if model_id not in self.config.models and model_id not in self.records:
-                raise ModelNotFound(f"no local model {model_id!r}")
-            targets = [model_id]
-        await asyncio.gather(*(self._unload(m, cause) for m in targets))
-        return targets
-
-    async def _unload(self, model_id: str, cause: StopCause) -> None:
-        unloading = self.stops.unloading
-        unloading[model_id] += 1
-        try:
-            swap = self.swaps.pop(model_id)
-            if swap is not None:
-                error = ModelUnloaded(
-                    f"model {model_id} was unloaded while this request waited for it; "
-                    "send the request again to start it again",
-                )
-                swap.aborted(Abort(error, cause))
-                self.changes.fire()
-                assert swap.task is not None
-                await asyncio.wait([swap.task])
-            await self.stops.stop(model_id, Stop(cause))
-        finally:
-            unloading[model_id] -= 1
-            if unloading[model_id] <= 0:
-                del unloading[model_id]
-            self.changes.fire()
+        """Stop one model or, with None, every loaded one; the ids stopped; `take_downs.py`."""
+        return await self.take_downs.unload(model_id, cause)
 
     # ------------------------------------------------------------------------ outside events
 
@@ -562,5 +396,5 @@ class Scheduler(Generic[H]):
 
     def replace_config(self, config: Config) -> None:
         self.models.configure(config)
-        self.policy = self.choose_policy(config)
+        self.decider.policy = self.choose_policy(config)
         self.changes.fire()

@@ -13,10 +13,12 @@ from typing import Generic
 from ...ipc.causes import StopCause
 from ...ipc.routing_table import SleepSetting
 from ...ipc.states import ModelState
+from ...ipc.swap_record import SwapKind, SwapOutcome
 from ..config import ModelConfig
-from ..errors import BackingOff, DaemonError, EnsureError, StartFailed
+from ..errors import BackingOff, DaemonError, EnsureError, StartFailed, WakeUnverified
 from .model_table import ModelTable
 from .records import Effects, H, ModelRecord, Stop
+from .story import Began, Ended
 from .swap import Phase, Start, Swap
 
 log = logging.getLogger("swapd.scheduler")
@@ -73,6 +75,7 @@ class Starts(Generic[H]):
                 return None  # unloaded while its wake fell back: no cold start
         rec.adopted = adopting is not None
         models.set(rec, ModelState.STARTING, "adopting" if adopting is not None else "")
+        self.effects.happened(Began(rec.id, SwapKind.START, adopted=rec.adopted))
         starter = adopting if adopting is not None else self._start(model)
         start = Start(model, asyncio.get_running_loop().create_task(starter))
         swap.starting(start)
@@ -89,24 +92,30 @@ class Starts(Generic[H]):
                 delay = min(self.backoff_base * 2 ** (rec.failures - BACKOFF_AFTER), BACKOFF_MAX)
                 rec.retry_at = self.clock() + delay
             if isinstance(exc, EnsureError):
-                models.set(rec, ModelState.FAILED, exc.message)
+                self._failed(rec, exc.message)
                 raise
             # A bug in the machinery: still an answer to the waiters, never a hang.
             error = StartFailed(f"{type(exc).__name__}: {exc}")
-            models.set(rec, ModelState.FAILED, error.message)
+            self._failed(rec, error.message)
             raise error from exc
         finally:
             swap.started()
         if handle is None:  # the adopted process did not become healthy (and was stopped)
             unhealthy = Stop(StopCause.UNHEALTHY)
             models.set(rec, ModelState.STOPPED, unhealthy.text, unhealthy)
+            self.effects.happened(Ended(rec.id, SwapOutcome.ABORTED, unhealthy.text))
             return None
         rec.handle = handle
         rec.model = model
         rec.failures = 0
         rec.retry_at = 0.0
         models.set(rec, ModelState.READY, "adopted" if adopting is not None else "")
+        self.effects.happened(Ended(rec.id, SwapOutcome.OK))
         return handle
+
+    def _failed(self, rec: ModelRecord[H], message: str) -> None:
+        self.models.set(rec, ModelState.FAILED, message)
+        self.effects.happened(Ended(rec.id, SwapOutcome.FAILED, message))
 
     def _cancelled(self, swap: Swap[H], rec: ModelRecord[H], what: str) -> bool:
         """A start or a wake (`what`) was cancelled, which stopped its process: the record says
@@ -116,11 +125,15 @@ class Starts(Generic[H]):
         this = asyncio.current_task()
         aborted = swap.phase in (Phase.ABORTED, Phase.RESTARTING)
         if not aborted or (this is not None and this.cancelling()):
-            self.models.set(rec, ModelState.STOPPED, f"{what} cancelled", Stop(StopCause.SHUTDOWN))
+            self._aborted(rec, f"{what} cancelled", Stop(StopCause.SHUTDOWN))
             return False
         why = Stop(swap.abort.cause if swap.abort is not None else StopCause.RELOAD)
-        self.models.set(rec, ModelState.STOPPED, f"{what} aborted: {why.text}", why)
+        self._aborted(rec, f"{what} aborted: {why.text}", why)
         return True
+
+    def _aborted(self, rec: ModelRecord[H], reason: str, why: Stop) -> None:
+        self.models.set(rec, ModelState.STOPPED, reason, why)
+        self.effects.happened(Ended(rec.id, SwapOutcome.ABORTED, reason))
 
     def adopted(self, model: ModelConfig, handle: H, *, asleep: bool = False) -> None:
         """A process that already runs (found in circusd after a daemon restart) is ready, or
@@ -151,6 +164,7 @@ class Starts(Generic[H]):
         if setting is None:  # cannot happen: asleep only with a setting
             setting = SleepSetting(sleep=())
         models.set(rec, ModelState.WAKING, "")
+        self.effects.happened(Began(rec.id, SwapKind.WAKE, adopted=rec.adopted))
         task = asyncio.get_running_loop().create_task(
             self.effects.wake(rec.id, handle, rec.model, setting)
         )
@@ -163,20 +177,31 @@ class Starts(Generic[H]):
             return None
         except Exception as exc:
             words = exc.message if isinstance(exc, DaemonError) else f"{type(exc).__name__}: {exc}"
-            failed = Stop(StopCause.WAKE_FAILED, detail=words)
+            # A wake whose probe answered wrongly is a cause of its own: it may serve garbage.
+            cause = (
+                StopCause.WAKE_UNVERIFIED
+                if isinstance(exc, WakeUnverified)
+                else StopCause.WAKE_FAILED
+            )
+            failed = Stop(cause, detail=words)
             log.warning("%s: %s", rec.id, failed.text)
             models.set(rec, ModelState.STOPPING, failed.text, failed)
+            # The wake's record ends here; the stop and the cold start that follow have theirs.
+            self.effects.happened(Ended(rec.id, SwapOutcome.FAILED, failed.text))
+            self.effects.happened(Began(rec.id, SwapKind.STOP, failed.cause))
             try:
                 await self.effects.stop(rec.id, handle, rec.model, start_follows=True)
             except Exception:
                 log.exception("%s: stop after a failed wake failed", rec.id)
             rec.handle = rec.asleep_with = None
             models.set(rec, ModelState.STOPPED, failed.text, failed)
+            self.effects.happened(Ended(rec.id, SwapOutcome.OK, failed.text, SwapKind.STOP))
             return _FELL_BACK
         finally:
             swap.started()
         rec.asleep_with = None
         models.set(rec, ModelState.READY, "woken")
+        self.effects.happened(Ended(rec.id, SwapOutcome.OK))
         return handle
 
 

@@ -23,11 +23,14 @@ from ...ipc import exits
 from ...ipc.causes import StopCause
 from ...ipc.routing_table import SleepSetting
 from ...ipc.states import LOADED_STATES, ModelState
+from ...ipc.swap_record import SwapKind, SwapOutcome
 from ..config import ModelConfig
 from ..errors import DaemonError
 from .changes import Changes
+from .claims import ReadyClaims
 from .model_table import ModelTable
 from .records import Effects, H, ModelRecord, Stop
+from .story import Began, Ended
 from .swap_queue import SwapQueue
 
 log = logging.getLogger("swapd.scheduler")
@@ -42,11 +45,13 @@ class Stops(Generic[H]):
         effects: Effects[H],
         swaps: SwapQueue[H],
         changes: Changes,
+        claims: ReadyClaims,
     ) -> None:
         self.models = models
         self.effects = effects
         self.swaps = swaps
         self.changes = changes
+        self.claims = claims
         self._stops: dict[str, asyncio.Task[None]] = {}
         # The drain under way of each draining model, cancelled when collation takes it back.
         self._draining: dict[str, asyncio.Task[None]] = {}
@@ -115,9 +120,13 @@ class Stops(Generic[H]):
 
     async def _stop(self, rec: ModelRecord[H], stop: Stop) -> None:
         try:
-            if rec.state == ModelState.READY:
+            # Its take-down begins with its drain; asleep, with its stop (no drain, no sleep).
+            began = Began(rec.id, SwapKind.STOP, stop.cause, stop.for_model)
+            drains = rec.state == ModelState.READY
+            if drains:
                 self.models.set(rec, ModelState.DRAINING, stop.text, stop)
-                drain = asyncio.get_running_loop().create_task(self.effects.drain(rec.id))
+                self.effects.happened(began)
+                drain = asyncio.get_running_loop().create_task(self._drain(rec.id))
                 self._draining[rec.id] = drain
                 try:
                     await asyncio.wait([drain])
@@ -139,6 +148,8 @@ class Stops(Generic[H]):
                 stop = failed
             rec.asleep_with = None
             self.models.set(rec, ModelState.STOPPING, stop.text, stop)
+            if not drains:
+                self.effects.happened(began)
             # A swap stopping this model starts its own target right after.
             follows = self.swaps.start_follows(rec.id)
             try:
@@ -147,12 +158,22 @@ class Stops(Generic[H]):
                 log.exception("%s: stop failed", rec.id)
             rec.handle = None
             self.models.set(rec, ModelState.STOPPED, stop.text, stop)
+            self.claims.drop(rec.id)
+            self.effects.happened(Ended(rec.id, SwapOutcome.OK, stop.text, SwapKind.STOP))
         finally:
             if self._stops.get(rec.id) is asyncio.current_task():
                 del self._stops[rec.id]
                 self._collatable.discard(rec.id)
                 self._to_sleep.discard(rec.id)
             self.changes.fire()
+
+    async def _drain(self, model_id: str) -> None:
+        """Phase one: every proxy acked the drain, and every `Ready` handed out before it was
+        claimed. A proxy that handles such a `Ready` after its ack does not admit it (the model
+        drains there): the stop waits for that word, so that the request asks again rather than
+        meet a closed port."""
+        await self.effects.drain(model_id)
+        await self.claims.settled(model_id)
 
     async def _sleep(self, rec: ModelRecord[H], handle: H, why: Stop) -> Stop | None:
         """Put a drained model to sleep: None once it is asleep, or why it must be stopped
@@ -172,6 +193,7 @@ class Stops(Generic[H]):
         else:
             rec.asleep_with = setting
             self.models.set(rec, ModelState.ASLEEP, why.text, why)
+            self.effects.happened(Ended(rec.id, SwapOutcome.OK, why.text, SwapKind.SLEEP))
             return None
         log.warning("%s: %s", rec.id, failed.text)
         return failed
@@ -198,6 +220,8 @@ class Stops(Generic[H]):
         self._stops.pop(rec.id, None)
         self._collatable.discard(rec.id)
         self.models.set(rec, ModelState.READY, TAKEN_BACK)
+        # Its take-down ends with nothing done: a stop's record of its own, folded into no swap.
+        self.effects.happened(Ended(rec.id, SwapOutcome.OK))
         return True
 
     # ---------------------------------------------------------------------------- cleanup
@@ -222,6 +246,9 @@ class Stops(Generic[H]):
         handle, model = rec.handle, rec.model
         rec.handle = rec.asleep_with = None
         self.models.set(rec, ModelState.STOPPED, crash.text, crash)
+        self.claims.drop(model_id)
+        self.effects.happened(Began(model_id, SwapKind.CRASH, StopCause.CRASH))
+        self.effects.happened(Ended(model_id, SwapOutcome.OK, crash.text))
         self._clean_up(model_id, handle, model)
         return True
 

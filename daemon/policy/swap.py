@@ -27,6 +27,7 @@ diagram does not have raises `IllegalTransition` (a bug in the scheduler, never 
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Generic
@@ -130,6 +131,8 @@ class Swap(Generic[H]):
         self.result = result
         self.turn = turn
         self.task: asyncio.Task[None] | None = None
+        # The proxies of the requests that wait for it (each gets a `Ready` booked when it ends).
+        self.claimants: Counter[str] = Counter()
         self._phase = Phase.QUEUED
         self._waits: Waits | None = Waits()
         self._claim: Claim | None = None

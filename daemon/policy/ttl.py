@@ -9,7 +9,9 @@ A request may set how long the current run stays loaded in place of `ttl` (Ollam
 
 A model with a sleep setting goes to sleep when its TTL runs out (the daemon's chores ask the
 scheduler to `idle` it), and an asleep one is stopped once it has been asleep and unused for its
-`sleep.stopAfter` (0: never): `stop_left`, `asleep_due`."""
+`sleep.stopAfter` (0: never): `stop_left`, `asleep_due`. An asleep model with a websocket open
+(an open ComfyUI tab, served by its asleep server) is not stopped: `stopAfter` counts from when
+the last one closed, so a tab never sees its server stopped and its page reload it."""
 
 from __future__ import annotations
 
@@ -91,12 +93,19 @@ def due(
 def stop_left(
     rec: ModelRecord[H], setting: SleepSetting, registry: ProxyRegistry, now: float | None = None
 ) -> float | None:
-    """Seconds until an asleep model is stopped for its `stopAfter`; None: never (or awake).
-    Counted from when it fell asleep or its last request, whichever came later."""
+    """Seconds until an asleep model is stopped for its `stopAfter`; None: never (or awake, or
+    a websocket to it is open). Counted from when it fell asleep, its last request, or its last
+    websocket closed, whichever came last."""
     if rec.state != ModelState.ASLEEP or setting.stop_after <= 0:
         return None
+    if registry.websockets(rec.id) > 0:
+        return None
     now = registry.wall() if now is None else now
-    since = max(rec.since, registry.last_activity.get(rec.id, 0.0))
+    since = max(
+        rec.since,
+        registry.last_activity.get(rec.id, 0.0),
+        registry.last_socket.get(rec.id, 0.0),
+    )
     return max(0.0, setting.stop_after - (now - since))
 
 

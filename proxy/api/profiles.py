@@ -7,8 +7,6 @@ arrives on the event stream, the reply on the request socket: either may come fi
 
 from __future__ import annotations
 
-import json
-
 import msgspec
 from aiohttp import web
 
@@ -16,6 +14,7 @@ from ...ipc.messages import Ok, SetProfile
 from ..context import CTX
 from ..floor.errors import BadRequest
 from ..mirror.wait import routes_of
+from ..routing.body import read_json
 
 # How long a PUT waits for the event stream to bring the table the daemon just published.
 _TABLE_WAIT_S = 2.0
@@ -40,11 +39,10 @@ async def handle_profiles(request: web.Request) -> web.Response:
 async def handle_set_active(request: web.Request) -> web.Response:
     ctx = request.app[CTX]
     try:
-        body = json.loads(await request.read())
-    except (ValueError, UnicodeDecodeError):
-        raise BadRequest("invalid profile request") from None
-    if not isinstance(body, dict):
-        raise BadRequest("invalid profile request")
+        body, _raw = await read_json(request)
+    except BadRequest as exc:
+        # llama-swap's words first, then what was wrong.
+        raise BadRequest(f"invalid profile request: {exc.message}") from None
     if "name" not in body:
         raise BadRequest("profile name is required")
     name = body["name"]

@@ -28,7 +28,7 @@ from ..context import CTX
 from ..floor.errors import BadRequest
 from ..mirror.wait import routes_of
 from ..pipeline import Way
-from ..routing.body import RequestModel, read_decoded
+from ..routing.body import RequestModel, read_json
 
 PROPS = "/props"
 _encode = msgspec.json.Encoder().encode
@@ -40,12 +40,8 @@ def _success() -> web.Response:
 
 
 async def _named(request: web.Request) -> str:
-    decoded, _raw = await read_decoded(request)
-    try:
-        doc = msgspec.json.decode(decoded) if decoded.strip() else {}
-    except msgspec.DecodeError as exc:
-        raise BadRequest(f"invalid JSON body: {exc}") from exc
-    name = doc.get("model") if isinstance(doc, dict) else None
+    doc, _raw = await read_json(request)
+    name = doc.get("model")
     if not isinstance(name, str) or not name:
         raise BadRequest('model name is missing from the request: send {"model": "<id>"}')
     return name

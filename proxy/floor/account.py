@@ -90,11 +90,15 @@ class Tail:
         self.keep = -1
 
 
+# An account's `model` until the request names one (the access log's and activity's word).
+NO_MODEL = "-"
+
+
 @dataclass(slots=True)
 class Account:
     """The request's figures beyond its status and size (`pipeline.account(request)`)."""
 
-    model: str = "-"
+    model: str = NO_MODEL
     waited: float = 0.0  # seconds spent waiting for the daemon (a start, a swap, a drain)
     # For the activity record; `route` empty means not a model request (no record).
     route: str = ""
@@ -115,6 +119,8 @@ class Account:
     # or `/upstream/` to a model route's path. None until the route decision knows.
     listed: bool | None = None
     resp_headers: CIMultiDict[str] | None = None  # the response's, once the relay has them
+    # Being forwarded to its model (`upstream/forward.py`): what a drain of it waits for.
+    forwarding: bool = False
 
 
 def account(request: web.BaseRequest) -> Account:

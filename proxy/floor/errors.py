@@ -28,11 +28,13 @@ and `code` its client is answered with; one argument order for all: the message,
             └── OutOfStep            bytes that answer no request: the connection is dropped
 
 Upstream error responses are passed through untouched; only errors swapd itself generates use
-this shape. The status -> (type, default code) mapping happens here only, in `kind_of`.
+this shape (or, asked for with `Accept: text/plain` or `text/html`, llama-swap's text and page).
+The status -> (type, default code) mapping happens here only, in `kind_of`.
 """
 
 from __future__ import annotations
 
+import html
 from collections.abc import Mapping, Sequence
 
 import msgspec
@@ -117,7 +119,17 @@ def error_response(
     *,
     headers: Mapping[str, str] | None = None,
     log_tail: Sequence[str] = (),
+    accept: str = "",
 ) -> web.Response:
+    """The error in the shape the client's `Accept` asks for, as llama-swap's `SendResponse`
+    chooses it: `text/plain` named gets `swapd: <message>`, else `text/html` a small page, else
+    the JSON above."""
+    if "text/plain" in accept:
+        text = f"{SRC}: {message}"
+        return web.Response(status=status, text=text, content_type="text/plain", headers=headers)
+    if "text/html" in accept:
+        page = f"<html><body><h1>{SRC}</h1><p>{html.escape(message)}</p></body></html>"
+        return web.Response(status=status, text=page, content_type="text/html", headers=headers)
     return web.Response(
         status=status,
         body=error_body(status, message, code, log_tail),
@@ -154,9 +166,15 @@ class ProxyError(Failure):
         """A daemon's `Error` reply, raised again on this side."""
         return cls(reply.message, status=reply.status, code=reply.code, log_tail=reply.log_tail)
 
-    def response(self) -> web.Response:
+    def response(self, accept: str = "") -> web.Response:
+        """`accept`: the request's `Accept` (`error_response`)."""
         return error_response(
-            self.status, self.message, self.code, headers=self.headers, log_tail=self.log_tail
+            self.status,
+            self.message,
+            self.code,
+            headers=self.headers,
+            log_tail=self.log_tail,
+            accept=accept,
         )
 
 

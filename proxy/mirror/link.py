@@ -144,13 +144,22 @@ class DaemonLink:
     def _hello(self) -> Hello:
         return Hello(proxy_id=self.proxy_id, pid=self.pid, watching=self.watching())
 
-    def activity(self, model: str, in_flight: int, at: float | None = None) -> None:
+    def activity(
+        self,
+        model: str,
+        in_flight: int,
+        at: float | None = None,
+        claimed: int = 0,
+        websockets: int = 0,
+    ) -> None:
         self.cast_soon(
             Activity(
                 proxy_id=self.proxy_id,
                 model=model,
                 in_flight=in_flight,
                 at=time.time() if at is None else at,
+                claimed=claimed,
+                websockets=websockets,
             )
         )
 

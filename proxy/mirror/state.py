@@ -123,6 +123,8 @@ class ModelRuntime:
     activity_sent_at: float = 0.0
     # The in-flight count of the last cast: the daemon's view of this proxy.
     activity_sent_in_flight: int = 0
+    # The open ignored websockets of the last cast (they hold an asleep model's `stopAfter`).
+    activity_sent_websockets: int = 0
     activity_timer: asyncio.TimerHandle | None = None
     last_activity: float = 0.0
 

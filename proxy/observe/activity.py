@@ -23,7 +23,7 @@ from aiohttp import web
 
 from ...ipc.activity import FLIGHT_UPDATE_S, Finished, InFlight, RawCapture
 from ...ipc.messages import ActivityReport
-from ..floor.account import Account, Tail, TeeBudget
+from ..floor.account import NO_MODEL, Account, Tail, TeeBudget
 from ..mirror.state import ProxyState
 from .captures import capture_of
 from .flights import flight_of, sent_bytes
@@ -154,7 +154,8 @@ class Recorder:
         content_type = acc.content_type or response.content_type
         path = path_of(request)
         capture = None
-        listed = bool(acc.listed) and request.method == "POST"
+        # One that named no model is not (llama-swap refuses it before its metrics middleware).
+        listed = bool(acc.listed) and request.method == "POST" and acc.model != NO_MODEL
         if acc.keep and listed:
             capture = capture_of(request, response, acc, path)
             if capture is not None:

@@ -35,6 +35,10 @@ class Stats:
     # unread (`sendTimeout`).
     body_timeouts: int = 0
     send_timeouts: int = 0
+    # Requests ended because their body came more slowly than `clientBodyMinRate`, and because
+    # their client held up their model's drain past `drainClientTimeout`.
+    slow_bodies: int = 0
+    drain_cuts: int = 0
 
     def as_dict(self) -> dict[str, int]:
         return {"pid": os.getpid(), **asdict(self)}

@@ -68,13 +68,18 @@ class RequestModel:
     rewritten: bool = False
 
 
-async def read_body(request: web.BaseRequest, limit: int = MAX_BODY_BYTES) -> bytes:
-    """The body as the client sent it, never more than `limit` bytes read (413 past it)."""
+async def read_body(
+    request: web.BaseRequest, limit: int = MAX_BODY_BYTES, *, cached: bool = True
+) -> bytes:
+    """The body as the client sent it, never more than `limit` bytes read (413 past it).
+    `cached`: aiohttp's request keeps it (`request.read()` again gives it); uncached, the body
+    lives as long as the caller holds it (a body the caller rewrites and lets go of early)."""
     length = request.content_length
     if length is not None:
         if length > limit:
             raise _too_large(limit)
-        return await request.read()  # never more than the Content-Length
+        if cached:
+            return await request.read()  # never more than the Content-Length
     chunks: list[bytes] = []
     size = 0
     async for chunk in request.content.iter_any():
@@ -120,9 +125,9 @@ def decode_body(raw: bytes, codings: list[str], limit: int = MAX_BODY_BYTES) -> 
     return data
 
 
-async def read_decoded(request: web.BaseRequest) -> tuple[bytes, bytes]:
+async def read_decoded(request: web.BaseRequest, *, cached: bool = True) -> tuple[bytes, bytes]:
     """(the decoded body, the body as sent): both bounded by `MAX_BODY_BYTES`."""
-    raw = await read_body(request)
+    raw = await read_body(request, cached=cached)
     codings = content_codings(request)
     return (decode_body(raw, codings) if codings else raw), raw
 
@@ -172,6 +177,31 @@ async def read_model(request: web.BaseRequest) -> RequestModel:
             name = values[0] if values else _query_model(request)
             return RequestModel(_model_name(name), "form", body, raw=raw)
     return RequestModel(_query_model(request), "query", None)
+
+
+def json_object(data: bytes, *, empty: bool = False) -> dict[str, Any]:
+    """A JSON body that must be an object, read the one way every route reads one: 400 when it is
+    malformed, nested too deeply for the decoder, or not an object (`empty`: a body of nothing
+    but whitespace reads as `{}`)."""
+    if empty and not data.strip():
+        return {}
+    try:
+        doc = _json_decoder.decode(data)
+    except msgspec.DecodeError as exc:
+        raise BadRequest(f"malformed JSON body: {exc}") from exc
+    except RecursionError as exc:
+        raise too_deep() from exc
+    if not isinstance(doc, dict):
+        raise BadRequest("the JSON body must be an object")
+    return doc
+
+
+async def read_json(request: web.BaseRequest) -> tuple[dict[str, Any], bytes]:
+    """(the request's JSON object, its body as sent): `read_decoded`, then `json_object`; an
+    empty body reads as `{}`. The body is not cached in the request: a route that translates it
+    lets go of it as soon as it can (an Ollama image request's body is as large as its images)."""
+    decoded, raw = await read_decoded(request, cached=False)
+    return json_object(decoded, empty=True), raw
 
 
 def json_model(body: bytes) -> RequestModel:
@@ -264,12 +294,7 @@ def filter_json(
     Keys may be dotted paths into nested objects (`a.b`), as llama-swap's sjson paths are. `model`
     itself is protected from strip and set.
     """
-    try:
-        doc = _json_decoder.decode(body)
-    except RecursionError as exc:
-        raise too_deep() from exc
-    if not isinstance(doc, dict):
-        raise BadRequest("the JSON body must be an object")
+    doc = json_object(body)
     if model is not None:
         doc["model"] = model
     for key in strip:

@@ -14,10 +14,11 @@ The passthrough rules (`/upstream/` and `/comfyui/`), for a local model:
 * anything else is admitted like a model request, starting the model if it must.
 
 A model whose sleep setting keeps its server serving while asleep (ComfyUI's: `servesAsleep`)
-has one more rule: while it sleeps (`sleeping`, `asleep`, `waking`), a GET or HEAD and a
-websocket upgrade are forwarded to its asleep server outside admission (its page, assets,
-websocket and polls need no GPU), so they neither wake it nor count as its use; any other
-request (a job's POST) is admitted, which wakes it. Without that setting, or while the model is
+has one more rule: while it sleeps (`sleeping`, `asleep`, `waking`), a request that does not wake
+it (`wake_rules.wakes`: a websocket upgrade never does; a request matching the setting's `wakeOn`
+does, ComfyUI's job `POST /api/prompt`; without `wakeOn` any request but a GET or HEAD does) is
+forwarded to its asleep server outside admission, so it neither wakes it nor counts as its use;
+one that wakes it is admitted, which wakes it. Without that setting, or while the model is
 stopped, the rules above are exactly as they were.
 """
 
@@ -34,12 +35,10 @@ from ...ipc.reserved import COMFYUI_MODEL_ID
 from ...ipc.routing_table import Filters, RouteModel
 from ..floor.errors import ProxyError
 from ..mirror.state import ModelRuntime, PeerTarget, Routes
-from . import comfyui, selectors
+from . import comfyui, selectors, wake_rules
 from .model_routes import upstream_path
 
 UPSTREAM_PREFIX = "/upstream/"
-# What an asleep server that keeps serving (ComfyUI's) answers without waking: reads.
-_NO_GPU = frozenset({"GET", "HEAD"})
 IGNORED_PATH = "path matches upstream.ignorePaths"
 IGNORED_WEBSOCKET = "ignored websocket requests cannot start it"
 
@@ -250,7 +249,7 @@ def _local(
 ) -> Decision:
     """A local model: `reason`, why the path is ignored (None: it is not); `dozing`, whether a
     model is asleep (or falling asleep, or waking). The rest is the `Serve`'s."""
-    admitted = _admitted(ask, route, reason, ready, dozing)
+    admitted = _admitted(ask, route, path_qs, reason, ready, dozing)
     if isinstance(admitted, Refuse):
         return admitted
     return Serve(
@@ -266,11 +265,17 @@ def _local(
 
 
 def _admitted(
-    ask: Ask, route: RouteModel, reason: str | None, ready: Ready, dozing: Ready
+    ask: Ask, route: RouteModel, path_qs: str, reason: str | None, ready: Ready, dozing: Ready
 ) -> bool | Refuse:
     """Whether a local model's request is admitted (False: served outside admission), or why
     it is refused (the passthrough rules of the module's docstring)."""
-    if (ask.websocket or ask.method in _NO_GPU) and _serves_asleep(route) and dozing(route.id):
+    sleep = route.sleep
+    if (
+        sleep is not None
+        and sleep.serves_asleep
+        and dozing(route.id)
+        and not wake_rules.wakes(sleep, ask.method, ask.websocket, path_qs)
+    ):
         return False
     if ask.websocket and route.ignore_websockets:
         # The websocket rule answers first: an upgrade on any path, /ws included, is the
@@ -283,10 +288,6 @@ def _admitted(
             return not_loaded(route.id, reason)
         return ask.websocket
     return True
-
-
-def _serves_asleep(route: RouteModel) -> bool:
-    return route.sleep is not None and route.sleep.serves_asleep
 
 
 def _peer(ask: Ask, peer: PeerTarget, path_qs: str, named: str | None) -> Serve:

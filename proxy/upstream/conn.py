@@ -58,6 +58,7 @@ class UpstreamConn(asyncio.Protocol):
         self.pool = pool
         self.key = key
         self.transport: asyncio.Transport | None = None
+        self.fd = -1  # the socket's, for the pool's look before reuse
         self.parser = HttpResponseParser(self)
         # After a HEAD, llhttp still expects the body its Content-Length announces (httptools
         # cannot tell it otherwise): the next exchange starts on a fresh parser.
@@ -78,6 +79,9 @@ class UpstreamConn(asyncio.Protocol):
         self.paused = False
         self.write_paused: asyncio.Future[None] | None = None
         self.closed = False
+        # The upstream reset the connection (rather than closing it): a socket closed with bytes
+        # unread in it is reset (RFC 1122 §4.2.2.13), so a request it was sent was not all read.
+        self.reset = False
         # In the pool since (loop time), and how long it may stay there (timeouts.idleConn).
         self.idle_since = 0.0
         self.idle_limit = 0.0
@@ -85,6 +89,9 @@ class UpstreamConn(asyncio.Protocol):
     # --- asyncio.Protocol -----------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            self.fd = sock.fileno()
         set_nodelay(transport)
 
     def pause_writing(self) -> None:
@@ -98,6 +105,7 @@ class UpstreamConn(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
+        self.reset = isinstance(exc, ConnectionResetError | BrokenPipeError)
         self.pool.forget(self)
         self.resume_writing()
         error = exc or ConnectionResetError("upstream closed the connection")

@@ -140,14 +140,18 @@ async def forward(
     proxy's streaming replies (relay.py); `into`: a response already sent (a loading stream)
     the answer's body continues; `rewrite`: a dialect's rewrite of the answer (the relay
     carries what it makes)."""
+    acc.forwarding = True  # a drain's bound looks at it (`drain_bound.py`)
     try:
-        reply = await transport.send(out)
-    except UpstreamError as exc:
-        raise unreachable(label, exc) from exc
-    acc.ttfb = asyncio.get_running_loop().time() - acc.started
-    try:
-        if rewrite is not None:
-            reply = await rewrite(reply, acc)  # closing it closes the upstream's
-        return await relay(request, reply, label, acc, streams, into=into)
+        try:
+            reply = await transport.send(out)
+        except UpstreamError as exc:
+            raise unreachable(label, exc) from exc
+        acc.ttfb = asyncio.get_running_loop().time() - acc.started
+        try:
+            if rewrite is not None:
+                reply = await rewrite(reply, acc)  # closing it closes the upstream's
+            return await relay(request, reply, label, acc, streams, into=into)
+        finally:
+            reply.close()
     finally:
-        reply.close()
+        acc.forwarding = False

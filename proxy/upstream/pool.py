@@ -9,15 +9,31 @@ headers, content-length, chunked or until-close framing, trailers) is llhttp's, 
 Websockets, TLS and peers use aiohttp. One connection and its parsing is `conn.py`'s; a
 response head is limited to `conn.MAX_HEAD` bytes however it arrives.
 
-A kept-alive connection the upstream closed while idle is retried once on a fresh one when nothing
-of the response had arrived (the usual keep-alive race); anything else surfaces as
-`UpstreamError` (before the head, including a response llhttp rejects) or `UpstreamBroken`
-(mid-body).
+Reuse and retry follow Go's and nginx's rule: a request is sent again, once, on a fresh
+connection only when no byte of it can have been processed by the upstream.
+* An idle connection is not handed out once the upstream has closed it, even when the loop has
+  not yet seen the close: it is polled for readability first (an idle connection that is readable
+  holds an end of file, or bytes that answer nothing). llama.cpp's server closes its connection
+  after every streamed response without saying `Connection: close`.
+* A kept-alive connection found closed before the request was written is retried, whatever the
+  body (nothing of a stream was read yet).
+* One that the upstream resets after the request was written, before any byte of the response,
+  is retried with a replayable body (none, or bytes): a socket closed with bytes unread in it is
+  reset, not closed (RFC 1122 §4.2.2.13), so the upstream closed it without reading the request
+  (llama-server closing after a streamed answer, a moment after the next request came).
+* One that closes cleanly after the request was written and before any byte of the response is
+  retried only for an idempotent method (`GET`, `HEAD`, `OPTIONS`, `TRACE`) with a replayable
+  body: the upstream read the request, and a `POST` it may have acted on is never sent twice.
+`transport.py` reads small streamed bodies with a Content-Length whole first (`REPLAYABLE`), so
+they go as bytes and can be replayed.
+Anything else surfaces as `UpstreamError` (before the head, including a response llhttp
+rejects) or `UpstreamBroken` (mid-body).
 """
 
 from __future__ import annotations
 
 import asyncio
+import select
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -30,6 +46,8 @@ from .timeouts import expired, head_within, set_keepalive
 __all__ = ["UpstreamPool", "UpstreamResponse"]
 
 _IDLE_PER_HOST = 256
+# Methods whose request may be sent twice (RFC 9110 §9.2.2; Go's `isReplayable` reads the same).
+IDEMPOTENT = frozenset({"GET", "HEAD", "OPTIONS", "TRACE"})
 
 
 class UpstreamPool:
@@ -71,7 +89,7 @@ class UpstreamPool:
         idle = self._idle.get(key)
         while idle:
             conn = idle.pop()
-            if not expired(conn, self._running().time()):
+            if not expired(conn, self._running().time()) and not _readable(conn):
                 return conn
             conn.abort()
         return None
@@ -107,6 +125,7 @@ class UpstreamPool:
         *,
         head_request: bool = False,
         chunked: bool = False,
+        idempotent: bool = False,
         timeouts: Timeouts | None = None,
     ) -> UpstreamResponse:
         """Send `head` (request line and headers, ending with the blank line) and `body`.
@@ -114,12 +133,15 @@ class UpstreamPool:
         A bytes body must already be announced by a Content-Length in `head`; an iterator body is
         sent as is, or chunk-framed when `chunked` (the head then says chunked encoding).
         `head_request`: the request is a HEAD, so the response has no body whatever it announces.
+        `idempotent`: its method may be sent twice (`IDEMPOTENT`), so a reused connection that
+        closes after the request was written and before any response byte is retried.
         `timeouts`: the model's (connect, keepalive, responseHeader, idleConn); None: connect
         within the pool's default, no other limit.
         """
         key = (host, port)
         retry = True
         head_wait = timeouts.response_header if timeouts is not None else 0.0
+        replayable = not _is_stream(body)
         while True:
             # The retry takes a fresh connection: the other idle ones to this upstream are as old
             # as the one that failed (a restarted upstream closed them all).
@@ -131,15 +153,16 @@ class UpstreamPool:
             # less on every request.
             transport = conn.transport
             if conn.closed or transport is None:
-                # Found closed before anything was sent: nothing of this response can have
-                # arrived (`received_any` still tells of the previous one), so it is retried.
-                if reused and retry and not _is_stream(body):
+                # Found closed before anything was sent: nothing of this request was read (of a
+                # streamed body either), so it is retried.
+                if reused and retry:
                     retry = False
                     continue
                 raise UpstreamError("connection closed")
             conn.begin(head_request)
             waiter: asyncio.Future[UpstreamResponse] = self._running().create_future()
             conn.head_waiter = waiter
+            written = False
             try:
                 if body is None:
                     transport.write(head)
@@ -150,6 +173,7 @@ class UpstreamPool:
                 else:
                     transport.write(head)
                     await _send_stream(conn, body, chunked, waiter)
+                written = True
                 return await (head_within(waiter, head_wait) if head_wait else waiter)
             except UpstreamError as exc:
                 conn.head_waiter = None
@@ -159,7 +183,8 @@ class UpstreamPool:
                     and retry
                     and not isinstance(exc, HeadTimeout)
                     and not conn.received_any
-                    and not _is_stream(body)
+                    and replayable
+                    and (idempotent or not written or conn.reset)
                 ):
                     retry = False
                     continue
@@ -189,3 +214,16 @@ async def _send_stream(
 
 def _is_stream(body: object) -> bool:
     return body is not None and not isinstance(body, bytes | bytearray)
+
+
+def _readable(conn: UpstreamConn) -> bool:
+    """Whether an idle connection has something to read: the upstream's end of file (it closed
+    the connection, and the loop has not yet been told) or bytes that answer no request. Either
+    way it must not carry another request."""
+    fd = conn.fd
+    if fd < 0:
+        return True
+    try:
+        return bool(select.select((fd,), (), (), 0)[0])
+    except (OSError, ValueError):
+        return True

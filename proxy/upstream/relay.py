@@ -15,12 +15,18 @@ The rules, in one place:
   answer) that is cut so gets an `error` event before its end, as OpenAI and llama.cpp send an
   error mid-stream (`data: {"error": {...}}`): its last chunk carried no `finish_reason`, so
   without it a client could not tell a cut answer from a whole one; the OpenAI SDKs raise on it.
+* an error answer (status 400 or more) that continues a loading stream, whose 200 is already sent
+  (the model rejected the request once started: llama-server's `500 tools param requires --jinja
+  flag`), goes out as one SSE event, `data: {"error": {...}}`, which the OpenAI SDKs raise as an
+  `APIError`, as they raise the same answer's status on a warm model: the model's own error
+  object when it sent one with a message, else swapd's naming the model's status and text.
 """
 
 from __future__ import annotations
 
 import logging
 
+import msgspec
 from aiohttp import web
 from multidict import CIMultiDict
 
@@ -134,6 +140,8 @@ async def relay(
         acc.content_type = headers.get("Content-Type", "")
         acc.resp_headers = headers
     if into is not None:
+        if status >= 400 and not bodiless:
+            return await _error_into(reply, label, into, acc)
         return await _stream(request, reply, label, into, None, bodiless, acc, streams)
     if length is not None and length <= SMALL_BODY and not bodiless:
         try:
@@ -192,3 +200,48 @@ async def _stream(
             tail.close()  # the tee's share, given back however the stream ended
     await response.write_eof()
     return response
+
+
+async def _error_into(
+    reply: Reply, label: str, into: web.StreamResponse, acc: Account | None
+) -> web.StreamResponse:
+    """An error answer, continuing a stream whose 200 is sent: one SSE error event
+    (`error_event`) in an event stream, or the (rewritten) body as one line in a dialect's
+    line stream, then the end. At most `SMALL_BODY` bytes of it are read."""
+    data = b""
+    try:
+        async for chunk in reply.iter_chunks():
+            data += chunk
+            if len(data) >= SMALL_BODY:
+                break
+    except UpstreamBroken as exc:
+        log.warning("upstream %s broke off an error answer: %s", label, exc)
+    if acc is not None:
+        acc.body = data
+    if into.content_type == "text/event-stream":
+        await into.write(error_event(reply.status, reply.reason, data[:SMALL_BODY], label))
+    else:
+        # A dialect's own stream (Ollama's NDJSON): its rewrite already said the error in that
+        # dialect's shape, one line of it.
+        await into.write(data[:SMALL_BODY].rstrip(b"\n") + b"\n")
+    await into.write_eof()
+    return into
+
+
+def error_event(status: int, reason: str, data: bytes, label: str) -> bytes:
+    """The SSE event for an error answer (`status`, `reason`, its body `data`) inside an event
+    stream: the OpenAI SDKs raise `APIError` for a `data:` event whose JSON has an `error`, with
+    that object's `message`. The model's own error object goes out as it is (on one line) when it
+    has a message; anything else is said in swapd's error shape with the model's status."""
+    try:
+        doc = msgspec.json.decode(data)
+    except (msgspec.DecodeError, RecursionError, UnicodeDecodeError):
+        doc = None
+    error = doc.get("error") if isinstance(doc, dict) else None
+    if isinstance(error, dict) and isinstance(error.get("message"), str) and error["message"]:
+        payload = msgspec.json.encode(doc)
+    else:
+        text = error if isinstance(error, str) else data.decode("utf-8", "replace").strip()
+        message = f"upstream {label} answered {status} {reason}".rstrip()
+        payload = error_body(status, f"{message}: {text[:500]}" if text else message)
+    return b"data: " + payload + b"\n\n"

@@ -26,7 +26,7 @@ from yarl import URL
 from ...ipc.routing_table import Timeouts
 from ..floor.errors import HeadTimeout, UpstreamBroken, UpstreamError, UpstreamRefused
 from .address import UpstreamAddress
-from .pool import UpstreamPool
+from .pool import IDEMPOTENT, UpstreamPool
 
 __all__ = [
     "AiohttpTransport",
@@ -36,6 +36,10 @@ __all__ = [
     "Transport",
     "make_session",
 ]
+
+# A streamed request body announced at most this long is read whole before it is sent, so that it
+# can be sent again on a fresh connection (nginx buffers every body; Go replays what it can).
+REPLAYABLE = 64 * 1024
 
 
 @dataclass(slots=True)
@@ -79,6 +83,10 @@ class LeanTransport:
     async def send(self, out: Outgoing) -> Reply:
         body = out.body
         chunked = False
+        if body is not None and not isinstance(body, bytes):
+            if out.length is not None and out.length <= REPLAYABLE:
+                # Small and announced: read whole, so the pool can send it again (`pool.py`).
+                body = b"".join([chunk async for chunk in body])
         if isinstance(body, bytes):
             framing = b"Content-Length: %d\r\n" % len(body)
         elif body is None:
@@ -103,6 +111,7 @@ class LeanTransport:
             body,
             head_request=out.method == "HEAD",
             chunked=chunked,
+            idempotent=out.method in IDEMPOTENT,
             timeouts=out.timeouts,
         )
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable
 
 import aiohttp
 from aiohttp import WSMsgType, web
@@ -126,13 +127,14 @@ async def relay_websocket(
     host: str | None,
     ignored_in: set[object] | None = None,
     replace_headers: dict[str, str] | None = None,
+    changed: Callable[[], None] | None = None,
 ) -> web.StreamResponse:
     """Relay the websocket `request` to `address` at `path_qs` (raw path and query).
 
     `host`: the Host for the handshake (None: the client's, as for HTTP; forward.py).
     `session`: the proxy's aiohttp client session.
     `ignored_in`: an ignored websocket's model's set of them (`ModelRuntime.ignored_ws`): it is
-    closed when that model stops.
+    closed when that model stops. `changed`: called when it joins that set and when it leaves it.
     `replace_headers`: headers set on the upstream handshake over the client's (a peer's key).
     """
     protocols = [
@@ -180,9 +182,13 @@ async def relay_websocket(
     relay = WebSocketRelay(client, upstream)
     if ignored_in is not None:
         ignored_in.add(relay)
+        if changed is not None:
+            changed()
     try:
         await relay.run()
     finally:
         if ignored_in is not None:
             ignored_in.discard(relay)
+            if changed is not None:
+                changed()
     return client

@@ -3,10 +3,12 @@ chromium driven by Playwright (tests/support/realparts/browser.py), a page serve
 loopback port, and the real stack (circusd, daemon, proxy, fake model processes; the ComfyUI-like
 upstream stands for the seed's ComfyUI container). The page tries what a hostile page would: a
 no-cors `POST /v1/chat/completions?model=...` with a `text/plain` body, `<img src=/upstream/m/>`,
-`new WebSocket(ws://.../comfyui/ws)`, a cross-origin `fetch('/v1/models')`, and a DNS-rebinding
-page (a name that resolves to 127.0.0.1: `Host` and `Origin` both `rebind.example:PORT`). Each is
-refused by default (nothing starts, swaps, unloads or is read), then allowed once the page's
-origin (and the rebinding name) are in `security.cors.allowedOrigins`, by a reload."""
+`new WebSocket(ws://.../comfyui/ws)`, a cross-origin `fetch('/v1/models')`, a link the user
+clicks to `/upstream/m/` or `/props?model=m` (issue 40, item 9; a link to the UI opens), and a
+DNS-rebinding page (a name that resolves to 127.0.0.1: `Host` and `Origin` both
+`rebind.example:PORT`). Each is refused by default (nothing starts, swaps, unloads or is read),
+then allowed once the page's origin (and the rebinding name) are in
+`security.cors.allowedOrigins`, by a reload."""
 
 from __future__ import annotations
 
@@ -126,6 +128,20 @@ def _image(page: Any, url: str) -> None:
     )
 
 
+def _click(page: Any, site: str, url: str) -> int:
+    """The user clicks a link to `url` on the other site's page (a top-level navigation with
+    user activation: `Sec-Fetch-User: ?1`); the status of the page it opens."""
+    page.goto(site + "/")
+    page.evaluate(
+        """(url) => { const a = document.createElement('a'); a.id = 'go'; a.href = url;
+                      a.textContent = 'go'; document.body.appendChild(a); }""",
+        url,
+    )
+    with page.expect_navigation() as navigation:
+        page.click("#go")
+    return int(navigation.value.status)
+
+
 def _websocket(page: Any, url: str) -> str:
     return str(
         page.evaluate(
@@ -171,6 +187,11 @@ def test_another_sites_page_cannot_drive_swapd_until_it_is_allowed(
         assert [e for e in comfy.since(mark) if e.get("path") == "/ws"] == []  # never reached it
         assert _rebinding(page, stack.port) == 403
         assert _state(stack, COMFY) == "ready"  # not unloaded
+        # Links the user clicks (issue 40, item 9): to the UI, yes; to what starts a model, no.
+        assert _click(page, site, stack.url + "/ui/") == 200
+        for target in ("/upstream/demo-b/", "/props?model=demo-b"):
+            assert _click(page, site, stack.url + target) == 403
+        assert _state(stack, "demo-b") == "stopped" and _state(stack, COMFY) == "ready"
 
     # --- allowed: the page's origin and the rebinding name in security.cors ------------------
     a, b = stack.ports  # type: ignore[attr-defined]

@@ -2,9 +2,9 @@
 stack: a model held by its `busyCheck` through a job (the ComfyUI-like upstream standing in for
 ComfyUI, as tests/stack/test_busy_check_comfyui.py) says why it is held and until when; a swap
 that waits for it is shown, with what it waits for, on the cards, the model pages and the
-Playground, and its row on the Swaps page says how long its request waited and for what; a model
-killed by a signal as it starts says which signal. What the page shows is checked against
-swapd's own `/api/status` and `/api/swaps`."""
+Playground and the Activity tab's in-flight row, and its row on the Swaps page says how long its
+request waited and for what; a model killed by a signal as it starts says which signal. What the
+page shows is checked against swapd's own `/api/status` and `/api/swaps`."""
 
 from __future__ import annotations
 
@@ -120,6 +120,14 @@ def test_a_held_model_and_a_waiting_swap_are_shown_with_their_reasons(
         panel = '#model-view [data-role="busy"]'
         page.wait_for_selector(f'{panel} dl[data-busy="busy"]')
         polled = page.text_content(f"{panel} dl") or ""
+        # Its head: how long it has been busy counts from its busyCheck's spell, not from its
+        # state's change (it said "busy for 42 s" of a model busy for 20).
+        busy_since = stack.model(MODEL)["busy"]["since"]
+        head = page.get_attribute('#model-view [data-role="busy-for"] [data-since]', "data-since")
+        assert float(head or 0) == pytest.approx(busy_since)
+        assert (page.text_content('#model-view [data-role="busy-for"]') or "").startswith(
+            "busy for "
+        )
         assert f"holds backthe swap to {LLM}, until " in polled
         assert "last poll" in polled
         wait_for(
@@ -135,6 +143,13 @@ def test_a_held_model_and_a_waiting_swap_are_shown_with_their_reasons(
             page.text_content('#model-view dd[data-role="waiting"]') or ""
         )
         shoot(page, shots, "desktop-model-waiting")
+
+        # The Activity tab's in-flight row says what its request waits for.
+        page.evaluate("name => { location.hash = name; }", "activity")
+        flight = f'#inflight tr[data-inflight] [data-role="waiting"]:has-text("{MODEL} is busy")'
+        waits = page.wait_for_selector(flight)
+        assert f": {MODEL} is busy (busyCheck); at most " in (waits.text_content() or "")
+        shoot(page, shots, "desktop-activity-waiting")
 
         # The Playground, asked for the same model, says what the request waits for.
         page.evaluate("name => { location.hash = name; }", f"playground/{LLM}")

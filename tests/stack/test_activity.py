@@ -6,6 +6,7 @@ validation messages; `GET /api/metrics/stats`; the `metricsMaxInMemory` bound.""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import urllib.error
 import urllib.request
@@ -14,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.proxy import local_model, model_ports
+from tests.support.proxy import RawConnection, local_model, model_ports
 from tests.support.stack import Stack, wait_for
 
 pytestmark = pytest.mark.processes
@@ -152,3 +153,35 @@ def test_filters_pagination_errors_and_bound(stack: Stack) -> None:
         assert error["error"]["message"] == message
     status, page = stack.get_json("/api/metrics/activity?start=2999-01-01T00:00:00Z")
     assert status == 200 and page["total"] == 0 and page["total_pages"] == 0
+
+
+async def test_a_header_byte_that_is_not_utf8_costs_no_other_record(
+    stack_factory: Callable[..., Stack],
+) -> None:
+    """A non-UTF-8 byte in a slow request's header killed the proxy's report (msgpack refuses
+    aiohttp's surrogate escapes): every record of that proxy's last 100 ms was lost (issue 40,
+    item 4). Here 20 requests finish while the odd one streams: all 21 records are kept."""
+    (port,) = model_ports(1)
+    stack = stack_factory(
+        {
+            "healthCheckTimeout": 15,
+            "models": {"alpha": local_model("alpha", port, concurrencyLimit=50)},
+        }
+    )
+    assert (await asyncio.to_thread(_post, stack, CHAT, {"model": "alpha"}))[0] == 200
+    body = json.dumps({"model": "alpha", "stream": True, "x_chunks": 10, "x_delay": 0.1}).encode()
+    head = (
+        b"POST " + CHAT.encode() + b" HTTP/1.1\r\nHost: swapd\r\nContent-Type: application/json\r\n"
+        b"User-Agent: caf\xe9\r\nContent-Length: %d\r\n\r\n" % len(body)
+    )
+    odd = await RawConnection.open(stack.url)
+    try:
+        await odd.send(head + body)
+        quick = [asyncio.to_thread(_post, stack, CHAT, {"model": "alpha"}) for _ in range(20)]
+        assert {status for status, _ in await asyncio.gather(*quick)} == {200}
+        assert (await odd.response(30)).status == 200
+    finally:
+        await odd.close()
+    records = await asyncio.to_thread(_activity, stack, 22)
+    assert len(records) == 22
+    assert sum(r["resp_content_type"].startswith("text/event-stream") for r in records) == 1

@@ -32,6 +32,9 @@ def stack(stack_factory: Callable[..., Stack]) -> Stack:
             "healthCheckTimeout": 15,
             "clientBodyTimeout": 0.5,
             "sendTimeout": 0.5,
+            # The stall's own timeout ends these waits: the minimum rate's grace (0.5 s and a
+            # little) would race it on a loaded machine; it has its own tests below.
+            "clientBodyMinRate": 0,
             "models": {
                 "a": local_model("a", a),
                 # Slow to get healthy: a request for it waits a while for its start.
@@ -155,3 +158,148 @@ def test_what_makes_progress_is_never_cut(stack: Stack) -> None:
     assert json.loads(answer.split(b"\r\n\r\n", 1)[1])["body_bytes"] == len(body)
     counters = _counters(stack)
     assert counters["body_timeouts"] == 0 and counters["send_timeouts"] == 0
+
+
+# --- issue 40, item 5: clients that make just enough progress -------------------------------------
+
+
+def _trickle(sock: socket.socket, every: float, most: int) -> threading.Event:
+    """Send one byte every `every` seconds, at most `most` (so a test against a proxy without the
+    bound still ends), until the connection is closed; set once it stops."""
+    stopped = threading.Event()
+
+    def run() -> None:
+        try:
+            for _ in range(most):
+                if stopped.wait(every):
+                    return
+                sock.send(b"x")
+        except OSError:
+            pass  # the proxy closed the connection: what the test waits for
+        finally:
+            stopped.set()
+
+    threading.Thread(target=run, daemon=True).start()
+    return stopped
+
+
+def _read_slowly(sock: socket.socket, every: float, most: int) -> threading.Event:
+    """Read 1 KiB every `every` seconds, at most `most` times, until the connection ends."""
+    stopped = threading.Event()
+
+    def run() -> None:
+        try:
+            for _ in range(most):
+                if stopped.wait(every) or not sock.recv(1024):
+                    return
+        except OSError:
+            pass
+        finally:
+            stopped.set()
+
+    threading.Thread(target=run, daemon=True).start()
+    return stopped
+
+
+def _answer(sock: socket.socket) -> tuple[bytes, dict[str, Any]]:
+    answer = _read_all(sock)
+    head, _, body = answer.partition(b"\r\n\r\n")
+    return head, json.loads(body)["error"] if body else {}
+
+
+def test_a_body_trickled_just_inside_the_stall_timeout_is_cut_by_the_minimum_rate(
+    stack_factory: Callable[..., Stack],
+) -> None:
+    """One byte every 0.3 s never stalls for `clientBodyTimeout` (1 s), so it held its request
+    (and any swap behind it) for as long as it trickled; past the grace a body must average
+    `clientBodyMinRate` bytes/s."""
+    (a,) = model_ports(1)
+    stack = stack_factory(
+        {"clientBodyTimeout": 1, "clientBodyMinRate": 50, "models": {"a": local_model("a", a)}}
+    )
+    assert _call(stack, "POST", CHAT, {"model": "a", "messages": []})[0] == 200
+    head = f"POST /upstream/a/x HTTP/1.1\r\nHost: 127.0.0.1:{stack.port}\r\nContent-Length: 100000"
+    sock = _raw(stack, head)
+    trickling = _trickle(sock, 0.3, 100)
+    try:
+        status, error = _answer(sock)
+    finally:
+        trickling.set()
+        sock.close()
+    assert status.startswith(b"HTTP/1.1 408 "), status
+    assert "clientBodyMinRate 50 bytes/s" in error["message"], error
+    counters = _counters(stack)
+    assert counters["slow_bodies"] == 1 and counters["body_timeouts"] == 0
+
+
+@pytest.fixture
+def drained(stack_factory: Callable[..., Stack]) -> Stack:
+    """Stall timeouts far longer than the drain's bound, and no minimum rate: only the drain's
+    bound can end what the tests' clients hold."""
+    a, b = model_ports(2)
+    return stack_factory(
+        {
+            "healthCheckTimeout": 15,
+            "clientBodyTimeout": 5,
+            "sendTimeout": 5,
+            "clientBodyMinRate": 0,
+            "drainClientTimeout": 1,
+            "models": {"a": local_model("a", a), "b": local_model("b", b)},
+        }
+    )
+
+
+def test_a_trickled_upload_holds_a_swap_no_longer_than_the_drain_bound(drained: Stack) -> None:
+    stack = drained
+    assert _call(stack, "POST", CHAT, {"model": "a", "messages": []})[0] == 200
+    head = f"POST /upstream/a/x HTTP/1.1\r\nHost: 127.0.0.1:{stack.port}\r\nContent-Length: 100000"
+    sock = _raw(stack, head)
+    trickling = _trickle(sock, 0.3, 60)
+    try:
+        wait_for(lambda: in_flight(stack, "a") == 1, 15, what="the upload in flight")
+        swap = Later(lambda: _call(stack, "POST", CHAT, {"model": "b", "messages": []}))
+        status, error = _answer(sock)
+    finally:
+        trickling.set()
+        sock.close()
+    assert status.startswith(b"HTTP/1.1 408 "), status
+    assert "drainClientTimeout" in error["message"], error
+    assert swap.answer()[0] == 200  # b started once a's drain was over
+    assert stack.model("a")["state"] == "stopped" and stack.model("b")["state"] == "ready"
+    counters = _counters(stack)
+    assert counters["drain_cuts"] == 1 and counters["body_timeouts"] == 0
+
+
+def test_a_slow_reader_holds_an_unload_no_longer_than_the_drain_bound(drained: Stack) -> None:
+    stack = drained
+    assert _call(stack, "POST", CHAT, {"model": "a", "messages": []})[0] == 200
+    host = f"Host: 127.0.0.1:{stack.port}"
+    # 50 MB asked for, read 1 KiB at a time, never stalling for `sendTimeout`.
+    sock = _raw(stack, f"GET /upstream/a/blob?n=50000000 HTTP/1.1\r\n{host}", rcvbuf=4096)
+    reading = _read_slowly(sock, 0.2, 100)
+    try:
+        wait_for(lambda: in_flight(stack, "a") == 1, 15, what="the download in flight")
+        status, _ = Later(lambda: _call(stack, "POST", "/api/models/unload/a")).answer()
+        assert status == 200 and stack.model("a")["state"] == "stopped"
+        assert reading.wait(60), "the connection was not dropped"
+    finally:
+        reading.set()
+        sock.close()
+    counters = _counters(stack)
+    assert counters["drain_cuts"] == 1 and counters["send_timeouts"] == 0
+
+
+def test_a_drain_waits_for_what_its_model_keeps_busy(drained: Stack) -> None:
+    """A stream whose pieces come further apart than the drain's bound, read as it comes, and a
+    request still waiting for its model's answer are the model's doing: the swap waits for them."""
+    stack = drained
+    assert _call(stack, "POST", CHAT, {"model": "a", "messages": []})[0] == 200
+    streamed = Later(lambda: urllib.request.urlopen(stack.url + "/upstream/a/slow?n=4&delay=0.8"))
+    slow = Later(lambda: _call(stack, "POST", CHAT, {"model": "a", "messages": [], "x_delay": 3}))
+    wait_for(lambda: in_flight(stack, "a") == 2, 15, what="both in flight")
+    swap = Later(lambda: _call(stack, "POST", CHAT, {"model": "b", "messages": []}))
+    with streamed.answer() as response:
+        assert response.read() == b"0\n1\n2\n3\n"
+    assert slow.answer()[0] == 200
+    assert swap.answer()[0] == 200
+    assert _counters(stack)["drain_cuts"] == 0

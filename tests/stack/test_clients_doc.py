@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from swapd.daemon.config.loader import load_config_text
 from tests.support.paths import REPO
 from tests.support.proxy import local_model, model_ports
 from tests.support.stack import PYTHON, Stack
@@ -43,6 +44,20 @@ def test_the_page_has_a_snippet_for_each_client() -> None:
     for needle in ("from openai import OpenAI", "import ollama", "/models/load", "/api/tags"):
         assert any(needle in code for _, code in BLOCKS), needle
     assert "Open WebUI" in text
+
+
+def test_the_open_webui_guide_config_loads_and_does_what_the_page_says() -> None:
+    # Issue 41: a guide to a working chat; tools need --jinja, the task model shares a group.
+    section = DOC.read_text().split("## Open WebUI\n", 1)[1].split("\n## ", 1)[0]
+    (text,) = re.findall(r"```yaml\n(.*?)```", section, flags=re.DOTALL)
+    config = load_config_text(text, "docs/clients.md", environ={})
+    chat, small = config.models["qwen"], config.models["qwen-small"]
+    assert "--jinja" in chat.cmd and "--jinja" in small.cmd
+    assert chat.send_loading_state
+    (group,) = config.groups.values()
+    assert set(group.members) == {"qwen", "qwen-small"} and not group.swap
+    for words in ("Current Model", "TASK_MODEL", "two swaps", "message.thinking"):
+        assert words in section, words
 
 
 @pytest.mark.parametrize(("kind", "code"), BLOCKS, ids=[f"block{i}" for i in range(len(BLOCKS))])

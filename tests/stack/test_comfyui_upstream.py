@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 import subprocess
 import sys
 import time
@@ -18,21 +17,16 @@ import aiohttp
 import pytest
 
 from tests.support.paths import UPSTREAMS
+from tests.support.ports import free_port
 
 UPSTREAM = UPSTREAMS / "comfyui_like.py"
 
 pytestmark = pytest.mark.processes
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 class Server:
     def __init__(self, tmp: Path) -> None:
-        self.port = _free_port()
+        self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = tmp / "requests.jsonl"
         self.pidfile = tmp / "comfyui.pid"

@@ -9,7 +9,7 @@ import subprocess
 import pytest
 
 from tests.support.daemon import chat
-from tests.support.stack import PYTHON, fake_model_cmd, free_port_range
+from tests.support.stack import PYTHON, fake_model_cmd, free_port_range, http_get
 
 pytestmark = pytest.mark.processes
 
@@ -81,3 +81,43 @@ def test_reload_prints_the_warnings_check_config_prints(stack_factory) -> None:
     reloaded = stack.swapd("reload")
     assert [line for line in reloaded.stderr.splitlines()] == warnings
     assert reloaded.stdout.startswith("reloaded ")
+
+
+def test_a_rejected_reload_prints_the_files_warnings_with_its_errors(stack_factory) -> None:
+    # Issue 41: the warnings (a typo the user meets next) were dropped with the refusal.
+    start = free_port_range(4)
+    stack = stack_factory(_config(start, {"b": []}))
+    bad = _config(start, {"b": [], "d": []}, vram="8GiB")
+    bad["healthCheckTimeout"] = "ten"  # an error: the file is refused
+    stack.write_config(bad)
+    check = subprocess.run(
+        [PYTHON, "-m", "swapd.daemon.cli", "check-config", "-c", str(stack.config_path)],
+        capture_output=True,
+        text=True,
+        env=stack.env,
+    )
+    assert check.returncode == 1
+    warnings = [line for line in check.stderr.splitlines() if line.startswith("warning: ")]
+    assert len(warnings) == 2, check.stderr
+    reloaded = stack.swapd("reload", check=False)
+    assert reloaded.returncode == 1
+    lines = reloaded.stderr.splitlines()
+    assert lines[: len(warnings)] == warnings  # first, as check-config prints them
+    assert lines[len(warnings)].startswith("swapd: ") and "healthCheckTimeout" in reloaded.stderr
+    assert not reloaded.stdout
+
+
+@pytest.mark.parametrize("misspelt", ["apikeys", "api_keys"])
+def test_a_misspelt_api_keys_is_refused_and_the_keys_stay(stack_factory, misspelt: str) -> None:
+    """A near miss of `apiKeys` was a warning, so a reload applied a config with no key and a
+    request that got 401 got 200 (issue 40, item 1): the reload fails, the old keys stay."""
+    start = free_port_range(1)
+    keyed = {**_config(start, {"b": []}), "apiKeys": ["sk-reload-key"]}
+    stack = stack_factory(keyed)
+    assert http_get(stack.url + "/v1/models")[0] == 401
+    stack.write_config({**_config(start, {"b": []}), misspelt: ["sk-reload-key"]})
+    refused = stack.swapd("reload", check=False)
+    assert refused.returncode == 1, refused
+    assert f"unknown key '{misspelt}'; did you mean 'apiKeys'?" in refused.stderr, refused.stderr
+    assert "near miss of a security key" in refused.stderr
+    assert http_get(stack.url + "/v1/models")[0] == 401

@@ -1,13 +1,14 @@
 """benchmarks/gpu_placement_check.py is for a real GPU host; its `--fake` dry run here (the fake
 GPU backend standing for NVML, each model declaring its bytes instead of allocating them through
-benchmarks/gpu_holder.py) keeps the script working: the real swapd, learned footprints against
-what was allocated, and the exit -> free timings."""
+benchmarks/harness/gpu_holder.py) keeps the script working: the real swapd, learned footprints
+against what was allocated, and the exit -> free timings."""
 
 from __future__ import annotations
 
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -15,12 +16,16 @@ from tests.support.paths import REPO
 
 pytestmark = pytest.mark.processes
 
-SCRIPT = REPO / "benchmarks" / "gpu_placement_check.py"
+
+def benchmark(results: Path, *argv: str) -> list[str]:
+    """`python -m benchmarks ...` from the repository, its results file in `results`."""
+    return [sys.executable, "-m", "benchmarks", "--results", str(results), *argv]
 
 
-def test_gpu_placement_check_dry_run_prints_footprints_and_release_times() -> None:
+def test_gpu_placement_check_dry_run_prints_footprints_and_release_times(tmp_path: Path) -> None:
     result = subprocess.run(
-        [sys.executable, str(SCRIPT), "--fake", "--mib", "256,512", "--timeout", "60"],
+        benchmark(tmp_path, "gpu_placement_check", "--fake", "--mib", "256,512", "--timeout", "60"),
+        cwd=REPO,
         capture_output=True,
         text=True,
         timeout=240,
@@ -37,12 +42,14 @@ def test_gpu_placement_check_dry_run_prints_footprints_and_release_times() -> No
     assert "footprint 0.2 GiB on GPU 0 (placed by memory, from: measured)" in out
 
 
-def test_the_sleep_benchmarks_gpu_mode_dry_run_prints_each_presets_residual() -> None:
+def test_the_sleep_benchmarks_gpu_mode_dry_run_prints_each_presets_residual(
+    tmp_path: Path,
+) -> None:
     """benchmarks/sleep_swap.py --gpu is for a GPU host; `--fake` runs the stand-ins on the
     fake GPU: each preset is loaded, put to sleep through swapd, and woken."""
-    script = REPO / "benchmarks" / "sleep_swap.py"
     result = subprocess.run(
-        [sys.executable, str(script), "--gpu", "--fake"],
+        benchmark(tmp_path, "sleep_swap", "--gpu", "--fake"),
+        cwd=REPO,
         capture_output=True,
         text=True,
         timeout=240,

@@ -127,6 +127,7 @@ async def test_events_and_in_flight_entries_as_the_ui_reads_them(stack: Stack) -
         body = {"model": "a", "messages": [], "stream": True, "x_chunks": 6, "x_delay": 0.4}
         headers = {
             "User-Agent": "ui-test-agent/1.0",
+            "X-Session-ID": "chat-7",  # "session" in its name: once read [REDACTED]
             "X-Conversation": "conv-42",
             "X-Note": f"holds {KEY} inside",  # a configured key, wherever it is, is redacted
         }
@@ -155,6 +156,8 @@ async def test_events_and_in_flight_entries_as_the_ui_reads_them(stack: Stack) -
     # activity table reads them (names compared without case).
     got = {k.lower(): v for k, v in entry["req_headers"].items()}
     assert got["user-agent"] == "ui-test-agent/1.0" and got["x-conversation"] == "conv-42"
+    sessions = first[3][1]["activity"]["session_id"]
+    assert llama_ui.session_id(entry["req_headers"], sessions) == "chat-7"
     assert got["authorization"] == "[REDACTED]" and got["x-note"] == "[REDACTED]"
     assert KEY not in json.dumps(upserts)
     # The UI sorts rows by `Date.parse(timestamp)`, and counts `elapsed_ms` on from receipt.
@@ -212,6 +215,8 @@ def test_the_activity_log_holds_what_llama_swaps_holds(stack: Stack) -> None:
     assert _status(stack, "/upstream/a/slow?n=2&delay=0") == 200  # a GET of a model's page
     assert _status(stack, "/upstream/a/echo", "POST", chat) == 200  # a POST below no model route
     assert _status(stack, "/props?model=a") == 200  # a GET model route
+    # No model: refused before llama-swap's metrics middleware, so never in its log (issue 41).
+    assert _status(stack, CHAT, "POST", {"messages": []}) == 400
     assert rows() == []
     assert _status(stack, CHAT, "POST", chat) == 200
     assert _status(stack, "/upstream/b" + CHAT, "POST", {"messages": []}) == 200
@@ -279,3 +284,33 @@ def test_version_and_the_endpoints_the_ui_reads_first(stack: Stack) -> None:
     check(_get(stack, "/api/profiles"), llama_ui.Obj({"active": llama_ui.Null(llama_ui.STR),
                                                       "profiles": llama_ui.Arr(llama_ui.Obj(
                                                           {"id": llama_ui.STR}))}))  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("accept", "content_type", "body"),
+    [
+        ("text/plain", "text/plain", "swapd: model <nope> not found"),
+        (
+            "text/html,application/xhtml+xml,*/*;q=0.8",  # a browser's
+            "text/html",
+            "<html><body><h1>swapd</h1><p>model &lt;nope&gt; not found</p></body></html>",
+        ),
+    ],
+)
+def test_an_error_comes_in_the_shape_accept_asks_for(
+    stack: Stack, accept: str, content_type: str, body: str
+) -> None:
+    # llama-swap's `SendResponse`: text/plain named first, then text/html, else its JSON.
+    data = json.dumps({"model": "<nope>", "messages": []}).encode()
+    headers = {**AUTH, "Content-Type": "application/json", "Accept": accept}
+    request = urllib.request.Request(stack.url + CHAT, data=data, headers=headers)
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(request, timeout=30)
+    assert refused.value.code == 404
+    assert refused.value.headers["Content-Type"].split(";")[0] == content_type
+    assert refused.value.read().decode() == body
+    headers["Accept"] = "application/json"
+    request = urllib.request.Request(stack.url + CHAT, data=data, headers=headers)
+    with pytest.raises(urllib.error.HTTPError) as as_json:
+        urllib.request.urlopen(request, timeout=30)
+    assert json.load(as_json.value)["error"]["code"] == "not_found"

@@ -433,6 +433,26 @@ def test_a_bad_request_gets_ollamas_error(stack: Stack) -> None:
     assert (status, json.loads(body)) == (400, {"error": "model is required"})
 
 
+def test_a_keep_alive_past_ollamas_bound_is_a_400_and_ps_still_answers(
+    client: ollama.Client, stack: Stack
+) -> None:
+    """One `keep_alive: 1e12` made `/api/ps` a 500 for every client, and `"inf"` broke `swapd
+    status` (issue 40, item 3)."""
+    message = [{"role": "user", "content": "hi"}]
+    for kept in (1e12, "inf", "2562048h"):
+        status, _headers, body = post(
+            stack, "/api/chat", {"model": "alpha", "messages": message, "keep_alive": kept}
+        )
+        assert status == 400 and "invalid keep_alive" in json.loads(body)["error"], body
+    longest = client.chat(model="alpha", messages=message, keep_alive="2562047h")
+    assert longest.message.content == "hello from alpha"
+    [listed] = [m for m in client.ps().models if m.model == "alpha:latest"]
+    assert listed.expires_at is not None and listed.expires_at.year > 2300
+    assert "alpha" in stack.swapd("status").stdout
+    json.loads(stack.swapd("status", "--json").stdout)
+    client.chat(model="alpha", messages=message)  # back to its ttl
+
+
 def test_activity_and_captures_count_ollama_requests(client: ollama.Client, stack: Stack) -> None:
     list(
         client.chat(model="alpha", messages=[{"role": "user", "content": "hi"}], stream=True,

@@ -204,8 +204,15 @@ async def test_json_nested_5000_deep_is_400(hostile: Hostile, nest: str) -> None
 
 async def test_long_upstream_paths_do_not_stall_the_proxy(hostile: Hostile) -> None:
     attack = request_head("GET /upstream/rec/" + "a/" * 30_000 + " HTTP/1.1")
-    attackers = [asyncio.ensure_future(exchange(hostile.stack, attack, wait=60)) for _ in range(4)]
-    await asyncio.sleep(0)  # let them connect and send first
+    sent = [asyncio.Event() for _ in range(4)]
+    attackers = [
+        asyncio.ensure_future(exchange(hostile.stack, attack, wait=60, sent=event))
+        for event in sent
+    ]
+    # Their heads are with the proxy before the health check is asked for.
+    async with asyncio.timeout(60):
+        for event in sent:
+            await event.wait()
     start = time.monotonic()
     # Generous for a loaded 2-core machine; the quadratic resolution took 36 s here.
     health = await exchange(hostile.stack, request_head("GET /health HTTP/1.1"), wait=5)

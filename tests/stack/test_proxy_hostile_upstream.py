@@ -4,7 +4,9 @@ labelled, and a model killed with SIGKILL ends the streams it was sending within
 
 `scripted` is tests/support/upstreams/scripted_http.py, a raw upstream standing for a model server
 that breaks the rules (no aiohttp server can be made to send these answers); `victim` is
-tests/support/upstreams/fake_model.py, standing for llama-server, killed by the test.
+tests/support/upstreams/fake_model.py, standing for llama-server, killed by the test;
+`llamalike` is the same, closing its connection after every streamed answer unannounced, as
+llama-server does (issue 40, item 6: the next request must not get that dead connection).
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ CHAT = "/v1/chat/completions"
 
 @pytest.fixture(scope="module")
 def stack() -> Iterator[Stack]:
-    scripted, victim = model_ports(2)
+    scripted, victim, llamalike = model_ports(3)
     config = {
         "healthCheckTimeout": 15,
         "models": {
@@ -38,8 +40,9 @@ def stack() -> Iterator[Stack]:
                 "proxy": f"http://127.0.0.1:{scripted}",
             },
             "victim": local_model("victim", victim),
+            "llamalike": local_model("llamalike", llamalike, "--close-after-stream"),
         },
-        "groups": {"all": {"swap": False, "members": ["scripted", "victim"]}},
+        "groups": {"all": {"swap": False, "members": ["scripted", "victim", "llamalike"]}},
     }
     with Stack(config) as running:
         yield running
@@ -104,3 +107,24 @@ async def test_a_killed_model_ends_its_streams(stack: Stack, route: str) -> None
         await conn.close()
     assert all(not isinstance(end, BaseException) for end in ends), ends
     wait_for(lambda: stack.model("victim")["state"] != "ready", 10, what="victim seen dead")
+
+
+async def test_a_post_after_a_streamed_answer_gets_no_dead_connection(stack: Stack) -> None:
+    """llama-server closes its connection after each streamed answer without saying so; a POST
+    through `/upstream/` right after one (slot save, `/tokenize`) went out on that connection and
+    got `502 upstream closed the connection` (26 of 140 against llama.cpp). The pool must not hand
+    out a connection its upstream has closed, and a small body is sent again on a fresh one."""
+    conn = await RawConnection.open(stack.url)
+    statuses: list[int] = []
+    try:
+        for i in range(140):
+            await conn.send(
+                post_json("/upstream/llamalike" + CHAT, {"stream": True, "x_chunks": 2})
+            )
+            streamed = await conn.response(30)
+            assert streamed.status == 200 and b"[DONE]" in streamed.body, streamed
+            await conn.send(post_json("/upstream/llamalike/tokenize", {"content": f"n{i}"}))
+            statuses.append((await conn.response(30)).status)
+    finally:
+        await conn.close()
+    assert statuses.count(502) == 0 and set(statuses) == {200}, statuses

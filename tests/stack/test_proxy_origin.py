@@ -123,6 +123,44 @@ def test_model_routes_upstream_and_reads_are_refused_to_another_site(stack: Stac
     assert status == 200 and answer["headers"]["Origin"] == stack.url
 
 
+def _navigate(stack: Stack, path: str, site: str) -> tuple[int, bytes]:
+    """A top-level navigation the user made on another site's page, with the headers a browser
+    sends: a click on a link, a GET form's submit button, a `window.open` on a click."""
+    address, port = stack.url.removeprefix("http://").split(":")
+    conn = http.client.HTTPConnection(address, int(port), timeout=30)
+    headers = {
+        "Accept": "text/html,application/xhtml+xml,*/*;q=0.8",
+        "Sec-Fetch-Site": site,
+        "Sec-Fetch-Mode": "navigate",
+        "Sec-Fetch-Dest": "document",
+        "Sec-Fetch-User": "?1",
+        "Upgrade-Insecure-Requests": "1",
+        "Referer": EVIL + "/page",
+    }
+    try:
+        conn.request("GET", path, headers=headers)
+        response = conn.getresponse()
+        return response.status, response.read()
+    finally:
+        conn.close()
+
+
+def test_another_sites_links_and_forms_start_nothing(stack: Stack) -> None:
+    """Issue 40 item 9: a click on another site's link or button swapped models (links to
+    `/upstream/<m>/` and `/props?model=`, a GET form, a `window.open`)."""
+    for site in ("cross-site", "same-site"):
+        for path in ("/upstream/a/", "/props?model=a", "/v1/audio/voices?model=a", "/unload"):
+            status, body = _navigate(stack, path, site)
+            # A navigation asks for a page (`Accept: text/html`), and the refusal comes as one,
+            # as llama-swap's errors do (issue 41).
+            assert status == 403 and b"navigation refused" in body, (path, body)
+        assert stack.model("a")["state"] == "stopped"  # nothing started
+        # The UI and pages that start nothing open as before.
+        for path in ("/ui/", "/running", "/v1/models"):
+            assert _navigate(stack, path, site)[0] == 200, path
+    assert stack.model("a")["state"] == "stopped"
+
+
 def test_a_dns_rebinding_host_is_refused(stack: Stack) -> None:
     """A page at `http://rebind.example:<port>` whose name points here is same-origin as the
     browser sees it: its `Host` is what gives it away."""

@@ -618,12 +618,26 @@ async def test_a_dropped_keep_alive_connection_is_retried(
     before = counters(stack)
     scripted.answer(ScriptedUpstream.OK)  # the first request leaves its connection pooled
     scripted.answer(None)  # then the upstream drops it as the next request arrives
+    get = b"GET /upstream/scripted/x HTTP/1.1\r\nHost: swapd\r\n\r\n"
     for _ in range(2):
-        await conn.send(post_json(CHAT, {"model": "scripted"}))
+        await conn.send(get)
         resp = await conn.response()
         assert resp.status == 200 and resp.body == b'{"ok":true}'
     assert scripted.requests == 3  # the second request, sent again on a fresh connection
     assert since(stack, before) == no_ipc(2)
+
+
+async def test_a_post_the_upstream_may_have_read_is_not_sent_twice(
+    stack: Stack, conn: RawConnection, scripted: ScriptedUpstream
+) -> None:
+    """As in Go's and nginx's proxies: a POST on a kept-alive connection that the upstream drops
+    after reading it may have been acted on, so it is not sent again (a 502 says so)."""
+    scripted.answer(ScriptedUpstream.OK)
+    scripted.answer(None)
+    for status in (200, 502):
+        await conn.send(post_json(CHAT, {"model": "scripted"}))
+        assert (await conn.response()).status == status
+    assert scripted.requests == 2
 
 
 async def test_a_slow_client_holds_the_upstream_back(
@@ -681,6 +695,24 @@ async def test_a_chunked_body_broken_off_ends_cleanly(
     assert resp.status == 200 and resp.chunked and resp.body == b"hello"
     await conn.send(post_json(CHAT, {"model": "scripted"}))
     assert (await conn.response()).status == 200
+
+
+async def test_an_ollama_chat_broken_off_mid_stream_ends_with_an_error_line(
+    stack: Stack, conn: RawConnection, scripted: ScriptedUpstream
+) -> None:
+    """A model that died mid-stream under Ollama's `/api/chat` gave a 200 with an empty body:
+    as Ollama, the stream ends with an `{"error": ...}` line (issue 40, item 10)."""
+    head = (
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Type: text/event-stream\r\n\r\n"
+    )
+    event = b'data: {"choices":[{"index":0,"delta":{"content":"Hel"}}]}\n\n'
+    scripted.answer(head + b"%x\r\n%s\r\n" % (len(event), event), close_after=True)
+    await conn.send(post_json("/api/chat", {"model": "scripted", "messages": [{"role": "user"}]}))
+    resp = await conn.response()
+    assert resp.status == 200, resp
+    lines = [json.loads(line) for line in resp.body.splitlines()]
+    assert lines[0]["message"]["content"] == "Hel" and not lines[0]["done"]
+    assert lines[-1]["error"].startswith("upstream scripted broke off the response"), lines
 
 
 @pytest.mark.parametrize(

@@ -41,15 +41,24 @@ class Exchange:
 
 
 async def exchange(
-    stack: Stack, data: bytes, *, wait: float = 5.0, expect: int = 1, linger: float = 0.5
+    stack: Stack,
+    data: bytes,
+    *,
+    wait: float = 5.0,
+    expect: int = 1,
+    linger: float = 0.5,
+    sent: asyncio.Event | None = None,
 ) -> Exchange:
     """Send `data` on a new connection; collect answers until `expect` came and then the proxy
     either closed the connection or sent nothing more for `linger` seconds (answers nobody
-    asked for show up there), or until `wait` seconds passed without the expected answers."""
+    asked for show up there), or until `wait` seconds passed without the expected answers.
+    `sent` is set once `data` is handed to the connection (for a test that orders clients)."""
     conn = await RawConnection.open(stack.url)
     responses: list[RawResponse] = []
     try:
         await conn.send(data)
+        if sent is not None:
+            sent.set()
         while True:
             if len(responses) >= expect and linger <= 0:
                 return Exchange(responses, False)

@@ -100,6 +100,21 @@ def parse_date(text: str) -> datetime:
     return datetime.fromisoformat(text.replace("Z", "+00:00"))
 
 
+# --- ui/src/lib/inflight.ts -----------------------------------------------------------------------
+
+
+def request_header(headers: Mapping[str, str] | None, name: str) -> str:
+    """`requestHeader`: a header's value, its name compared without case ("" when absent)."""
+    wanted = name.lower()
+    return next((v for k, v in (headers or {}).items() if k.lower() == wanted), "")
+
+
+def session_id(headers: Mapping[str, str] | None, session_headers: list[str]) -> str:
+    """`sessionID`: what the in-flight table's Session ID column shows, the first of
+    `uiConfig.activity.session_id`'s headers the request has."""
+    return next((v for n in session_headers if (v := request_header(headers, n))), "")
+
+
 # --- ui/src/lib/types.ts --------------------------------------------------------------------------
 
 MODEL_STATE = Lit("ready", "starting", "stopping", "stopped", "shutdown", "unknown")
@@ -231,7 +246,8 @@ HARDWARE = Obj(
                 "detector": Null(Obj({"name": STR, "version": STR})),
             }
         ),
-        "architecture": Obj({"name": STR}, {"raw_name": _NSTR}),
+        # Go's `RawName *string \`json:"raw_name"\``: no omitempty, so always there (null).
+        "architecture": Obj({"name": STR, "raw_name": _NSTR}),
         "operating_system": Obj(
             {"family": STR, "name": _NSTR, "version": _NSTR, "kernel": _NSTR}, {"raw_family": _NSTR}
         ),

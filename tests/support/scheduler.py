@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from swapd.daemon.config import Config, GroupConfig, ModelConfig
-from swapd.daemon.errors import SleepFailed, WakeFailed
+from swapd.daemon.errors import SleepFailed, WakeFailed, WakeUnverified
 from swapd.daemon.policy.eviction.contract import (
     BusyReading,
     Decision,
@@ -21,6 +21,8 @@ from swapd.daemon.policy.eviction.contract import (
 )
 from swapd.daemon.policy.records import Activity, ModelRecord
 from swapd.daemon.policy.scheduler import EnsureError, Scheduler
+from swapd.daemon.policy.story import Deferred, Happening
+from swapd.ipc.causes import DeferCause
 from swapd.ipc.routing_table import SleepSetting
 from tests.support.models import Clock, model
 
@@ -66,6 +68,7 @@ class FakeEffects:
         self.drain_hooks: dict[str, Callable[[], object]] = {}
         self.decisions: list[tuple[str, Decision]] = []
         self.waits: list[tuple[str, str]] = []  # (target, what its swap waits for) as told
+        self.happenings: list[Happening] = []  # the swap story as told (policy/story.py)
         # Set once a call of that kind for that model reached the fake (before any gate).
         self._entered: dict[tuple[str, str], asyncio.Event] = {}
         # Readings: what each busyCheck says; the GPU reading (None: no GPUs to read).
@@ -77,6 +80,7 @@ class FakeEffects:
         self.wake_gates: dict[str, asyncio.Event] = {}
         self.sleep_fails: set[str] = set()
         self.wake_fails: set[str] = set()
+        self.wake_unverified: set[str] = set()  # woken, but its wakeProbe answered wrongly
         self.asleep: set[str] = set()
         self.readings_seen: list[tuple[str, tuple[str, ...]]] = []  # (target, occupants read)
 
@@ -159,6 +163,8 @@ class FakeEffects:
                 raise
         if model_id in self.wake_fails:
             raise WakeFailed("wake call 1/1 POST /wake_up did not answer within 10s")
+        if model_id in self.wake_unverified:
+            raise WakeUnverified("its wakeProbe mismatch: answered 'x', not 'y' as before")
         self.asleep.discard(model_id)
         self.running.add(model_id)
         self.max_running = max(self.max_running, len(self.running))
@@ -166,11 +172,19 @@ class FakeEffects:
     def changed(self, record: ModelRecord[Handle], model: ModelConfig | None) -> None:
         self.states.append((record.id, record.state))
 
+    def happened(self, event: Happening) -> None:
+        self.happenings.append(event)
+
     def decided(self, target: ModelConfig, decision: Decision) -> None:
         self.decisions.append((target.id, decision))
 
     def waiting(self, target: str, on: str, queued_at: float) -> None:
         self.waits.append((target, on))
+
+    @property
+    def deferred(self) -> list[tuple[str, DeferCause]]:
+        """(target, why its swap was held back), as the story told it."""
+        return [(e.model, e.cause) for e in self.happenings if isinstance(e, Deferred)]
 
     def ended(self, target: str) -> None:
         pass

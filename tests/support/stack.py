@@ -13,10 +13,8 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import random
 import shutil
 import signal
-import socket
 import ssl
 import subprocess
 import sys
@@ -39,6 +37,11 @@ from swapd.ipc.messages import Status, StatusReply
 from swapd.ipc.status_doc import status_json
 from tests.support.paths import REPO, UPSTREAMS
 
+# Re-exported: tests have long taken their ports from here; the picker is tests/support/ports.py.
+from tests.support.ports import free_port as free_port
+from tests.support.ports import free_port_range as free_port_range
+from tests.support.ports import free_ports as free_ports
+
 FAKE_MODEL = UPSTREAMS / "fake_model.py"
 PYTHON = sys.executable
 STACK_TOKEN_ENV = "SWAPD_TEST_STACK"
@@ -46,75 +49,6 @@ GPU_BACKEND_ENV = "SWAPD_GPU_BACKEND"
 FAKE_GPU_SCOPE_ENV = "SWAPD_FAKE_GPU_SCOPE"
 
 T = TypeVar("T")
-
-
-def free_port() -> int:
-    """A TCP port nobody listens on right now (the kernel's pick, so parallel runs do not clash)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def free_ports(count: int) -> list[int]:
-    """`count` distinct free ports (held open together while picking so they differ)."""
-    socks = []
-    try:
-        for _ in range(count):
-            sock = socket.socket()
-            sock.bind(("127.0.0.1", 0))
-            socks.append(sock)
-        return [int(s.getsockname()[1]) for s in socks]
-    finally:
-        for sock in socks:
-            sock.close()
-
-
-# Model ports: picked when a test writes its config (`startPort`), bound only when the model
-# starts, maybe minutes later, and in between another picker probing them finds them free. So a
-# process hands each port out once (a pointer moving through its slice, wrapping around at the
-# end), and each pytest-xdist worker has a slice of its own: no two tests of one run share one.
-# Below Linux's ephemeral range (32768+), where the kernel takes the local ports of outgoing
-# connections.
-MODEL_PORTS = (20000, 32700)
-_next_model_port: list[int] = []
-
-
-def _model_port_slice() -> tuple[int, int]:
-    low, high = MODEL_PORTS
-    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
-    count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 1)
-    if not worker.startswith("gw") or count <= 1:
-        return low, high
-    size = (high - low) // count
-    index = int(worker[2:]) % count
-    return low + index * size, low + (index + 1) * size
-
-
-def free_port_range(count: int) -> int:
-    """The first of `count` consecutive free ports, for a config's `startPort`, never handed out
-    before by this process (until its slice wraps around)."""
-    low, high = _model_port_slice()
-    if not _next_model_port:
-        # A random start: test runs of other checkouts on this machine start elsewhere.
-        _next_model_port.append(random.Random().randrange(low, high - count))
-    for _ in range(200):
-        base = _next_model_port[0]
-        if base + count > high:
-            base = low
-        _next_model_port[0] = base + count
-        socks = []
-        try:
-            for port in range(base, base + count):
-                sock = socket.socket()
-                socks.append(sock)
-                sock.bind(("127.0.0.1", port))
-        except OSError:
-            continue
-        finally:
-            for sock in socks:
-                sock.close()
-        return base
-    raise RuntimeError(f"no {count} consecutive free ports found")
 
 
 def docker_like_force_stop(name: str, state: str) -> None:

@@ -15,8 +15,10 @@ import pytest
 from aiohttp.test_utils import make_mocked_request
 from multidict import istr
 
+from swapd.daemon.config import Config
 from swapd.daemon.observe.captures import REDACTED, capture_of
 from swapd.daemon.observe.intake import record_of
+from swapd.daemon.observe.service import Observer
 from swapd.daemon.observe.tokens import from_stream_tail
 from swapd.ipc import codec
 from swapd.ipc.activity import Finished, InFlight, RawCapture, Tokens, flight_json
@@ -234,3 +236,71 @@ async def test_what_all_subscribers_cost_together_is_bounded() -> None:
     hub.upstream_log.put_nowait(b"v" * 145)  # 145 KB: past it again, a log chunk, no resync
     out = await subs[1].next_frames(hub)
     assert [json.loads(f.split(b"data:", 1)[1])["type"] for f in out] == ["eventsDropped"]
+
+
+# --------------------------------------------------------------------------------------------------
+# one bad record costs no other (issue 40, item 4)
+
+
+def test_a_header_byte_that_is_not_utf8_costs_no_record_of_the_batch() -> None:
+    """aiohttp reads a header's bytes that are not UTF-8 as surrogate escapes, which msgpack
+    refuses: the proxy's whole report (every client's records of its last 100 ms) was lost. The
+    codec sends the text with U+FFFD in their place, and the rest as it is."""
+    flight = InFlight(
+        id="p-1-1",
+        timestamp=1e9,
+        model="m",
+        req_path="/v1/chat/\udcff",
+        method="POST",
+        req_headers={"User-Agent": "caf\udce9", "X-Ok": "fine"},  # as aiohttp reads b"caf\xe9"
+    )
+    records = (_finished(), _finished(req_path="/v1/\udcff\ud800"), _finished(model="n"))
+    sent = ActivityReport(proxy_id="p-1", records=records, started=(flight,), clock=1e9)
+    got = codec.decode_inbound(codec.encode(sent))
+    assert isinstance(got, ActivityReport)
+    assert [r.model for r in got.records] == ["m", "m", "n"]
+    assert got.records[1].req_path.startswith("/v1/\ufffd") and got.records[0] == records[0]
+    [entry] = got.started
+    assert entry.req_headers["User-Agent"] == "caf\ufffd" and entry.req_headers["X-Ok"] == "fine"
+    assert entry.req_path == "/v1/chat/\ufffd"
+
+
+class _Quiet:
+    """The daemon's endpoint as the observer uses it, for a test that reads only its store."""
+
+    def publish_nowait(self, make: object) -> None:
+        pass
+
+    async def reply(self, identity: bytes, reply: object) -> None:
+        raise AssertionError("no request here")
+
+
+async def _no_gpus() -> tuple[()]:
+    return ()
+
+
+def test_an_answer_nested_too_deeply_costs_no_record_of_the_batch() -> None:
+    """A model's (or a peer's) answer with `usage` nested 1,500 deep made the daemon drop every
+    record of its batch (27 -> 0), and counts of `1e300` became 301-digit integers."""
+    deep = b'{"usage":' + b'{"a":' * 1500 + b"1" + b"}" * 1500 + b"}"
+    huge = b'{"usage":{"prompt_tokens":1e300,"completion_tokens":18446744073709551615}}'
+    bodies = [deep, huge, deep.replace(b'"usage"', b'"error"')] + [None] * 24
+    records = tuple(
+        _finished(body=body, resp_status_code=500 if i == 2 else 200)
+        for i, body in enumerate(bodies)
+    )
+    observer = Observer(Config(), "i", _Quiet(), lambda: (), _no_gpus)  # type: ignore[arg-type]
+    observer.report(ActivityReport(proxy_id="p-1", records=records, clock=1e9))
+    kept = observer.store.records
+    assert len(kept) == 27
+    assert kept[0].tokens == Tokens() and kept[1].tokens == Tokens()
+    assert kept[2].error_msg == "500"
+
+
+@pytest.mark.parametrize(
+    ("count", "kept"),
+    [(0, 0), (7, 7), (7.0, 7), (2**53, 2**53), (2**53 + 1, -1), (1e300, -1), (-3, -1), ("9", -1)],
+)
+def test_a_count_is_bounded(count: object, kept: int) -> None:
+    body = json.dumps({"usage": {"prompt_tokens": count}}).encode()
+    assert record_of(_finished(body=body), 0.0, "p").tokens.input_tokens == kept

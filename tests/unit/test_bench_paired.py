@@ -1,28 +1,19 @@
-"""benchmarks/paired.py, the side-by-side reading `observability_cost.py` judges its targets with:
-the rounds' order rotates, ratios pair each round with the baseline's, and the bootstrap
+"""benchmarks/harness/paired.py, the side-by-side reading `observability_cost` judges its targets
+with: the rounds' order rotates, ratios pair each round with the baseline's, and the bootstrap
 interval of their median is the same for the same rounds and brackets the median."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from types import ModuleType
 
 import pytest
 
-from tests.support.paths import REPO
-
-PATH = REPO / "benchmarks" / "paired.py"
+from benchmarks.harness import paired as paired_module
 
 
 @pytest.fixture(scope="module")
 def paired() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("bench_paired", PATH)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return paired_module
 
 
 def test_every_configuration_goes_first_in_turn(paired: ModuleType) -> None:

@@ -1,12 +1,10 @@
-"""benchmarks/pipeline_stages.py switches stages off through the proxy's own hooks
+"""benchmarks/harness/pipeline_stages.py switches stages off through the proxy's own hooks
 (`proxy/dispatch.py`'s `Stages`), never by patching names: every switch a row of `pipeline_cost.py`
 names is a hook, the hooks reach the places that call them, and swapd's own stages are there when
-none is set. (A run of the benchmark shows each row measuring a stage: benchmarks/README.md.)"""
+none is set. (A run of the benchmark shows each row measuring a stage: benchmarks/HISTORY.md.)"""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -14,6 +12,8 @@ from typing import Any
 import aiohttp
 import pytest
 
+from benchmarks import pipeline_cost
+from benchmarks.harness import pipeline_stages
 from swapd.ipc.routing_table import RoutingTable
 from swapd.proxy.admission import Admission
 from swapd.proxy.context import ProxyContext
@@ -27,26 +27,11 @@ from swapd.proxy.routing.body import read_model
 from swapd.proxy.upstream.forward import upstream_headers
 from swapd.proxy.upstream.pool import UpstreamPool
 from swapd.proxy.upstream.relay import Streams
-from tests.support.paths import REPO
-
-
-def _load(name: str) -> ModuleType:
-    path = REPO / "benchmarks" / f"{name}.py"
-    sys.path.insert(0, str(path.parent))  # pipeline_cost imports its neighbours
-    try:
-        spec = importlib.util.spec_from_file_location(f"bench_{name}", path)
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[spec.name] = module
-        spec.loader.exec_module(module)
-        return module
-    finally:
-        sys.path.remove(str(path.parent))
 
 
 @pytest.fixture(scope="module")
 def bench() -> tuple[ModuleType, ModuleType]:
-    return _load("pipeline_stages"), _load("pipeline_cost")
+    return pipeline_stages, pipeline_cost
 
 
 class _Link:

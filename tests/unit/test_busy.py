@@ -10,15 +10,23 @@ import math
 import time
 from collections.abc import AsyncIterator, Callable
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, get_args
 
 import msgspec
 import pytest
 from aiohttp import web
 
 from swapd.daemon.busy_checks import BusyChecks
-from swapd.daemon.config import Config, ConfigError, ModelConfig, load_config_text
-from swapd.daemon.config.busy_check_fields import PRESETS, BusyCheck, BusyCount
+from swapd.daemon.config import (
+    BusyCheck,
+    BusyCount,
+    Config,
+    ConfigError,
+    ModelConfig,
+    load_config_text,
+)
+from swapd.daemon.config.sections.busy_check_fields import PRESETS
+from swapd.daemon.config.shape import BusyPreset
 from swapd.daemon.observe.swap_log import SwapLog
 from swapd.daemon.policy import ttl
 from swapd.daemon.policy.busy_answer import Reading, evaluate, failed
@@ -27,6 +35,7 @@ from swapd.daemon.policy.eviction.contract import BusyReading, Decision, Wait
 from swapd.daemon.policy.proxies import ProxyRegistry
 from swapd.daemon.policy.records import ModelRecord
 from swapd.daemon.policy.scheduler import Scheduler
+from swapd.daemon.policy.story import Happening
 from swapd.daemon.status import waiting_of
 from swapd.ipc.model_status import Busy
 from tests.support.loopback_app import serving
@@ -319,26 +328,19 @@ async def test_an_unload_is_not_held_and_an_unloaded_target_ends_the_wait() -> N
 
 
 class LoggedEffects(HeldEffects):
-    """HeldEffects that also tell the daemon's swap log what the daemon's effects tell it (each
-    state change, what a queued swap waits for, its end), so the target's `waiting` and its swap
-    record can be read as `/api/status` and `/api/swaps` give them (daemon/status.py's
-    `waiting_of`)."""
+    """HeldEffects that also tell the daemon's swap log what the daemon's effects tell it (the
+    swap story as it happens, what a queued swap waits for, its end), so the target's `waiting`
+    and its swap record can be read as `/api/status` and `/api/swaps` give them
+    (daemon/status.py's `waiting_of`)."""
 
     def __init__(self, config: Config, board: BusyBoard, swaps: SwapLog) -> None:
         super().__init__(config, board)
         self.swaps = swaps
         self.republished: list[str] = []
 
-    def changed(self, record: ModelRecord[Handle], model: ModelConfig | None) -> None:
-        super().changed(record, model)
-        stop = record.stop
-        self.swaps.changed(
-            record.id,
-            record.state,
-            record.reason,
-            cause=stop.cause if stop is not None else None,
-            for_model=stop.for_model if stop is not None else "",
-        )
+    def happened(self, event: Happening) -> None:
+        super().happened(event)
+        self.swaps.told(event)
 
     def waiting(self, target: str, on: str, queued_at: float) -> None:
         super().waiting(target, on, queued_at)
@@ -463,3 +465,8 @@ async def test_the_probe_polls_a_ready_model_and_a_timeout_counts_as_idle(
         assert watch.report("c") is None
     finally:
         await watch.close()
+
+
+def test_the_presets_are_the_declared_names() -> None:
+    # `busyCheck`'s type in config/shape.py names them (its error lists them).
+    assert tuple(PRESETS) == get_args(BusyPreset)

@@ -87,3 +87,21 @@ def test_a_capture_redacts_request_and_response_headers_by_value() -> None:
     assert capture.resp_headers == {"X-Echo": REDACTED, "Content-Type": "application/json"}
     # The same bytes without a configured key: only the names decide.
     assert raw_headers_of(raw.req_headers)[0]["X-Forward-Me"] == f"Bearer {KEY}"
+
+
+def test_the_session_headers_the_ui_shows_keep_their_values_unless_they_hold_a_key() -> None:
+    # llama-swap's UI shows `ui.activity.session_id`'s headers as the request's session (issue
+    # 41): `X-Session-ID` has a credential word in its name, and once read `[REDACTED]`.
+    secrets = Secrets([KEY], shown=["X-Session-ID", "X-Litellm-Session-Id"])
+    pairs = [
+        ("x-session-id", "chat-7"),
+        ("X-Litellm-Session-Id", f"Bearer {KEY}"),  # a key in it is still hidden
+        ("X-Session-Token", "abc"),  # not a session header the UI shows
+        ("Authorization", "Bearer other"),
+    ]
+    assert headers_of(pairs, secrets)[0] == {
+        "x-session-id": "chat-7",
+        "X-Litellm-Session-Id": REDACTED,
+        "X-Session-Token": REDACTED,
+        "Authorization": REDACTED,
+    }

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from swapd.daemon.config.cmdline import join_continuations, split_command, strip_comment_lines
+from swapd.daemon.config.floor.cmdline import join_continuations, split_command, strip_comment_lines
 from swapd.daemon.config.loader import load, load_config_text
 
 

@@ -12,9 +12,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from swapd.daemon.config import model as c
+from swapd.daemon.config.floor.patterns import has_nested_quantifier
 from swapd.daemon.config.loader import ConfigError, ConfigIssue, load, load_config_text, load_text
-from swapd.daemon.config.model_fields import MAX_COMMAND_LENGTH
-from swapd.daemon.config.patterns import has_nested_quantifier
+from swapd.daemon.config.sections.model_fields import MAX_COMMAND_LENGTH
 from swapd.daemon.routing import routing_table
 from swapd.ipc.path_patterns import search_form
 from swapd.ipc.routing_table import ModelRouting, RouteModel

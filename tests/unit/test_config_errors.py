@@ -106,6 +106,38 @@ def test_unknown_keys_are_warnings_with_did_you_mean_and_errors_when_strict(
     assert any(expected in message for message in messages(text, strict=True))
 
 
+@pytest.mark.parametrize(
+    ("text", "where", "meant"),
+    [
+        ("apikeys: [k]\n", "apikeys", "apiKeys"),
+        ("apiKey: [k]\n", "apiKey", "apiKeys"),
+        ("api_keys: [k]\n", "api_keys", "apiKeys"),
+        ("ApiKeys: [k]\n", "ApiKeys", "apiKeys"),
+        ("api-keys: &k [k]\n", "api-keys", "apiKeys"),  # a home for anchors is no excuse
+        ("securty: {cors: {allowedOrigins: ['*']}}\n", "securty", "security"),
+        ("security:\n  cros: {}\n", "security.cros", "cors"),
+        ("security:\n  cors:\n    allowedOrigin: [x]\n", "security.cors.allowedOrigin", None),
+    ],
+)
+def test_a_near_miss_of_a_security_key_is_an_error_even_when_not_strict(
+    text: str, where: str, meant: str | None
+) -> None:
+    """A misspelt `apiKeys` was a warning, so swapd started (or a reload applied) with no key
+    (issue 40, item 1): a near miss of a security key fails closed, whatever llama-swap does."""
+    [issue] = issues("models: {}\n" + text)
+    assert issue.path == where
+    assert "near miss of a security key is an error" in issue.message
+    if meant is not None:
+        assert f"did you mean {meant!r}?" in issue.message
+
+
+@pytest.mark.parametrize("name", ["secrets", "keys", "apiKeys_old", "apiTokens", "x-apikeys"])
+def test_a_key_that_is_not_a_near_miss_of_a_security_key_stays_a_warning(name: str) -> None:
+    loaded = load_text(f"models: {{}}\n{name}: [k]\n", environ={})
+    assert not loaded.config.api_keys
+    assert not any("near miss" in str(w) for w in loaded.warnings)
+
+
 def test_alias_repeating_another_alias_or_a_model_id() -> None:
     text = """
         models:

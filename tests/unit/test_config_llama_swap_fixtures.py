@@ -10,8 +10,8 @@ import textwrap
 
 import pytest
 
-from swapd.daemon.config import model as c
 from swapd.daemon.config.loader import ConfigError, Loaded, load_text
+from swapd.daemon.config.shape import DEFAULT_CHECK_ENDPOINT
 
 
 def _load(text: str, environ: dict[str, str] | None = None, *, strict: bool = False) -> Loaded:
@@ -242,7 +242,7 @@ def test_a_key_llama_swap_adds_tomorrow_does_not_stop_the_config() -> None:
         chekEndpoint: /ready
     """
     loaded = _load(text)
-    assert loaded.config.models["m"].check_endpoint == c.DEFAULT_CHECK_ENDPOINT
+    assert loaded.config.models["m"].check_endpoint == DEFAULT_CHECK_ENDPOINT
     assert _warnings(loaded) == [
         "config.yaml:1 websocketStrategy: unknown key 'websocketStrategy' "
         "(ignored, as llama-swap ignores it)",

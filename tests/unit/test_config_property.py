@@ -14,10 +14,16 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from swapd.daemon.config import Config
+from swapd.daemon.config import Config, shape
+from swapd.daemon.config.floor.schema import keys_of
 from swapd.daemon.config.loader import ConfigError, load_config_text
-from swapd.daemon.config.schema import FILTERS, GROUP, MODEL, PEER, TOP_LEVEL
 from tests.support.paths import CONFIGS
+
+TOP_LEVEL = keys_of(shape.Top)
+MODEL = keys_of(shape.Model)
+FILTERS = keys_of(shape.ModelFilters)
+GROUP = keys_of(shape.Group)
+PEER = keys_of(shape.Peer)
 
 ENVIRON = {"HOME": "/home/u", "SWAPD_TEST_API_KEY": "k", "SWAPD_TEST_OPENROUTER_KEY": "o"}
 FAST = settings(

@@ -10,9 +10,9 @@ import yaml
 
 from swapd.daemon.config.loader import ConfigError, Loaded, load_text
 from swapd.daemon.config.render import render
-from swapd.daemon.config.sleep_fields import PRESETS
+from swapd.daemon.config.sections.sleep_fields import PRESETS
 from swapd.daemon.routing import routing_table
-from swapd.ipc.routing_table import HttpCall
+from swapd.ipc.routing_table import HttpCall, WakeRule
 
 
 def _load(text: str) -> Loaded:
@@ -249,4 +249,107 @@ def test_print_spells_a_preset_out() -> None:
         "wakeEndpoints": [],
         "stopAfter": 0,
         "servesAsleep": True,
+        "wakeOn": ["POST /prompt", "POST /api/prompt"],
     }
+
+
+def test_wake_on_the_presets_and_the_written_form() -> None:
+    loaded = _load(
+        """
+        models:
+          c:
+            cmd: comfy --port ${PORT}
+            sleep: comfyui
+          j:
+            cmd: comfy --port ${PORT}
+            sleep: {preset: comfyui, wakeOn: ['POST /api/prompt', '* /api/jobs/[0-9]+/run']}
+          w:
+            cmd: srv --port ${PORT}
+            sleep: {sleepEndpoints: [POST /off], servesAsleep: true}
+          off:
+            cmd: comfy --port ${PORT}
+            sleep: {preset: comfyui, servesAsleep: false}
+          v:
+            cmd: vllm serve m --port ${PORT} --enable-sleep-mode
+            env: [VLLM_SERVER_DEV_MODE=1]
+            sleep: vllm
+        """
+    )
+    models = loaded.config.models
+    c, j, w = models["c"].sleep, models["j"].sleep, models["w"].sleep
+    assert c is not None and c.wake_on == (
+        WakeRule("POST", "/prompt"),
+        WakeRule("POST", "/api/prompt"),
+    )
+    assert j is not None and j.wake_on == (
+        WakeRule("POST", "/api/prompt"),
+        WakeRule("*", "/api/jobs/[0-9]+/run"),
+    )
+    assert w is not None and w.serves_asleep and w.wake_on is None  # any request but a read
+    off, v = models["off"].sleep, models["v"].sleep
+    assert off is not None and not off.serves_asleep and off.wake_on is None
+    assert v is not None and v.wake_on is None
+    printed = yaml.safe_load(render(loaded.config))["models"]
+    assert printed["j"]["sleep"]["wakeOn"] == ["POST /api/prompt", "* /api/jobs/[0-9]+/run"]
+    assert "wakeOn" not in printed["w"]["sleep"]
+
+
+def test_wake_on_mistakes_name_file_line_and_key() -> None:
+    errors = _errors(
+        """
+        models:
+          a:
+            cmd: srv --port ${PORT}
+            sleep: {preset: vllm, wakeOn: [POST /wake]}
+          b:
+            cmd: srv --port ${PORT}
+            sleep: {preset: comfyui, wakeOn: POST /api/prompt}
+          c:
+            cmd: srv --port ${PORT}
+            sleep: {preset: comfyui, wakeOn: [/api/prompt]}
+          d:
+            cmd: srv --port ${PORT}
+            sleep: {preset: comfyui, wakeOn: [FETCH /api/prompt]}
+          e:
+            cmd: srv --port ${PORT}
+            sleep: {preset: comfyui, wakeOn: [POST api/prompt]}
+          f:
+            cmd: srv --port ${PORT}
+            sleep: {preset: comfyui, wakeOn: ['POST /api/(prompt']}
+        """
+    )
+    assert errors == [
+        "sleep.yaml:4 models.a.sleep.wakeOn: needs servesAsleep: true (a server that serves "
+        "nothing while asleep wakes for every request)",
+        "sleep.yaml:7 models.b.sleep.wakeOn: expected a list of 'METHOD /path' patterns, got "
+        "'POST /api/prompt'",
+        "sleep.yaml:10 models.c.sleep.wakeOn[0]: expected 'METHOD /path' (e.g. "
+        "'POST /api/prompt'), got '/api/prompt'",
+        "sleep.yaml:13 models.d.sleep.wakeOn[0]: invalid method 'FETCH' (must be *, GET, HEAD, "
+        "POST, PUT, PATCH, DELETE, OPTIONS)",
+        "sleep.yaml:16 models.e.sleep.wakeOn[0]: expected a path starting with '/', got "
+        "'api/prompt'",
+        "sleep.yaml:19 models.f.sleep.wakeOn[0]: invalid regular expression '/api/(prompt': "
+        "missing ), unterminated subpattern at position 5",
+    ]
+
+
+def test_an_empty_or_costly_wake_on_warns() -> None:
+    loaded = _load(
+        """
+        models:
+          a:
+            cmd: srv --port ${PORT}
+            sleep: {preset: comfyui, wakeOn: []}
+          b:
+            cmd: srv --port ${PORT}
+            sleep: {preset: comfyui, wakeOn: ['POST /(a+)+']}
+        """
+    )
+    assert loaded.config.models["a"].sleep.wake_on == ()  # type: ignore[union-attr]
+    warnings = [str(w) for w in loaded.warnings]
+    assert warnings[0] == (
+        "sleep.yaml:4 models.a.sleep.wakeOn: lists nothing: no request wakes it (only a load or "
+        "a wake by hand)"
+    )
+    assert warnings[1].startswith("sleep.yaml:7 models.b.sleep.wakeOn[0]: pattern '/(a+)+'")

@@ -3,7 +3,6 @@ SDK, and default_config.yaml read by the real config loader."""
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
 import time
@@ -16,12 +15,7 @@ import openai
 import pytest
 
 from swapd.daemon.config.embedded import default_config_path, demo_environ, describe_default
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+from tests.support.ports import free_port
 
 
 def _wait_healthy(url: str, proc: subprocess.Popen[bytes], timeout: float = 20) -> None:
@@ -62,7 +56,7 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
 
 @pytest.fixture(scope="module")
 def demo() -> Iterator[str]:
-    port = _free_port()
+    port = free_port()
     url = f"http://127.0.0.1:{port}"
     argv = [sys.executable, "-m", "swapd.daemon.cli.demo_server", "--port", str(port)]
     proc = _start([*argv, "--model", "demo-small"], url)
@@ -140,7 +134,7 @@ def test_default_config_loads_and_its_cmd_runs() -> None:
     assert small.port is not None and small.proxy == f"http://127.0.0.1:{small.port}"
     # Run the loaded argv for real, on a free port instead of the allocated one.
     argv = list(small.cmd)
-    port = _free_port()
+    port = free_port()
     argv[argv.index("--port") + 1] = str(port)
     proc = _start(argv, f"http://127.0.0.1:{port}")
     try:

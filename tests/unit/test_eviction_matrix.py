@@ -1,4 +1,4 @@
-"""The matrix router without processes: its set language and errors (config/matrix_dsl.py, as
+"""The matrix router without processes: its set language and errors (config/floor/matrix_dsl.py, as
 llama-swap's internal/matrix tests), the solver (policy/eviction/matrix_solver.py) on hand-made
 cases and against a brute force that expands every set in full, and `gpus` under the matrix
 router."""
@@ -14,7 +14,15 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from swapd.daemon.config import Config, ConfigError, MatrixConfig, load_config_text
-from swapd.daemon.config.matrix_dsl import All, AnyOf, DslError, Expr, Leaf, Ref, compile_sets
+from swapd.daemon.config.floor.matrix_dsl import (
+    All,
+    AnyOf,
+    DslError,
+    Expr,
+    Leaf,
+    Ref,
+    compile_sets,
+)
 from swapd.daemon.policy.eviction.matrix_solver import solve
 from tests.support.eviction import evict_for
 from tests.support.models import model

@@ -40,7 +40,7 @@ def decide(
     cfg = config()
     policy = choose(cfg, by_memory=True)
     target: ModelConfig = cfg.models["t"]
-    assert policy.reads_gpus(target)
+    assert policy.terms(target).reads_gpus
     used = {m: {"gpu-1": 6 * GIB} for m in occupants}
     gpus = GpuRoom(gpus=(GPU,), used=used, reserved={}, need=(need,))
     ask = Ask(target, now=now, queued_at=0.0, collate_window=5.0, room_since=room_since)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import msgspec
 
 from swapd.daemon.config import ModelConfig
-from swapd.daemon.config.busy_check_fields import PRESETS
+from swapd.daemon.config.sections.busy_check_fields import PRESETS
 from swapd.daemon.policy.eviction.contract import Ask, BusyReading, MakeRoom, Occupant, Room, Wait
 from swapd.daemon.policy.eviction.preemption import BUSY_POLL, RECLAIM_PAUSE, make_room
 from swapd.ipc.states import ModelState

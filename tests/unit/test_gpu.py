@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -384,11 +385,11 @@ def test_resolve_gpus_by_index_and_uuid() -> None:
     assert canonical["2"] == canonical[fake_uuid(2).casefold()] == fake_uuid(2).casefold()
 
 
-def test_gpu_check_script_dry_run() -> None:
+def test_gpu_check_script_dry_run(tmp_path: Path) -> None:
     # benchmarks/gpu_check.py is for a real GPU host; a dry run on the fake keeps it working.
-    script = REPO / "benchmarks" / "gpu_check.py"
     result = subprocess.run(
-        [sys.executable, str(script), "--backend", "fake", "--mib", "64"],
+        [sys.executable, "-m", "benchmarks", "--results", str(tmp_path), "gpu_check", "--quick"],
+        cwd=REPO,
         env={**os.environ, "SWAPD_FAKE_GPUS": "1"},
         capture_output=True,
         text=True,

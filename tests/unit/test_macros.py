@@ -6,7 +6,8 @@ import textwrap
 
 import pytest
 
-from swapd.daemon.config import Config, macros
+from swapd.daemon.config import Config
+from swapd.daemon.config.floor import macros
 from swapd.daemon.config.loader import ConfigError, load_config_text
 
 ENV = {"HOME": "/home/u", "SWAPD_PORT_BASE": "7000"}

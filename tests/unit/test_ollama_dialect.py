@@ -6,17 +6,26 @@ from __future__ import annotations
 
 import itertools
 import json
+from collections.abc import AsyncIterator
 from typing import Any
 
+import msgspec
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from swapd.ipc import codec
+from swapd.ipc.messages import KeepAlive
+from swapd.ipc.model_status import ModelStatus
 from swapd.ipc.routing_table import RouteModel, RoutingTable
-from swapd.proxy.dialects.ollama import replies, requests, values
+from swapd.ipc.states import ModelState
+from swapd.proxy.dialects.ollama import listing, replies, requests, values
+from swapd.proxy.dialects.ollama.relaying import Streamed
 from swapd.proxy.dialects.ollama.streams import StreamTranslator
-from swapd.proxy.floor.errors import ProxyError
-from swapd.proxy.mirror.state import Routes
+from swapd.proxy.floor.account import Account
+from swapd.proxy.floor.errors import ProxyError, UpstreamBroken
+from swapd.proxy.mirror.state import ModelRuntime, Routes
+from tests.support import route_bodies
 
 
 def _routes(*ids: str, aliases: tuple[str, ...] = ()) -> Routes:
@@ -56,17 +65,55 @@ def test_names_take_latest_off_only_where_the_config_lacks_it() -> None:
         (-1, -1.0),
         ("-1m", -1.0),
         ("-1", -1.0),
+        # Go's longest duration (int64 nanoseconds), Ollama's bound.
+        (9_223_372_036, 9_223_372_036.0),
+        ("2562047h", 2_562_047 * 3600.0),
     ],
 )
 def test_keep_alive_as_ollama_reads_it(given: object, seconds: float) -> None:
     assert values.keep_alive(given) == pytest.approx(seconds)
 
 
-@pytest.mark.parametrize("given", ["soon", "5 m", "m", "", "1h-3m", True, None, [1], "nan"])
+@pytest.mark.parametrize(
+    "given",
+    [
+        *("soon", "5 m", "m", "", "1h-3m", True, None, [1], "nan"),
+        # Past Go's longest duration: Ollama cannot hold it, and no date can say when it ends.
+        *(1e12, 9_223_372_037, float("inf"), "inf", "1e12", "2562048h", "1" * 5000 + "h"),
+    ],
+)
 def test_bad_keep_alive_is_a_400(given: object) -> None:
     with pytest.raises(ProxyError) as bad:
         values.keep_alive(given)
     assert bad.value.status == 400 and "invalid keep_alive" in bad.value.message
+    assert len(bad.value.message) < 400  # a huge value is not echoed whole
+
+
+@pytest.mark.parametrize("kept", [values.MAX_KEEP_ALIVE_S, float("inf"), 1e300])
+def test_ps_answers_for_any_keep_alive_the_daemon_holds(kept: float) -> None:
+    """`/api/ps` answered 500 for every client after one `keep_alive: 1e12` (issue 40, item 3):
+    the longest keep_alive is a date, and one beyond it (a proxy before the bound) is Ollama's
+    far future."""
+    routes = _routes("m")
+    route = routes.table.models[0]
+    status = ModelStatus(model="m", state=ModelState.READY, keep_alive=kept)
+    rt = ModelRuntime("m", route, 1, status, state=ModelState.READY)
+    for left in (None, kept):
+        shown = msgspec.structs.replace(status, ttl_left=left)
+        [entry] = listing.ps({"m": rt}, {"m": shown})["models"]
+        at = entry["expires_at"]
+        assert at == values.FOREVER if kept > values.MAX_KEEP_ALIVE_S else at[:2] == "23", at
+
+
+def test_a_keep_alive_past_the_bound_does_not_travel_to_the_daemon() -> None:
+    """The IPC contract bounds it too: a cast from anything that skipped the proxy's check is
+    refused where the daemon decodes it, never kept as a TTL `swapd status` cannot print."""
+    for seconds in (values.MAX_KEEP_ALIVE_S, -1.0):
+        message = KeepAlive(proxy_id="p", model="m", seconds=seconds)
+        assert codec.decode_inbound(codec.encode(message)) == message
+    for seconds in (1e12, float("inf"), float("nan")):
+        with pytest.raises(codec.DecodeError):
+            codec.decode_inbound(codec.encode(KeepAlive(proxy_id="p", model="m", seconds=seconds)))
 
 
 def test_timestamps_are_rfc3339_utc() -> None:
@@ -345,3 +392,86 @@ def test_embeddings_in_their_order_and_the_older_shape() -> None:
 )
 def test_upstream_errors_in_ollamas_words(body: bytes, message: str) -> None:
     assert replies.error_message(body, 502, "Bad Gateway") == message
+
+
+# --------------------------------------------------------------------------------------------------
+# hostile bodies
+
+
+@pytest.mark.parametrize("calls", [True, -1, 1.5, "x", {"function": {}}])
+def test_tool_calls_of_the_wrong_type_are_a_400(calls: object) -> None:
+    """`messages[0].tool_calls` of `true`, `-1` or `1.5` answered 500 (issue 40, item 2)."""
+    with pytest.raises(ProxyError) as bad:
+        requests.messages([{"role": "assistant", "tool_calls": calls}])
+    assert bad.value.status == 400 and "tool_calls must be a list" in bad.value.message
+
+
+@pytest.mark.parametrize("function", ["get_weather", 3, ["a"]])
+def test_a_tool_calls_function_of_the_wrong_type_is_a_400(function: object) -> None:
+    with pytest.raises(ProxyError) as bad:
+        requests.messages([{"role": "assistant", "tool_calls": [{"function": function}]}])
+    assert bad.value.status == 400 and "function must be a JSON object" in bad.value.message
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.sampled_from(["chat", "generate", "embed", "embeddings"]), route_bodies.ollama(("m",)))
+def test_any_body_is_translated_or_refused_with_a_400(kind: requests.Kind, doc: Any) -> None:
+    """Every field Ollama's routes read, with any JSON value in it: the body is translated into
+    one that encodes, or refused with a 400; never another error (a 500)."""
+    try:
+        out = requests.translate(kind, doc, "m")
+    except ProxyError as exc:
+        assert exc.status == 400, exc
+        return
+    requests.encode(out.body)
+
+
+class _Broken:
+    """A model's streamed answer that breaks off after `pieces` (the model died)."""
+
+    def __init__(self, *pieces: bytes) -> None:
+        self.pieces = pieces
+
+    async def iter_chunks(self) -> AsyncIterator[bytes]:
+        for piece in self.pieces:
+            yield piece
+        raise UpstreamBroken("connection closed before the end of the body")
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize("pieces", [(), (_sse(_chunk({"content": "Hel"})),)], ids=["none", "one"])
+async def test_a_stream_broken_off_ends_with_ollamas_error_line(pieces: tuple[bytes, ...]) -> None:
+    """A model that died mid-stream under `/api/chat` gave a 200 with an empty body (issue 40,
+    item 10): as Ollama, the stream ends with an `{"error": ...}` line, and no `done` line."""
+    clock = replies.Clock(started=0.0, waited=0.0)
+    translate = StreamTranslator("chat", False, "qwen:latest", clock, lambda: 1.0)
+    acc = Account(model="qwen")
+    streamed = Streamed(_Broken(*pieces), translate, acc, [])  # type: ignore[arg-type]
+    lines = _lines(await streamed.read())
+    assert [line["message"]["content"] for line in lines[:-1]] == ["Hel"] * len(pieces)
+    assert lines[-1] == {
+        "error": "upstream qwen broke off the response: "
+        "connection closed before the end of the body"
+    }
+
+
+DEEP = b'{"usage":' + b'{"a":' * 1500 + b"1" + b"}" * 1500 + b"}"
+
+
+def test_a_model_answer_nested_too_deeply_or_with_huge_figures_is_read() -> None:
+    """The model's (or a peer's) answer is hostile input too: nested 1,500 deep, it read as no
+    JSON (an error's text, a stream's skipped event, a tool call's arguments kept as text), and
+    counts and durations out of any range read as not reported or as Go's longest duration."""
+    assert replies.error_message(DEEP, 500, "x").startswith('{"usage":{"a":')
+    clock = replies.Clock(started=0.0, waited=0.0)
+    translate = StreamTranslator("chat", False, "m", clock, lambda: 1.0)
+    assert translate.feed(b"data: " + DEEP + b"\n\n") == b""
+    [call] = replies.tool_calls([{"function": {"name": "f", "arguments": "[" * 1500}}])
+    assert call["function"]["arguments"] == {"arguments": "[" * 1500}
+    usage = {"prompt_tokens": 1e300, "completion_tokens": 2**70}
+    out = replies.stats(usage, {"prompt_ms": 1e308, "predicted_ms": -5.0}, clock)
+    assert "prompt_eval_count" not in out and "eval_count" not in out
+    assert (out["prompt_eval_duration"], out["eval_duration"]) == (2**63 - 1, 0)
+    json.loads(replies.encode(out))

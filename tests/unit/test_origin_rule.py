@@ -171,3 +171,48 @@ def test_origins_match_as_browsers_spell_them() -> None:
     assert same_origin("http://LOCALHOST:8080", "localhost:8080")
     assert same_origin("https://swapd.lan", "swapd.lan:443")
     assert not same_origin("null", HOST) and not same_origin(OWN, "")
+
+
+# What a browser sends for a top-level navigation the user started on another site (a link, a GET
+# form, a `window.open` on a click): no Origin, the page in the Referer.
+NAVIGATION = {
+    "Sec_Fetch_Site": "cross-site",
+    "Sec_Fetch_Mode": "navigate",
+    "Sec_Fetch_Dest": "document",
+    "Sec_Fetch_User": "?1",
+    "Referer": "https://evil.example/page",
+}
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/upstream/m/",  # a link to a model's own page (llama-server's web UI)
+        "/upstream/m/slots?id_slot=0",
+        "/props",  # llama.cpp's router: `GET /props?model=m` starts m
+        "/v1/audio/voices",  # a GET form naming a model
+        "/sdapi/v1/loras",
+        "/comfyui/",
+        "/unload",
+        "/a/path/added/later",
+    ],
+)
+@pytest.mark.parametrize("site", ["cross-site", "same-site"])
+def test_another_sites_navigation_to_what_may_start_a_model_is_refused(
+    path: str, site: str
+) -> None:
+    """Issue 40 item 9: a click on another site's link, GET form or button swapped models."""
+    for method in ("GET", "HEAD"):
+        message = _refused(STRICT, method, path, **{**NAVIGATION, "Sec_Fetch_Site": site})
+        assert message.startswith("cross-site navigation refused") and "start" in message
+    # A site the operator allows may link there.
+    allowed = {**NAVIGATION, "Referer": OTHER + "/page"}
+    assert _check(ALLOW_OTHER, "GET", path, **allowed) is None
+    assert _check(ANY, "GET", path, **NAVIGATION) is None
+
+
+@pytest.mark.parametrize(
+    "path", ["/", "/ui", "/ui/", "/ui/index.html", "/upstream", "/running", "/api/captures/7"]
+)
+def test_another_sites_navigation_to_the_ui_and_reads_passes(path: str) -> None:
+    assert _check(STRICT, "GET", path, **NAVIGATION) is None

@@ -81,6 +81,8 @@ class _Link:
     def __init__(self, answer: Any = None) -> None:
         self.ensures: list[str] = []
         self.drains: list[tuple[str, int]] = []
+        # The Readys claimed, as the Activity casts tell the daemon: (model, in flight then).
+        self.claims: list[tuple[str, int]] = []
         self.answer = answer
         self.asked = asyncio.Event()
 
@@ -91,8 +93,15 @@ class _Link:
             self.answer(len(self.ensures))
         return Ready(id=len(self.ensures), model=model, upstream=_UPSTREAM)
 
-    def activity(self, model: str, in_flight: int, at: float | None = None) -> None:
-        pass
+    def activity(
+        self,
+        model: str,
+        in_flight: int,
+        at: float | None = None,
+        claimed: int = 0,
+        websockets: int = 0,
+    ) -> None:
+        self.claims += [(model, in_flight)] * claimed
 
     def drained(self, model: str, epoch: int) -> None:
         self.drains.append((model, epoch))
@@ -231,11 +240,14 @@ async def test_a_ready_ahead_of_the_events_is_served_when_they_come_without_anot
     assert not admitting.done() and rt.in_flight == 0 and len(mirror.state.changes) == 2
     mirror.status("a", "stopped")
     assert not admitting.done()  # still the old run
-    mirror.status("a", "starting")  # the new run: the mirror has caught up
+    mirror.status("a", "starting")  # a new run, not listening yet (maybe not this Ready's)
+    assert not admitting.done() and link.claims == []  # the daemon holds the model meanwhile
+    mirror.status("a", "ready")  # the mirror has caught up
     address = await asyncio.wait_for(admitting, 5)
     assert address.url == _UPSTREAM
     assert link.ensures == ["a"]  # no second round trip
     assert rt.in_flight == 1
+    assert link.claims == [("a", 1)]  # claimed, in flight in the same cast
 
 
 async def test_a_drain_of_the_new_run_sends_the_request_to_the_daemon_again(
@@ -259,6 +271,9 @@ async def test_a_drain_of_the_new_run_sends_the_request_to_the_daemon_again(
     ctx = _context(mirror, link)
     await asyncio.wait_for(pipeline._admit(ctx, Account(), ctx.admission.slot(rt)), 5)
     assert link.ensures == ["a", "a"] and rt.in_flight == 1
+    # The stale Ready was not taken, and said so (the daemon's drain waits for that word); the
+    # second was admitted.
+    assert link.claims == [("a", 0), ("a", 1)]
 
 
 async def test_a_mirror_that_never_catches_up_is_a_clear_503(
@@ -276,5 +291,6 @@ async def test_a_mirror_that_never_catches_up_is_a_clear_503(
     assert error.value.status == 503 and error.value.code == "state_out_of_step"
     assert "retry shortly" in error.value.message
     assert link.ensures == ["a"] * pipeline._CATCH_UP_TRIES
+    assert link.claims == [("a", 0)] * pipeline._CATCH_UP_TRIES  # none taken, each said so
     assert rt.in_flight == 0 and len(mirror.state.changes) == 1  # admission's own, nothing left
     assert acc.waited > 0

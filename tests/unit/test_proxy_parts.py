@@ -7,6 +7,9 @@ import asyncio
 import base64
 import contextlib
 import json
+import select
+import socket
+import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 
@@ -29,7 +32,8 @@ from swapd.proxy.mirror.state import Routes, per_process_limit
 from swapd.proxy.routing.body import filter_json, multipart_field, replace_span
 from swapd.proxy.upstream import conn as upstream_conn
 from swapd.proxy.upstream.pool import UpstreamPool
-from swapd.proxy.upstream.relay import cut_event
+from swapd.proxy.upstream.relay import cut_event, error_event
+from tests.support.comfyui import until
 
 # ------------------------------------------------------------------------------------------------
 # body
@@ -343,8 +347,100 @@ async def test_the_retry_after_a_dead_idle_connection_is_on_a_fresh_one() -> Non
             *(pool.request("127.0.0.1", port, GET, None) for _ in range(old))
         )
         assert [await r.read() for r in first] == [b"ok"] * old  # both idle in the pool now
-        assert await (await pool.request("127.0.0.1", port, GET, None)).read() == b"ok"
+        again = await pool.request("127.0.0.1", port, GET, None, idempotent=True)
+        assert await again.read() == b"ok"
         assert len(accepted) == old + 1  # one idle connection tried, then a fresh one
+
+
+async def test_a_post_the_upstream_may_have_read_is_not_sent_twice() -> None:
+    """A reused connection that closes after a POST was written, before any byte of the answer:
+    the upstream may have acted on it (Go's and nginx's rule), so it is not sent again."""
+    post = b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n"
+
+    async def respond(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await _read_head(reader)
+        await reader.readexactly(2)
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+        await _read_head(reader)  # the next one: read, then the connection dropped unanswered
+        await reader.readexactly(2)
+
+    async with _upstream(respond) as (pool, port, accepted):
+        assert await (await pool.request("127.0.0.1", port, post, b"hi")).read() == b"ok"
+        with pytest.raises(UpstreamError):
+            await pool.request("127.0.0.1", port, post, b"hi")
+        assert len(accepted) == 1
+
+
+async def test_a_post_on_a_connection_reset_unread_is_sent_again() -> None:
+    """The upstream closes a kept-alive connection a moment after the next request arrived, with
+    that request unread (llama-server after a streamed answer): a socket closed with bytes unread
+    is reset, so the request cannot have been processed, and it goes again on a fresh one."""
+    post = b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n"
+    answer = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    accepted: list[socket.socket] = []
+
+    def serve() -> None:
+        first, _ = listener.accept()
+        accepted.append(first)
+        first.recv(65536)
+        first.sendall(answer)
+        select.select([first], [], [], 30)  # the next request has come: closed unread (a reset)
+        first.close()
+        second, _ = listener.accept()
+        accepted.append(second)
+        second.recv(65536)
+        second.sendall(answer)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    pool = UpstreamPool()
+    try:
+        assert await (await pool.request("127.0.0.1", port, post, b"hi")).read() == b"ok"
+        assert await (await pool.request("127.0.0.1", port, post, b"hi")).read() == b"ok"
+        assert len(accepted) == 2
+    finally:
+        pool.close()
+        await asyncio.to_thread(thread.join, 30)
+        listener.close()
+        for sock in accepted:
+            sock.close()
+
+
+async def test_an_idle_connection_with_an_end_of_file_waiting_is_not_handed_out() -> None:
+    """The upstream closed the idle connection and the loop has not yet read its end of file
+    (llama-server closes after a streamed answer): the pool looks before it hands it out."""
+    closed = asyncio.Event()
+
+    async def respond(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await _read_head(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+        if len(accepted) == 1:
+            writer.close()
+            closed.set()
+            return
+        await _read_head(reader)
+
+    async with _upstream(respond) as (pool, port, accepted):
+        first = await pool.request("127.0.0.1", port, GET, None)
+        assert await first.read() == b"ok"
+        (idle,) = pool._idle[("127.0.0.1", port)]
+        assert idle.transport is not None
+        idle.transport.pause_reading()  # the loop reads nothing of it: the close is not seen
+        await closed.wait()
+        # The end of file has reached this side's socket; the loop has not read it.
+        await until(lambda: select.select((idle.fd,), (), (), 0)[0], what="the upstream's FIN")
+        assert not idle.closed
+
+        async def upload() -> AsyncIterator[bytes]:
+            yield b"hi"
+
+        # A streamed body, sent with no retry possible: it must go on a live connection.
+        post = b"POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+        second = await pool.request("127.0.0.1", port, post, upload(), chunked=True)
+        assert await second.read() == b"ok"
+        assert idle.closed and len(accepted) == 2
 
 
 async def test_refused_connection_is_upstream_error() -> None:
@@ -466,7 +562,14 @@ class _RecordingLink:
     def __init__(self) -> None:
         self.casts: list[tuple[str, int]] = []
 
-    def activity(self, model: str, in_flight: int, at: float | None = None) -> None:
+    def activity(
+        self,
+        model: str,
+        in_flight: int,
+        at: float | None = None,
+        claimed: int = 0,
+        websockets: int = 0,
+    ) -> None:
         self.casts.append((model, in_flight))
 
     def drained(self, model: str, epoch: int) -> None:
@@ -539,6 +642,41 @@ async def test_a_slot_owns_its_reserve_begin_end_and_release_however_the_request
     assert (rt.reserved, rt.in_flight) == (0, 0)
 
 
+async def test_an_ignored_websocket_opening_or_closing_is_told_at_once_and_is_not_use() -> None:
+    """`Admission.sockets_changed`: the daemon keeps an asleep model with an open websocket from
+    its `stopAfter` (issue 37 item 5), so the count goes out when it turns non-zero or zero,
+    carrying the last request's time unchanged (a websocket is not TTL activity)."""
+    from swapd.ipc.model_status import ModelStatus
+    from swapd.proxy.admission import Admission
+    from swapd.proxy.mirror.state import ModelRuntime, ProxyState
+
+    sent: list[tuple[int, float | None, int]] = []
+
+    class Link(_RecordingLink):
+        def activity(
+            self,
+            model: str,
+            in_flight: int,
+            at: float | None = None,
+            claimed: int = 0,
+            websockets: int = 0,
+        ) -> None:
+            sent.append((in_flight, at, websockets))
+
+    admission = Admission(ProxyState(), Link())  # type: ignore[arg-type]
+    route = RouteModel(id="m", upstream="http://127.0.0.1:1", concurrency_limit=10, ttl=60)
+    rt = ModelRuntime(id="m", route=route, limit=10, status=ModelStatus(model="m", state="asleep"))
+    rt.last_activity = 123.0
+    tab = object()
+    rt.ignored_ws.add(tab)
+    admission.sockets_changed(rt)
+    assert sent == [(0, 123.0, 1)]
+    rt.ignored_ws.discard(tab)
+    admission.sockets_changed(rt)  # within the same second: the edge still goes at once
+    assert sent == [(0, 123.0, 1), (0, 123.0, 0)]
+    assert rt.last_activity == 123.0
+
+
 def test_the_loading_progress_says_what_a_swap_waits_for() -> None:
     """`proxy/loading.py`'s words for a target's `waiting` (the daemon's): the busy models that
     hold it and until when (a clock time: the line is written once), else the scheduler's own."""
@@ -567,3 +705,21 @@ def test_a_cut_event_stream_ends_with_an_error_event_of_its_own() -> None:
     assert error["code"] == "upstream_broke_off" and "upstream a broke off" in error["message"]
     assert cut_event(b"", True, "a", broken).startswith(b"data: ")
     assert cut_event(b"data: x\r\n\r\n", True, "a", broken).startswith(b"data: ")
+
+
+def test_an_error_answer_inside_an_event_stream_is_one_error_event() -> None:
+    own = b'{"error": {"code": 500,\n "message": "tools param requires --jinja flag"}}'
+    assert error_event(500, "Internal Server Error", own, "m") == (
+        b'data: {"error":{"code":500,"message":"tools param requires --jinja flag"}}\n\n'
+    )
+    for body, said in [
+        (b'{"error": "no such slot"}', "upstream m answered 404 Not Found: no such slot"),
+        (b"<html>gone</html>", "upstream m answered 404 Not Found: <html>gone</html>"),
+        (b"[" * 2000, "upstream m answered 404 Not Found: " + "[" * 500),
+        (b"", "upstream m answered 404 Not Found"),
+    ]:
+        event = error_event(404, "Not Found", body, "m")
+        assert event.startswith(b"data: ") and event.endswith(b"\n\n")
+        assert event.count(b"\n") == 2  # one line: an SSE event
+        error = json.loads(event[6:])["error"]
+        assert error["message"] == said and error["code"] == "not_found"

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import pytest
 
 from swapd.daemon.config import Config, ModelConfig
-from swapd.daemon.config.sleep_fields import PRESETS
+from swapd.daemon.config.sections.sleep_fields import PRESETS
 from swapd.daemon.errors import EnsureError
 from swapd.daemon.policy.eviction.choose import choose
 from swapd.daemon.policy.eviction.contract import GpuRoom, MakeRoom, Occupant

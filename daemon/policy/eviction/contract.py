@@ -4,7 +4,7 @@ policy keeps (on `EvictionPolicy`).
 The scheduler asks its policy, every time a swap may begin, how to make room for the swap's
 target. The policy is chosen once for a config (`choose.py`), when the config is loaded and at
 every reload. To change how eviction chooses, change a policy module; to add one, write a module
-with a class that has `reads_gpus` and `decide`, and add its line in `choose.py`.
+with a class that has `terms` and `decide`, and add its line in `choose.py`.
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ class Room:
     """What runs now. `occupants` never holds the target."""
 
     occupants: Mapping[str, Occupant]
-    gpus: GpuRoom | None = None  # read only when the policy `reads_gpus` for the target
+    gpus: GpuRoom | None = None  # read only when the policy's `Terms.reads_gpus` for the target
 
 
 @dataclass(frozen=True)
@@ -80,6 +80,28 @@ class Ask:
     asked: Mapping[str, float] = field(default_factory=dict)
     room_since: float | None = None  # since when it waits for GPU room (placement by memory)
 
+
+@dataclass(frozen=True)
+class Terms:
+    """How the scheduler runs a swap to a target under a policy: the three things placement by
+    memory has it do otherwise than the policies of sets, each said once here."""
+
+    # A decision needs `Room.gpus`, read from NVML and /proc before it (step 7).
+    reads_gpus: bool = False
+    # A swap that put models to sleep decides again, with them asleep at their residual, before
+    # it starts its target (step 13): what they still hold is known only then.
+    decides_again_asleep: bool = False
+    # The swap waits behind a conflicting swap ahead in the queue, and holds the conflicting
+    # swaps behind it (step 12). False: it neither waits for the queue nor holds it (what it
+    # claims is booked against a fresh reading, not against the queue's order).
+    in_queue_order: bool = True
+
+
+# The policies of sets (one at a time, `gpus`, groups, matrix): they decide on the occupants
+# alone.
+BY_SETS = Terms()
+# Placement by memory, for its targets (`gpus: auto`).
+BY_MEMORY = Terms(reads_gpus=True, decides_again_asleep=True, in_queue_order=False)
 
 # ------------------------------------------------------------------------------------- decided
 
@@ -163,15 +185,16 @@ class EvictionPolicy(Protocol):
       for it (`MakeRoom.overdue`); before that the decision is a `Wait`, with its reason and the
       deadline to look again.
     * what it needs beyond the config it was chosen with comes in `room`. GPU memory (`room.gpus`)
-      comes only when `reads_gpus(target)` is true, since it is read from NVML and /proc; the
+      comes only when `terms(target).reads_gpus`, since it is read from NVML and /proc; the
       scheduler reads it before it decides, never while it decides.
 
     The rest is the scheduler's: collisions with the claims of other swaps, the queue's order,
     draining and stopping, and starting the target where `MakeRoom.placement` says.
     """
 
-    def reads_gpus(self, target: ModelConfig) -> bool:
-        """Whether a decision for `target` needs `room.gpus`."""
+    def terms(self, target: ModelConfig) -> Terms:
+        """How the scheduler runs a swap to `target`: whether a decision reads the GPUs,
+        decides again once models are asleep, keeps the queue's order (`Terms`)."""
         ...
 
     def decide(self, ask: Ask, room: Room) -> Decision:

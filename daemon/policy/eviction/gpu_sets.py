@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from ...config import ModelConfig
-from .contract import Ask, Decision, Room
+from .contract import BY_SETS, Ask, Decision, Room, Terms
 from .preemption import make_room
 
 
@@ -85,8 +85,8 @@ class GpuSets:
     def __init__(self, canonical: Mapping[str, str] | None = None) -> None:
         self.overlap = Overlap(canonical)
 
-    def reads_gpus(self, target: ModelConfig) -> bool:
-        return False
+    def terms(self, target: ModelConfig) -> Terms:
+        return BY_SETS
 
     def decide(self, ask: Ask, room: Room) -> Decision:
         stop = frozenset(

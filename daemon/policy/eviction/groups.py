@@ -26,7 +26,7 @@ from collections.abc import Mapping
 import msgspec
 
 from ...config import Config, GroupConfig, ModelConfig
-from .contract import Ask, Decision, Room
+from .contract import BY_SETS, Ask, Decision, Room, Terms
 from .gpu_sets import Overlap
 from .preemption import make_room
 
@@ -78,8 +78,8 @@ class Groups:
         self.groups = memberships(config)
         self.overlap = Overlap(canonical)
 
-    def reads_gpus(self, target: ModelConfig) -> bool:
-        return False
+    def terms(self, target: ModelConfig) -> Terms:
+        return BY_SETS
 
     def decide(self, ask: Ask, room: Room) -> Decision:
         target = ask.target

@@ -1,6 +1,6 @@
 """llama-swap's matrix (`routing.router.use: matrix`, or the legacy `matrix:`): the target runs in
 the cheapest set that holds it, and the running models outside that set stop
-(`matrix_solver.solve`; the set language is compiled at load time by `config/matrix_dsl.py`).
+(`matrix_solver.solve`; the set language is compiled at load time by `config/floor/matrix_dsl.py`).
 
 A target that no set names "can only run alone", the matrix's stand-in for the implicit group, so
 there, as for the implicit group of `groups.py`, a running model on disjoint `gpus` keeps running
@@ -13,7 +13,7 @@ from collections.abc import Mapping
 
 from ....ipc.states import ModelState
 from ...config import MatrixConfig, ModelConfig
-from .contract import Ask, Decision, Room
+from .contract import BY_SETS, Ask, Decision, Room, Terms
 from .gpu_sets import Overlap
 from .matrix_solver import named, solve
 from .preemption import make_room
@@ -25,8 +25,8 @@ class Matrix:
         self.named = named(matrix)
         self.overlap = Overlap(canonical)
 
-    def reads_gpus(self, target: ModelConfig) -> bool:
-        return False
+    def terms(self, target: ModelConfig) -> Terms:
+        return BY_SETS
 
     def decide(self, ask: Ask, room: Room) -> Decision:
         target = ask.target

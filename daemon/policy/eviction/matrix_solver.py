@@ -1,8 +1,8 @@
 """llama-swap's matrix solver: the cheapest eviction that lets the target run in one of the sets.
 
 A set's expression describes the combinations of models that may run together (`&` all of, `|`
-one of, `+name` another set); see `config/matrix_dsl.py`. For target T and the running models R
-(llama-swap's `Program.Solve`, shared/reference/llama-swap.md §2.7):
+one of, `+name` another set); see `config/floor/matrix_dsl.py`. For target T and the running
+models R (llama-swap's `Program.Solve`, shared/reference/llama-swap.md §2.7):
 
 * T already running -> evict nothing;
 * otherwise every combination that contains T costs the sum of `evict_costs` (default 1) of the
@@ -20,8 +20,7 @@ from collections.abc import Collection
 
 import msgspec
 
-from ...config import MatrixConfig, matrix_dsl
-from ...config.matrix_dsl import Projection
+from ...config import MatrixConfig, Projection, models_named
 
 DEFAULT_COST = 1
 
@@ -34,7 +33,7 @@ class Decision(msgspec.Struct, frozen=True):
 
 def named(matrix: MatrixConfig) -> frozenset[str]:
     """Every model some set names (a model outside them all can only run alone)."""
-    return matrix_dsl.named(matrix.sets)
+    return models_named(matrix.sets)
 
 
 def solve(target: str, running: Collection[str], matrix: MatrixConfig) -> Decision:

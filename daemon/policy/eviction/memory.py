@@ -26,6 +26,7 @@ from __future__ import annotations
 from ....ipc.states import ModelState
 from ...config import Config, ModelConfig
 from .contract import (
+    BY_MEMORY,
     Ask,
     Decision,
     EvictionPolicy,
@@ -35,6 +36,7 @@ from .contract import (
     Placement,
     Refuse,
     Room,
+    Terms,
     Wait,
 )
 from .gpu_sets import normalize_gpu
@@ -53,8 +55,8 @@ class ByMemory:
         self.rest = rest
         self.margin = config.vram_margin
 
-    def reads_gpus(self, target: ModelConfig) -> bool:
-        return target.gpus_auto
+    def terms(self, target: ModelConfig) -> Terms:
+        return BY_MEMORY if target.gpus_auto else self.rest.terms(target)
 
     def decide(self, ask: Ask, room: Room) -> Decision:
         if not ask.target.gpus_auto:

@@ -7,13 +7,13 @@ simplest policy, and the one to copy when adding a policy (docs/swapping.md, "Ad
 from __future__ import annotations
 
 from ...config import ModelConfig
-from .contract import Ask, Decision, Room
+from .contract import BY_SETS, Ask, Decision, Room, Terms
 from .preemption import make_room
 
 
 class OneAtATime:
-    def reads_gpus(self, target: ModelConfig) -> bool:
-        return False
+    def terms(self, target: ModelConfig) -> Terms:
+        return BY_SETS
 
     def decide(self, ask: Ask, room: Room) -> Decision:
         return make_room(frozenset(room.occupants), ask, room)

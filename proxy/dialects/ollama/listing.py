@@ -87,11 +87,16 @@ def tags(routes: Routes, runtimes: Mapping[str, ModelRuntime]) -> dict[str, Any]
 def expires_at(rt: ModelRuntime, status: ModelStatus, now: float) -> str:
     """When the model unloads if nothing uses it: its TTL left as the daemon counts it; the
     whole TTL (or keep_alive) while it is in use; `values.FOREVER` when no TTL applies."""
-    if status.ttl_left is not None:
-        return values.timestamp(now + status.ttl_left)
-    kept = status.keep_alive
-    ttl = kept if kept is not None else (float(rt.route.ttl) if rt.route.ttl > 0 else -1.0)
-    return values.FOREVER if ttl < 0 else values.timestamp(now + ttl)
+    left = status.ttl_left
+    if left is None:
+        kept = status.keep_alive
+        left = kept if kept is not None else (float(rt.route.ttl) if rt.route.ttl > 0 else -1.0)
+        if left < 0:
+            return values.FOREVER
+    # Past the longest keep_alive (one a proxy before the bound let through): no date says it.
+    if not left <= values.MAX_KEEP_ALIVE_S:
+        return values.FOREVER
+    return values.timestamp(now + left)
 
 
 def ps(

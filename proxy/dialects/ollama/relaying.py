@@ -6,6 +6,7 @@ daemon (`KeepAlives`)."""
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -27,6 +28,7 @@ from .streams import StreamTranslator
 NDJSON = "application/x-ndjson"
 JSON = "application/json; charset=utf-8"
 _decode = msgspec.json.Decoder().decode
+log = logging.getLogger(__name__)
 
 
 class Whole:
@@ -75,11 +77,18 @@ class Streamed:
                 lines = translate.feed(chunk)
                 if lines:
                     yield lines
-            last = translate.end()
-            if last:
-                yield last
+        except UpstreamBroken as exc:
+            # The 200 is sent: as Ollama, the stream ends with an error line its clients raise
+            # (a bare end reads as an empty answer).
+            label = self._acc.model
+            log.warning("upstream %s broke off a response: %s", label, exc)
+            yield translate.fail(f"upstream {label} broke off the response: {exc}")
+            return
         finally:
             self._acc.counts = translate.counts()
+        last = translate.end()
+        if last:
+            yield last
 
     def close(self) -> None:
         self._inner.close()
@@ -134,6 +143,8 @@ def rewrite_for(
             doc: Any = _decode(body)
         except msgspec.DecodeError as exc:
             raise BadGateway(f"upstream {acc.model} answered with no JSON: {exc}") from exc
+        except RecursionError as exc:
+            raise BadGateway(f"upstream {acc.model} answered with JSON nested too deeply") from exc
         out = replies.whole(
             translated.kind, translated.completion, translated.asked, doc, clock, translated.single
         )

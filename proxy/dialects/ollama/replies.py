@@ -8,6 +8,7 @@ Every duration is an integer of nanoseconds, as in Ollama; a figure nobody knows
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,6 +17,7 @@ import msgspec
 from . import values
 
 _decode = msgspec.json.Decoder().decode
+_MAX_COUNT = 2**53
 _encode = msgspec.json.Encoder().encode
 _DONE_REASONS = {"tool_calls": "stop", "function_call": "stop", "eos": "stop"}
 
@@ -81,11 +83,17 @@ def stats(usage: object, timings: object, clock: Clock) -> dict[str, int]:
 
 
 def _int(value: object) -> int | None:
-    return int(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+    """A count the model reported: an integer from 0 to 2^53 (the activity log's bound), else
+    not reported."""
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return None
+    return int(value) if 0 <= value <= _MAX_COUNT else None
 
 
 def _num(value: object) -> float | None:
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return None
+    return float(value) if math.isfinite(value) else None
 
 
 # --------------------------------------------------------------------------------------------------
@@ -96,7 +104,7 @@ def error_message(body: bytes, status: int, reason: str) -> str:
     string, `detail` (FastAPI's), else the text itself, bounded."""
     try:
         doc = _decode(body)
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, RecursionError):
         text = body.decode("utf-8", "replace").strip()
         return text[:1000] or f"{status} {reason}".strip()
     if isinstance(doc, dict):
@@ -144,8 +152,8 @@ def arguments(given: object) -> dict[str, Any]:
     if isinstance(given, str) and given.strip():
         try:
             parsed = _decode(given)
-        except msgspec.DecodeError:
-            return {"arguments": given}  # not JSON: kept, under a name
+        except (msgspec.DecodeError, RecursionError):
+            return {"arguments": given}  # not JSON (or too deep to read): kept, under a name
         return parsed if isinstance(parsed, dict) else {"value": parsed}
     return {}
 

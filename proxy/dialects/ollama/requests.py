@@ -59,7 +59,6 @@ _IMAGE_TYPES = (
     (b"GIF89a", "image/gif"),
     (b"BM", "image/bmp"),
 )
-_decode = msgspec.json.Decoder().decode
 _encode = msgspec.json.Encoder().encode
 
 
@@ -82,16 +81,6 @@ class Translated:
     completion: bool = False  # generate sent to /v1/completions (raw or suffix)
     single: bool = False  # /api/embeddings: one prompt, one `embedding`
     extra: dict[str, Any] = field(default_factory=dict)
-
-
-def parse(raw: bytes) -> dict[str, Any]:
-    try:
-        doc = _decode(raw) if raw.strip() else {}
-    except msgspec.DecodeError as exc:
-        raise BadRequest(f"invalid JSON body: {exc}") from exc
-    if not isinstance(doc, dict):
-        raise BadRequest("the request body must be a JSON object")
-    return doc
 
 
 def model_of(doc: dict[str, Any]) -> str:
@@ -260,12 +249,16 @@ def messages(given: list[Any]) -> list[dict[str, Any]]:
         if isinstance(thinking, str) and thinking:
             message["reasoning_content"] = thinking
         calls = item.get("tool_calls")
+        if calls is not None and not isinstance(calls, list):
+            raise BadRequest("tool_calls must be a list")
         if calls:
             message["tool_calls"] = []
             for call in calls:
                 if not isinstance(call, dict):
                     raise BadRequest("each tool call must be a JSON object")
                 function = call.get("function") or {}
+                if not isinstance(function, dict):
+                    raise BadRequest("a tool call's function must be a JSON object")
                 call_id = call["id"] if isinstance(call.get("id"), str) else f"call_{counter}"
                 counter += 1
                 arguments = function.get("arguments", {})

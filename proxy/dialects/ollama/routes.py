@@ -5,7 +5,8 @@
   the model's own (`requests.py`) and goes the one pipeline's way (route decision, admission,
   forward, relay, accounting: `pipeline.dialect_handler`), its answer rewritten on the way out
   (`relaying.py`). A chat or generate with nothing to answer loads the model (Ollama's way to
-  preload), or with `keep_alive: 0` unloads it.
+  preload), or with `keep_alive: 0` unloads it. A streamed chat or generate that waits for its
+  model gets the loading progress (`sendLoadingState`) as `thinking` lines (`progress.py`).
 * `/api/tags`, `/api/ps`, `/api/show`: `listing.py`. `/api/version` (llama-swap's too, so
   served whatever `ollamaAPI` says): `handle_version`.
 * `GET /` and `HEAD /`: "Ollama is running" (Ollama's clients check it), except to a browser
@@ -28,15 +29,18 @@ from ....ipc.states import LOADED_STATES
 from ... import pipeline
 from ...api import ops
 from ...context import CTX, ProxyContext
+from ...floor.account import ACCOUNT
 from ...floor.errors import NotFound, ProxyError
+from ...floor.progress import PROGRESS_FRAMES
 from ...mirror import link
 from ...mirror.state import Routes
 from ...mirror.wait import routes_of
 from ...pipeline import Reader, Way
 from ...routing import decide
-from ...routing.body import RequestModel, read_decoded
+from ...routing.body import RequestModel, read_json
 from ..paths import OLLAMA_MODEL_ROUTES
 from . import listing, replies, requests, values
+from .progress import OllamaFrames
 from .relaying import JSON, KeepAlives, rewrite_for
 from .requests import Kind, Translated
 
@@ -136,8 +140,7 @@ async def handle_ps(request: web.Request) -> web.Response:
 async def handle_show(request: web.Request) -> web.Response:
     ctx = request.app[CTX]
     routes = ctx.state.routes
-    decoded, _raw = await read_decoded(request)
-    doc = requests.parse(decoded)
+    doc, _raw = await read_json(request)
     asked = requests.model_of(doc)
     name = values.resolve(routes, asked)
     if not values.known(routes, name):
@@ -163,10 +166,17 @@ async def handle_refused(request: web.Request) -> web.Response:
 
 def _reader(kind: Kind) -> Reader:
     async def read(request: web.Request) -> Way:
-        translated, raw, started = request[_TRANSLATED]
+        translated, raw, started = request.pop(_TRANSLATED)
         body = requests.encode(translated.body)
+        # What the model gets is `body` now: the translated document (an image's data URL, as
+        # large as the image) need not live as long as the request.
+        translated.body = {}
+        if raw is None:
+            request[ACCOUNT].keep = 0  # no capture: the body outgrew `captureBuffer` (handle)
         found = RequestModel(translated.name, "json", body, raw=raw, rewritten=True)
         rewrite = rewrite_for(request.app[CTX], request.app[KEEPS], translated, started)
+        if translated.kind in ("chat", "generate"):  # loading progress as `thinking` lines
+            request[PROGRESS_FRAMES] = OllamaFrames(translated.kind, translated.asked)
         return Way(found, translated.path, "", rewrite)
 
     read.__name__ = f"read_ollama_{kind}"
@@ -180,12 +190,18 @@ def _model_route(kind: Kind) -> Handler:
         started = time.perf_counter()
         ctx = request.app[CTX]
         routes = ctx.state.routes
-        decoded, raw = await read_decoded(request)
-        doc = requests.parse(decoded)
+        # An image request's body, its decoded document, the translation (its data URLs) and
+        # that encoded are each as large as its images: each is let go of as soon as the next
+        # is made, so a request holds about one of them at a time (issue 40, item 8).
+        doc, raw = await read_json(request)
+        kept = raw if len(raw) <= routes.table.capture_bytes else None  # for the capture
+        del raw
         translated = requests.translate(kind, doc, values.resolve(routes, requests.model_of(doc)))
+        del doc
         if translated.empty:
             return await _load_or_unload(request, ctx, routes, translated)
-        request[_TRANSLATED] = (translated, raw, started)
+        request[_TRANSLATED] = (translated, kept, started)
+        del kept
         return await through(request)
 
     handle.__name__ = f"handle_ollama_{kind}"

@@ -6,7 +6,7 @@ Each `data:` event with text (`content`, `reasoning_content` as `thinking`, a te
 whole in one line once the model finished them (Ollama sends each call complete); the last line
 (`done: true`) comes at `[DONE]` or the end of the stream, with `done_reason` and the counts and
 durations (`replies.stats`) from the usage and timings events. An error event becomes Ollama's
-`{"error": ...}` line.
+`{"error": ...}` line, and so does a stream the model broke off (`fail`).
 """
 
 from __future__ import annotations
@@ -61,6 +61,11 @@ class StreamTranslator:
         out = self.feed(b"\n") if self._partial else b""
         return out + (self._done() if not self.finished else b"")
 
+    def fail(self, message: str) -> bytes:
+        """The stream broke off: Ollama's `{"error": ...}` line ends it (no `done` line)."""
+        self.finished = True
+        return _encode({"error": message}) + b"\n"
+
     def counts(self) -> bytes | None:
         return replies.counts_doc(self.usage, self.timings)
 
@@ -74,7 +79,7 @@ class StreamTranslator:
             return self._done()
         try:
             event = _decode(payload)
-        except msgspec.DecodeError:
+        except (msgspec.DecodeError, RecursionError):
             return b""
         if not isinstance(event, dict):
             return b""

@@ -7,7 +7,7 @@ import math
 import time
 from datetime import UTC, datetime
 
-from ....ipc.durations import go_duration
+from ....ipc.durations import MAX_DURATION_S, go_duration
 from ...floor.errors import BadRequest
 from ...mirror.state import Routes
 
@@ -15,6 +15,9 @@ from ...mirror.state import Routes
 # Ollama's clients compare it with the least version they need.
 API_VERSION = "0.12.6"
 LATEST = ":latest"
+# The longest keep_alive, in seconds: Ollama's is a Go `time.Duration` (Go's duration parser
+# refuses a longer one, and a number of seconds past it does not fit its int64 nanoseconds).
+MAX_KEEP_ALIVE_S = MAX_DURATION_S
 # What `expires_at` says for a model that never unloads by TTL (Ollama's own far future).
 FOREVER = "2318-01-01T00:00:00Z"
 
@@ -46,7 +49,8 @@ def listed_name(name: str) -> str:
 
 def keep_alive(value: object) -> float | None:
     """Ollama's `keep_alive` in seconds: a number of seconds, or a Go duration (`"5m"`,
-    `"1h30m"`, `"0"`, `"-1m"`); negative means for ever (returned as -1.0). 400 otherwise."""
+    `"1h30m"`, `"0"`, `"-1m"`); negative means for ever (returned as -1.0). 400 otherwise, and
+    400 past `MAX_KEEP_ALIVE_S`, where Ollama's Go duration ends."""
     if isinstance(value, bool) or value is None:
         raise _bad_keep_alive(value)
     if isinstance(value, int | float):
@@ -55,7 +59,7 @@ def keep_alive(value: object) -> float | None:
         seconds = _duration(value.strip())
     else:
         raise _bad_keep_alive(value)
-    if math.isnan(seconds):
+    if math.isnan(seconds) or seconds > MAX_KEEP_ALIVE_S:
         raise _bad_keep_alive(value)
     return -1.0 if seconds < 0 else seconds
 
@@ -73,9 +77,15 @@ def _duration(text: str) -> float:
 
 def _bad_keep_alive(value: object) -> BadRequest:
     return BadRequest(
-        f'invalid keep_alive {value!r}: expected seconds or a duration such as "5m", '
-        '"1h30m", "0" (unload after this answer) or "-1" (keep loaded)',
+        f'invalid keep_alive {_shown(value)}: expected seconds or a duration such as "5m", '
+        '"1h30m", "0" (unload after this answer) or "-1" (keep loaded), at most '
+        f"{MAX_KEEP_ALIVE_S:.0f} seconds (some 292 years)",
     )
+
+
+def _shown(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def timestamp(at: float | None = None) -> str:
@@ -85,4 +95,9 @@ def timestamp(at: float | None = None) -> str:
 
 
 def nanoseconds(seconds: float) -> int:
-    return max(0, round(seconds * 1e9))
+    """Seconds as Ollama's nanoseconds: 0 to Go's longest duration (a model's `prompt_ms` of
+    1e300 is no reason to fail its answer)."""
+    nanos = seconds * 1e9
+    if math.isnan(nanos):
+        return 0
+    return max(0, round(nanos)) if nanos < 2**63 else 2**63 - 1

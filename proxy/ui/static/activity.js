@@ -9,7 +9,8 @@ import { ActivityTable } from "./activity_table.js";
 import { encode, getJSON, send } from "./api.js";
 import { bytes, clock, el, epoch, labelled, seconds, toast } from "./dom.js";
 import * as events from "./events.js";
-import { store, subscribe } from "./store.js";
+import { modelStatus, stateOf, store, subscribe, tableItem } from "./store.js";
+import { requestWaitText } from "./waits.js";
 
 // The newest records read and kept here (the activity API's largest page).
 const MAX_RECORDS = 999;
@@ -135,6 +136,15 @@ function userAgent(f) {
   return "";
 }
 
+// What an in-flight request waits for before its response's head came: a swap to its model and
+// what that waits for, or its model's start (the words of the Playground's waiting line); ""
+// once its model is ready or its answer began.
+function waitsFor(f) {
+  if (f.resp_headers && Object.keys(f.resp_headers).length) return "";
+  const item = tableItem(f.model);
+  return requestWaitText(f.model, item ? stateOf(item) : "", modelStatus(f.model)) || "";
+}
+
 function renderInflight() {
   const body = document.querySelector("#inflight tbody");
   const flights = [...store.inflight.values()].sort((a, b) => epoch(a.timestamp) - epoch(b.timestamp));
@@ -143,8 +153,11 @@ function renderInflight() {
   const shown = [...body.querySelectorAll("tr[data-inflight]")].map((tr) => tr.dataset.inflight);
   if (shown.length === flights.length && flights.every((f, i) => f.id === shown[i])) {
     for (const f of flights) {
-      const cell = body.querySelector(`tr[data-inflight="${CSS.escape(f.id)}"] [data-role="sent"]`);
+      const row = body.querySelector(`tr[data-inflight="${CSS.escape(f.id)}"]`);
+      const cell = row && row.querySelector('[data-role="sent"]');
       if (cell) cell.textContent = bytes(f.resp_bytes || 0);
+      const waits = row && row.querySelector('[data-role="waiting"]');
+      if (waits) waits.textContent = waitsFor(f);
     }
     return;
   }
@@ -161,7 +174,7 @@ function renderInflight() {
       { "data-inflight": f.id },
       el("td", { text: clock(at) }),
       el("td", { text: f.model }),
-      el("td", { class: "wrap", text: `${f.method} ${f.req_path}` }),
+      el("td", { class: "wrap" }, `${f.method} ${f.req_path}`, el("div", { class: "sub waits", "data-role": "waiting", text: waitsFor(f) })),
       el("td", { class: "wrap ua", "data-role": "client", title: f.remote_ip ? `from ${f.remote_ip}` : null, text: userAgent(f) || f.remote_ip || "–" }),
       el("td", { class: "num", "data-role": "sent", text: bytes(f.resp_bytes || 0) }),
       el("td", { class: "num" }, el("span", { "data-since": String(at), text: seconds(Date.now() / 1000 - at) })),

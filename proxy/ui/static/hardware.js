@@ -7,6 +7,7 @@
 import { getJSON } from "./api.js";
 import { bytes, el, epoch, fill, number } from "./dom.js";
 import { holders } from "./gpus.js";
+import { noGpuWords } from "./measured.js";
 import { modelHref } from "./nav.js";
 import { refresh, store, subscribe } from "./store.js";
 import { timeChart } from "./time_chart.js";
@@ -196,9 +197,7 @@ function render() {
     el("div", { class: "cards hw-cards" },
       hostCard(),
       gpus.map(([uuid, list]) => gpuCard(uuid, list))),
-    gpus.length ? null : el("p", { class: "hint", "data-role": "no-gpus", text: store.status && store.status.gpu_backend
-      ? `no GPU reported by the ${store.status.gpu_backend} backend`
-      : "no GPU reported" }),
+    gpus.length ? null : el("p", { class: "hint", "data-role": "no-gpus", text: noGpuWords(store.status && store.status.gpu_backend) }),
   );
 }
 

@@ -10,6 +10,7 @@ import { captureButton } from "./activity.js";
 import * as stats from "./activity_stats.js";
 import { encode, getJSON, send } from "./api.js";
 import * as caps from "./caps.js";
+import { heldWords, NOT_MEASURED } from "./measured.js";
 import * as catalog from "./catalog.js";
 import { bytes, clock, el, epoch, fill, labelled, ms, now, plural, seconds, toast } from "./dom.js";
 import * as events from "./events.js";
@@ -130,9 +131,11 @@ function head(item, entry) {
     parts.head,
     el("h2", { text: current }),
     el("span", { class: `badge state-${state}`, "data-role": "state", text: state }),
-    st && st.busy && st.busy.busy ? el("span", { class: "badge busy", text: "busy" }) : null,
+    // How long it has been in its state, beside the state (not after the busy badge, where it
+    // read as how long it had been busy); the busy badge says its own.
+    st && st.since && state !== "stopped" ? el("span", { class: "hint", "data-role": "state-for" }, "for ", el("span", { "data-since": String(st.since), text: seconds(now() - st.since) })) : null,
+    st && st.busy && st.busy.busy ? el("span", { class: "badge busy", "data-role": "busy-for" }, "busy", st.busy.since ? [" for ", el("span", { "data-since": String(st.busy.since), text: seconds(now() - st.busy.since) })] : null) : null,
     st && st.waiting ? el("span", { class: "badge wait", text: "waiting" }) : null,
-    st && st.since && state !== "stopped" ? el("span", { class: "hint" }, "for ", el("span", { "data-since": String(st.since), text: seconds(now() - st.since) })) : null,
     remote ? el("span", { class: "badge remote", text: "remote" }) : null,
     el("span", { class: "grow" }),
     el("a", { href: href("playground", current), "data-action": "playground", text: "Try in the Playground" }),
@@ -175,6 +178,12 @@ function renderFacts(item, entry) {
   if (st && st.placed_by_memory) facts.push(fact("placement", "by measured memory (gpus: auto)"));
   const t = ttl(st, state);
   if (t) facts.push(fact("TTL", t));
+  const estimate = state === "ready" ? null : waits.estimate(st, state);
+  if (estimate) {
+    const [dt, dd] = fact(...estimate);
+    dd.dataset.role = "estimate";
+    facts.push([dt, dd]);
+  }
   if (st && st.waiting) {
     const [dt, dd] = fact("a swap waits", ...waits.waitingParts(st.waiting));
     dd.dataset.role = "waiting";
@@ -239,16 +248,23 @@ function renderSleep() {
   const asleep = st.state === "asleep";
   const facts = [
     fact("setting", sleep.preset ? `preset ${sleep.preset}` : "written out"),
-    asleep ? fact("holds asleep", sum(sleep.residual) ? perGpu(sleep.residual) : "nothing on the GPUs") : null,
-    sum(sleep.held_before) ? fact("held before its last sleep", perGpu(sleep.held_before)) : null,
+    asleep ? fact("holds asleep", heldWords(sleep.residual, perGpu)) : null,
+    sleep.held_before === null
+      ? fact("held before its last sleep", NOT_MEASURED)
+      : sum(sleep.held_before) ? fact("held before its last sleep", perGpu(sleep.held_before)) : null,
     fact("last sleep", secondsText(sleep.last_sleep_s)),
     fact("last wake", secondsText(sleep.last_wake_s)),
     fact("sleeps / wakes", `${sleep.sleeps} / ${sleep.wakes}`),
+    sleep.verified ? fact("wakes verified", `${sleep.verified} (its wakeProbe answered as it must)`) : null,
     fact("stopped after", sleep.stop_after > 0 ? `${sleep.stop_after} s asleep and unused` : "never (stays asleep)"),
     asleep && sleep.stop_left !== null && sleep.stop_left !== undefined
       ? fact("stopped in", el("span", { "data-until": String(store.fetchedAt + sleep.stop_left), text: seconds(sleep.stop_left) }))
       : null,
+    asleep && sleep.stop_after > 0 && sleep.websockets
+      ? fact("stopped in", `not while ${sleep.websockets} websocket(s) to it are open`)
+      : null,
     sleep.serves_asleep ? fact("asleep, its server", "still answers its page, websocket and polls") : null,
+    sleep.serves_asleep && sleep.wake_on && sleep.wake_on.length ? fact("woken by", sleep.wake_on.join(", ")) : null,
     sleep.last_failure ? fact("last failure", el("span", { class: "reason", text: sleep.last_failure })) : null,
   ];
   parts.sleep.replaceChildren(el("dl", { class: "facts", "data-sleep": asleep ? "asleep" : "awake" }, facts.filter(Boolean).flat()));

@@ -7,6 +7,7 @@ import * as caps from "./caps.js";
 import * as catalog from "./catalog.js";
 import { bytes, el, now, seconds, toast } from "./dom.js";
 import * as events from "./events.js";
+import { heldWords } from "./measured.js";
 import { modelHref } from "./nav.js";
 import { inflightOf, modelStatus, refresh, store, subscribe } from "./store.js";
 import * as waits from "./waits.js";
@@ -125,6 +126,9 @@ function card(item) {
   const facts = [];
   if (remote) facts.push(fact("peer", item.peerID));
   if (detail && state === "starting" && detail.since) facts.push(fact("starting for", since(detail.since)));
+  // How long its load (or wake) took lately, from its own last ones; nothing before the first.
+  const estimate = state === "ready" ? null : waits.estimate(st, state);
+  if (estimate) facts.push(role(fact(...estimate), "estimate"));
   if (detail && state === "ready" && detail.since) facts.push(fact("up", since(detail.since)));
   if (detail && detail.pid) facts.push(fact("pid", String(detail.pid)));
   if (detail && state !== "stopped") {
@@ -151,8 +155,7 @@ function card(item) {
   if (!remote) facts.push(fact("in flight", String(inflight)));
   if (detail && memory(detail)) facts.push(fact("GPU memory", memory(detail)));
   if (detail && state === "asleep" && detail.sleep) {
-    const held = sum(detail.sleep.residual);
-    facts.push(fact("holds asleep", held ? bytes(held) : "nothing on the GPUs"));
+    facts.push(fact("holds asleep", heldWords(detail.sleep.residual, (held) => bytes(sum(held)))));
   }
   if (item.aliases && item.aliases.length) facts.push(fact("aliases", item.aliases.join(", ")));
 

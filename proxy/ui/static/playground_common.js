@@ -3,10 +3,10 @@
 // shows a model's state (from the event stream) while a request waits for it.
 
 import * as catalog from "./catalog.js";
-import { el, now, seconds } from "./dom.js";
+import { el, seconds } from "./dom.js";
 import { load, save } from "./prefs.js";
 import { modelStatus, stateOf, subscribe, tableItem } from "./store.js";
-import { waitingText } from "./waits.js";
+import { requestWaitText } from "./waits.js";
 
 const DEFAULTS = { system: "", max_tokens: 512, temperature: "", extra: "" };
 
@@ -133,11 +133,8 @@ export function waitingLine(name) {
     const item = id ? tableItem(id) : null;
     const state = item ? stateOf(item) : "";
     const st = id ? modelStatus(id) : null;
-    const since = st && st.state === state && st.since ? ` for ${seconds(now() - st.since)}` : "";
     // What the daemon says its swap waits for (a busy model, the queue, ...), else its state.
-    if (st && st.waiting) node.textContent = `waiting ${waitingText(st.waiting)}`;
-    else if (!item || state === "ready") node.textContent = "waiting for the answer…";
-    else node.textContent = `waiting: ${id} is ${state}${since}`;
+    node.textContent = requestWaitText(id, item ? state : "", st) || "waiting for the answer…";
   };
   draw();
   const timer = setInterval(draw, 500);

@@ -22,6 +22,18 @@ async function post(model, path, init, out) {
   }
 }
 
+const finite = (v) => typeof v === "number" && Number.isFinite(v);
+
+// A vector as the table shows it: its size, its norm and its first values. Whatever a server
+// sends (a null, a string, a nested list in the vector, no list at all) is shown, never thrown
+// on: a value that is not a number reads "?", and the norm of such a vector "–".
+export function vectorSummary(embedding) {
+  const vector = Array.isArray(embedding) ? embedding : [];
+  const norm = vector.every(finite) ? Math.sqrt(vector.reduce((a, v) => a + v * v, 0)).toFixed(4) : "–";
+  const head = vector.slice(0, 6).map((v) => (finite(v) ? v.toFixed(4) : "?")).join(", ");
+  return { dims: vector.length, norm, head: vector.length > 6 ? `${head}, …` : head };
+}
+
 export function embeddings(model) {
   const input = el("textarea", { "data-role": "prompt", rows: "4", "aria-label": "inputs", placeholder: "One input per line" });
   const out = el("div", { class: "result", "data-role": "result" });
@@ -36,15 +48,14 @@ export function embeddings(model) {
       const { data, took } = await post(picked, "/v1/embeddings", {
         method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(body),
       }, out);
-      const rows = (data.data || []).map((item) => {
-        const vector = item.embedding || [];
-        const norm = Math.sqrt(vector.reduce((a, v) => a + v * v, 0));
-        const head = vector.slice(0, 6).map((v) => v.toFixed(4)).join(", ");
-        return el("tr", { "data-embedding": String(item.index) },
-          el("td", { class: "wrap", text: inputs[item.index] || "" }),
-          el("td", { class: "num", "data-role": "dims", text: String(vector.length) }),
-          el("td", { class: "num", text: norm.toFixed(4) }),
-          el("td", { class: "wrap", text: vector.length > 6 ? `${head}, …` : head }));
+      const rows = (Array.isArray(data.data) ? data.data : []).map((item, i) => {
+        const { index = i, embedding } = item && typeof item === "object" ? item : {};
+        const shown = vectorSummary(embedding);
+        return el("tr", { "data-embedding": String(index) },
+          el("td", { class: "wrap", text: inputs[index] || "" }),
+          el("td", { class: "num", "data-role": "dims", text: String(shown.dims) }),
+          el("td", { class: "num", text: shown.norm }),
+          el("td", { class: "wrap", text: shown.head }));
       });
       const usage = data.usage && data.usage.prompt_tokens >= 0 ? ` · ${data.usage.prompt_tokens} tokens` : "";
       out.replaceChildren(

@@ -1,13 +1,16 @@
 // The Swaps page: the daemon's swap records (`GET /api/swaps` once, then `swap` events), newest
-// first, each with its phases as a bar and in numbers, its cause, and how long its request waited
-// in all; the stops a swap folded in (`folded`) are its row, not rows of their own.
+// first, each with what it was (a start, a swap, a stop, a sleep, a wake, a crash), its phases as
+// a bar and in numbers, its cause, and how long its request waited in all; the stops a swap
+// folded in (`folded`) are its row, not rows of their own.
 
 import { getJSON } from "./api.js";
 import { clock, el, labelled, seconds } from "./dom.js";
 import * as events from "./events.js";
 
 const MAX_ROWS = 200;
-const PHASES = ["drain", "stop", "start", "health"];
+// Every phase a record may carry (`/api/swaps`), in the order they run: a wake's own is `wake`,
+// a sleep's (or a swap's evicted model put to sleep) `sleep`.
+export const PHASES = ["drain", "stop", "sleep", "start", "health", "wake", "verify"];
 const records = new Map(); // id -> record
 const subscribers = [];
 
@@ -15,9 +18,12 @@ const subscribers = [];
 export function all() { return [...records.values()]; }
 export function subscribe(fn) { subscribers.push(fn); }
 
-function what(r) {
-  if (r.kind === "swap") return `${r.evicted.join(", ")} → ${r.model}`;
+export function what(r) {
+  const evicted = r.evicted && r.evicted.length ? `${r.evicted.join(", ")} → ` : "";
+  if (r.kind === "swap") return `${evicted}${r.model}`;
   if (r.kind === "start") return `start ${r.model}`;
+  if (r.kind === "wake") return `${evicted}wake ${r.model}`;
+  if (r.kind === "sleep") return `sleep ${r.model}`;
   if (r.kind === "crash") return `${r.model} crashed`;
   return `stop ${r.model}`;
 }
@@ -34,13 +40,18 @@ function cause(r) {
     case "reload": return "config changed";
     case "shutdown": return "shutdown";
     case "crash": return "crash";
+    case "sleep": return "manual sleep";
+    case "asleep_ttl": return "asleep past its stopAfter";
+    case "sleep_failed": return "its sleep failed";
+    case "wake_failed": return "its wake failed";
+    case "wake_unverified": return "its wake was not verified";
     default: return r.reason || r.cause;
   }
 }
 
 function phases(r) {
   const total = PHASES.reduce((a, p) => a + (r.phases[p] || 0), 0);
-  const bar = el("div", { class: "phases", title: "drain · stop · start · health" });
+  const bar = el("div", { class: "phases", title: PHASES.filter((p) => p in r.phases).join(" · ") });
   const text = [];
   for (const p of PHASES) {
     if (!(p in r.phases)) continue;

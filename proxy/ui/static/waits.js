@@ -51,3 +51,28 @@ export function waitingParts(w) {
 export function waitingText(w) {
   return waitingParts(w).map((p) => (typeof p === "string" ? p : p.textContent)).join("");
 }
+
+// What a request for model `id` (swapd's `state` now, its `/api/status` entry `st`) waits for
+// while no answer has come: what a swap to it waits for, else its state and for how long; null
+// once it is ready (then it waits for the model's own answer).
+export function requestWaitText(id, state, st) {
+  if (st && st.waiting) return `waiting ${waitingText(st.waiting)}`;
+  if (!state || state === "ready") return null;
+  const since = st && st.state === state && st.since ? ` for ${seconds(now() - st.since)}` : "";
+  return `waiting: ${id} is ${state}${since}`;
+}
+
+// `about 12 s` (tenths below 10 s), as the loading progress says it.
+export function about(s) {
+  return `about ${s >= 10 ? s.toFixed(0) : s.toFixed(1)} s`;
+}
+
+// How long a load (or, asleep or waking, a wake) of the model took lately, from its own last
+// ones (`load_estimate`, `wake_estimate`): [label, text], or null before its first.
+export function estimate(st, state) {
+  if (!st) return null;
+  const dozing = ["asleep", "sleeping", "waking"].includes(state);
+  const s = dozing ? st.wake_estimate : st.load_estimate;
+  if (typeof s !== "number") return null;
+  return [dozing ? "a wake takes" : "a load takes", about(s)];
+}

@@ -16,7 +16,11 @@ It behaves as the real server does for what swapd cares about:
   that never ends) and `x_step_delay`. `GET /api/queue` answers as ComfyUI does:
   `{"queue_running": [[number, prompt_id, prompt, extra_data, outputs]], "queue_pending": [...]}`;
   `POST /interrupt` (and `/api/interrupt`) stops the running job at its next step, as ComfyUI's
-  does (logged as `job_interrupted`).
+  does (logged as `job_interrupted`); `POST /prompt` is the same job queue at ComfyUI's path
+  from before its `/api/` prefix;
+* what a page saves, which needs no GPU: `POST /api/settings/<id>` (one setting, its JSON value),
+  `POST /api/settings` (several) and `GET /api/settings`; `POST /api/userdata/<name>` (a workflow
+  saved, its body the file), read back by `GET /api/userdata/<name>` (logged as `saved`).
 
 Like ComfyUI (its `origin_only_middleware`, on unless `--enable-cors-header`), it answers 403 to a
 request whose `Origin` names another host:port than its `Host`, when that Host is a loopback
@@ -82,6 +86,9 @@ WORKER: web.AppKey[asyncio.Task[None]] = web.AppKey("worker", asyncio.Task)
 COUNTER = itertools.count()
 # Whether a job loaded its models (and so holds `--gpu-mem`).
 MODELS: dict[str, bool] = {"loaded": False}
+# What the page saved: settings by id, workflow files by name.
+SETTINGS: dict[str, Any] = {}
+SAVED: dict[str, str] = {}
 # Set while no job runs: ComfyUI unloads between jobs.
 IDLE: web.AppKey[asyncio.Event] = web.AppKey("idle", asyncio.Event)
 
@@ -183,7 +190,36 @@ async def asset(request: web.Request) -> web.Response:
 async def userdata(request: web.Request) -> web.Response:
     """Saved workflows; the name arrives with its `%2F` still escaped, as ComfyUI expects."""
     name = request.match_info["file"]
+    if name in SAVED:
+        return web.Response(text=SAVED[name], content_type="application/json")
     return web.json_response({"workflow": name, "raw_path": request.raw_path, "nodes": []})
+
+
+async def save_userdata(request: web.Request) -> web.Response:
+    name = request.match_info["file"]
+    SAVED[name] = await request.text()
+    record("saved", what="userdata", key=name)
+    return web.json_response({"path": name})
+
+
+async def settings(request: web.Request) -> web.Response:
+    return web.json_response(SETTINGS)
+
+
+async def save_settings(request: web.Request) -> web.Response:
+    try:
+        value = await request.json()
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return web.json_response({"error": "invalid setting"}, status=400)
+    key = request.match_info.get("id")
+    if key is None:
+        if not isinstance(value, dict):
+            return web.json_response({"error": "expected a mapping"}, status=400)
+        SETTINGS.update(value)
+    else:
+        SETTINGS[key] = value
+    record("saved", what="settings", key=key or ",".join(sorted(value)))
+    return web.json_response({})
 
 
 def _queue_status() -> dict[str, Any]:
@@ -373,12 +409,17 @@ def _make_app() -> web.Application:
     for path in ASSETS:
         app.router.add_get(path, asset)
     app.router.add_get("/api/userdata/{file:.+}", userdata)
+    app.router.add_post("/api/userdata/{file:.+}", save_userdata)
+    app.router.add_get("/api/settings", settings)
+    app.router.add_post("/api/settings", save_settings)
+    app.router.add_post("/api/settings/{id}", save_settings)
     app.router.add_get("/ws", websocket)
     app.router.add_get("/api/jobs", jobs)
     app.router.add_get("/api/jobs/{job_id}", job)
     app.router.add_get("/api/queue", queue)
     app.router.add_get("/api/system_stats", system_stats)
     app.router.add_post("/api/prompt", prompt)
+    app.router.add_post("/prompt", prompt)
     app.router.add_post("/api/interrupt", interrupt)
     app.router.add_post("/interrupt", interrupt)
     app.router.add_post("/free", free)

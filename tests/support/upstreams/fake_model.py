@@ -9,6 +9,10 @@ small model cannot be made to do on cue it does as llama-server's API does it: a
 the request carries `tools`, an answer naming the images of a vision request, text completions
 (`/v1/completions`), embeddings.
 
+Two of llama-server's habits on cue: `--close-after-stream` closes the connection after every
+streamed chat answer without saying `Connection: close` first; `--no-jinja` answers a chat with
+`tools` 500 `tools param requires --jinja flag`, as llama-server started without `--jinja` does.
+
 Run as `python fake_model.py --port N [--name ID] [options]`. Every response says which instance
 served it (`served_by`, the `--name` and pid), so tests can tell models apart.
 
@@ -99,8 +103,9 @@ def _images(body: dict[str, object]) -> list[str]:
     for message in body.get("messages") or []:  # type: ignore[attr-defined]
         content = message.get("content") if isinstance(message, dict) else None
         for part in content if isinstance(content, list) else []:
-            url = part.get("image_url", {}).get("url", "") if isinstance(part, dict) else ""
-            if url.startswith("data:"):
+            image = part.get("image_url") if isinstance(part, dict) else None
+            url = image.get("url") if isinstance(image, dict) else None
+            if isinstance(url, str) and url.startswith("data:"):
                 found.append(url[5:].split(";", 1)[0])
     return found
 
@@ -111,9 +116,13 @@ def _tool_call(body: dict[str, object]) -> dict[str, object] | None:
     tools = body.get("tools")
     if not isinstance(tools, list) or not tools:
         return None
-    function = tools[0].get("function", {})
-    required = function.get("parameters", {}).get("required", [])
-    arguments = json.dumps({name: "x" for name in required})
+    # Whatever a client sent as its tools (a fuzz sends anything): what is not a function's
+    # shape reads as absent, as a server that answers rather than fails would read it.
+    tool = tools[0] if isinstance(tools[0], dict) else {}
+    function = tool.get("function") if isinstance(tool.get("function"), dict) else {}
+    parameters = function.get("parameters") if isinstance(function.get("parameters"), dict) else {}
+    required = parameters.get("required") if isinstance(parameters.get("required"), list) else []
+    arguments = json.dumps({str(name): "x" for name in required if isinstance(name, str)})
     return {
         "id": "call_fake0",
         "type": "function",
@@ -123,6 +132,14 @@ def _tool_call(body: dict[str, object]) -> dict[str, object] | None:
 
 async def _chat(request: web.Request) -> web.StreamResponse:
     body = await _json_body(request)
+    if ARGS.no_jinja and body.get("tools"):
+        # llama-server's answer to `tools` when it was started without `--jinja`.
+        error = {
+            "code": 500,
+            "message": "tools param requires --jinja flag",
+            "type": "server_error",
+        }
+        return web.json_response({"error": error}, status=500)
     call = _tool_call(body)
     images = _images(body)
     if call is not None or images:
@@ -175,6 +192,10 @@ async def _chat(request: web.Request) -> web.StreamResponse:
             }
         await resp.write(f"data: {json.dumps(done)}\n\ndata: [DONE]\n\n".encode())
         await resp.write_eof()
+        if ARGS.close_after_stream and request.transport is not None:
+            # As llama-server does: the connection closed after a streamed answer, though its
+            # head did not say `Connection: close`.
+            request.transport.close()
         return resp
     if delay:
         await asyncio.sleep(delay)
@@ -559,6 +580,14 @@ def main() -> None:
         "--sigterm-exits",
         action="store_true",
         help="exit at once on SIGTERM, cutting requests under way (aiohttp would finish them)",
+    )
+    parser.add_argument(
+        "--close-after-stream",
+        action="store_true",
+        help="close the connection after a streamed chat answer, unannounced (llama-server)",
+    )
+    parser.add_argument(
+        "--no-jinja", action="store_true", help="500 for a chat with `tools` (llama-server)"
     )
     parser.add_argument("--gpu-mem", type=int, default=None, help="GPU bytes it says it holds")
     ARGS = parser.parse_args()

@@ -19,7 +19,9 @@ It does what swapd's sleep preset relies on, as vLLM's docs ("Sleep Mode") descr
   reads a real vLLM's (of the rest, half is weights and half KV cache).
 
 Faults on cue: `--sleep-fault 500` answers the sleep with a 500, `hang` never answers it;
-`--wake-fault` the same for the wake. Every sleep-mode call is printed as one
+`--wake-fault` the same for the wake; `--wrong-after-wake` answers every chat completion after
+its first wake with garbage (200, and `/health` still 200), as a vLLM woken with corrupted weights
+did (torch_memory_saver#71). Every sleep-mode call is printed as one
 `vllm-like <event> {json}` line and appended to `--request-log` (JSON lines), so tests see which
 calls were made, in which order, by which process.
 """
@@ -40,7 +42,7 @@ from aiohttp import web
 ARGS: argparse.Namespace
 # The parts of its memory that are awake ("weights", "kv_cache"), and how it slept.
 AWAKE: set[str] = {"weights", "kv_cache"}
-STATE: dict[str, Any] = {"level": 0, "weights_lost": False}
+STATE: dict[str, Any] = {"level": 0, "weights_lost": False, "woken": False}
 
 
 def record(event: str, **fields: Any) -> None:
@@ -113,6 +115,7 @@ async def wake_up(request: web.Request) -> web.Response:
         return failed
     await asyncio.sleep(ARGS.wake_delay)
     AWAKE.update(tags)
+    STATE["woken"] = True
     declare_memory()
     record("awake", tags=sorted(AWAKE))
     return web.Response()
@@ -149,6 +152,10 @@ async def chat(request: web.Request) -> web.StreamResponse:
         record("request_while_asleep")
         return web.json_response({"error": "the model is sleeping"}, status=503)
     created = int(time.time())
+    content = "awake and serving"
+    if ARGS.wrong_after_wake and STATE["woken"]:
+        record("wrong_answer")
+        content = "\u00bf\u00bf corrupted weights \u00bf\u00bf"
     if body.get("stream"):
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await response.prepare(request)
@@ -174,7 +181,7 @@ async def chat(request: web.Request) -> web.StreamResponse:
             "choices": [
                 {
                     "index": 0,
-                    "message": {"role": "assistant", "content": "awake and serving"},
+                    "message": {"role": "assistant", "content": content},
                     "finish_reason": "stop",
                 }
             ],
@@ -211,6 +218,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--residual", type=int, default=512 * 1024**2, help="bytes held asleep")
     parser.add_argument("--sleep-fault", choices=("500", "hang"), default=None)
     parser.add_argument("--wake-fault", choices=("500", "hang"), default=None)
+    parser.add_argument(
+        "--wrong-after-wake", action="store_true", help="answer garbage once it has woken"
+    )
     parser.add_argument("--request-log", default=None, help="also append events here")
     parser.add_argument(
         "--enable-sleep-mode", action="store_true", help="vLLM's flag; its endpoints are always on"

@@ -1,0 +1,412 @@
+"""`sleep`: how a model's server gives its GPU memory back without exiting, and takes it back
+(opt-in, per model; docs/configuration.md, "sleep"; docs/guides/sleep-and-wake.md).
+
+Written as a preset name (`sleep: vllm`), as a preset with some settings changed
+(`sleep: {preset: vllm, stopAfter: 3600}`), or in full (`sleepEndpoints`, `wakeEndpoints`).
+llmsnap's keys are read too, with llmsnap's meaning: `sleepMode: enable` with `sleepEndpoints` and
+`wakeEndpoints` on the model, and the top-level `sleepRequestTimeout` and `wakeRequestTimeout`
+(seconds each call may take, default 10, at least 1). Without either form a model has no sleep
+setting, and nothing changes: it is stopped as before.
+
+llama.cpp's server is not among the presets: it sleeps on its own after `--sleep-idle-seconds`,
+and nothing in its HTTP API tells it to sleep now (its `POST /props` changes no such thing).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+
+from ....ipc.routing_table import HttpCall, SleepSetting, WakeRule
+from ..floor.issues import Report, describe
+from ..floor.patterns import has_nested_quantifier
+from ..floor.presets import Presets
+from ..floor.schema import known_keys
+from ..floor.yaml_nodes import Path
+
+KEY = "sleep"
+LLMSNAP_KEYS = ("sleepMode", "sleepEndpoints", "wakeEndpoints")
+# llmsnap's default for `sleepRequestTimeout` and `wakeRequestTimeout`, and its least value.
+DEFAULT_REQUEST_TIMEOUT = 10.0
+MIN_REQUEST_TIMEOUT = 1.0
+METHODS = ("GET", "POST", "PUT", "PATCH")
+# What a `wakeOn` entry may name: a request's method, or `*` for any.
+WAKE_METHODS = ("*", "GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
+
+_COMFYUI_FREE = '{"unload_models": true, "free_memory": true}'
+
+# Each preset's calls, as its server documents them, with timeouts that fit a large model (a
+# vLLM level-1 sleep copies the weights to CPU memory; a level-2 wake reads them from disk).
+PRESETS: dict[str, SleepSetting] = {
+    # vLLM with --enable-sleep-mode (and VLLM_SERVER_DEV_MODE=1 for the endpoints): level 1
+    # offloads the weights to CPU memory and drops the KV cache.
+    "vllm": SleepSetting(
+        sleep=(HttpCall("/sleep?level=1", timeout=120.0),),
+        wake=(HttpCall("/wake_up", timeout=120.0),),
+        preset="vllm",
+    ),
+    # Level 2 drops the weights too: the wake reallocates them, reloads them from disk, then
+    # reallocates the KV cache (vLLM's docs, "Sleep Mode").
+    "vllm-level2": SleepSetting(
+        sleep=(HttpCall("/sleep?level=2", timeout=120.0),),
+        wake=(
+            HttpCall("/wake_up?tags=weights", timeout=120.0),
+            HttpCall("/collective_rpc", body='{"method": "reload_weights"}', timeout=600.0),
+            HttpCall("/wake_up?tags=kv_cache", timeout=120.0),
+            HttpCall("/reset_prefix_cache", timeout=60.0),
+        ),
+        preset="vllm-level2",
+    ),
+    # SGLang with --enable-memory-saver.
+    "sglang": SleepSetting(
+        sleep=(HttpCall("/release_memory_occupation", body="{}", timeout=120.0),),
+        wake=(HttpCall("/resume_memory_occupation", body="{}", timeout=120.0),),
+        preset="sglang",
+    ),
+    # ComfyUI unloads its models and frees its cache; the next job loads what it needs, so a
+    # wake is the health check alone. Only a job needs the GPU: its page, websocket, polls,
+    # settings and saved workflows keep being served asleep (ComfyUI's server answers them while
+    # its models are freed). It queues a job at `POST /prompt`, and at `/api/prompt` since its
+    # route prefix.
+    "comfyui": SleepSetting(
+        sleep=(HttpCall("/free", body=_COMFYUI_FREE, timeout=30.0),),
+        wake=(),
+        preset="comfyui",
+        serves_asleep=True,
+        wake_on=(WakeRule("POST", "/prompt"), WakeRule("POST", "/api/prompt")),
+    ),
+}
+
+# What a preset's server must be started with, looked for in the model's cmd and env.
+_NEEDS: dict[str, tuple[tuple[str, str], ...]] = {
+    "vllm": (
+        ("--enable-sleep-mode", "vLLM serves /sleep only when started with --enable-sleep-mode"),
+        ("VLLM_SERVER_DEV_MODE=1", "vLLM's /sleep and /wake_up need VLLM_SERVER_DEV_MODE=1"),
+    ),
+    "sglang": (
+        (
+            "--enable-memory-saver",
+            "SGLang releases its memory only when started with --enable-memory-saver",
+        ),
+    ),
+}
+_NEEDS["vllm-level2"] = _NEEDS["vllm"]
+
+WRITTEN = Presets(
+    PRESETS,
+    (
+        "preset",
+        "sleepEndpoints",
+        "wakeEndpoints",
+        "sleepRequestTimeout",
+        "wakeRequestTimeout",
+        "stopAfter",
+        "servesAsleep",
+        "wakeOn",
+    ),
+)
+_CALL_KEYS = ("endpoint", "method", "body", "timeout")
+
+
+@dataclass(frozen=True)
+class Timeouts:
+    """The top level's `sleepRequestTimeout` and `wakeRequestTimeout` (None: not set)."""
+
+    sleep: float | None = None
+    wake: float | None = None
+
+
+def read_sleep(
+    body: Mapping[str, Any], path: Path, report: Report, timeouts: Timeouts
+) -> SleepSetting | None:
+    """The model's sleep setting (None when it has none); problems go to `report`."""
+    value = body.get(KEY)
+    llmsnap = [k for k in LLMSNAP_KEYS if body.get(k) is not None]
+    if value is not None and llmsnap:
+        report.error(
+            (*path, llmsnap[0]),
+            f"use either sleep or llmsnap's {', '.join(LLMSNAP_KEYS)}, not both",
+            key=True,
+        )
+        return None
+    if llmsnap:
+        setting = _llmsnap(body, path, report, timeouts)
+    elif value is None:
+        return None
+    else:
+        value = WRITTEN.written(value, (*path, KEY), report)
+        if value is None:
+            return None
+        if isinstance(value, str):
+            preset = WRITTEN.named(value, (*path, KEY), report)
+            setting = _with_timeouts(preset, timeouts, {}) if preset is not None else None
+        else:
+            setting = _mapping(value, (*path, KEY), report, timeouts)
+    if setting is not None and setting.preset in _NEEDS:
+        _check_needs(setting.preset, body, path, report)
+    return setting
+
+
+def _mapping(
+    value: Mapping[str, Any], where: Path, report: Report, top: Timeouts
+) -> SleepSetting | None:
+    ok, base = WRITTEN.base(value, where, report)
+    if not ok:
+        return None
+    own: dict[str, float] = {}
+    for key, kind in (("sleepRequestTimeout", "sleep"), ("wakeRequestTimeout", "wake")):
+        seconds = _seconds(value.get(key), (*where, key), report, MIN_REQUEST_TIMEOUT)
+        if seconds is False:
+            return None
+        if seconds is not None:
+            own[kind] = seconds
+    timeouts = Timeouts(own.get("sleep", top.sleep), own.get("wake", top.wake))
+    sleep = wake = None
+    if value.get("sleepEndpoints") is not None:
+        sleep = _calls(value["sleepEndpoints"], (*where, "sleepEndpoints"), report, timeouts.sleep)
+        if sleep is None:
+            return None
+    if value.get("wakeEndpoints") is not None:
+        wake = _calls(value["wakeEndpoints"], (*where, "wakeEndpoints"), report, timeouts.wake)
+        if wake is None:
+            return None
+    if sleep is None and base is None:
+        report.error(where, "needs sleepEndpoints (the calls that put it to sleep) or a preset")
+        return None
+    if not (sleep if sleep is not None else base.sleep if base else ()):
+        report.error((*where, "sleepEndpoints"), "lists no call: nothing would put it to sleep")
+        return None
+    stop_after = _seconds(value.get("stopAfter"), (*where, "stopAfter"), report, 0.0)
+    serves = value.get("servesAsleep")
+    if serves is not None and not isinstance(serves, bool):
+        report.error((*where, "servesAsleep"), f"expected true or false, got {describe(serves)}")
+        return None
+    if stop_after is False:
+        return None
+    start = base if base is not None else SleepSetting(sleep=sleep or ())
+    start = _with_timeouts(start, timeouts, {"sleep": sleep is not None, "wake": wake is not None})
+    serves_asleep = serves if serves is not None else start.serves_asleep
+    wake_on = start.wake_on
+    if value.get("wakeOn") is not None:
+        wake_on = _wake_rules(value["wakeOn"], (*where, "wakeOn"), report)
+        if wake_on is None:
+            return None
+        if not serves_asleep:
+            report.error(
+                (*where, "wakeOn"),
+                "needs servesAsleep: true (a server that serves nothing while asleep wakes for "
+                "every request)",
+            )
+            return None
+    return msgspec.structs.replace(
+        start,
+        sleep=sleep if sleep is not None else start.sleep,
+        wake=wake if wake is not None else start.wake,
+        stop_after=stop_after if stop_after is not None else start.stop_after,
+        serves_asleep=serves_asleep,
+        wake_on=wake_on if serves_asleep else None,
+    )
+
+
+def _wake_rules(value: Any, where: Path, report: Report) -> tuple[WakeRule, ...] | None:
+    """`wakeOn`: a list of `"METHOD /path"` (`*` for any method; the path a regular expression
+    matched against the whole path on the model's own server); None after an error."""
+    if not isinstance(value, list):
+        report.error(where, f"expected a list of 'METHOD /path' patterns, got {describe(value)}")
+        return None
+    rules: list[WakeRule] = []
+    for index, item in enumerate(value):
+        rule = _wake_rule(item, (*where, index), report)
+        if rule is None:
+            return None
+        rules.append(rule)
+    if not rules:
+        report.warn(where, "lists nothing: no request wakes it (only a load or a wake by hand)")
+    return tuple(rules)
+
+
+def _wake_rule(item: Any, where: Path, report: Report) -> WakeRule | None:
+    method, _, path = item.strip().partition(" ") if isinstance(item, str) else ("", "", "")
+    path = path.strip()
+    if not method or not path:
+        report.error(
+            where, f"expected 'METHOD /path' (e.g. 'POST /api/prompt'), got {describe(item)}"
+        )
+        return None
+    if method.upper() not in WAKE_METHODS:
+        report.error(where, f"invalid method {method!r} (must be {', '.join(WAKE_METHODS)})")
+        return None
+    if not path.startswith("/"):
+        report.error(where, f"expected a path starting with '/', got {path!r}")
+        return None
+    try:
+        re.compile(path)
+    except re.error as exc:
+        report.error(where, f"invalid regular expression {path!r}: {exc}")
+        return None
+    if has_nested_quantifier(path):
+        report.warn(
+            where,
+            f"pattern {path!r} repeats a group that itself repeats (nested quantifiers, as in "
+            "(a+)+$): on a path that almost matches it can take exponential time, and it runs "
+            "on every request to the asleep model",
+        )
+    return WakeRule(method.upper(), path)
+
+
+def _with_timeouts(
+    setting: SleepSetting, timeouts: Timeouts, written: Mapping[str, bool]
+) -> SleepSetting:
+    """A preset's calls with the timeouts the config sets over them (the calls the config wrote
+    itself (`written`) already have theirs)."""
+
+    def over(calls: tuple[HttpCall, ...], seconds: float | None) -> tuple[HttpCall, ...]:
+        if seconds is None:
+            return calls
+        return tuple(msgspec.structs.replace(c, timeout=seconds) for c in calls)
+
+    return msgspec.structs.replace(
+        setting,
+        sleep=setting.sleep if written.get("sleep") else over(setting.sleep, timeouts.sleep),
+        wake=setting.wake if written.get("wake") else over(setting.wake, timeouts.wake),
+    )
+
+
+def _llmsnap(
+    body: Mapping[str, Any], path: Path, report: Report, timeouts: Timeouts
+) -> SleepSetting | None:
+    """llmsnap's form: `sleepMode: enable` (or `disable`, the default: no sleep) with
+    `sleepEndpoints` and `wakeEndpoints`, both required when enabled."""
+    mode = body.get("sleepMode")
+    where = (*path, "sleepMode")
+    if mode is not None and mode not in ("enable", "disable"):
+        report.error(where, f"invalid sleepMode value {describe(mode)}: must be enable or disable")
+        return None
+    sleep = _calls(
+        body.get("sleepEndpoints"), (*path, "sleepEndpoints"), report, timeouts.sleep, llmsnap=True
+    )
+    wake = _calls(
+        body.get("wakeEndpoints"), (*path, "wakeEndpoints"), report, timeouts.wake, llmsnap=True
+    )
+    if sleep is None or wake is None:
+        return None
+    if mode != "enable":
+        if sleep or wake:
+            report.warn(
+                (*path, "sleepEndpoints" if sleep else "wakeEndpoints"),
+                "sleepMode is not enable, so the model is stopped, never put to sleep "
+                "(llmsnap's meaning); add sleepMode: enable to use these calls",
+            )
+        return None
+    for key, calls in (("sleepEndpoints", sleep), ("wakeEndpoints", wake)):
+        if not calls:
+            report.error(where, f"{key} required when sleepMode is 'enable'")
+    if not sleep or not wake:
+        return None
+    return SleepSetting(sleep=sleep, wake=wake)
+
+
+def _calls(
+    value: Any, where: Path, report: Report, timeout: float | None, *, llmsnap: bool = False
+) -> tuple[HttpCall, ...] | None:
+    """A list of calls (llmsnap's items: `endpoint`, `method`, `body`, `timeout`; or a string
+    `"POST /path"`); None after an error."""
+    if value is None:
+        return ()
+    if not isinstance(value, list):
+        report.error(where, f"expected a list of calls (endpoint, ...), got {describe(value)}")
+        return None
+    calls = []
+    for index, item in enumerate(value):
+        call = _call(item, (*where, index), report, timeout, llmsnap)
+        if call is not None:
+            calls.append(call)
+    return tuple(calls) if len(calls) == len(value) else None
+
+
+def _call(
+    item: Any, where: Path, report: Report, timeout: float | None, llmsnap: bool
+) -> HttpCall | None:
+    if isinstance(item, str) and not llmsnap:
+        method, _, endpoint = item.strip().partition(" ")
+        item = {"method": method, "endpoint": endpoint.strip()}
+    if not isinstance(item, dict):
+        shape = "a mapping with endpoint" + ("" if llmsnap else ", or 'METHOD /path'")
+        report.error(where, f"expected {shape}, got {describe(item)}")
+        return None
+    if not known_keys(item, _CALL_KEYS, where, report):
+        return None
+    written = item.get("endpoint")
+    if not isinstance(written, str) or not written.strip():
+        report.error(where, "endpoint path is required", key=True)
+        return None
+    endpoint = written.strip()
+    if "://" in endpoint:
+        report.error(
+            (*where, "endpoint"),
+            f"expected a path on the model's own server (its proxy URL), got {endpoint!r}",
+        )
+        return None
+    if not endpoint.startswith("/"):
+        report.warn(
+            (*where, "endpoint"),
+            f"expected a path starting with '/', got {endpoint!r}: sent as '/{endpoint}'",
+        )
+        endpoint = "/" + endpoint
+    method = item.get("method") or "POST"
+    if not isinstance(method, str) or method.upper() not in METHODS:
+        report.error(
+            (*where, "method"),
+            f"invalid method {describe(method)} (must be {', '.join(METHODS)})",
+        )
+        return None
+    body = item.get("body")
+    if isinstance(body, dict | list):
+        body = json.dumps(body)
+    elif body is not None and not isinstance(body, str):
+        report.error((*where, "body"), f"expected the request body as text, got {describe(body)}")
+        return None
+    seconds = _seconds(item.get("timeout"), (*where, "timeout"), report, 0.0)
+    if seconds is False:
+        return None
+    if not seconds:  # llmsnap's 0: the default
+        seconds = timeout if timeout is not None else DEFAULT_REQUEST_TIMEOUT
+    return HttpCall(endpoint, method=method.upper(), body=body or "", timeout=float(seconds))
+
+
+def _seconds(value: Any, where: Path, report: Report, minimum: float) -> float | bool | None:
+    """Seconds (None: unset; False after an error)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or value != value:
+        report.error(where, f"expected seconds (a number), got {describe(value)}")
+        return False
+    if value < 0 or value == float("inf"):
+        report.error(where, f"must be at least 0 seconds and finite, got {value}")
+        return False
+    if value < minimum:
+        report.warn(where, f"{value:g} is below {minimum:g}: {minimum:g} is used (llmsnap's least)")
+        return minimum
+    return float(value)
+
+
+def request_timeout(value: Any, where: Path, report: Report) -> float | None:
+    """A top-level `sleepRequestTimeout` or `wakeRequestTimeout` (None: not set)."""
+    seconds = _seconds(value, where, report, MIN_REQUEST_TIMEOUT)
+    return None if seconds is None or seconds is False else float(seconds)
+
+
+def _check_needs(preset: str, body: Mapping[str, Any], path: Path, report: Report) -> None:
+    """A preset whose server needs a flag its cmd (or env) does not have: a warning, since the
+    flag may come another way (a wrapper script, the image's defaults)."""
+    cmd, env = body.get("cmd"), body.get("env")
+    words = [cmd if isinstance(cmd, str) else "", *(env if isinstance(env, list) else [])]
+    text = " ".join(str(word) for word in words)
+    for flag, why in _NEEDS[preset]:
+        if flag not in text:
+            report.warn((*path, KEY), f"{why}; neither cmd nor env has {flag}")
