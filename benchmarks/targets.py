@@ -196,6 +196,26 @@ BENCHMARKS: tuple[Benchmark, ...] = (
         ),
     ),
     Benchmark(
+        "trace_replay",
+        "request traces (benchmarks/traces/: an agent's architect/editor ping-pong, chat with "
+        "an embeddings batch, Open WebUI with a task model, ComfyUI jobs with chat, a day of six "
+        "users) replayed against stand-ins with the measured start and wake costs, this tree and "
+        "`--before REF`'s side by side: swaps, total and p50/p95/p99/max wait, wasted starts",
+        ("--scale", "0.5"),
+        targets=(
+            Target("wasted", "starts wasted (taken out before serving), each trace", Op.AT_MOST, 0),
+            Target("collated", "total wait / REF's, traces (a) and (c)", Op.AT_MOST, 0.6, X),
+            Target("no_worse", "total wait / REF's, each trace", Op.AT_MOST, 1.05, X),
+            Target(
+                "p99",
+                "p99 wait - (`--max-wait` + the largest swap-in), each trace",
+                Op.AT_MOST,
+                0,
+                "s",
+            ),
+        ),
+    ),
+    Benchmark(
         "gpu_check",
         "on a GPU host: NVML's inventory, the memory of a process holding GPU memory, how long "
         "it takes to come back after the process exits (`--quick`: the fake backend)",

@@ -16,6 +16,7 @@ from .machinery.lifecycle import Lifecycle
 from .machinery.model_process import Running
 from .observe.metrics import Metrics
 from .policy import ttl
+from .policy.keep_asleep import Learned
 from .policy.proxies import ProxyRegistry
 from .policy.records import ModelRecord
 from .policy.scheduler import Scheduler
@@ -38,6 +39,7 @@ async def tick_loop(
     forget: Callable[[str], None],
     publish_state: Callable[[ModelRecord[Running]], None],
     spawn: Callable[[Coroutine[Any, Any, Any]], object],
+    learned: Learned | None = None,
 ) -> None:
     last_recheck = last_sample = 0.0
     loop = asyncio.get_running_loop()
@@ -59,10 +61,19 @@ async def tick_loop(
             log.info("%s: %s, TTL of %ss reached", model_id, what, "?" if kept is None else kept)
             metrics.ttl_unloads.labels(model_id).inc()
             spawn(scheduler.idle(model_id, StopCause.TTL))
-        for model_id in ttl.asleep_due(records, registry):
+        for model_id in ttl.asleep_due(records, registry, learned=learned):
             if scheduler.stops.under_way(model_id) or scheduler.swaps.get(model_id) is not None:
                 continue  # already being stopped, or woken
-            log.info("%s: unloading, asleep longer than its sleep.stopAfter", model_id)
+            early = learned is not None and not ttl.asleep_due(
+                [scheduler.record(model_id)], registry
+            )
+            log.info(
+                "%s: unloading, asleep longer than %s",
+                model_id,
+                "it was ever asked back after (learned), before its sleep.stopAfter"
+                if early
+                else "its sleep.stopAfter (and what was learned) allows",
+            )
             spawn(scheduler.stop(model_id, StopCause.ASLEEP_TTL))
         if lifecycle.lingering and loop.time() - last_recheck >= LINGER_RECHECK:
             last_recheck = loop.time()

@@ -7,12 +7,15 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import Protocol
 
+import msgspec
+
 from ..ipc.model_status import Lingering, LingeringProcess, ModelStatus, SleepStatus, Waiting
 from ..ipc.states import ModelState, StartStep
 from .config import ModelConfig
 from .gpu_ledger import GpuLedger
 from .machinery.model_process import Running
 from .machinery.sleeping import SleepFacts
+from .observe.learning import Learning
 from .observe.swap_log import SwapLog
 from .policy import ttl
 from .policy.busy_board import BusyBoard
@@ -169,7 +172,9 @@ class StatusView:
         busy: BusyBoard,
         ledger: GpuLedger | None,
         swaps: SwapLog,
+        learning: Learning | None = None,
     ) -> None:
+        self.learning = learning
         self.registry = registry
         self.machinery = machinery
         self.busy = busy
@@ -189,12 +194,14 @@ class StatusView:
             sleep=m.sleep_facts,
             estimates=self.swaps.estimates(rec.id),
         )
+        st = self._learned(st, rec, model)
         return self.ledger.annotate(st, model) if self.ledger is not None else st
 
     def all(
         self, records: Iterable[ModelRecord[Running]], models: Mapping[str, ModelConfig]
     ) -> tuple[ModelStatus, ...]:
         m = self.machinery
+        records = list(records)
         statuses = all_status(
             records,
             models,
@@ -205,6 +212,34 @@ class StatusView:
             self.swaps,
             m.sleep_facts,
         )
+        statuses = tuple(
+            self._learned(st, rec, models.get(rec.id))
+            for st, rec in zip(statuses, records, strict=True)
+        )
         if self.ledger is None:
             return statuses
         return tuple(self.ledger.annotate(st, models.get(st.model)) for st in statuses)
+
+    def _learned(
+        self, st: ModelStatus, rec: ModelRecord[Running], model: ModelConfig | None
+    ) -> ModelStatus:
+        """`st` with what the learning knows of it, its weight files in the page cache, and an
+        asleep model's `stop_left` as the learning has it."""
+        learning = self.learning
+        if learning is None:
+            return st
+        sleep, idle = st.sleep, None
+        if sleep is not None and rec.state == ModelState.ASLEEP and sleep.stop_after > 0:
+            now = time.time()
+            idle = now - ttl.asleep_since(rec, self.registry)
+            setting = rec.asleep_with or (model.sleep if model is not None else None)
+            if setting is not None and learning.enabled:
+                left = ttl.stop_left(rec, setting, self.registry, now, learning)
+                sleep = msgspec.structs.replace(sleep, stop_left=left)
+        within = sleep.stop_after if sleep is not None else 0.0
+        return msgspec.structs.replace(
+            st,
+            sleep=sleep,
+            learned=learning.learned(rec.id, idle, within),
+            page_cache=learning.cached.get(rec.id),
+        )

@@ -44,6 +44,7 @@ from ..ipc.messages import (
     Unload,
 )
 from ..ipc.model_status import ModelStatus
+from ..ipc.states import ModelState
 from . import chores, config_watch, gpu_ledger, preloading, reloading, routing, stopping
 from .announcing import Announcer
 from .busy_checks import BusyChecks
@@ -57,6 +58,7 @@ from .machinery.exit_watch import ExitWatch
 from .machinery.lifecycle import GPU_RELEASE_TIMEOUT, Lifecycle
 from .machinery.model_process import Running
 from .observe.host_service import HostService
+from .observe.learning import Learning
 from .observe.metrics import Metrics
 from .observe.service import Observer
 from .observe.swap_log import SwapLog
@@ -127,8 +129,9 @@ class Daemon:
         self.exits = ExitWatch(lifecycle.watchers, self._exited)
         self.busy = BusyChecks(self._busy_changed, session=lambda: lifecycle.session)
         board = self.busy.board
+        self.learning = Learning(config, self._state_of)
         statuses = self.statuses = StatusView(
-            self.registry, lifecycle, board, self.ledger, self.swap_log
+            self.registry, lifecycle, board, self.ledger, self.swap_log, self.learning
         )
         effects = DaemonEffects(
             lifecycle,
@@ -162,6 +165,9 @@ class Daemon:
             metrics=self.metrics,
             before_scrape=self.host.before_scrape,
         )
+        # The history a `store.path` kept from before a restart is learned from too.
+        self.learning.records(self.observer.store.records, prefetch=False)
+        self.observer.on_stored = self.learning.records
         self.table = routing.routing_table(config, self.generation, self.endpoints.log_dir)
         self._tasks: set[asyncio.Task[Any]] = set()
         self._stop = asyncio.Event()
@@ -197,6 +203,10 @@ class Daemon:
 
     def all_status(self) -> tuple[ModelStatus, ...]:
         return self.statuses.all(self.scheduler.states(), self.scheduler.config.models)
+
+    def _state_of(self, model_id: str) -> ModelState | None:
+        rec = self.scheduler.records.get(model_id)
+        return rec.state if rec is not None else None
 
     def _busy_changed(self, model_id: str) -> None:
         """A busy reading changed (or a swap began or stopped waiting for the model): its status
@@ -354,6 +364,7 @@ class Daemon:
             self.lifecycle.reconfigure(result.config)
             self.generation += 1
             self.observer.reconfigure(result.config)
+            self.learning.reconfigure(result.config)
             self.host.reconfigure(result.config)
             self.table = routing.routing_table(
                 result.config, self.generation, self.endpoints.log_dir
@@ -393,6 +404,7 @@ class Daemon:
         await chores.tick_loop(
             self.scheduler, self.registry, self.busy, self.lifecycle, self.metrics, self.ledger,
             forget=self._forget_proxy, publish_state=self._publish_state, spawn=self.spawn,
+            learned=self.learning,
         )  # fmt: skip
 
     def _forget_proxy(self, proxy_id: str) -> None:
@@ -422,6 +434,7 @@ class Daemon:
         )
         await self._publish_table()
         loops = [self.spawn(self.endpoint.serve()), self.spawn(self.tick_loop()), events]
+        loops.append(self.spawn(self.learning.run(self._republish)))
         loops.append(self.spawn(readiness.serve(self.registry.first_hello, self.circus)))
         if self.watch_config:
             watching = config_watch.watch(self.config_path, lambda: self.reload("file changed"))

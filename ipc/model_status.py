@@ -75,6 +75,38 @@ class SleepStatus(msgspec.Struct, frozen=True):
     last_failure: str = ""  # its last sleep or wake that failed (it was stopped), and why
 
 
+class Follower(msgspec.Struct, frozen=True):
+    """A model that followed this one (the next model asked for after it)."""
+
+    model: str
+    count: float  # decayed with the learning's half-life
+    share: float  # of all that followed it
+    median_gap: float  # seconds from this one's last request to its first
+
+
+class Learned(msgspec.Struct, frozen=True):
+    """What swapd learned of a model's traffic (`learn`, daemon/observe/traffic.py)."""
+
+    followers: tuple[Follower, ...] = ()
+    likely_next: str = ""  # the follower the page cache is readied for ("": none is likely)
+    returns: tuple[float, ...] = ()  # seconds: its last pauses before it was asked again
+    # The learned chance it is asked for within `stopAfter` from now (None: too little learned,
+    # or not asleep).
+    back_chance: float | None = None
+    prefetched_at: float = 0.0  # wall clock: its files were last read ahead (0: never)
+    prefetched_bytes: int = 0
+
+
+class PageCache(msgspec.Struct, frozen=True):
+    """How much of a model's weight files the host's page cache holds (`mincore`)."""
+
+    files: int
+    size: int  # bytes
+    cached: int  # bytes
+    fraction: float  # cached / size (0 for no bytes)
+    sampled_at: float  # wall clock
+
+
 class ModelStatus(msgspec.Struct, frozen=True):
     """One model's state as the daemon sees it; broadcast on every change and listed by `status`."""
 
@@ -117,6 +149,10 @@ class ModelStatus(msgspec.Struct, frozen=True):
     # went well (the swap log's); None before the first.
     load_estimate: float | None = None
     wake_estimate: float | None = None
+    # What the learning knows of it (None: `learn` is off), and how much of its weight files
+    # the page cache holds (None: it names none that exist, or not sampled yet).
+    learned: Learned | None = None
+    page_cache: PageCache | None = None
 
 
 class GpuInfo(msgspec.Struct, frozen=True):

@@ -132,6 +132,24 @@ def _sleep_note(m: ModelStatus, reply: StatusReply) -> str:
     return text
 
 
+def learned_note(m: ModelStatus) -> str:
+    """`a: usually followed by b (after 2.50s); 80% of its weight files in the page cache (...)`,
+    or "" when nothing is likely and no weight file is measured."""
+    parts = []
+    if m.learned is not None and m.learned.likely_next:
+        gap = next(
+            (f.median_gap for f in m.learned.followers if f.model == m.learned.likely_next), None
+        )
+        parts.append(f"usually followed by {m.learned.likely_next} (after {_seconds(gap)})")
+    cache = m.page_cache
+    if cache is not None:
+        parts.append(
+            f"{cache.fraction:.0%} of its weight files in the page cache"
+            f" ({cache.cached / 2**30:.1f} of {cache.size / 2**30:.1f} GiB)"
+        )
+    return f"{m.model}: {'; '.join(parts)}" if parts else ""
+
+
 def render_table(reply: StatusReply, now: float | None = None) -> str:
     now = time.time() if now is None else now
     rows = [("MODEL", "STATE", "PID", "PORT", "GPUS", "UPTIME", "LAST ACTIVITY", "TTL LEFT")]
@@ -171,6 +189,8 @@ def render_table(reply: StatusReply, now: float | None = None) -> str:
             notes.append(_footprint_note(m, reply))
         if m.sleep is not None and (m.sleep.sleeps or m.state == ModelState.ASLEEP):
             notes.append(_sleep_note(m, reply))
+        if learned := learned_note(m):
+            notes.append(learned)
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = [
         "  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip() for r in rows

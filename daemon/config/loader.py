@@ -301,14 +301,15 @@ class _Build:
                 gpus_auto=model.gpus_auto,
             )
             errors_before = len(report.errors)
-            spec = self.typed.section(model.body, shape.Model, model.path)
+            body = sleep_fields.one_form(model.body, model.path, report)
+            spec = self.typed.section(body, shape.Model, model.path)
             aliases[model.id] = model_fields.aliases_of(model.id, spec.aliases, report)
             by_id[model.id] = model_fields.by_id_names(model.id, spec)
             extra = [n for n in by_id[model.id] if n not in aliases[model.id]]
             result = model_fields.build(
                 model.id,
                 spec,
-                model.body,
+                body,
                 port=model.port,
                 gpus=model.gpus,
                 gpus_auto=model.gpus_auto,
@@ -335,6 +336,7 @@ class _Build:
         top_fields.peer_namespace(top, peers, report)
         chosen = selectors.read(top.selectors, names, peers, routes.groups, routes.matrix, report)
         perf_disabled, perf_every = observe_fields.performance(top, report)
+        learn, learn_prefetch = observe_fields.learning(top)
         return c.Config(
             **plain.fields,
             models=built,
@@ -358,6 +360,8 @@ class _Build:
             session_headers=observe_fields.session_headers(top, self.typed),
             performance_disabled=perf_disabled,
             performance_every=perf_every,
+            learn=learn,
+            learn_prefetch=learn_prefetch,
             cors=security_fields.cors(top, self.typed, report),
         )
 

@@ -128,6 +128,8 @@ class ModelConfig(ModelRouting, frozen=True, kw_only=True):
     unload_timeout: float
     health_check_timeout: float
     env: dict[str, str] = msgspec.field(default_factory=dict)
+    # `weights`: weight files besides those `cmd` names (observe/page_cache.py).
+    weights: tuple[str, ...] = ()
     # GPU indices or UUIDs as written; None = every GPU (llama-swap's one-at-a-time default).
     gpus: tuple[str, ...] | None = None
     # `gpus: auto`: placed by measured memory at each start (policy/eviction/memory.py); `gpus`
@@ -215,6 +217,10 @@ class Config(msgspec.Struct, frozen=True):
     # `performance`: the host and GPU sampler off, and its interval in seconds.
     performance_disabled: bool = False
     performance_every: float = DEFAULT_PERFORMANCE_EVERY
+    # `learn.enabled` and `learn.prefetch`: the traffic learned (observe/learning.py), and the
+    # likely next model's weight files read ahead.
+    learn: bool = True
+    learn_prefetch: bool = True
     # `clientBodyTimeout`, `sendTimeout` (seconds; 0: none) and `security.cors`.
     client_body_timeout: float = DEFAULT_CLIENT_TIMEOUT
     send_timeout: float = DEFAULT_CLIENT_TIMEOUT

@@ -8,7 +8,10 @@ macro expansion, so a wrong type or a value out of bounds is reported in one pla
 `keys.resolve()` fills the defaults. A key whose `Key` has no default is read by hand in its
 section's module (`sections/`): those are llama-swap's quirks (`cmd` text to argv, `env` as
 `NAME=value` strings, an alias written as a mapping, `gpus` as indices or UUIDs, ...). A null
-value is the same as leaving the key out, as when llama-swap decodes onto its defaults.
+value is the same as leaving the key out, as when llama-swap decodes onto its defaults. The few
+keys typed `Any` say why beside them: read before typing (macros, a model's `gpus`), or read in
+an order typing would change (llmsnap's keys stop at the first problem; `env`'s warnings come
+after the earlier keys').
 """
 
 from __future__ import annotations
@@ -50,6 +53,10 @@ DEFAULT_CLIENT_TIMEOUT = 60.0
 # `clientBodyMinRate` (bytes/s: Apache's `MinRate` default) and `drainClientTimeout` (seconds).
 DEFAULT_CLIENT_BODY_MIN_RATE = 500.0
 DEFAULT_DRAIN_CLIENT_TIMEOUT = 30.0
+# The words of a wrong `vram` or `vramMargin` (a text's unit is read in gpu_fields.size_of).
+SIZE_WORDS = "a size such as 24GiB, 512MiB or a byte count"
+# The words of a wrong top-level `gpus` (its mapping's key and list are read in gpu_fields.py).
+AUTO_WORDS = "auto, or auto: [GPU indices or UUIDs] to place only on those GPUs"
 
 
 class PeerFilters(Section, frozen=True):
@@ -88,6 +95,8 @@ class Capabilities(Section, frozen=True):
 
 # `busyCheck`'s presets, by name (sections/busy_check_fields.py holds what each one asks).
 BusyPreset = Literal["comfyui", "llamacpp", "vllm"]
+# `sleep`'s presets, by name (sections/sleep_fields.py holds what each one asks).
+SleepPreset = Literal["vllm", "vllm-level2", "sglang", "comfyui"]
 
 
 def _ttl(value: int, where: Path, report: Report) -> None:
@@ -119,11 +128,14 @@ class Model(Section, frozen=True):
     host_header: Annotated[Literal["client", "upstream"], Key("client")] | None = None
     # Stream loading progress to a streaming chat request that waits for a start.
     send_loading_state: Annotated[bool, Key(Inherit("sendLoadingState"))] | None = None
+    # Read at the macro stage (stages.expand_model: `${GPUS}`), before typing.
     gpus: Annotated[Any, Key(render=show.gpus)] = None
     # Names, or llama-swap's newer `{id, name, unlisted}`; read in model_fields.aliases_of.
     aliases: (
         Annotated[list[Any], Expect("a list of alias names"), Key(render=show.aliases)] | None
     ) = None
+    # `NAME=value` texts, read as texts by model_fields' quirk in the order of the quirks (typed
+    # here, a number's "read as its text" warning would come before an earlier key's warnings).
     env: Annotated[Any, Key(render=show.env)] = None
     unlisted: Annotated[bool, Key(False)] | None = None
     # Empty means unset, as in llama-swap (omitted from /v1/models, no rename upstream).
@@ -132,7 +144,8 @@ class Model(Section, frozen=True):
     description: Annotated[str, Key(None, unset=("",))] | None = None
     metadata: Annotated[Free, Key(factory=dict, unset=({},))] | None = None
     filters: Annotated[ModelFilters, Key(render=show.model_filters)] | None = None
-    vram: Annotated[Any, Key(render=show.vram)] = None
+    # One size, or one per GPU; each read in gpu_fields.vram_of.
+    vram: Annotated[int | str | list[Any], Expect(SIZE_WORDS), Key(render=show.vram)] | None = None
     # A preset name or a mapping; its own keys are checked where it is read (busy_check_fields.py).
     busy_check: (
         Annotated[
@@ -142,8 +155,19 @@ class Model(Section, frozen=True):
         ]
         | None
     ) = None
-    # A preset name or a mapping, and llmsnap's three keys; read in sleep_fields.py.
-    sleep: Annotated[Any, Key(render=show.model_sleep)] = None
+    # A preset name or a mapping, and llmsnap's three keys; read in sleep_fields.py, after its
+    # rule "sleep or llmsnap's keys, not both", which runs before typing (sleep_fields.one_form).
+    # The mapping's keys are read there in order, stopping at the first problem, as busyCheck's.
+    sleep: (
+        Annotated[
+            str | dict[str, Any],
+            Expect(f"a preset name ({', '.join(get_args(SleepPreset))}) or a mapping"),
+            Key(render=show.model_sleep),
+        ]
+        | None
+    ) = None
+    # Read by hand in sleep_fields._llmsnap, which stops at the first problem in llmsnap's order
+    # (the mode, then the calls): typed field by field, a second wrong value would be reported too.
     sleep_mode: Any = None
     sleep_endpoints: Any = None
     wake_endpoints: Any = None
@@ -156,7 +180,11 @@ class Model(Section, frozen=True):
         ]
         | None
     ) = None
+    # Read at the macro stage (stages.expand_model), before typing: macros expand what is typed.
     macros: Any = None
+    # Weight files besides those `cmd` names after -m/--model/--mmproj: read ahead into the page
+    # cache when it is the likely next model, and measured there (observe/page_cache.py).
+    weights: Annotated[Texts, Key(factory=tuple, unset=((),))] | None = None
     # nginx's `client_body_timeout` and `send_timeout`, in seconds (0: none; default 60).
     client_body_timeout: Seconds | None = None
     send_timeout: Seconds | None = None
@@ -279,8 +307,17 @@ class Performance(Section, frozen=True):
     """The host and GPU sampler (`/api/performance`, `llamaswap_*` on `/metrics`)."""
 
     disabled: bool | None = None
-    # A Go duration ("5s", "1m"), read by hand in observe_fields.py; at least 5 s.
-    every: Any = None
+    # A Go duration ("5s", "1m"; an integer: nanoseconds), read in observe_fields.py; at least 5 s.
+    every: Annotated[int | str, Expect("a duration such as 5s or 1m")] | None = None
+
+
+class Learn(Section, frozen=True):
+    """What swapd learns of the traffic (`daemon/observe/learning.py`); read in
+    observe_fields.py."""
+
+    enabled: bool | None = None
+    # Read the likely next model's weight files into the page cache.
+    prefetch: bool | None = None
 
 
 class Cors(Section, frozen=True):
@@ -322,8 +359,8 @@ class Top(Section, frozen=True):
     metrics_max_in_memory: (
         Annotated[Int, Key(DEFAULT_METRICS_MAX_IN_MEMORY, unset=_not_positive)] | None
     ) = None
-    # Read by hand in gpu_fields.py, as is `gpus`.
-    vram_margin: Annotated[Any, Key()] = None
+    # A size as `vram`'s (0 allowed); read in gpu_fields.margin_of.
+    vram_margin: Annotated[int | str, Expect(SIZE_WORDS), Key()] | None = None
     # MB for request/response captures (llama-swap's default 5; 0: none).
     capture_buffer: Annotated[Count, Key(DEFAULT_CAPTURE_BUFFER_MB)] | None = None
     # nginx's `client_body_timeout` and `send_timeout`, in seconds (0: none; default 60).
@@ -354,17 +391,20 @@ class Top(Section, frozen=True):
     ) = None
     # Stream loading progress to a streaming chat request that waits for a start.
     send_loading_state: Annotated[bool, Key(False, own=False)] | None = None
+    # Read at the macro stage (floor/macros.declare), before typing.
     macros: Any = None
     # `auto` (or `auto: [GPUs]`): placement by memory for every model that sets no `gpus` and is
-    # in no group or matrix set; read by hand in gpu_fields.py.
-    gpus: Any = None
+    # in no group or matrix set; read in gpu_fields.allowed_of.
+    gpus: Annotated[str | dict[str, Any], Expect(AUTO_WORDS)] | None = None
     # The timestamp of swapd's own log lines (ipc/log_time.py); unset: swapd's own.
     log_time_format: str | None = None
     log_requests: Annotated[Any, Ignored("deprecated in llama-swap too")] = None
-    # llmsnap's: seconds each sleep (wake) call may take, unless it sets its own (sleep_fields.py).
-    sleep_request_timeout: Any = None
-    wake_request_timeout: Any = None
+    # llmsnap's: seconds each sleep (wake) call may take, unless it sets its own; its least (1 s)
+    # and finite bound are llmsnap's words, in sleep_fields.request_timeout.
+    sleep_request_timeout: Annotated[int | float, Expect("seconds (a number)")] | None = None
+    wake_request_timeout: Annotated[int | float, Expect("seconds (a number)")] | None = None
     ui: Ui | None = None
     performance: Performance | None = None
+    learn: Learn | None = None
     profiles: dict[str, Profile] | None = None
     selectors: dict[str, Selector] | None = None

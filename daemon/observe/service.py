@@ -110,6 +110,8 @@ class Observer:
         self.metrics.registry.register(CaptureFigures(self.captures))
         self.metrics.gauges.models = models
         self.on_records: Callable[[list[ActivityRecord]], None] | None = self.metrics.records
+        # Told the records the activity log took in (the traffic learning's input).
+        self.on_stored: Callable[[list[ActivityRecord]], None] | None = None
         self.read_gpus = read_gpus
         self.in_flight: dict[str, InFlight] = {}
         # `/api/events` clients by proxy, as their Hellos say: new records are announced and
@@ -223,6 +225,11 @@ class Observer:
                 self.on_records(records)
             except Exception:
                 log.exception("counting activity records failed")
+        if self.on_stored is not None and stored:
+            try:
+                self.on_stored(stored)
+            except Exception:
+                log.exception("learning from activity records failed")
         self._publish(stored)
 
     async def _activity(self, identity: bytes, message: QueryActivity) -> None:

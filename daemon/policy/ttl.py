@@ -11,7 +11,9 @@ A model with a sleep setting goes to sleep when its TTL runs out (the daemon's c
 scheduler to `idle` it), and an asleep one is stopped once it has been asleep and unused for its
 `sleep.stopAfter` (0: never): `stop_left`, `asleep_due`. An asleep model with a websocket open
 (an open ComfyUI tab, served by its asleep server) is not stopped: `stopAfter` counts from when
-the last one closed, so a tab never sees its server stopped and its page reload it."""
+the last one closed, so a tab never sees its server stopped and its page reload it. With the
+traffic learned (`learn`), `stopAfter` is weighed against how soon the model is asked back
+(`keep_asleep.py`): stopped sooner, or kept asleep longer, up to 4 x `stopAfter`."""
 
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ from ...ipc.routing_table import SleepSetting
 from ...ipc.states import ModelState
 from ...ipc.timings import REPORT_GRACE
 from ..config import Config, ModelConfig
+from . import keep_asleep
 from .proxies import ProxyRegistry
 from .records import H, ModelRecord
 
@@ -91,30 +94,51 @@ def due(
 
 
 def stop_left(
-    rec: ModelRecord[H], setting: SleepSetting, registry: ProxyRegistry, now: float | None = None
+    rec: ModelRecord[H],
+    setting: SleepSetting,
+    registry: ProxyRegistry,
+    now: float | None = None,
+    learned: keep_asleep.Learned | None = None,
 ) -> float | None:
     """Seconds until an asleep model is stopped for its `stopAfter`; None: never (or awake, or
     a websocket to it is open). Counted from when it fell asleep, its last request, or its last
-    websocket closed, whichever came last."""
+    websocket closed, whichever came last; weighed by what is `learned` of its returns."""
     if rec.state != ModelState.ASLEEP or setting.stop_after <= 0:
         return None
     if registry.websockets(rec.id) > 0:
         return None
     now = registry.wall() if now is None else now
-    since = max(
+    since = asleep_since(rec, registry)
+    if learned is None:
+        return max(0.0, setting.stop_after - (now - since))
+    at = now
+
+    def chance(idle: float) -> float | None:
+        return learned.back_chance(rec.id, idle, setting.stop_after, at)
+
+    return keep_asleep.stop_left(now - since, setting.stop_after, chance, learned.roomy())
+
+
+def asleep_since(rec: ModelRecord[H], registry: ProxyRegistry) -> float:
+    """When an asleep model was last used: it fell asleep, its last request, or its last
+    websocket closed, whichever came last."""
+    return max(
         rec.since,
         registry.last_activity.get(rec.id, 0.0),
         registry.last_socket.get(rec.id, 0.0),
     )
-    return max(0.0, setting.stop_after - (now - since))
 
 
 def asleep_due(
-    records: list[ModelRecord[H]], registry: ProxyRegistry, now: float | None = None
+    records: list[ModelRecord[H]],
+    registry: ProxyRegistry,
+    now: float | None = None,
+    learned: keep_asleep.Learned | None = None,
 ) -> list[str]:
-    """The asleep models whose `stopAfter` ran out."""
+    """The asleep models whose `stopAfter` ran out (or that the learning stops)."""
     return [
         rec.id
         for rec in records
-        if rec.asleep_with is not None and stop_left(rec, rec.asleep_with, registry, now) == 0.0
+        if rec.asleep_with is not None
+        and stop_left(rec, rec.asleep_with, registry, now, learned) == 0.0
     ]

@@ -4,6 +4,7 @@ they come from, and the errors and warnings each names with file, line and key p
 from __future__ import annotations
 
 import textwrap
+from typing import get_args
 
 import pytest
 import yaml
@@ -11,6 +12,7 @@ import yaml
 from swapd.daemon.config.loader import ConfigError, Loaded, load_text
 from swapd.daemon.config.render import render
 from swapd.daemon.config.sections.sleep_fields import PRESETS
+from swapd.daemon.config.shape import SleepPreset
 from swapd.daemon.routing import routing_table
 from swapd.ipc.routing_table import HttpCall, WakeRule
 
@@ -353,3 +355,8 @@ def test_an_empty_or_costly_wake_on_warns() -> None:
         "a wake by hand)"
     )
     assert warnings[1].startswith("sleep.yaml:7 models.b.sleep.wakeOn[0]: pattern '/(a+)+'")
+
+
+def test_the_presets_are_the_declared_names() -> None:
+    # `sleep`'s type in config/shape.py names them (its error lists them).
+    assert tuple(PRESETS) == get_args(SleepPreset)

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from .issues import Report, describe
+from .issues import Report
 from .schema import known_keys, named_preset
 from .yaml_nodes import Path
 
@@ -26,15 +26,6 @@ class Presets(Generic[T]):
 
     def named(self, name: str, where: Path, report: Report) -> T | None:
         return named_preset(self.table, name, where, report)
-
-    def written(self, value: Any, where: Path, report: Report) -> str | Mapping[str, Any] | None:
-        """The value as a preset name or a mapping; None after an error (anything else)."""
-        if isinstance(value, str | dict):
-            return value
-        report.error(
-            where, f"expected a preset name ({self.names}) or a mapping, got {describe(value)}"
-        )
-        return None
 
     def base(self, value: Mapping[str, Any], where: Path, report: Report) -> tuple[bool, T | None]:
         """The mapping's keys checked, and the preset it starts from (None: none): (False, None)

@@ -98,7 +98,8 @@ class Converter:
             # A setting written one of several ways (`busyCheck`: a preset name or a mapping): the
             # way it is written is read by its section.
             kinds = tuple(get_origin(arm) or arm for arm in get_args(base))
-            if isinstance(raw, kinds):
+            # YAML's true is no integer, as Go's decoder has it (`every: true` is wrong).
+            if isinstance(raw, kinds) and (bool in kinds or not isinstance(raw, bool)):
                 return raw
             return self._wrong(where, words or " or ".join(map(_words_for, kinds)), raw)
         if is_section(base):

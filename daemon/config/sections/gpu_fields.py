@@ -12,6 +12,7 @@ from typing import Any
 import msgspec
 
 from .. import model as c
+from .. import shape
 from ..floor.issues import Report, describe
 from ..floor.yaml_nodes import Path
 
@@ -34,8 +35,8 @@ _UNITS = {
     "tib": 1024**4,
     "tb": 1000**4,
 }
-_EXPECTED_SIZE = "a size such as 24GiB, 512MiB or a byte count"
-_EXPECTED_AUTO = "auto, or auto: [GPU indices or UUIDs] to place only on those GPUs"
+_EXPECTED_SIZE = shape.SIZE_WORDS
+_EXPECTED_AUTO = shape.AUTO_WORDS
 GpuList = Callable[[Any, Path, Report], "tuple[str, ...] | None"]
 
 
@@ -64,7 +65,7 @@ def size_of(value: Any, where: Path, report: Report, *, zero: bool = False) -> i
     return None
 
 
-def margin_of(value: Any, where: Path, report: Report) -> int:
+def margin_of(value: int | str | None, where: Path, report: Report) -> int:
     """`vramMargin`: left free on every GPU a placement uses (0 allowed); default 512 MiB."""
     if value is None:
         return c.DEFAULT_VRAM_MARGIN
@@ -89,7 +90,9 @@ def allowed_of(value: Any, where: Path, report: Report, gpus_of: GpuList) -> tup
     return gpus_of(listed, (*where, AUTO), report)
 
 
-def vram_of(value: Any, where: Path, report: Report) -> tuple[int, ...] | None:
+def vram_of(
+    value: int | str | list[Any] | None, where: Path, report: Report
+) -> tuple[int, ...] | None:
     """`vram: 24GiB` (one GPU) or `vram: [40GiB, 40GiB]` (bytes on each of its GPUs)."""
     if value is None:
         return None
@@ -109,7 +112,7 @@ def vram_of(value: Any, where: Path, report: Report) -> tuple[int, ...] | None:
 def check_placement(
     models: Mapping[str, c.ModelConfig],
     raw_models: Mapping[str, Any],
-    top_gpus: Any,
+    top_gpus: str | dict[str, Any] | None,
     grouped: Collection[str],
     report: Report,
     gpus_of: GpuList,

@@ -95,7 +95,7 @@ def build(
     elif "${" not in proxy:
         check_url(proxy, (*path, "proxy"), report)
     read = keys.resolve(spec, path, report, defaults.inherited, QUIRKS).fields
-    sleep = read_sleep(raw, path, report, defaults.sleep_timeouts)
+    sleep = read_sleep(spec.sleep, raw, path, report, defaults.sleep_timeouts)
     if len(report.errors) > errors_before or cmd is None or proxy is None:
         return None
 

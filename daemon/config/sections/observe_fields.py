@@ -1,10 +1,8 @@
 """The `ui` and `performance` sections, as llama-swap reads them: the session headers its web UI
 shows (trimmed, repeats dropped case-insensitively, llama-swap's default when none is left),
-and the sampler's switch and interval (a Go duration, at least 5 s)."""
+and the sampler's switch and interval (a Go duration, at least 5 s); and swapd's `learn`."""
 
 from __future__ import annotations
-
-from typing import Any
 
 from ....ipc.durations import go_duration
 from .. import model as c
@@ -36,12 +34,18 @@ def performance(top: shape.Top, report: Report) -> tuple[bool, float]:
     return bool(spec.disabled), every
 
 
-def _every(raw: Any, report: Report) -> float:
+def learning(top: shape.Top) -> tuple[bool, bool]:
+    """(learn.enabled, learn.prefetch): both on by default; prefetch needs the learning."""
+    spec = top.learn
+    if spec is None:
+        return True, True
+    enabled = spec.enabled is not False
+    return enabled, enabled and spec.prefetch is not False
+
+
+def _every(raw: int | str | None, report: Report) -> float:
     where = ("performance", "every")
     if raw is None:
-        return c.DEFAULT_PERFORMANCE_EVERY
-    if isinstance(raw, bool) or not isinstance(raw, int | str):
-        report.error(where, f"expected a duration such as 5s or 1m, got {describe(raw)}")
         return c.DEFAULT_PERFORMANCE_EVERY
     # Go's YAML decoder reads a bare integer into a Duration as nanoseconds.
     seconds = raw * 1e-9 if isinstance(raw, int) else go_duration(raw)

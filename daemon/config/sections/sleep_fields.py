@@ -121,32 +121,40 @@ class Timeouts:
     wake: float | None = None
 
 
-def read_sleep(
-    body: Mapping[str, Any], path: Path, report: Report, timeouts: Timeouts
-) -> SleepSetting | None:
-    """The model's sleep setting (None when it has none); problems go to `report`."""
-    value = body.get(KEY)
+def one_form(body: dict[str, Any], path: Path, report: Report) -> dict[str, Any]:
+    """A model's body without `sleep` and llmsnap's keys when it writes both, which is an error
+    of its own: checked before the values are typed, so a wrong value of either is not reported
+    beside it."""
     llmsnap = [k for k in LLMSNAP_KEYS if body.get(k) is not None]
-    if value is not None and llmsnap:
-        report.error(
-            (*path, llmsnap[0]),
-            f"use either sleep or llmsnap's {', '.join(LLMSNAP_KEYS)}, not both",
-            key=True,
-        )
-        return None
-    if llmsnap:
+    if body.get(KEY) is None or not llmsnap:
+        return body
+    report.error(
+        (*path, llmsnap[0]),
+        f"use either sleep or llmsnap's {', '.join(LLMSNAP_KEYS)}, not both",
+        key=True,
+    )
+    return {k: v for k, v in body.items() if k != KEY and k not in LLMSNAP_KEYS}
+
+
+def read_sleep(
+    value: str | dict[str, Any] | None,
+    body: Mapping[str, Any],
+    path: Path,
+    report: Report,
+    timeouts: Timeouts,
+) -> SleepSetting | None:
+    """The model's sleep setting (None when it has none); `value`: its typed `sleep` (None when
+    unset, or after `typed.py` reported its type), `body` for llmsnap's keys. Problems go to
+    `report`."""
+    if any(body.get(k) is not None for k in LLMSNAP_KEYS):
         setting = _llmsnap(body, path, report, timeouts)
     elif value is None:
         return None
+    elif isinstance(value, str):
+        preset = WRITTEN.named(value, (*path, KEY), report)
+        setting = _with_timeouts(preset, timeouts, {}) if preset is not None else None
     else:
-        value = WRITTEN.written(value, (*path, KEY), report)
-        if value is None:
-            return None
-        if isinstance(value, str):
-            preset = WRITTEN.named(value, (*path, KEY), report)
-            setting = _with_timeouts(preset, timeouts, {}) if preset is not None else None
-        else:
-            setting = _mapping(value, (*path, KEY), report, timeouts)
+        setting = _mapping(value, (*path, KEY), report, timeouts)
     if setting is not None and setting.preset in _NEEDS:
         _check_needs(setting.preset, body, path, report)
     return setting
@@ -395,7 +403,7 @@ def _seconds(value: Any, where: Path, report: Report, minimum: float) -> float |
     return float(value)
 
 
-def request_timeout(value: Any, where: Path, report: Report) -> float | None:
+def request_timeout(value: float | None, where: Path, report: Report) -> float | None:
     """A top-level `sleepRequestTimeout` or `wakeRequestTimeout` (None: not set)."""
     seconds = _seconds(value, where, report, MIN_REQUEST_TIMEOUT)
     return None if seconds is None or seconds is False else float(seconds)

@@ -4,7 +4,8 @@
 // it was last started with, on swapd's own marker line); its log, streamed; its recent activity
 // with the daemon's totals and speed histograms for it; and its swaps. A model with a sleep
 // setting has a Sleep button and a Sleep panel: what it still holds asleep (its residual, NVML's
-// reading once its memory dropped), its last sleep and wake, when `stopAfter` stops it.
+// reading once its memory dropped), its last sleep and wake, when `stopAfter` stops it. The
+// Learned panel (learned.js): who follows it, its page cache share.
 
 import { captureButton } from "./activity.js";
 import * as stats from "./activity_stats.js";
@@ -14,6 +15,7 @@ import { heldWords, NOT_MEASURED } from "./measured.js";
 import * as catalog from "./catalog.js";
 import { bytes, clock, el, epoch, fill, labelled, ms, now, plural, seconds, toast } from "./dom.js";
 import * as events from "./events.js";
+import { learnedFacts } from "./learned.js";
 import { LogView } from "./log_view.js";
 import { href } from "./nav.js";
 import { inflightOf, modelStatus, refresh, stateOf, store, subscribe, tableItem } from "./store.js";
@@ -60,6 +62,7 @@ function skeleton(id) {
     command: el("div", { "data-role": "command" }),
     busy: el("div", { "data-role": "busy" }),
     sleep: el("div", { "data-role": "sleep" }),
+    learned: el("div", { "data-role": "learned" }),
     log: el("pre", { class: "log short", "data-role": "log" }),
     activity: el("div", { class: "summary", "data-role": "activity" }),
     recent: el("div", { "data-role": "recent" }),
@@ -76,7 +79,8 @@ function skeleton(id) {
       el("div", { class: "stack-panels" },
         panel("Command", "command", parts.command),
         panel("Busy", "busy", parts.busy),
-        el("section", { class: "panel slot", "data-slot": "sleep" }, el("h3", { text: "Sleep" }), parts.sleep)),
+        el("section", { class: "panel slot", "data-slot": "sleep" }, el("h3", { text: "Sleep" }), parts.sleep),
+        panel("Learned", "learned", parts.learned)),
     ),
     panel("Log", "log", parts.log),
     el("h2", { text: "Activity" }),
@@ -383,6 +387,7 @@ function render() {
   renderFacts(item, entry);
   renderBusy();
   renderSleep();
+  parts.learned.replaceChildren(learnedFacts(modelStatus(current)));
   rereadWhileBusy();
   const state = stateOf(item);
   if (state !== lastState) {

@@ -1,0 +1,1 @@
+"""The request traces of `python -m benchmarks trace_replay` and the script that writes them."""
