@@ -150,6 +150,40 @@ BENCHMARKS: tuple[Benchmark, ...] = (
         ),
     ),
     Benchmark(
+        "kv_swap",
+        "the next turn of a long conversation (2,800 tokens) after a swap away and back, time to "
+        "first token on llama.cpp's real server code: with kvCache, without, never swapped; the "
+        "save and restore phases",
+        ("--rounds", "1"),
+        targets=(
+            Target(
+                "vs_warm",
+                "kvCache's first token - 1.5x the never-swapped one",
+                Op.AT_MOST,
+                100,
+                "ms",
+            ),
+            Target("vs_cold", "first token without kvCache / with it", Op.AT_LEAST, 10, X),
+            Target("kv_phases", "kv_save + kv_restore (medians)", Op.AT_MOST, 100, "ms"),
+        ),
+    ),
+    Benchmark(
+        "thrash",
+        "two clients chatting with one model, alone and while a third asks for two other models "
+        "alternately every 100 ms without waiting (`?wait=false`), in alternating rounds: their "
+        "p50 and p95, and the swaps the third caused",
+        ("--rounds", "1", "--seconds", "4"),
+        targets=(
+            Target("victims_p50", "the chatting clients' p50, thrashed / quiet", Op.AT_MOST, 2, X),
+            Target(
+                "thrash_swaps",
+                "swaps the thrashing client caused while they chatted",
+                Op.AT_MOST,
+                0,
+            ),
+        ),
+    ),
+    Benchmark(
         "idle_memory",
         "resident memory of circusd + daemon + proxy when idle, before and after loading models",
         ("--settle", "1"),

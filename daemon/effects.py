@@ -19,31 +19,36 @@ decision) and reads nothing of the scheduler's state.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Callable
 
 import msgspec
 
+from ..ipc.activity import ActivityRecord
 from ..ipc.messages import Draining, StateChanged
 from ..ipc.model_status import ModelStatus
 from ..ipc.routing_table import SleepSetting
-from ..ipc.states import HEALTH_CHECK_REASON, ModelState, StartStep
+from ..ipc.states import HEALTH_CHECK_REASON, KV_RESTORE_REASON, ModelState, StartStep
 from ..ipc.swap_record import SwapPhase
 from .config import ModelConfig
 from .endpoint import Endpoint
 from .errors import DaemonError, WakeUnverified
 from .gpu_ledger import GpuLedger
 from .machinery.exit_watch import ExitWatch
+from .machinery.kv_slots import KvFailed, KvSlots
 from .machinery.lifecycle import Lifecycle
 from .machinery.model_process import Running
 from .observe.metrics import Metrics
-from .observe.swap_log import SwapLog
+from .observe.swap_log import SwapLog, WaitWhy
 from .policy.busy_board import BusyBoard
 from .policy.eviction.contract import Decision, Wait
 from .policy.proxies import ProxyRegistry
-from .policy.records import ModelRecord
+from .policy.records import ModelRecord, Parked
 from .policy.scheduler import BACKOFF_AFTER
 from .policy.story import Happening, PhaseDone
+
+log = logging.getLogger("swapd.kv")
 
 StatusOf = Callable[[ModelRecord[Running], ModelConfig | None], ModelStatus]
 
@@ -61,6 +66,12 @@ class StatePublisher:
             lambda seq: StateChanged(instance=instance, seq=seq, status=status)
         )
 
+    def kv_restore_began(self, model_id: str) -> None:
+        last = self._last.get(model_id)
+        if last is not None and last.state in (ModelState.STARTING, ModelState.WAKING):
+            step = StartStep.KV_RESTORE if last.state == ModelState.STARTING else None
+            self.publish(msgspec.structs.replace(last, reason=KV_RESTORE_REASON, starting=step))
+
     def health_check_began(self, model_id: str) -> None:
         last = self._last.get(model_id)
         if last is not None and last.state == ModelState.STARTING:
@@ -77,9 +88,11 @@ class Phases:
         self.swap_log = swap_log
         self.publisher = publisher
 
-    def record(self, model_id: str, phase: SwapPhase, seconds: float) -> None:
+    def record(self, model_id: str, phase: SwapPhase, seconds: float, moved: int = 0) -> None:
         self.metrics.phase.labels(model_id, phase.value).observe(seconds)
-        self.swap_log.told(PhaseDone(model_id, phase, seconds))
+        if moved:
+            self.metrics.kv_bytes.labels(model_id, phase.value).inc(moved)
+        self.swap_log.told(PhaseDone(model_id, phase, seconds, moved))
         if phase is SwapPhase.START:
             self.publisher.health_check_began(model_id)
 
@@ -99,8 +112,12 @@ class DaemonEffects:
         board: BusyBoard,
         ledger: GpuLedger | None,
         republish: Callable[[str], None],
+        kv: KvSlots | None = None,
     ) -> None:
         self.lifecycle = lifecycle
+        # The models' conversation caches (`kvCache`), saved before a stop or sleep, restored
+        # after a start or wake.
+        self.kv = kv if kv is not None else KvSlots()
         self.registry = registry
         self.exits = exits
         self.publisher = publisher
@@ -123,6 +140,7 @@ class DaemonEffects:
             raise
         self.metrics.starts.labels(model.id, "ok").inc()
         self.exits.watch(model.id, running.pid)
+        await self._restoring(running, model)
         return running
 
     async def drain(self, model_id: str) -> None:
@@ -140,8 +158,16 @@ class DaemonEffects:
         self.phases.record(model_id, SwapPhase.DRAIN, time.monotonic() - began)
 
     async def stop(
-        self, model_id: str, handle: Running, model: ModelConfig | None, *, start_follows: bool
+        self,
+        model_id: str,
+        handle: Running,
+        model: ModelConfig | None,
+        *,
+        start_follows: bool,
+        save: bool = False,
     ) -> None:
+        if save:
+            await self._kv_save(model_id, handle, model)
         self.exits.unwatch(model_id)
         began = time.monotonic()
         # A swap starts its target right after: the watcher's `rm` waits until that has spawned.
@@ -153,6 +179,7 @@ class DaemonEffects:
     async def sleep(
         self, model_id: str, handle: Running, model: ModelConfig | None, setting: SleepSetting
     ) -> None:
+        await self._kv_save(model_id, handle, model)
         try:
             seconds = await self.lifecycle.sleep(handle, model, setting)
         except DaemonError:
@@ -181,6 +208,75 @@ class DaemonEffects:
             raise
         self.metrics.wakes.labels(model_id, "ok").inc()
         self.phases.record(model_id, SwapPhase.WAKE, seconds)
+        if model is not None:
+            await self._restoring(handle, model)
+
+    # ----------------------------------------------------------------- conversation caches
+
+    async def _kv_save(self, model_id: str, handle: Running, model: ModelConfig | None) -> None:
+        """Save its conversation caches (`kvCache`) before its process goes: never fails the
+        stop or the sleep, and never takes longer than the setting's timeout."""
+        if model is None or model.kv_cache is None:
+            return
+        if self.kv.quick(model_id):
+            log.info("%s: not saving its conversation caches (swapd unload --now)", model_id)
+            return
+        try:
+            moved = await self.kv.save(self.lifecycle.session, handle.upstream, model)
+        except KvFailed as exc:
+            log.warning("%s: its conversation caches were not saved: %s", model_id, exc)
+            self.metrics.kv_saves.labels(model_id, "failed").inc()
+            return
+        self.metrics.kv_saves.labels(model_id, "ok").inc()
+        self.phases.record(model_id, SwapPhase.KV_SAVE, moved.seconds, moved.bytes)
+        if moved.slots:
+            log.info(
+                "%s: saved slots %s (%d tokens, %d bytes) in %.3fs",
+                model_id,
+                ",".join(map(str, moved.slots)),
+                moved.tokens,
+                moved.bytes,
+                moved.seconds,
+            )
+
+    async def _restoring(self, running: Running, model: ModelConfig) -> None:
+        """Restore its conversation caches after its start or wake, before the first request;
+        a cancelled restore (an unload) leaves no process behind, as a cancelled start."""
+        try:
+            await self._kv_restore(running, model)
+        except asyncio.CancelledError:
+            if not self.lifecycle.detached:
+                await asyncio.shield(self.stop(model.id, running, model, start_follows=False))
+            raise
+
+    async def _kv_restore(self, running: Running, model: ModelConfig) -> None:
+        manifest = self.kv.saved(model)
+        if manifest is None:
+            return
+        self.publisher.kv_restore_began(model.id)
+        try:
+            moved = await self.kv.restore(self.lifecycle.session, running.upstream, model, manifest)
+        except KvFailed as exc:
+            log.warning("%s: its conversation caches were not restored: %s", model.id, exc)
+            self.metrics.kv_restores.labels(model.id, "failed").inc()
+            return
+        self.metrics.kv_restores.labels(model.id, "ok").inc()
+        if moved.tokens < manifest.tokens:
+            self.metrics.kv_restores.labels(model.id, "short").inc()
+        self.phases.record(model.id, SwapPhase.KV_RESTORE, moved.seconds, moved.bytes)
+        log.info(
+            "%s: restored slots %s (%d of %d tokens) in %.3fs",
+            model.id,
+            ",".join(map(str, moved.slots)),
+            moved.tokens,
+            manifest.tokens,
+            moved.seconds,
+        )
+
+    def answered(self, records: list[ActivityRecord]) -> None:
+        """Answered requests: the first one after a restore tells what it reused."""
+        for model_id in self.kv.answered(records):
+            self.metrics.kv_restores.labels(model_id, "short").inc()
 
     def changed(self, record: ModelRecord[Running], model: ModelConfig | None) -> None:
         if record.state == ModelState.FAILED and record.failures >= BACKOFF_AFTER:
@@ -203,9 +299,14 @@ class DaemonEffects:
         if self.ledger is not None:
             self.ledger.book(target, decision)
 
-    def waiting(self, target: str, on: str, queued_at: float) -> None:
-        since = time.time() - (time.monotonic() - queued_at)
-        if self.swap_log.waiting(target, on, since):
+    def waiting(self, target: str, on: str, queued_at: float, parked: Parked | None = None) -> None:
+        offset = time.time() - time.monotonic()
+        since = queued_at + offset
+        why = None
+        if parked is not None:
+            until = parked.at_latest + offset if parked.at_latest is not None else 0.0
+            why = WaitWhy(parked.cause, parked.serving, until)
+        if self.swap_log.waiting(target, on, since, why):
             self._publish_soon(target)
 
     def ended(self, target: str) -> None:

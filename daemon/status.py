@@ -13,6 +13,7 @@ from ..ipc.model_status import Lingering, LingeringProcess, ModelStatus, SleepSt
 from ..ipc.states import ModelState, StartStep
 from .config import ModelConfig
 from .gpu_ledger import GpuLedger
+from .machinery.kv_slots import KvSlots
 from .machinery.model_process import Running
 from .machinery.sleeping import SleepFacts
 from .observe.learning import Learning
@@ -143,10 +144,18 @@ def waiting_of(target: str, swaps: SwapLog | None, busy: BusyBoard | None) -> Wa
     now = swaps.waiting_now(target) if swaps is not None else None
     if now is None:
         return None
-    on, since = now
+    on, since, why = now
     holds = busy.holding_for(target) if busy is not None else {}
+    until = max(holds.values(), default=0.0)
+    if why is not None and not holds:
+        until = why.until
     return Waiting(
-        reason=on, since=since, holding=tuple(sorted(holds)), until=max(holds.values(), default=0.0)
+        reason=on,
+        since=since,
+        holding=tuple(sorted(holds)),
+        until=until,
+        cause=why.cause if why is not None else None,
+        serving=why.serving if why is not None else (),
     )
 
 
@@ -173,8 +182,10 @@ class StatusView:
         ledger: GpuLedger | None,
         swaps: SwapLog,
         learning: Learning | None = None,
+        kv: KvSlots | None = None,
     ) -> None:
         self.learning = learning
+        self.kv = kv
         self.registry = registry
         self.machinery = machinery
         self.busy = busy
@@ -195,7 +206,12 @@ class StatusView:
             estimates=self.swaps.estimates(rec.id),
         )
         st = self._learned(st, rec, model)
+        st = self._with_kv(st, model)
         return self.ledger.annotate(st, model) if self.ledger is not None else st
+
+    def _with_kv(self, st: ModelStatus, model: ModelConfig | None) -> ModelStatus:
+        kv = self.kv.status(model) if self.kv is not None else None
+        return st if kv is None else msgspec.structs.replace(st, kv=kv)
 
     def all(
         self, records: Iterable[ModelRecord[Running]], models: Mapping[str, ModelConfig]
@@ -216,6 +232,7 @@ class StatusView:
             self._learned(st, rec, models.get(rec.id))
             for st, rec in zip(statuses, records, strict=True)
         )
+        statuses = tuple(self._with_kv(st, models.get(st.model)) for st in statuses)
         if self.ledger is None:
             return statuses
         return tuple(self.ledger.annotate(st, models.get(st.model)) for st in statuses)

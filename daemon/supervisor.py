@@ -20,6 +20,7 @@ from typing import Any
 
 import zmq.asyncio
 
+from ..ipc.activity import ActivityRecord
 from ..ipc.causes import StartCause
 from ..ipc.endpoints import Endpoints
 from ..ipc.messages import (
@@ -27,6 +28,7 @@ from ..ipc.messages import (
     Drained,
     Ensure,
     Error,
+    GaveUp,
     Hello,
     KeepAlive,
     Ok,
@@ -55,6 +57,7 @@ from .errors import DaemonError, EnsureError, error_reply
 from .machinery import gpu, ports, readiness, reconcile
 from .machinery.circus_client import CircusClient
 from .machinery.exit_watch import ExitWatch
+from .machinery.kv_slots import KvSlots
 from .machinery.lifecycle import GPU_RELEASE_TIMEOUT, Lifecycle
 from .machinery.model_process import Running
 from .observe.host_service import HostService
@@ -126,12 +129,22 @@ class Daemon:
             on_phase=phases.record,
         )
         lifecycle = self.lifecycle
+        # The models' saved conversation caches (`kvCache`): the files of definitions gone are
+        # removed now and at each reload.
+        self.kv = KvSlots()
+        self.kv.reconfigure(config)
         self.exits = ExitWatch(lifecycle.watchers, self._exited)
         self.busy = BusyChecks(self._busy_changed, session=lambda: lifecycle.session)
         board = self.busy.board
         self.learning = Learning(config, self._state_of)
         statuses = self.statuses = StatusView(
-            self.registry, lifecycle, board, self.ledger, self.swap_log, self.learning
+            self.registry,
+            lifecycle,
+            board,
+            self.ledger,
+            self.swap_log,
+            learning=self.learning,
+            kv=self.kv,
         )
         effects = DaemonEffects(
             lifecycle,
@@ -145,6 +158,7 @@ class Daemon:
             board=board,
             ledger=self.ledger,
             republish=self._republish,
+            kv=self.kv,
         )
         # The eviction policy is chosen for each config (here and at every reload) by `choose`.
         policies = functools.partial(
@@ -152,7 +166,7 @@ class Daemon:
             canonical_gpus=gpu.canonical_gpu_ids(self.gpu_backend.devices()),
             by_memory=self.ledger is not None,
         )
-        readings = DaemonReadings(self.registry, self.busy, self.ledger)
+        readings = DaemonReadings(self.registry, self.busy, self.ledger, self.swap_log.estimates)
         scheduler: Scheduler[Running] = Scheduler(config, effects, readings, choose_policy=policies)
         self.scheduler = scheduler
         backend, ledger = self.gpu_backend, self.ledger
@@ -168,9 +182,19 @@ class Daemon:
         # The history a `store.path` kept from before a restart is learned from too.
         self.learning.records(self.observer.store.records, prefetch=False)
         self.observer.on_stored = self.learning.records
+        counted = self.observer.on_records
+
+        def answered(records: list[ActivityRecord]) -> None:
+            if counted is not None:
+                counted(records)
+            effects.answered(records)
+
+        self.observer.on_records = answered
         self.table = routing.routing_table(config, self.generation, self.endpoints.log_dir)
         self._tasks: set[asyncio.Task[Any]] = set()
         self._stop = asyncio.Event()
+        # The Ensures under way, by connection and id: a `GaveUp` ends its wait.
+        self._ensures: dict[tuple[bytes, int], asyncio.Task[Any]] = {}
         # A reload and a profile switch replace the table: one at a time, so neither is lost.
         self._table_lock = asyncio.Lock()
         self.announcer = Announcer()
@@ -188,6 +212,7 @@ class Daemon:
         on(Snapshot, self._snapshot)
         on(Status, self._status)
         on(Ensure, self._ensure, spawn=True)
+        on(GaveUp, self._gave_up)
         on(Unload, self._unload, spawn=True)
         on(Sleep, self._sleep, spawn=True)
         on(Reload, self._reload, spawn=True)
@@ -299,8 +324,25 @@ class Daemon:
         )
         await self.endpoint.reply(identity, reply)
 
+    def _gave_up(self, identity: bytes, message: GaveUp) -> None:
+        """The request behind an Ensure under way gave up: its wait ends here (no reply), so the
+        swap it waited for counts one waiter less."""
+        task = self._ensures.get((identity, message.id))
+        if task is not None:
+            task.cancel()
+
     async def _ensure(self, identity: bytes, message: Ensure) -> None:
         self.registry.seen(message.proxy_id)
+        key = (identity, message.id)
+        task = asyncio.current_task()
+        if task is not None:
+            self._ensures[key] = task
+        try:
+            await self._answer_ensure(identity, message)
+        finally:
+            self._ensures.pop(key, None)
+
+    async def _answer_ensure(self, identity: bytes, message: Ensure) -> None:
         try:
             # The one place a request's name becomes a model id.
             model_id = names.resolve(self.scheduler.config, message.model).id
@@ -308,7 +350,7 @@ class Daemon:
             # A request's proxy claims the Ready (`Activity.claimed`); a load's admits nothing.
             claimant = message.proxy_id if message.cause == "request" else ""
             with self.metrics.waiting_for(model_id):
-                handle = await self.scheduler.ensure(model_id, claimant)
+                handle = await self.scheduler.ensure(model_id, claimant, waits=message.waits)
         except EnsureError as exc:
             reply: Reply = error_reply(message.id, exc)
         except Exception as exc:
@@ -326,7 +368,8 @@ class Daemon:
             model_id = None
             if message.model is not None:
                 model_id = names.id_of(self.scheduler.config, message.model)
-            stopped = await self.scheduler.unload(model_id)
+            with self.kv.skipping(message.now, model_id):
+                stopped = await self.scheduler.unload(model_id)
         except EnsureError as exc:
             reply: Reply = error_reply(message.id, exc, with_tail=False)
         else:
@@ -362,6 +405,7 @@ class Daemon:
                 self.scheduler, self.config_path, self.gpu_backend, why
             )
             self.lifecycle.reconfigure(result.config)
+            self.kv.reconfigure(result.config)
             self.generation += 1
             self.observer.reconfigure(result.config)
             self.learning.reconfigure(result.config)

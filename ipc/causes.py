@@ -41,6 +41,26 @@ class StartCause(StrEnum):
     ADOPTED = "adopted"  # found running or starting after a daemon restart
 
 
+class WaitCause(StrEnum):
+    """Why a queued swap waits (the target's `waiting.cause`): the proxies' loading progress, the
+    web UI and `swapd status` word it from this and the models it names, never from prose."""
+
+    # A loaded model's queue is served first (collation; `maxWait` bounds it): `serving` names it.
+    COLLATION = "collation"
+    # A model's busyCheck says it works (at most its `swapWait`), or it is being read again.
+    BUSY = "busy"
+    # Behind a swap ahead in the queue (higher priority, past its maxWait, or cheaper to bring in).
+    QUEUE = "queue"
+    # A model it needs out of the way is still being stopped, or another swap holds it.
+    STOPPING = "stopping"
+    # Placement by memory: no room on the GPUs yet.
+    ROOM = "room"
+    # Nobody waits for the swap (loads without `wait`): it takes out no model in use.
+    UNWATCHED = "unwatched"
+    # A model it takes out was made ready for requests not admitted yet (`DeferCause`).
+    ADMITTING = "admitting"
+
+
 class DeferCause(StrEnum):
     """Why a swap that had its room decided waits before it takes a model out (the swap log's
     `deferred`)."""

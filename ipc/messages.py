@@ -39,19 +39,24 @@ class _Msg(msgspec.Struct, frozen=True, tag=True, tag_field="type"):
 class Ensure(_Msg, frozen=True):
     """Make `model` ready; the reply comes when it is, or when it failed. `cause`: a request
     waits for it, or an explicit load (`POST /api/models/load/<id>`, `swapd load`) asked for it
-    (the swap log says which)."""
+    (the swap log says which). `waits` False: nobody waits for the reply (`?wait=false`, the
+    router's `/models/load`): its swap takes out no model in use (docs/swapping.md)."""
 
     id: int
     model: str
     proxy_id: str = ""
     cause: EnsureCause = "request"
+    waits: bool = True
 
 
 class Unload(_Msg, frozen=True):
-    """Stop one model (`model` set) or every model (`model` None); the reply comes when done."""
+    """Stop one model (`model` set) or every model (`model` None); the reply comes when done.
+    `now` (`swapd unload --now`): a stop that must be quick, so what a model's server could hand
+    back (its conversation caches, `kvCache`) is not saved first."""
 
     id: int
     model: str | None = None
+    now: bool = False
 
 
 class Sleep(_Msg, frozen=True):
@@ -298,7 +303,15 @@ class CancelInFlight(_Msg, frozen=True):
     id: str
 
 
-Cast = Hello | Activity | Drained | KeepAlive | ActivityReport | CancelInFlight
+class GaveUp(_Msg, frozen=True):
+    """The request that sent `Ensure` `id` on this connection gave up (its client went away):
+    nobody waits for that reply any more, so its swap counts one waiter less (a swap nobody
+    waits for takes out no model in use: docs/swapping.md)."""
+
+    id: int
+
+
+Cast = Hello | Activity | Drained | KeepAlive | ActivityReport | CancelInFlight | GaveUp
 
 Inbound = Request | Cast
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import msgspec
 
+from .causes import WaitCause
 from .states import ModelState, StartStep
 
 
@@ -47,6 +48,10 @@ class Waiting(msgspec.Struct, frozen=True):
     since: float = 0.0  # wall clock: when the swap was queued (its first request came)
     holding: tuple[str, ...] = ()  # the busy models (busyCheck) it waits for
     until: float = 0.0  # wall clock: when it goes ahead anyway at the latest (0: not bounded)
+    # Why, as a type (None: a daemon older than the field); `serving`: the models it names
+    # (collation: the loaded models whose queue is served first; queue: the swap ahead).
+    cause: WaitCause | None = None
+    serving: tuple[str, ...] = ()
 
 
 class SleepStatus(msgspec.Struct, frozen=True):
@@ -107,6 +112,27 @@ class PageCache(msgspec.Struct, frozen=True):
     sampled_at: float  # wall clock
 
 
+class KvStatus(msgspec.Struct, frozen=True):
+    """A model with a `kvCache` setting: what of its server's conversation caches swapd keeps
+    (saved after its last drain, for the definition it runs now), and how its saves and restores
+    went (docs/guides/kv-cache.md)."""
+
+    preset: str = ""  # "" for a written-out setting
+    slots: tuple[int, ...] = ()  # the slots saved (by the server's slot id)
+    tokens: int = 0  # the tokens they hold, as the server counted them when it saved
+    bytes: int = 0  # the files' size
+    saved_at: float = 0.0  # wall clock of the save (0: nothing saved)
+    saves: int = 0
+    restores: int = 0
+    failures: int = 0  # saves and restores that failed or timed out (the model went on)
+    last_failure: str = ""
+    # The last restore: the tokens the server said it read back, and the `cache_n` of the first
+    # request answered after it (-1: not known yet); `short` when either is less than was saved.
+    restored_tokens: int = 0
+    first_cache_n: int = -1
+    short: bool = False
+
+
 class ModelStatus(msgspec.Struct, frozen=True):
     """One model's state as the daemon sees it; broadcast on every change and listed by `status`."""
 
@@ -145,6 +171,8 @@ class ModelStatus(msgspec.Struct, frozen=True):
     waiting: Waiting | None = None
     # Its sleep setting's facts (None: it has no sleep setting).
     sleep: SleepStatus | None = None
+    # Its kvCache setting's facts (None: it has no kvCache setting).
+    kv: KvStatus | None = None
     # Seconds its load (spawn to healthy) and its wake take, the median of its last ones that
     # went well (the swap log's); None before the first.
     load_estimate: float | None = None

@@ -68,8 +68,13 @@ class StartStep(StrEnum):
 
     SPAWNING = "spawning"  # its process is being spawned (or, found starting, awaited)
     HEALTH_CHECK = "health_check"  # its process runs and waits for its health check
+    # It answered its health check; its saved conversation caches are being restored.
+    KV_RESTORE = "kv_restore"
 
 
 # The `reason` of a `starting` model whose process runs and is waiting for its health check
 # (published, with `StartStep.HEALTH_CHECK`, once the spawn is done): the words a person reads.
 HEALTH_CHECK_REASON = "waiting for the health check"
+# The `reason` of a `starting` (or `waking`) model whose saved conversation caches are being
+# restored (published with `StartStep.KV_RESTORE`).
+KV_RESTORE_REASON = "restoring the conversation's cache"

@@ -42,6 +42,11 @@ class SwapPhase(StrEnum):
     # Its `wakeProbe`: asked after a wake (and before its process's first sleep, to record the
     # answer a wake must give again).
     VERIFY = "verify"
+    # Its server's conversation caches (llama.cpp's KV slots) saved to files after the drain,
+    # before the stop or sleep; and restored after the health check (or wake), before the first
+    # request goes through (docs/guides/kv-cache.md).
+    KV_SAVE = "kv_save"
+    KV_RESTORE = "kv_restore"
 
 
 class SwapRecord(msgspec.Struct, frozen=True, kw_only=True):
@@ -60,7 +65,9 @@ class SwapRecord(msgspec.Struct, frozen=True, kw_only=True):
     start or wake failed: `reason` says why), `aborted`. `phases` (`SwapPhase` -> seconds):
     `drain`, `stop`, `start`, `health`, `sleep` (the calls and the release check), `wake` (the
     calls and the health check), `verify` (the `wakeProbe` after a wake, or before a first sleep
-    to record its answer).
+    to record its answer), `kv_save` and `kv_restore` (the conversation caches saved and
+    restored), and in `phase_bytes` (`SwapPhase` -> bytes) what a phase moved (`kv_save`,
+    `kv_restore`).
 
     A start or swap a request asked for also says when that request came (`queued`), how long it
     waited in all (`waited`, seconds to `ended`: far more than the phases when the swap waited
@@ -89,3 +96,5 @@ class SwapRecord(msgspec.Struct, frozen=True, kw_only=True):
     waited_for: tuple[str, ...] = ()
     deferred: tuple[DeferCause, ...] | msgspec.UnsetType = msgspec.UNSET
     folded: tuple[int, ...] = ()  # the ids of the evicted models' stop records
+    # Left out of the wire (UNSET) when no phase moved bytes: a record reads as it always did.
+    phase_bytes: dict[SwapPhase, int] | msgspec.UnsetType = msgspec.UNSET

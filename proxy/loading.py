@@ -20,8 +20,15 @@ from typing import Any, TypeVar
 import msgspec
 from aiohttp import web
 
+from ..ipc.causes import WaitCause
 from ..ipc.model_status import ModelStatus, Waiting
-from ..ipc.states import DOZING_STATES, LEAVING_STATES, ModelState, StartStep
+from ..ipc.states import (
+    DOZING_STATES,
+    KV_RESTORE_REASON,
+    LEAVING_STATES,
+    ModelState,
+    StartStep,
+)
 from .context import ProxyContext
 from .floor.errors import ProxyError, error_body
 from .floor.progress import PROGRESS_FRAMES, ProgressFrames
@@ -60,6 +67,11 @@ def waiting_words(waiting: Waiting) -> str:
     """What the daemon says the swap waits for (the target's `waiting`): the busy models that
     hold it and until when at the latest (a clock time: the line is written once, read later),
     else the scheduler's own words (collation, the queue, a stop under way, GPU room)."""
+    if waiting.cause is WaitCause.COLLATION and waiting.serving and not waiting.holding:
+        text = f"serving {', '.join(waiting.serving)}'s queue first"
+        if waiting.until:
+            text += f"; at most {max(0.0, waiting.until - time.time()):.1f} s more"
+        return f"waiting: {text}"
     if not waiting.holding:
         return f"waiting: {waiting.reason}"
     held = ", ".join(waiting.holding)
@@ -202,7 +214,11 @@ class Progress:
         if rt.state == ModelState.STARTING:
             if rt.status.starting is StartStep.HEALTH_CHECK:
                 return f"{rt.id} is running; waiting for its health check"
+            if rt.status.starting is StartStep.KV_RESTORE:
+                return f"{rt.id} is up; {KV_RESTORE_REASON}"
             return f"starting {rt.id}"
+        if rt.state == ModelState.WAKING and rt.status.reason == KV_RESTORE_REASON:
+            return f"{rt.id} is awake; {KV_RESTORE_REASON}"
         if rt.state == ModelState.WAKING:
             return f"waking {rt.id}: its server takes its GPU memory back (its process kept)"
         if rt.state == ModelState.SLEEPING:

@@ -180,6 +180,11 @@ def build_parser() -> argparse.ArgumentParser:
         description="Stop MODEL (or every model when none is named) and wait until it has stopped.",
     )
     unload.add_argument("model", nargs="?", help="model id or alias (default: all)")
+    unload.add_argument(
+        "--now",
+        action="store_true",
+        help="a quick stop: no kvCache save of the model's conversation caches first",
+    )
     _add_run_dir(unload)
 
     sleep = sub.add_parser(

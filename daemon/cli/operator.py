@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ...ipc.causes import WaitCause
 from ...ipc.client import DaemonClient, DaemonUnavailable
 from ...ipc.endpoints import Endpoints, default_run_dir
 from ...ipc.messages import (
@@ -86,8 +87,15 @@ def _ttl_left(m: ModelStatus) -> str:
 
 
 def waiting_words(w: Waiting, now: float) -> str:
-    """`a swap to it waits (for 12s): busy: a (at most until 14:03:07)`."""
+    """`a swap to it waits (for 12s): busy: a (at most until 14:03:07)`, or `... (for 1s):
+    serving a's queue first; at most 4.2 s more` (collation)."""
     text = f"a swap to it waits (for {_duration(now - w.since)}): {w.reason}"
+    if w.cause is WaitCause.COLLATION and w.serving and not w.holding:
+        text = f"a swap to it waits (for {_duration(now - w.since)}): "
+        text += f"serving {', '.join(w.serving)}'s queue first"
+        if w.until:
+            text += f"; at most {max(0.0, w.until - now):.1f} s more"
+        return text
     if w.until:
         text += f" (at most until {time.strftime('%H:%M:%S', time.localtime(w.until))})"
     return text
@@ -150,6 +158,23 @@ def learned_note(m: ModelStatus) -> str:
     return f"{m.model}: {'; '.join(parts)}" if parts else ""
 
 
+def _kv_note(m: ModelStatus) -> str:
+    kv = m.kv
+    assert kv is not None
+    text = f"{m.model}: kvCache {kv.preset or 'written out'}; "
+    if kv.saved_at:
+        slots = ",".join(map(str, kv.slots))
+        text += f"saved slots {slots} ({kv.tokens} tokens, {kv.bytes / 2**20:.1f} MiB)"
+    else:
+        text += "nothing saved"
+    text += f" ({kv.saves} saves, {kv.restores} restores)"
+    if kv.short:
+        text += f"; its last restore was short ({kv.restored_tokens} tokens back)"
+    if kv.last_failure:
+        text += f"; last failure: {kv.last_failure}"
+    return text
+
+
 def render_table(reply: StatusReply, now: float | None = None) -> str:
     now = time.time() if now is None else now
     rows = [("MODEL", "STATE", "PID", "PORT", "GPUS", "UPTIME", "LAST ACTIVITY", "TTL LEFT")]
@@ -191,6 +216,8 @@ def render_table(reply: StatusReply, now: float | None = None) -> str:
             notes.append(_sleep_note(m, reply))
         if learned := learned_note(m):
             notes.append(learned)
+        if m.kv is not None and (m.kv.saves or m.kv.saved_at or m.kv.failures):
+            notes.append(_kv_note(m))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = [
         "  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip() for r in rows
@@ -246,19 +273,23 @@ def main(args: argparse.Namespace) -> int:
                 return 0
         elif args.command == "unload":
             reply = asyncio.run(
-                _call(run_dir, lambda i: Unload(id=i, model=args.model), UNLOAD_TIMEOUT)
+                _call(
+                    run_dir, lambda i: Unload(id=i, model=args.model, now=args.now), UNLOAD_TIMEOUT
+                )
             )
         elif args.command == "sleep":
             reply = asyncio.run(
                 _call(run_dir, lambda i: Sleep(id=i, model=args.model), UNLOAD_TIMEOUT)
             )
             if isinstance(reply, Ok):
-                said = "is asleep" if reply.message == ModelState.ASLEEP else "was stopped"
-                why = (
-                    "" if reply.message == ModelState.ASLEEP else " (its sleep failed: see its log)"
-                )
-                print(f"{args.model} {said}{why}")
-                return 0 if reply.message == ModelState.ASLEEP else 1
+                if reply.message == ModelState.STOPPED:
+                    print(f"{args.model} was stopped (its sleep failed: see its log)")
+                    return 1
+                if reply.message == ModelState.ASLEEP:
+                    print(f"{args.model} is asleep")
+                else:
+                    print(f"{args.model} fell asleep; a request woke it at once ({reply.message})")
+                return 0
         elif args.command == "reload":
             reply = asyncio.run(_call(run_dir, lambda i: Reload(id=i), UNLOAD_TIMEOUT))
         else:

@@ -26,6 +26,7 @@ from .floor.typed import Converter
 from .floor.yaml_nodes import NESTED_TOO_DEEPLY, Document, Path, YamlSyntaxError, parse
 from .sections import (
     gpu_fields,
+    kv_cache_fields,
     model_fields,
     observe_fields,
     profiles,
@@ -264,6 +265,7 @@ class _Build:
         start_port = plain.fields["start_port"]
         grouped = router_members.grouped(data)
         decided = grouped | router_members.matrix_named(data)
+        kv_root = kv_cache_fields.root(top.kv_cache_dir, self.source, self.environ)
         staged = [
             stages.expand_model(
                 model_id,
@@ -271,6 +273,7 @@ class _Build:
                 global_macros,
                 report,
                 auto_default=gpu_fields.auto_wanted(top.gpus, False) and model_id not in decided,
+                kv_dir=kv_cache_fields.model_dir(kv_root, model_id),
             )
             for model_id, body in data["models"].items()
         ]
@@ -278,6 +281,7 @@ class _Build:
         defaults = model_fields.ModelDefaults(
             inherited=plain.by_name,
             health_check_timeout=float(health),
+            kv_root=kv_root,
             sleep_timeouts=sleep_fields.Timeouts(
                 sleep_fields.request_timeout(
                     top.sleep_request_timeout, ("sleepRequestTimeout",), report
@@ -350,6 +354,7 @@ class _Build:
             matrix=routes.matrix,
             priority=routes.priority,
             store_path=top_fields.store_path(top, self.source, report),
+            kv_cache_dir=kv_root,
             peers=peers,
             ignore_paths=top_fields.ignore_paths(top, self.typed, report),
             preload=top_fields.preload(top, built, self.typed, report),

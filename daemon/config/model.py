@@ -16,6 +16,7 @@ from ...ipc import aliases
 from ...ipc.routing_table import (
     CorsPolicy,
     Filters,
+    HttpCall,
     ModelRouting,
     Profile,
     RoutePeer,
@@ -30,6 +31,8 @@ from .shape import (
     DEFAULT_CLIENT_TIMEOUT,
     DEFAULT_DRAIN_CLIENT_TIMEOUT,
     DEFAULT_HEALTH_CHECK_TIMEOUT,
+    DEFAULT_KV_CACHE_BUDGET_MB,
+    DEFAULT_MAX_WAIT,
     DEFAULT_METRICS_MAX_IN_MEMORY,
     DEFAULT_START_PORT,
 )
@@ -114,6 +117,19 @@ class WakeProbe(msgspec.Struct, frozen=True, kw_only=True):
     default: bool = False
 
 
+class KvCacheSetting(msgspec.Struct, frozen=True):
+    """A model's `kvCache` (docs/guides/kv-cache.md): the calls that list its server's slots,
+    save one slot's cache to a file and restore it, each bounded by its `timeout`. In the calls'
+    endpoints and bodies `{id}` is the slot's id and `{file}` the file's name inside `dir`."""
+
+    list: HttpCall
+    save: HttpCall
+    restore: HttpCall
+    # The model's folder (`${KV_DIR}`): `kvCacheDir`/<the model id, made a safe name>.
+    dir: str
+    preset: str | None = None
+
+
 class ModelConfig(ModelRouting, frozen=True, kw_only=True):
     """A local model: `ModelRouting`'s fields (id, aliases, limits, filters, ...) and these."""
 
@@ -144,8 +160,13 @@ class ModelConfig(ModelRouting, frozen=True, kw_only=True):
     forced: tuple[Forced, ...] = ()
     # `busyCheck`: None = the model has none (the default: nothing asks its server).
     busy_check: BusyCheck | None = None
+    # `maxWait` (seconds): how long a swap to it waits at most while a loaded model's queue is
+    # served first (policy/collation.py).
+    max_wait: float = DEFAULT_MAX_WAIT
     # `wakeProbe`: None = wakes are not verified (`off`, or the model has no `sleep`).
     wake_probe: WakeProbe | None = None
+    # `kvCache`: None = the model has none (its conversation caches are lost with its process).
+    kv_cache: KvCacheSetting | None = None
 
 
 class GroupConfig(msgspec.Struct, frozen=True):
@@ -199,6 +220,9 @@ class Config(msgspec.Struct, frozen=True):
     # `captureBuffer` (MB) and `store.path` (absolute; "": the activity log is in memory only).
     capture_buffer: int = DEFAULT_CAPTURE_BUFFER_MB
     store_path: str = ""
+    # `kvCacheDir` (absolute) and `kvCacheBudget` (MB): the models' saved conversation caches.
+    kv_cache_dir: str = ""
+    kv_cache_budget: int = DEFAULT_KV_CACHE_BUDGET_MB
     groups: dict[str, GroupConfig] = msgspec.field(default_factory=dict)
     matrix: MatrixConfig | None = None
     # routing.scheduler.settings.fifo.priority: model id -> priority (default 0, higher first).
@@ -227,6 +251,8 @@ class Config(msgspec.Struct, frozen=True):
     # `clientBodyMinRate` (bytes/s) and `drainClientTimeout` (seconds); 0: none.
     client_body_min_rate: float = DEFAULT_CLIENT_BODY_MIN_RATE
     drain_client_timeout: float = DEFAULT_DRAIN_CLIENT_TIMEOUT
+    # `maxWait` (seconds): the top level's; each model's is `ModelConfig.max_wait`.
+    max_wait: float = DEFAULT_MAX_WAIT
     cors: CorsPolicy = CorsPolicy()
 
     @property

@@ -53,10 +53,14 @@ DEFAULT_CLIENT_TIMEOUT = 60.0
 # `clientBodyMinRate` (bytes/s: Apache's `MinRate` default) and `drainClientTimeout` (seconds).
 DEFAULT_CLIENT_BODY_MIN_RATE = 500.0
 DEFAULT_DRAIN_CLIENT_TIMEOUT = 30.0
+# `maxWait` (seconds): the collation window swapd always had.
+DEFAULT_MAX_WAIT = 5.0
 # The words of a wrong `vram` or `vramMargin` (a text's unit is read in gpu_fields.size_of).
 SIZE_WORDS = "a size such as 24GiB, 512MiB or a byte count"
 # The words of a wrong top-level `gpus` (its mapping's key and list are read in gpu_fields.py).
 AUTO_WORDS = "auto, or auto: [GPU indices or UUIDs] to place only on those GPUs"
+# `kvCacheBudget`: MB of saved conversation caches kept, all models together (oldest out first).
+DEFAULT_KV_CACHE_BUDGET_MB = 20480
 
 
 class PeerFilters(Section, frozen=True):
@@ -97,6 +101,8 @@ class Capabilities(Section, frozen=True):
 BusyPreset = Literal["comfyui", "llamacpp", "vllm"]
 # `sleep`'s presets, by name (sections/sleep_fields.py holds what each one asks).
 SleepPreset = Literal["vllm", "vllm-level2", "sglang", "comfyui"]
+# `kvCache`'s presets (sections/kv_cache_fields.py).
+KvCachePreset = Literal["llama.cpp", "llamacpp"]
 
 
 def _ttl(value: int, where: Path, report: Report) -> None:
@@ -128,6 +134,9 @@ class Model(Section, frozen=True):
     host_header: Annotated[Literal["client", "upstream"], Key("client")] | None = None
     # Stream loading progress to a streaming chat request that waits for a start.
     send_loading_state: Annotated[bool, Key(Inherit("sendLoadingState"))] | None = None
+    # Seconds a swap to this model may wait while a loaded model's queue is served first
+    # (collation); unset: the top level's maxWait.
+    max_wait: Annotated[Seconds, Key(Inherit("maxWait"))] | None = None
     # Read at the macro stage (stages.expand_model: `${GPUS}`), before typing.
     gpus: Annotated[Any, Key(render=show.gpus)] = None
     # Names, or llama-swap's newer `{id, name, unlisted}`; read in model_fields.aliases_of.
@@ -177,6 +186,15 @@ class Model(Section, frozen=True):
             bool | str | dict[str, Any],
             Expect("off, or a mapping (path, body, expect, match, jsonPath, ...)"),
             Key(render=show.wake_probe),
+        ]
+        | None
+    ) = None
+    # A preset name (`llama.cpp`) or a mapping; its keys are read in kv_cache_fields.py.
+    kv_cache: (
+        Annotated[
+            str | dict[str, Any],
+            Expect(f"a preset name ({', '.join(get_args(KvCachePreset))}) or a mapping"),
+            Key(render=show.model_kv_cache),
         ]
         | None
     ) = None
@@ -370,6 +388,9 @@ class Top(Section, frozen=True):
     # request its client holds up, seconds (0: no bound).
     client_body_min_rate: Annotated[Seconds, Key(DEFAULT_CLIENT_BODY_MIN_RATE)] | None = None
     drain_client_timeout: Annotated[Seconds, Key(DEFAULT_DRAIN_CLIENT_TIMEOUT)] | None = None
+    # llama-swap #612's word: how long a swap waits, at most, while a loaded model's queue is
+    # served first (policy/collation.py); each model's `maxWait` overrides it.
+    max_wait: Annotated[Seconds, Key(DEFAULT_MAX_WAIT)] | None = None
     store: Annotated[Store, Key(render=show.store)] | None = None
     api_keys: Annotated[Texts, Key(render=show.api_keys)] | None = None
     security: Annotated[Security, Key(render=show.security)] | None = None
@@ -406,5 +427,9 @@ class Top(Section, frozen=True):
     ui: Ui | None = None
     performance: Performance | None = None
     learn: Learn | None = None
+    # The folder of the models' saved conversation caches (`${KV_DIR}` is a folder of it per
+    # model; read in kv_cache_fields.py) and the MB they may take, all models together.
+    kv_cache_dir: Annotated[str, Key(render=show.kv_cache)] | None = None
+    kv_cache_budget: Annotated[Count, Key(DEFAULT_KV_CACHE_BUDGET_MB, render=None)] | None = None
     profiles: dict[str, Profile] | None = None
     selectors: dict[str, Selector] | None = None

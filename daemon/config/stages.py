@@ -77,10 +77,14 @@ def expand_model(
     report: Report,
     *,
     auto_default: bool = False,
+    kv_dir: str = "",
 ) -> Staged:
     path = ("models", model_id)
     own = macros.declare(body.get("macros"), (*path, "macros"), report)
     scope = macros.scope(model_id, global_macros, own)
+    if kv_dir and body.get("kvCache") is not None:
+        # `${KV_DIR}`: the model's folder of saved conversation caches (kv_cache_fields.py).
+        scope.insert(1, ("KV_DIR", kv_dir))
     try:
         expanded = _expand_fields(body, scope, path)
     except KeysCollide as error:
@@ -198,7 +202,9 @@ def check_leftovers(
             message = "${PORT} is only available when the model's cmd uses it"
         elif name == "GPUS" and model:
             message = "${GPUS} is only available when the model sets gpus"
-        elif name in ("PORT", "GPUS", "MODEL_ID"):
+        elif name == "KV_DIR" and model:
+            message = "${KV_DIR} is only available when the model sets kvCache"
+        elif name in ("PORT", "GPUS", "MODEL_ID", "KV_DIR"):
             message = f"${{{name}}} is only available inside a model's settings"
         elif name in known_names:
             message = (

@@ -139,7 +139,8 @@ class Metrics:
             "time spent in each phase of a start or swap: drain, stop (of a model evicted or "
             "unloaded), start (spawn to a running process), health (to the first 200), sleep "
             "(its server's sleep calls and the GPU memory's release), wake (its wake calls and "
-            "health check), verify (its wakeProbe)",
+            "health check), verify (its wakeProbe), kv_save and kv_restore (its conversation "
+            "caches, kvCache)",
             ["model", "phase"],
             buckets=_PHASES,
             registry=registry,
@@ -165,6 +166,26 @@ class Metrics:
             "asleep models woken, by result (ok; failed, or unverified: its wakeProbe failed; "
             "either way stopped and started cold instead)",
             ["model", "result"],
+            registry=registry,
+        )
+        self.kv_saves = Counter(
+            "swapd_kv_saves",
+            "kvCache saves of a model's conversation caches before its stop or sleep, by result "
+            "(ok; failed: an error, a timeout or no disk space, and it stopped without)",
+            ["model", "result"],
+            registry=registry,
+        )
+        self.kv_restores = Counter(
+            "swapd_kv_restores",
+            "kvCache restores after a start or wake, by result (ok; failed: it served with a "
+            "full prefill; short: it brought back less than was saved)",
+            ["model", "result"],
+            registry=registry,
+        )
+        self.kv_bytes = Counter(
+            "swapd_kv_bytes",
+            "bytes of conversation caches saved (phase kv_save) and restored (kv_restore)",
+            ["model", "phase"],
             registry=registry,
         )
         self.crashes = Counter(

@@ -33,7 +33,7 @@ from typing import Any, Protocol
 
 import msgspec
 
-from ...ipc.causes import DeferCause, StartCause, StopCause
+from ...ipc.causes import DeferCause, StartCause, StopCause, WaitCause
 from ...ipc.messages import Document, Event, QuerySwaps, SwapRecorded
 from ...ipc.swap_record import SwapKind, SwapOutcome, SwapPhase, SwapRecord
 from ..policy.story import Began, Deferred, Ended, Happening, PhaseDone
@@ -60,6 +60,7 @@ class _Open:
     cause: StartCause | StopCause
     began: float
     phases: dict[SwapPhase, float] = field(default_factory=dict)
+    phase_bytes: dict[SwapPhase, int] = field(default_factory=dict)
     evicted: tuple[str, ...] = ()
     for_model: str = ""
     queued: float = 0.0
@@ -68,12 +69,24 @@ class _Open:
     folded: tuple[int, ...] = ()
 
 
+@dataclass(frozen=True)
+class WaitWhy:
+    """Why a queued swap waits, as a type (the scheduler's `Parked`, on the wall clock): the
+    cause, the models it names (collation: those whose queue is served first), and when it goes
+    ahead at the latest (0: not bounded)."""
+
+    cause: WaitCause
+    serving: tuple[str, ...] = ()
+    until: float = 0.0
+
+
 @dataclass
 class _Queued:
     """A swap queued for a target whose start has not begun yet."""
 
     since: float  # wall clock
     on: str = ""  # what it waits for now
+    why: WaitWhy | None = None  # the same, as a type (None: not told)
     waited_for: list[str] = field(default_factory=list)
     deferred: list[DeferCause] = field(default_factory=list)
     recorded: bool = False  # a start's record carries its wait already
@@ -114,14 +127,14 @@ class SwapLog:
         load, the preload)."""
         self._hints[model_id] = cause
 
-    def waiting(self, target: str, on: str, since: float) -> bool:
+    def waiting(self, target: str, on: str, since: float, why: WaitWhy | None = None) -> bool:
         """The swap to `target`, queued at `since` (wall clock), waits for `on` now ("": for
-        nothing: it decides, or it claimed its room). True when that changed what it waits
-        for (its status is to be published again)."""
+        nothing: it decides, or it claimed its room), and `why` as a type. True when that
+        changed what it waits for (its status is to be published again)."""
         queued = self._queued.setdefault(target, _Queued(since))
-        if on == queued.on:
+        if on == queued.on and why == queued.why:
             return False
-        queued.on = on
+        queued.on, queued.why = on, why
         if on and on not in queued.waited_for:
             queued.waited_for.append(on)
         return True
@@ -132,10 +145,13 @@ class SwapLog:
         queued = self._queued.pop(target, None)
         return queued is not None and bool(queued.on)
 
-    def waiting_now(self, target: str) -> tuple[str, float] | None:
-        """What the swap to `target` waits for now, and since when its request waits."""
+    def waiting_now(self, target: str) -> tuple[str, float, WaitWhy | None] | None:
+        """What the swap to `target` waits for now (in words, and as a type), and since when its
+        request waits."""
         queued = self._queued.get(target)
-        return (queued.on, queued.since) if queued is not None and queued.on else None
+        if queued is None or not queued.on:
+            return None
+        return queued.on, queued.since, queued.why
 
     def estimates(self, model_id: str) -> tuple[float | None, float | None]:
         """How long `model_id`'s load and its wake take, as its last ones went (None: none yet)."""
@@ -156,6 +172,8 @@ class SwapLog:
                 episode = self._open.get(event.model)
                 if episode is not None:
                     episode.phases[event.phase] = round(event.seconds, 4)
+                    if event.bytes:
+                        episode.phase_bytes[event.phase] = event.bytes
             case Ended():
                 self._ended(event)
             case Deferred(model=target, cause=cause):
@@ -193,10 +211,17 @@ class SwapLog:
             episode.began = min(s.began for s in stops)
             episode.evicted = tuple(sorted(s.model for s in stops))
             episode.folded = tuple(s.id for s in stops)
-            for name in (SwapPhase.DRAIN, SwapPhase.STOP, SwapPhase.SLEEP):
+            for name in (SwapPhase.DRAIN, SwapPhase.KV_SAVE, SwapPhase.STOP, SwapPhase.SLEEP):
                 taken = [s.phases[name] for s in stops if name in s.phases]
                 if taken:
                     episode.phases[name] = max(taken)
+            moved = sum(
+                s.phase_bytes.get(SwapPhase.KV_SAVE, 0)
+                for s in stops
+                if not isinstance(s.phase_bytes, msgspec.UnsetType)
+            )
+            if moved:
+                episode.phase_bytes[SwapPhase.KV_SAVE] = moved
         self._open[model_id] = episode
 
     def _close(self, model_id: str, result: SwapOutcome, reason: str) -> SwapRecord | None:
@@ -214,6 +239,7 @@ class SwapLog:
             result=result,
             reason=reason,
             phases=episode.phases,
+            phase_bytes=episode.phase_bytes or msgspec.UNSET,
             evicted=episode.evicted,
             for_model=episode.for_model,
             queued=episode.queued,

@@ -3,8 +3,9 @@ what the decision needs (the busy checks its last decision asked for, the GPUs w
 terms read them), asks the eviction policy, and waits (parked on the scheduler's change signal,
 or until the decision's deadline) while the answer is to wait, the room it wants collides with a
 swap under way, a model it would take out has `Ready` replies out not claimed yet (`claims.py`),
-or a swap ahead in the queue conflicts with it. It ends once the swap claimed its room, or its
-target is ready.
+nobody waits for it and it would take out a model in use, or a swap ahead in the queue
+(`collation.order`: priority, maxWait, swap-in cost) conflicts with it. It ends once the swap
+claimed its room, or its target is ready.
 
 Also here: what the policy is shown (`room.py` builds the ask and the occupants; an asleep target
 placed by memory may wake only on the GPUs it holds).
@@ -13,21 +14,23 @@ placed by memory may wake only on the GPUs it holds).
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 from typing import Any, Generic
 
 import msgspec
 
-from ...ipc.causes import DeferCause
+from ...ipc.causes import DeferCause, WaitCause
 from ...ipc.states import ModelState
 from ..config import ModelConfig
 from ..errors import ModelNotFound, NoGpuRoom
-from . import room
+from . import collation, room
 from .changes import Changes
 from .claims import ReadyClaims
 from .eviction.contract import EvictionPolicy, MakeRoom, Occupant, Refuse, Room, Terms, Wait
+from .eviction.preemption import BUSY_POLL
 from .model_table import ModelTable
-from .records import Effects, H, Readings
+from .records import Effects, H, Parked, Readings
 from .stops import Stops
 from .story import Deferred
 from .swap import Claim, Swap
@@ -47,7 +50,6 @@ class Decider(Generic[H]):
         *,
         policy: EvictionPolicy,
         clock: Callable[[], float],
-        collate_window: float,
         check_aborted: Callable[[Swap[H]], None],
     ) -> None:
         self.models = models
@@ -60,7 +62,6 @@ class Decider(Generic[H]):
         # The config's eviction policy: the scheduler replaces it at every reload.
         self.policy = policy
         self.clock = clock
-        self.collate_window = collate_window
         # Raises what the swap's waiters were answered when it was answered otherwise.
         self.check_aborted = check_aborted
 
@@ -99,9 +100,9 @@ class Decider(Generic[H]):
                 return rec.handle
             # 10.
             now = self.clock()
-            decision = self.policy.decide(
-                room.ask(swap, model, now, self.collate_window), Room(self.occupants(target), gpus)
-            )
+            occupants = self.occupants(target)
+            window = collation.window(self.models.config, target)
+            decision = self.policy.decide(room.ask(swap, model, now, window), Room(occupants, gpus))
             waits.decision = decision
             self.effects.decided(model, decision)
             if isinstance(decision, Refuse):
@@ -110,40 +111,70 @@ class Decider(Generic[H]):
                 if decision.for_room and waits.room_since is None:
                     waits.room_since = now
                 if not decision.check:
-                    await self._park(swap, decision.reason, decision.until)
+                    why = None
+                    if decision.cause is not None:
+                        why = Parked(decision.cause, decision.serving, decision.at_latest)
+                    await self._park(swap, decision.reason, decision.until, why)
                 continue
             # 11.
             if self.stops.under_way(target):
-                await self._park(swap, f"{target} is being stopped", None)
+                why = Parked(WaitCause.STOPPING, (target,))
+                await self._park(swap, f"{target} is being stopped", None, why)
                 continue
             if self.swaps.collides(target, decision.evict):
-                await self._park(swap, "collides with a swap under way", None)
+                why = Parked(WaitCause.STOPPING)
+                await self._park(swap, "collides with a swap under way", None, why)
                 continue
             held = self.claims.holding(decision.evict)
             if held:
                 words = ", ".join(f"{m} ({n})" for m, n in held.items())
                 on = f"requests made ready for {words} to be admitted first"
                 until = self.claims.due(frozenset(held))
-                await self._park(swap, on, until, DeferCause.UNCLAIMED_READY)
+                why = Parked(WaitCause.ADMITTING, tuple(sorted(held)))
+                await self._park(swap, on, until, why, DeferCause.UNCLAIMED_READY)
                 continue
+            # 11a.
+            if swap.watchers == 0:
+                used = collation.in_use(decision.evict, occupants, time.time())
+                if used:
+                    why = Parked(WaitCause.UNWATCHED, used)
+                    on = f"nobody waits for it; {', '.join(used)} in use"
+                    await self._park(swap, on, now + BUSY_POLL, why)
+                    continue
             # 12.
             if self.terms(model).in_queue_order:
                 ahead = self._ahead_in_conflict(swap, decision)
                 if ahead is not None:
-                    await self._park(swap, f"behind the swap to {ahead} in the queue", None)
+                    other, change = ahead
+                    on = f"behind the swap to {other.target} in the queue"
+                    await self._park(swap, on, change, Parked(WaitCause.QUEUE, (other.target,)))
                     continue
             # 13.
             swap.claimed(Claim(decision.stop, decision.placement, decision.sleep))
             self.effects.waiting(target, "", swap.turn.queued_at)
             return None
 
-    def _ahead_in_conflict(self, swap: Swap[H], mine: MakeRoom) -> str | None:
-        """A swap ahead in the queue that may begin now and conflicts with `swap`'s claim."""
-        for other in self.swaps.ahead(swap):
+    def order(self, swap: Swap[H], now: float) -> collation.OrderKey:
+        """The swap's place in the queue at `now`: priority, then past its maxWait, then its
+        target's swap-in cost (`collation.py`)."""
+        rec = self.models.records.get(swap.target)
+        waking = rec is not None and rec.state == ModelState.ASLEEP
+        cost = self.readings.swap_in_cost(swap.target, waking=waking)
+        window = collation.window(self.models.config, swap.target)
+        return collation.order(swap.turn, window, cost, now)
+
+    def _ahead_in_conflict(
+        self, swap: Swap[H], mine: MakeRoom
+    ) -> tuple[Swap[H], float | None] | None:
+        """A swap ahead in the queue that may begin now and conflicts with `swap`'s claim, and
+        when the order between them may change (one of them past its maxWait)."""
+        now = self.clock()
+        for other in self.swaps.ahead(swap, lambda s: self.order(s, now)):
             model = self.models.config.models.get(other.target)
             if model is None or not self.terms(model).in_queue_order:
                 continue
-            ask = room.ask(other, model, self.clock(), self.collate_window)
+            window = collation.window(self.models.config, other.target)
+            ask = room.ask(other, model, now, window)
             theirs = self.policy.decide(ask, Room(self.occupants(other.target)))
             if not isinstance(theirs, MakeRoom):
                 continue
@@ -157,20 +188,27 @@ class Decider(Generic[H]):
                 or swap.target in theirs.evict
                 or theirs.evict & mine.evict
             ):
-                return other.target
+                config = self.models.config
+                turns = [(s.turn, collation.window(config, s.target)) for s in (swap, other)]
+                return other, collation.next_change(turns, now)
         return None
 
     async def _park(
-        self, swap: Swap[H], on: str, until: float | None, deferred: DeferCause | None = None
+        self,
+        swap: Swap[H],
+        on: str,
+        until: float | None,
+        why: Parked | None = None,
+        deferred: DeferCause | None = None,
     ) -> None:
-        """Wait for a change, or until `until` (monotonic) at the latest; `on` says what for
-        (told to the effects: it is what the swap waits for until it decides otherwise), and
-        `deferred` why a swap whose room was decided is held back (told as its story's
-        `Deferred`)."""
+        """Wait for a change, or until `until` (monotonic) at the latest; `on` says what for,
+        `why` the same as a type (told to the effects: it is what the swap waits for until it
+        decides otherwise), and `deferred` why a swap whose room was decided is held back (told
+        as its story's `Deferred`)."""
         waits = swap.waits
         assert waits is not None
         waits.on = on
-        self.effects.waiting(swap.target, on, swap.turn.queued_at)
+        self.effects.waiting(swap.target, on, swap.turn.queued_at, why)
         if deferred is not None:
             self.effects.happened(Deferred(swap.target, deferred))
         try:

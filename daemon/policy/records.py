@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Generic, Protocol, TypeVar
 
-from ...ipc.causes import StopCause
+from ...ipc.causes import StopCause, WaitCause
 from ...ipc.routing_table import SleepSetting
 from ...ipc.states import ModelState
 from ..config import ModelConfig
@@ -102,6 +102,16 @@ class ModelRecord(Generic[H]):
 
 
 @dataclass(frozen=True)
+class Parked:
+    """Why a queued swap waits, as a type: the cause, the loaded models whose queue it serves
+    first (collation), and when it goes ahead at the latest (monotonic; None: not bounded)."""
+
+    cause: WaitCause
+    serving: tuple[str, ...] = ()
+    at_latest: float | None = None
+
+
+@dataclass(frozen=True)
 class Activity:
     """What the proxies report of a model."""
 
@@ -127,6 +137,11 @@ class Readings(Protocol):
         """The GPUs' memory, for a decision that places `target` by memory (reads NVML, /proc)."""
         ...
 
+    def swap_in_cost(self, model_id: str, *, waking: bool) -> float | None:
+        """Seconds bringing `model_id` back takes, as its last loads (its last wakes, `waking`)
+        went (the swap log's median); None before the first."""
+        ...
+
 
 class Effects(Protocol[H]):
     async def start(self, model: ModelConfig) -> H:
@@ -140,11 +155,19 @@ class Effects(Protocol[H]):
         ...
 
     async def stop(
-        self, model_id: str, handle: H, model: ModelConfig | None, *, start_follows: bool
+        self,
+        model_id: str,
+        handle: H,
+        model: ModelConfig | None,
+        *,
+        start_follows: bool,
+        save: bool = False,
     ) -> None:
         """Phase two: the process is gone (and what it held given back, or reported). `model` is
         the definition it was started with; `start_follows` says that a swap starts another
-        model right after, so that stop may leave slow bookkeeping until that start spawned."""
+        model right after, so that stop may leave slow bookkeeping until that start spawned;
+        `save`: the model may well be asked for again, so what its server can hand back (its
+        conversation caches, `kvCache`) is saved first."""
         ...
 
     async def sleep(
@@ -180,10 +203,11 @@ class Effects(Protocol[H]):
         for."""
         ...
 
-    def waiting(self, target: str, on: str, queued_at: float) -> None:
+    def waiting(self, target: str, on: str, queued_at: float, parked: Parked | None = None) -> None:
         """The swap to `target`, queued at `queued_at` (the scheduler's clock), waits for `on`
-        now ("": for nothing: it was just queued, or it claimed its room and goes ahead). The
-        daemon shows it on the target's status and keeps it for the target's swap record."""
+        now ("": for nothing: it was just queued, or it claimed its room and goes ahead), and
+        why as a type (`parked`). The daemon shows it on the target's status and keeps it for
+        the target's swap record."""
         ...
 
     def ended(self, target: str) -> None:

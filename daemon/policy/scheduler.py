@@ -21,8 +21,8 @@ request enters the daemon):
     Whenever an ensure is answered with a handle, its `Ready` is booked for the proxy that asked
     (`claims.py`) until that proxy claims it (admitted, its request is in flight from the same
     report on): meanwhile no swap takes the model out (step 11).
- 3. Draining for a swap still in its collation window: take it back (the drain is cancelled, the
-    swap queues again) and serve it now.
+ 3. Draining for a swap still in its collation window (its target's `maxWait`): take it back
+    (the drain is cancelled, the swap queues again) and serve it now.
  4. A swap to it is under way: join it. One swap per target; every waiter gets its result.
  5. Backing off after repeated failed starts: 503 `backing_off`, saying when it tries again.
  6. Otherwise a new swap is queued, and runs on its own (`_run`).
@@ -41,9 +41,13 @@ ended, an unload, a busy reading), and at its last decision's deadline:
 11. MakeRoom, but a claimed swap stops this target or one of its evictees, or targets one of
     them; or the target itself is still being stopped; or an evictee has Readys out that are not
     claimed yet (deferred: `DeferCause.UNCLAIMED_READY`, until claimed or CLAIM_WITHIN): wait
-    for a change.
-12. A swap ahead in the queue (higher `priority`, then arrival) that may begin now conflicts with
-    this one: wait for a change. Placement by memory neither waits for the queue nor holds it.
+    for a change. Nobody waits for the swap (only loads without `wait`, or requests whose
+    clients went away) and it would take out a model in use: wait until that one is idle, or
+    someone waits (`collation.py`).
+12. A swap ahead in the queue (higher `priority`; then past its `maxWait`, by arrival; then the
+    cheaper swap-in, `collation.py`) that may begin now conflicts with this one: wait for a
+    change, or for the order to change. Placement by memory neither waits for the queue nor
+    holds it.
 13. Claim: drain and stop the evictees in parallel, or put them to sleep where the policy says
     (a request that takes one back sends the swap back to 7; placed by memory, a swap that put
     models to sleep goes back to 7 too, to decide again with them asleep at their residual), then
@@ -78,7 +82,6 @@ from .claims import ReadyClaims
 from .deciding import Decider
 from .eviction.choose import choose
 from .eviction.contract import EvictionPolicy, Occupant
-from .eviction.preemption import COLLATE_WINDOW
 from .model_table import ModelTable
 from .records import Effects, H, ModelRecord, Readings, Stop
 from .starts import BACKOFF_AFTER, BACKOFF_BASE, BACKOFF_MAX, Starts
@@ -104,12 +107,10 @@ class Scheduler(Generic[H]):
         choose_policy: Chooser = choose,
         clock: Callable[[], float] = time.monotonic,
         backoff_base: float = BACKOFF_BASE,
-        collate_window: float = COLLATE_WINDOW,
     ) -> None:
         self.effects = effects
         self.choose_policy = choose_policy
         self.clock = clock
-        self.collate_window = collate_window
         self.shutting_down = False
         self.changes = Changes()
         self.claims = ReadyClaims(clock, self.changes)
@@ -119,8 +120,7 @@ class Scheduler(Generic[H]):
         self.starts: Starts[H] = Starts(self.models, effects, clock, backoff_base)
         self.decider: Decider[H] = Decider(
             self.models, self.swaps, self.stops, self.claims, effects, readings, self.changes,
-            policy=choose_policy(config), clock=clock, collate_window=collate_window,
-            check_aborted=self._check_aborted,
+            policy=choose_policy(config), clock=clock, check_aborted=self._check_aborted,
         )  # fmt: skip
         self.take_downs: TakeDowns[H] = TakeDowns(self.models, self.swaps, self.stops, self.changes)
 
@@ -153,9 +153,11 @@ class Scheduler(Generic[H]):
 
     # ----------------------------------------------------------------------------- ensure
 
-    async def ensure(self, model_id: str, claimant: str = "") -> H:
+    async def ensure(self, model_id: str, claimant: str = "", *, waits: bool = True) -> H:
         """The handle of a ready model (starting it, and swapping others out, when needed);
-        booked as a `Ready` out for the proxy `claimant` until it claims it (`claimed`)."""
+        booked as a `Ready` out for the proxy `claimant` until it claims it (`claimed`).
+        `waits` False: a load nobody waits for (`?wait=false`): its swap takes out no model in
+        use until someone waits for it (`collation.py`)."""
         # 1.
         if model_id not in self.config.models:
             raise ModelNotFound(f"no local model {model_id!r}")
@@ -169,7 +171,7 @@ class Scheduler(Generic[H]):
                 return rec.handle
         # 3.
         if rec.state == ModelState.DRAINING and rec.handle is not None:
-            if self.stops.take_back(rec, self.clock(), self.collate_window):
+            if self.stops.take_back(rec, self.clock()):
                 self.claims.hand_out(model_id, {claimant: 1})
                 return rec.handle
         # 4.
@@ -184,7 +186,15 @@ class Scheduler(Generic[H]):
             swap.result.add_done_callback(retrieve)
             self.effects.waiting(model_id, "", swap.turn.queued_at)
             swap.task = loop.create_task(self._run(swap))
-        return await self.claims.join(swap.result, swap.claimants, model_id, claimant)
+        if not waits:
+            return await self.claims.join(swap.result, swap.claimants, model_id, claimant)
+        swap.watchers += 1
+        if swap.watchers == 1:
+            self.changes.fire()  # a swap nobody waited for goes on as any other now
+        try:
+            return await self.claims.join(swap.result, swap.claimants, model_id, claimant)
+        finally:
+            swap.watchers -= 1
 
     def claimed(self, model_id: str, proxy: str, count: int = 1) -> None:
         """Proxy `proxy` handled `count` Readys for `model_id` it was sent (`claims.py`)."""

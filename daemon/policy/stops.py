@@ -26,6 +26,7 @@ from ...ipc.states import LOADED_STATES, ModelState
 from ...ipc.swap_record import SwapKind, SwapOutcome
 from ..config import ModelConfig
 from ..errors import DaemonError
+from . import collation
 from .changes import Changes
 from .claims import ReadyClaims
 from .model_table import ModelTable
@@ -36,6 +37,11 @@ from .swap_queue import SwapQueue
 log = logging.getLogger("swapd.scheduler")
 
 TAKEN_BACK = "kept: requested again before its stop"
+# The stops after which the model may well be asked for again: its server's conversation caches
+# are saved first (`kvCache`). Not a reload (its definition changed: the files would not fit),
+# nor shutdown (which must be quick), nor a model whose process is gone or asleep (a sleep saved
+# them before it fell asleep).
+SAVING_CAUSES = frozenset({StopCause.SWAP, StopCause.UNLOAD, StopCause.TTL})
 
 
 class Stops(Generic[H]):
@@ -61,6 +67,9 @@ class Stops(Generic[H]):
         self.unloading: Counter[str] = Counter()
         # Models whose take-down under way ends asleep (a sleep), not stopped.
         self._to_sleep: set[str] = set()
+        # How many times each model fell asleep: what a sleep asked for ended in, even when a
+        # request woke the model at once.
+        self.fell_asleep: Counter[str] = Counter()
 
     def under_way(self, model_id: str) -> bool:
         """Whether `model_id` is being stopped (or an unload is about to stop it)."""
@@ -152,8 +161,9 @@ class Stops(Generic[H]):
                 self.effects.happened(began)
             # A swap stopping this model starts its own target right after.
             follows = self.swaps.start_follows(rec.id)
+            save = drains and stop.cause in SAVING_CAUSES
             try:
-                await self.effects.stop(rec.id, handle, rec.model, start_follows=follows)
+                await self.effects.stop(rec.id, handle, rec.model, start_follows=follows, save=save)
             except Exception:
                 log.exception("%s: stop failed", rec.id)
             rec.handle = None
@@ -192,6 +202,7 @@ class Stops(Generic[H]):
             failed = Stop(StopCause.SLEEP_FAILED, why.for_model, f"{type(exc).__name__}: {exc}")
         else:
             rec.asleep_with = setting
+            self.fell_asleep[rec.id] += 1
             self.models.set(rec, ModelState.ASLEEP, why.text, why)
             self.effects.happened(Ended(rec.id, SwapOutcome.OK, why.text, SwapKind.SLEEP))
             return None
@@ -200,9 +211,10 @@ class Stops(Generic[H]):
 
     # -------------------------------------------------------------------------- collation
 
-    def take_back(self, rec: ModelRecord[H], now: float, window: float) -> bool:
-        """A request for a model that swaps are draining: within their collation window, cancel
-        the drain so that the model serves it, and send those swaps back to the queue."""
+    def take_back(self, rec: ModelRecord[H], now: float) -> bool:
+        """A request for a model that swaps are draining: within their collation window (each
+        target's `maxWait`), cancel the drain so that the model serves it, and send those swaps
+        back to the queue."""
         drain = self._draining.get(rec.id)
         if drain is None or drain.done():
             # Over (every proxy acked): its stop goes on as soon as it resumes, so the request
@@ -211,7 +223,8 @@ class Stops(Generic[H]):
         swaps = self.swaps.stopping(rec.id)
         if not swaps or rec.id not in self._collatable or rec.id in self.unloading:
             return False
-        if any(now - s.turn.queued_at >= window for s in swaps):
+        config = self.models.config
+        if any(now - s.turn.queued_at >= collation.window(config, s.target) for s in swaps):
             return False
         for swap in swaps:
             swap.queued(yielded_at=now)

@@ -43,11 +43,13 @@ class Began:
 
 @dataclass(frozen=True)
 class PhaseDone:
-    """A phase of `model`'s episode under way took `seconds`."""
+    """A phase of `model`'s episode under way took `seconds` (and moved `bytes`: a KV save or
+    restore)."""
 
     model: str
     phase: SwapPhase
     seconds: float
+    bytes: int = 0
 
 
 @dataclass(frozen=True)

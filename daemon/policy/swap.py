@@ -66,14 +66,12 @@ class IllegalTransition(RuntimeError):
 
 @dataclass(frozen=True)
 class Turn:
-    """A swap's place in the queue: higher priority first, then arrival order (`seq`)."""
+    """What a swap's place in the queue is made of: its priority, its arrival (`seq`) and when
+    it was queued; `collation.order` weighs them with its target's maxWait and swap-in cost."""
 
     priority: int
     seq: int
-    queued_at: float  # monotonic; collation's window runs from it
-
-    def before(self, other: Turn) -> bool:
-        return (-self.priority, self.seq) < (-other.priority, other.seq)
+    queued_at: float  # monotonic; collation's window (the target's maxWait) runs from it
 
 
 @dataclass
@@ -138,6 +136,9 @@ class Swap(Generic[H]):
         self._claim: Claim | None = None
         self._start: Start[H] | None = None
         self._abort: Abort | None = None
+        # The ensures that wait for it now (a load without `wait` is none): a swap nobody waits
+        # for takes out no model in use (collation.py).
+        self.watchers = 0
 
     def __repr__(self) -> str:
         return f"Swap({self.target!r}, {self._phase.name})"

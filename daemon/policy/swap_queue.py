@@ -4,8 +4,8 @@ model, which swaps collide, and who is ahead in the queue."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
-from typing import Generic
+from collections.abc import Callable, Iterator
+from typing import Any, Generic
 
 from .records import H
 from .swap import CLAIMING, Phase, Swap, Turn
@@ -66,10 +66,12 @@ class SwapQueue(Generic[H]):
                 return True
         return False
 
-    def ahead(self, swap: Swap[H]) -> list[Swap[H]]:
-        """The queued swaps before `swap` in the queue's order."""
+    def ahead(self, swap: Swap[H], order: Callable[[Swap[H]], Any]) -> list[Swap[H]]:
+        """The queued swaps before `swap` in the queue's order (`order`: a swap's key, smaller
+        first; `collation.order`, which weighs priority, maxWait and swap-in cost)."""
+        mine = order(swap)
         return [
             other
             for other in self._swaps.values()
-            if other is not swap and other.phase is Phase.QUEUED and other.turn.before(swap.turn)
+            if other is not swap and other.phase is Phase.QUEUED and order(other) < mine
         ]

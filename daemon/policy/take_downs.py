@@ -44,7 +44,9 @@ class TakeDowns(Generic[H]):
 
     async def sleep(self, model_id: str, cause: StopCause = StopCause.SLEEP) -> ModelState:
         """Put one model to sleep on request (`swapd sleep`, the Sleep button): drained, then
-        asleep (or stopped, when its sleep fails). Returns the state it ended in. A model
+        asleep (or stopped, when its sleep fails). Returns what happened: `stopped` when it did
+        not fall asleep, else its state now (`asleep`, or `waking`/`ready` when a request woke
+        it at once). A model
         without a sleep setting is 400 `cannot_sleep`; one that is not running, 409."""
         model = self.models.config.models.get(model_id)
         if model is None:
@@ -59,8 +61,13 @@ class TakeDowns(Generic[H]):
             raise NotRunning(f"model {model_id} is starting; put it to sleep once it is ready")
         if rec.state not in LOADED_STATES:
             raise NotRunning(f"model {model_id} is not running; there is nothing to put to sleep")
+        slept = self.stops.fell_asleep[model_id]
         await self.stops.sleep(model_id, Stop(cause))
-        return self.models.record(model_id).state
+        state = self.models.record(model_id).state
+        if state != ModelState.ASLEEP and self.stops.fell_asleep[model_id] == slept:
+            return ModelState.STOPPED  # its sleep failed (or a stop under way was joined)
+        # Asleep; or woken already by a request that came at once (waking, ready, ...).
+        return state
 
     async def unload(self, model_id: str | None, cause: StopCause = StopCause.UNLOAD) -> list[str]:
         """Stop one model (by id) or, with None, every loaded one. Returns the ids stopped.

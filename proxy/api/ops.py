@@ -244,17 +244,19 @@ async def handle_unload_one(request: web.Request) -> web.Response:
 async def handle_sleep(request: web.Request) -> web.Response:
     """`POST /api/models/sleep/<id or alias>` (and llmsnap's `/models/sleep/<id>`): put the model
     to sleep through its server's own calls and answer once it is asleep: `{"msg": "ok",
-    "model", "state": "asleep"}`. A sleep that failed stopped the model instead: 502 with why.
+    "model", "state": "asleep"}`; when a request woke it at once, its state then and `"woken":
+    true`. A sleep that failed stopped the model instead: 502 with why.
     A model without a sleep setting is 400 `cannot_sleep`; one that is not running, 409."""
     ctx = request.app[CTX]
     routes = await routes_of(ctx)
     route = local_model(routes, request.match_info["model"])
     reply = answer(await ctx.link.sleep(route.id), Ok)
-    if reply.message != ModelState.ASLEEP:
+    if reply.message == ModelState.STOPPED:
         rt = ctx.state.runtimes.get(route.id)
         why = rt.status.reason if rt is not None and rt.status.reason else "see its log"
         raise BadGateway(f"model {route.id} did not fall asleep and was stopped: {why}")
-    return web.Response(
-        body=_encode({"msg": "ok", "model": route.id, "state": ModelState.ASLEEP}),
-        content_type="application/json",
-    )
+    body: dict[str, object] = {"msg": "ok", "model": route.id, "state": reply.message}
+    if reply.message != ModelState.ASLEEP:
+        # It fell asleep, and a request woke it at once: the sleep worked.
+        body["woken"] = True
+    return web.Response(body=_encode(body), content_type="application/json")

@@ -26,6 +26,7 @@ from ...ipc.messages import (
     Ensure,
     EnsureCause,
     Error,
+    GaveUp,
     Hello,
     Ready,
     Reply,
@@ -103,10 +104,22 @@ class DaemonLink:
             reply_task.cancel()
             log.info("daemon restarted while a request waited; sending it again")
 
-    async def ensure(self, model: str, cause: EnsureCause = "request") -> Ready | Error:
-        reply = await self._until_answered(
-            lambda i: Ensure(id=i, model=model, proxy_id=self.proxy_id, cause=cause)
-        )
+    async def ensure(
+        self, model: str, cause: EnsureCause = "request", *, waits: bool = True
+    ) -> Ready | Error:
+        sent: list[int] = []
+
+        def make(i: int) -> Ensure:
+            sent.append(i)
+            return Ensure(id=i, model=model, proxy_id=self.proxy_id, cause=cause, waits=waits)
+
+        try:
+            reply = await self._until_answered(make)
+        except asyncio.CancelledError:
+            if sent and waits:
+                # Its client went away: the daemon's swap must not count it as waiting.
+                self.cast_soon(GaveUp(id=sent[-1]))
+            raise
         if isinstance(reply, Ready | Error):
             return reply
         return Error(id=reply.id, status=502, code="bad_reply", message=f"unexpected {reply!r}")
@@ -114,10 +127,11 @@ class DaemonLink:
     def ensure_soon(
         self, model: str, cause: EnsureCause, done: Callable[[Ready | Error], None]
     ) -> None:
-        """`ensure` without waiting for it: `done` gets the reply."""
+        """`ensure` without waiting for it: `done` gets the reply (the daemon is told nobody
+        waits for it)."""
 
         async def ensure() -> None:
-            done(await self.ensure(model, cause))
+            done(await self.ensure(model, cause, waits=False))
 
         task = asyncio.get_running_loop().create_task(ensure())
         self._casts.add(task)

@@ -19,7 +19,7 @@ from swapd.daemon.policy.eviction.contract import (
     GpuRoom,
     Occupant,
 )
-from swapd.daemon.policy.records import Activity, ModelRecord
+from swapd.daemon.policy.records import Activity, ModelRecord, Parked
 from swapd.daemon.policy.scheduler import EnsureError, Scheduler
 from swapd.daemon.policy.story import Deferred, Happening
 from swapd.ipc.causes import DeferCause
@@ -83,6 +83,10 @@ class FakeEffects:
         self.wake_unverified: set[str] = set()  # woken, but its wakeProbe answered wrongly
         self.asleep: set[str] = set()
         self.readings_seen: list[tuple[str, tuple[str, ...]]] = []  # (target, occupants read)
+        # Each model's swap-in cost as the swap log would say it (absent: not known yet).
+        self.load_costs: dict[str, float] = {}
+        self.wake_costs: dict[str, float] = {}
+        self.parks: list[tuple[str, Parked]] = []  # (target, why its swap waits) as told
 
     def _enter(self, kind: str, model_id: str) -> None:
         self.log.append((kind, model_id))
@@ -128,7 +132,13 @@ class FakeEffects:
             hook()
 
     async def stop(
-        self, model_id: str, handle: Handle, m: ModelConfig | None, *, start_follows: bool
+        self,
+        model_id: str,
+        handle: Handle,
+        m: ModelConfig | None,
+        *,
+        start_follows: bool,
+        save: bool = False,
     ) -> None:
         self._enter("stop", model_id)
         self.told.append((model_id, start_follows))
@@ -178,8 +188,10 @@ class FakeEffects:
     def decided(self, target: ModelConfig, decision: Decision) -> None:
         self.decisions.append((target.id, decision))
 
-    def waiting(self, target: str, on: str, queued_at: float) -> None:
+    def waiting(self, target: str, on: str, queued_at: float, parked: Parked | None = None) -> None:
         self.waits.append((target, on))
+        if parked is not None:
+            self.parks.append((target, parked))
 
     @property
     def deferred(self) -> list[tuple[str, DeferCause]]:
@@ -199,6 +211,9 @@ class FakeEffects:
 
     async def check_busy(self, models: frozenset[str]) -> None:
         self.checked.append(models)
+
+    def swap_in_cost(self, model_id: str, *, waking: bool) -> float | None:
+        return (self.wake_costs if waking else self.load_costs).get(model_id)
 
     async def gpus(self, target: ModelConfig, occupants: Sequence[Occupant]) -> GpuRoom:
         assert self.gpu_room is not None, "a GPU reading without GPUs"

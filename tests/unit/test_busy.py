@@ -33,7 +33,7 @@ from swapd.daemon.policy.busy_answer import Reading, evaluate, failed
 from swapd.daemon.policy.busy_board import BusyBoard
 from swapd.daemon.policy.eviction.contract import BusyReading, Decision, Wait
 from swapd.daemon.policy.proxies import ProxyRegistry
-from swapd.daemon.policy.records import ModelRecord
+from swapd.daemon.policy.records import ModelRecord, Parked
 from swapd.daemon.policy.scheduler import Scheduler
 from swapd.daemon.policy.story import Happening
 from swapd.daemon.status import waiting_of
@@ -342,8 +342,8 @@ class LoggedEffects(HeldEffects):
         super().happened(event)
         self.swaps.told(event)
 
-    def waiting(self, target: str, on: str, queued_at: float) -> None:
-        super().waiting(target, on, queued_at)
+    def waiting(self, target: str, on: str, queued_at: float, parked: Parked | None = None) -> None:
+        super().waiting(target, on, queued_at, parked)
         if self.swaps.waiting(target, on, time.time() - (time.monotonic() - queued_at)):
             self.republished.append(target)
 

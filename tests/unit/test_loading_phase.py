@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 from swapd.ipc.model_status import ModelStatus
 from swapd.ipc.routing_table import RouteModel
-from swapd.ipc.states import HEALTH_CHECK_REASON, ModelState, StartStep
+from swapd.ipc.states import HEALTH_CHECK_REASON, KV_RESTORE_REASON, ModelState, StartStep
 from swapd.proxy.loading import Progress
 from swapd.proxy.mirror.state import ModelRuntime
 
@@ -30,6 +30,20 @@ def test_the_health_check_is_told_by_its_step_not_by_the_words() -> None:
     )
     assert phase(worded) == "starting m"
     assert phase(ModelStatus(model="m", state=starting)) == "starting m"
+
+
+def test_a_restore_of_the_conversations_cache_is_told() -> None:
+    restoring = ModelStatus(
+        model="m",
+        state=ModelState.STARTING,
+        reason=KV_RESTORE_REASON,
+        starting=StartStep.KV_RESTORE,
+    )
+    assert phase(restoring) == "m is up; restoring the conversation's cache"
+    woken = ModelStatus(model="m", state=ModelState.WAKING, reason=KV_RESTORE_REASON)
+    assert phase(woken) == "m is awake; restoring the conversation's cache"
+    waking = ModelStatus(model="m", state=ModelState.WAKING)
+    assert phase(waking).startswith("waking m")
 
 
 def test_the_status_document_keeps_its_shape() -> None:

@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import pytest
 from multidict import CIMultiDict
 
+from swapd.ipc.causes import WaitCause
 from swapd.ipc.model_status import Waiting
 from swapd.ipc.routing_table import RouteModel, RoutePeer, RoutingTable
 from swapd.proxy.auth import check_api_key, presented_key
@@ -689,6 +690,16 @@ def test_the_loading_progress_says_what_a_swap_waits_for() -> None:
     assert waiting_words(both) == "waiting for a, b to finish their work (busyCheck: busy)"
     queued = Waiting(reason="behind the swap to c in the queue")
     assert waiting_words(queued) == "waiting: behind the swap to c in the queue"
+    # Collation, from its type: the loaded model served first, and how much longer at most.
+    collating = Waiting(
+        reason="requests in flight for gemma-a (collation)",
+        until=time.time() + 4.25,
+        cause=WaitCause.COLLATION,
+        serving=("gemma-a",),
+    )
+    words = waiting_words(collating)
+    assert words.startswith("waiting: serving gemma-a's queue first; at most 4.")
+    assert words.endswith(" s more")
 
 
 def test_a_cut_event_stream_ends_with_an_error_event_of_its_own() -> None:

@@ -80,7 +80,7 @@ async def test_swap_waits_for_the_drain_and_requests_for_the_draining_model_queu
     assert sched.record("a").state == "draining"
     # Past the collation window, a request for the draining model is not served from it: it
     # waits its turn.
-    clock.now += sched.collate_window
+    clock.now += sched.config.models["b"].max_wait
     to_a = asyncio.create_task(sched.ensure("a"))
     assert await parked(sched, "a") == "a is being stopped"
     assert not to_b.done() and not to_a.done()
@@ -271,7 +271,8 @@ async def test_unload_answers_a_request_queued_behind_a_swap() -> None:
     fx.drain_gates["a"] = asyncio.Event()
     to_b = asyncio.create_task(sched.ensure("b"))
     await fx.entered("drain", "a")
-    clock.now += sched.collate_window  # past collation: a request for a waits for the swap
+    # Past collation (b's maxWait): a request for a waits for the swap.
+    clock.now += sched.config.models["b"].max_wait
     to_a = asyncio.create_task(sched.ensure("a"))  # waits: a is being swapped out
     await parked(sched, "a")
     unloading = asyncio.create_task(sched.unload("a"))

@@ -64,9 +64,15 @@ class OneProxy(FakeEffects):
         await until(lambda: not self.in_flight[model_id], f"{model_id}'s requests to end")
 
     async def stop(
-        self, model_id: str, handle: Handle, m: ModelConfig | None, *, start_follows: bool
+        self,
+        model_id: str,
+        handle: Handle,
+        m: ModelConfig | None,
+        *,
+        start_follows: bool,
+        save: bool = False,
     ) -> None:
-        await super().stop(model_id, handle, m, start_follows=start_follows)
+        await super().stop(model_id, handle, m, start_follows=start_follows, save=save)
         run = self.runs[handle.pid]
         run.stopped = True
         if run.served == 0:

@@ -86,7 +86,8 @@ async def test_starvation_is_bounded_by_the_collation_window() -> None:
     to_b = asyncio.create_task(sched.ensure("b"))
     assert "collation" in await parked(sched, "b")
     assert ("drain", "a") not in fx.log
-    clock.now += sched.collate_window  # the swap's window is over: it drains a, busy or not
+    # The swap's window (b's maxWait) is over: it drains a, busy or not.
+    clock.now += sched.config.models["b"].max_wait
     await until(lambda: sched.record("a").state == "draining", "the drain of a")
     late_a = asyncio.create_task(sched.ensure("a"))
     assert await parked(sched, "a") == "a is being stopped"

@@ -144,7 +144,7 @@ def test_what_a_queued_swap_waits_for_and_the_wait_its_record_carries() -> None:
     assert log.waiting_now("b") is None
     assert log.waiting("b", "busy: a", 990.0)
     assert not log.waiting("b", "busy: a", 990.0)  # the same wait again: no news
-    assert log.waiting_now("b") == ("busy: a", 990.0)
+    assert log.waiting_now("b") == ("busy: a", 990.0, None)
     assert log.waiting("b", "behind the swap to c in the queue", 990.0)
     assert log.waiting("b", "", 990.0)  # it claimed its room
     assert log.waiting_now("b") is None

@@ -18,7 +18,7 @@ from .yaml_nodes import Document, Path, resolve_plain
 
 Macro = tuple[str, Any]
 
-RESERVED = ("PORT", "PID", "MODEL_ID", "GPUS")
+RESERVED = ("PORT", "PID", "MODEL_ID", "GPUS", "KV_DIR")
 MAX_NAME_LENGTH = 63
 # Macros that use macros multiply (ten uses of a macro of ten uses of ...): a value that grows past
 # this is refused before it can take the machine's memory.

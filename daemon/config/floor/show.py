@@ -149,6 +149,23 @@ def wake_probe(model: Any) -> dict[str, Any]:
     return {"wakeProbe": body}
 
 
+def model_kv_cache(model: Any) -> dict[str, Any]:
+    setting = model.kv_cache
+    if setting is None:
+        return {}
+    if setting.preset is not None:
+        return {"kvCache": setting.preset}
+    calls = {
+        name: f"{call.method} {call.endpoint}"
+        for name, call in (
+            ("list", setting.list),
+            ("save", setting.save),
+            ("restore", setting.restore),
+        )
+    }
+    return {"kvCache": {**calls, "timeout": setting.save.timeout}}
+
+
 # The top level's keys read by hand (`shape.Top`), from the resolved `Config`.
 
 # Where the models go: `render.py` writes them itself, one id line each.
@@ -161,6 +178,13 @@ def models(config: Any) -> dict[str, Any]:
 
 def api_keys(config: Any) -> dict[str, Any]:
     return {"apiKeys": [HIDDEN for _ in config.api_keys]}
+
+
+def kv_cache(config: Any) -> dict[str, Any]:
+    """`kvCacheDir` and `kvCacheBudget`, once a model has a `kvCache` setting."""
+    if not any(m.kv_cache is not None for m in config.models.values()):
+        return {}
+    return {"kvCacheDir": config.kv_cache_dir, "kvCacheBudget": config.kv_cache_budget}
 
 
 def store(config: Any) -> dict[str, Any]:

@@ -28,6 +28,7 @@ from ..floor.yaml_nodes import Path
 from .busy_check_fields import read_busy_check
 from .common import check_url, filters_of, name_problem
 from .gpu_fields import vram_of
+from .kv_cache_fields import read_kv_cache
 from .sleep_fields import Timeouts as SleepTimeouts
 from .sleep_fields import read_sleep
 from .timeouts import timeouts_of
@@ -62,6 +63,8 @@ class ModelDefaults:
     inherited: Mapping[str, Any]
     health_check_timeout: float
     sleep_timeouts: SleepTimeouts = field(default_factory=SleepTimeouts)
+    # `kvCacheDir`, absolute: each model with a `kvCache` has its folder there.
+    kv_root: str = ""
 
 
 def build(
@@ -96,6 +99,7 @@ def build(
         check_url(proxy, (*path, "proxy"), report)
     read = keys.resolve(spec, path, report, defaults.inherited, QUIRKS).fields
     sleep = read_sleep(spec.sleep, raw, path, report, defaults.sleep_timeouts)
+    kv_cache = read_kv_cache(spec.kv_cache, raw, path, report, defaults.kv_root, model_id)
     if len(report.errors) > errors_before or cmd is None or proxy is None:
         return None
 
@@ -126,6 +130,7 @@ def build(
         port=port,
         forced=tuple(forced),
         sleep=sleep,
+        kv_cache=kv_cache,
     )
 
 

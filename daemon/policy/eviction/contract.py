@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from ....ipc.causes import WaitCause
 from ....ipc.states import ModelState
 from ...config import ModelConfig
 from .memory_fit import Gpu
@@ -156,6 +157,11 @@ class Wait:
     check: frozenset[str] = frozenset()
     # Placement by memory waits for busy models to make room (until `until`, then it refuses).
     for_room: bool = False
+    # Why, as a type (the words are `reason`'s); collation names the loaded models it serves
+    # first (`serving`) and when it goes ahead anyway (`at_latest`, monotonic).
+    cause: WaitCause | None = None
+    serving: tuple[str, ...] = ()
+    at_latest: float | None = None
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,7 @@ read once more first (`preemption.busy_check_wait`).
 
 from __future__ import annotations
 
+from ....ipc.causes import WaitCause
 from ....ipc.states import ModelState
 from ...config import Config, ModelConfig
 from .contract import (
@@ -86,7 +87,12 @@ class ByMemory:
         deadline = (ask.room_since if ask.room_since is not None else ask.now) + waited
         if ask.now >= deadline:
             return Refuse(f"{result.reason} (waited {waited:g}s for the busy models)")
-        return Wait(result.reason, until=min(ask.now + RETRY, deadline), for_room=True)
+        return Wait(
+            result.reason,
+            until=min(ask.now + RETRY, deadline),
+            for_room=True,
+            cause=WaitCause.ROOM,
+        )
 
     def _resident(self, o: Occupant, gpus: GpuRoom) -> Resident:
         model = o.model

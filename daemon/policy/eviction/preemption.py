@@ -4,11 +4,12 @@ A policy names the models it must stop; this decides whether the swap stops them
 (docs/swapping.md, "Busy models"):
 
 1. Collation (llama-swap's, so that A, B, A is answered A A B with one swap): for
-   `collate_window` after the swap was queued, a model with requests in flight is not stopped;
-   the swap looks again every BUSY_POLL seconds (the proxies' in-flight reports do not wake the
-   scheduler). Right after a request took back a model the swap was draining, it first waits
-   RECLAIM_PAUSE, so that the proxies' reports include that request. After the window it stops
-   what it must, busy or not: llama-swap has no such bound, and steady traffic starves a swap.
+   `collate_window` (the target's `maxWait`) after the swap was queued, a model with requests
+   in flight is not stopped; the swap looks again every BUSY_POLL seconds (the proxies' in-flight
+   reports do not wake the scheduler). Right after a request took back a model the swap was
+   draining, it first waits RECLAIM_PAUSE, so that the proxies' reports include that request.
+   After the window it stops what it must, busy or not: llama-swap has no such bound, and steady
+   traffic starves a swap.
 2. `busyCheck` (opt-in, per model): a model with a check is read once more before the swap relies
    on its last reading (`Wait.check`); while the check reports work the swap waits, at most the
    model's `swapWait` from that reading, and then stops it anyway (`MakeRoom.overdue`).
@@ -24,11 +25,11 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from ....ipc.causes import WaitCause
 from ....ipc.states import ModelState
 from ....ipc.timings import REPORT_GRACE
 from .contract import Ask, Hold, MakeRoom, Room, Wait
 
-COLLATE_WINDOW = 5.0
 RECLAIM_PAUSE = REPORT_GRACE
 BUSY_POLL = 0.1
 
@@ -72,15 +73,25 @@ def collation_wait(stop: frozenset[str], ask: Ask, room: Room) -> Wait | None:
     """Rule 1: a Wait while the collation window lets the swap wait for busy models, else None."""
     if not stop or ask.now - ask.queued_at >= ask.collate_window:
         return None
+    at_latest = ask.queued_at + ask.collate_window
     if ask.yielded_at is not None and ask.now - ask.yielded_at < RECLAIM_PAUSE:
         return Wait(
             "a request took back a model this swap was stopping",
             until=min(ask.now + BUSY_POLL, ask.yielded_at + RECLAIM_PAUSE),
+            cause=WaitCause.COLLATION,
+            serving=tuple(sorted(stop)),
+            at_latest=at_latest,
         )
-    busy = sorted(m for m in stop if (o := room.occupants.get(m)) is not None and o.in_flight)
+    busy = tuple(
+        sorted(m for m in stop if (o := room.occupants.get(m)) is not None and o.in_flight)
+    )
     if busy:
         return Wait(
-            f"requests in flight for {', '.join(busy)} (collation)", until=ask.now + BUSY_POLL
+            f"requests in flight for {', '.join(busy)} (collation)",
+            until=ask.now + BUSY_POLL,
+            cause=WaitCause.COLLATION,
+            serving=busy,
+            at_latest=at_latest,
         )
     return None
 
@@ -106,8 +117,13 @@ def busy_check_wait(stop: frozenset[str], ask: Ask, room: Room) -> MakeRoom | Wa
     if unasked:
         # Those it waits for already stay held while the new ones are read.
         reason = f"reading the busy check of {', '.join(sorted(unasked))}"
-        return Wait(reason, check=unasked, holding=holding)
+        return Wait(reason, check=unasked, holding=holding, cause=WaitCause.BUSY)
     if holding:
         until = min(hold.until for hold in holding.values())
-        return Wait(f"busy: {', '.join(sorted(holding))}", until=until, holding=holding)
+        return Wait(
+            f"busy: {', '.join(sorted(holding))}",
+            until=until,
+            holding=holding,
+            cause=WaitCause.BUSY,
+        )
     return MakeRoom(stop, overdue=frozenset(o.id for o in busy))

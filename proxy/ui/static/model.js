@@ -6,6 +6,8 @@
 // setting has a Sleep button and a Sleep panel: what it still holds asleep (its residual, NVML's
 // reading once its memory dropped), its last sleep and wake, when `stopAfter` stops it. The
 // Learned panel (learned.js): who follows it, its page cache share.
+// reading once its memory dropped), its last sleep and wake, when `stopAfter` stops it. A model
+// with `kvCache` shows what is saved of its conversations and how its restores went.
 
 import { captureButton } from "./activity.js";
 import * as stats from "./activity_stats.js";
@@ -63,6 +65,7 @@ function skeleton(id) {
     busy: el("div", { "data-role": "busy" }),
     sleep: el("div", { "data-role": "sleep" }),
     learned: el("div", { "data-role": "learned" }),
+    kv: el("div", { "data-role": "kv" }),
     log: el("pre", { class: "log short", "data-role": "log" }),
     activity: el("div", { class: "summary", "data-role": "activity" }),
     recent: el("div", { "data-role": "recent" }),
@@ -80,7 +83,8 @@ function skeleton(id) {
         panel("Command", "command", parts.command),
         panel("Busy", "busy", parts.busy),
         el("section", { class: "panel slot", "data-slot": "sleep" }, el("h3", { text: "Sleep" }), parts.sleep),
-        panel("Learned", "learned", parts.learned)),
+        panel("Learned", "learned", parts.learned),
+        panel("Conversation cache", "kv", parts.kv)),
     ),
     panel("Log", "log", parts.log),
     el("h2", { text: "Activity" }),
@@ -274,6 +278,28 @@ function renderSleep() {
   parts.sleep.replaceChildren(el("dl", { class: "facts", "data-sleep": asleep ? "asleep" : "awake" }, facts.filter(Boolean).flat()));
 }
 
+// `kvCache`: what swapd keeps of its server's conversation caches, and how its restores went.
+function renderKv() {
+  const st = modelStatus(current);
+  const kv = st ? st.kv : undefined;
+  if (kv === undefined || kv === null) {
+    parts.kv.replaceChildren(el("p", { class: "hint", text: "no kvCache setting: its conversations are prefilled again after a swap" }));
+    return;
+  }
+  const saved = kv.saved_at > 0;
+  const facts = [
+    fact("setting", kv.preset ? `preset ${kv.preset}` : "written out"),
+    fact("saved", saved ? `slots ${kv.slots.join(", ")}: ${kv.tokens} tokens, ${(kv.bytes / 1048576).toFixed(1)} MiB` : "nothing"),
+    saved ? fact("saved at", new Date(kv.saved_at * 1000).toLocaleString()) : null,
+    fact("saves / restores", `${kv.saves} / ${kv.restores}`),
+    kv.restores ? fact("last restore", `${kv.restored_tokens} tokens back; the first request reused ${kv.first_cache_n < 0 ? "–" : kv.first_cache_n}`) : null,
+    kv.short ? fact("short", el("span", { class: "reason", text: "it brought back less than was saved (a sliding-window model needs --swa-full)" })) : null,
+    kv.failures ? fact("failures", String(kv.failures)) : null,
+    kv.last_failure ? fact("last failure", el("span", { class: "reason", text: kv.last_failure })) : null,
+  ];
+  parts.kv.replaceChildren(el("dl", { class: "facts" }, facts.filter(Boolean).flat()));
+}
+
 function renderSwaps() {
   if (!parts) return;
   const mine = swaps.shown()
@@ -388,6 +414,7 @@ function render() {
   renderBusy();
   renderSleep();
   parts.learned.replaceChildren(learnedFacts(modelStatus(current)));
+  renderKv();
   rereadWhileBusy();
   const state = stateOf(item);
   if (state !== lastState) {

@@ -36,13 +36,21 @@ export function holdParts(b) {
   return [`${who}, until ${clock(b.hold_until)} (`, until(b.hold_until), " left)"];
 }
 
-// `for 12s: comfyui_auto is busy; at most 9m 48s more`, or the scheduler's own words.
+// `for 12s: comfyui_auto is busy; at most 9m 48s more`, `for 1s: serving gemma-a's queue first;
+// at most 4s more` (collation, `maxWait`), or the scheduler's own words.
 export function waitingParts(w) {
   const head = ["for ", since(w.since), ": "];
   if (w.holding && w.holding.length) {
     const who = w.holding.join(", ");
     const what = `${who} ${w.holding.length > 1 ? "are" : "is"} busy (busyCheck)`;
     return w.until ? [...head, what, "; at most ", until(w.until), " more"] : [...head, what];
+  }
+  if (w.cause === "collation" && w.serving && w.serving.length) {
+    const what = `serving ${w.serving.join(", ")}'s queue first`;
+    return w.until ? [...head, what, "; at most ", until(w.until), " more"] : [...head, what];
+  }
+  if (w.cause === "unwatched" && w.serving && w.serving.length) {
+    return [...head, `a load nobody waits for; ${w.serving.join(", ")} in use`];
   }
   return [...head, w.reason];
 }

@@ -6,9 +6,9 @@ loads the model and serves llama.cpp's HTTP API (`/health`, `/v1/chat/completion
 answers as the `llama-server` binary, which has no package here. Its `/health` answers 503
 "Loading model" while the model loads, then 200. This script is the command line that binary would
 have: `--model PATH --port N [--host 127.0.0.1] [--threads T] [--ctx C] [--slots S]
-[--embeddings]`; it runs until SIGTERM or SIGINT, then destroys the server (llama.cpp's clean
-shutdown) and exits 0. A model it cannot load ends it with exit code 1 and llama.cpp's error
-(naming the file) on stderr.
+[--embeddings] [--slot-save-path DIR] [--swa-full]`; it runs until SIGTERM or SIGINT, then
+destroys the server (llama.cpp's clean shutdown) and exits 0. A model it cannot load ends it with
+exit code 1 and llama.cpp's error (naming the file) on stderr.
 """
 
 from __future__ import annotations
@@ -36,6 +36,16 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="serve embeddings only (llama-server's --embeddings, mean pooling)",
     )
+    parser.add_argument(
+        "--slot-save-path",
+        default="",
+        help="the folder of `POST /slots/<id>?action=save|restore` (llama-server's flag)",
+    )
+    parser.add_argument(
+        "--swa-full",
+        action="store_true",
+        help="a full-size cache for sliding-window attention (llama-server's --swa-full)",
+    )
     args = parser.parse_args(argv)
 
     stop = threading.Event()
@@ -60,6 +70,10 @@ def main(argv: list[str] | None = None) -> int:
     # is jinja on, which reads the GGUF's own template).
     params.use_jinja = False
     params.chat_template = args.chat_template
+    if args.slot_save_path:
+        # llama-server's own flag: it joins each save's and restore's filename to this folder.
+        params.slot_save_path = args.slot_save_path.rstrip("/") + "/"
+    params.swa_full = args.swa_full
     if args.embeddings:
         params.embedding = True
         params.pooling_type = xllamacpp.llama_pooling_type.LLAMA_POOLING_TYPE_MEAN
