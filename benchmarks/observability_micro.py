@@ -30,7 +30,7 @@ from swapd.daemon.config import Config
 from swapd.daemon.observe.service import Observer
 from swapd.ipc import codec
 from swapd.ipc.messages import ActivityReport, Event
-from swapd.proxy.account import Account, TeeBudget
+from swapd.proxy.floor.account import Account, TeeBudget
 from swapd.proxy.mirror.state import ProxyState
 from swapd.proxy.observe.activity import Recorder
 from swapd.proxy.observe.events import EventHub, Subscriber

@@ -24,7 +24,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from .app import make_app
-from .context import CTX, Stages
+from .context import CTX
+from .dispatch import Stages
 from .server import serve
 
 
@@ -69,7 +70,7 @@ def _split_host_port(value: str) -> tuple[str, int]:
     return (host.strip("[]") or "0.0.0.0"), int(port)
 
 
-async def _serve(args: argparse.Namespace, stages: Stages | None) -> None:
+async def _serve(args: argparse.Namespace, stages: Stages) -> None:
     app = make_app(run_dir=args.run_dir, processes=max(1, args.processes), stages=stages)
     loop = asyncio.get_running_loop()
     tls = _tls(args)
@@ -87,7 +88,8 @@ async def _serve(args: argparse.Namespace, stages: Stages | None) -> None:
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    await serve(app, lambda a: a[CTX], create_server, stop, max(0.0, args.shutdown_grace))
+    grace = max(0.0, args.shutdown_grace)
+    await serve(app, lambda a: a[CTX], create_server, stop, grace, stages)
 
 
 def _raise_fd_limit() -> None:
@@ -99,8 +101,8 @@ def _raise_fd_limit() -> None:
 
 
 def main(argv: list[str] | None = None, stages: Stages | None = None) -> int:
-    """`stages`: a benchmark's stand-ins for some stages (`benchmarks/pipeline_stages.py`);
-    `python -m` passes none."""
+    """`stages`: a benchmark's stand-ins for some stages (`dispatch.Stages`); `python -m`
+    passes none."""
     args = _parse_args(argv)
     _raise_fd_limit()
     logging.basicConfig(
@@ -109,7 +111,7 @@ def main(argv: list[str] | None = None, stages: Stages | None = None) -> int:
         stream=sys.stderr,
     )
     with asyncio.Runner(loop_factory=_loop_factory()) as runner:
-        runner.run(_serve(args, stages))
+        runner.run(_serve(args, stages or Stages()))
     return 0
 
 

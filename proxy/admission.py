@@ -8,10 +8,14 @@ Two counters per model (`state.ModelRuntime`):
   wait for `ensure` are not in it: they queue behind the drain in the daemon, so counting them would
   deadlock the swap they wait for.
 
+A request's place with its model is one `async with` (`Admission.slot`): it reserves on entry
+and releases on exit, counts the request in flight (`begin`) and out again (`end`), and ends it on
+exit if it still is; nothing else of the request path touches the counters.
+
 Activity: one cast per model per second, plus the busy->idle edge at once whenever the last cast
 told the daemon "busy" (so `swapd status` and the TTL never see a finished request as in flight),
 and at once for each `Ready` the daemon answered an `ensure` with, once this process admitted its
-request (`begin(rt, claim=True)`: in flight in the same cast) or did not take it (`unclaimed`):
+request (`Slot.begin(claim=True)`: in flight in the same cast) or did not take it (`unclaimed`):
 the daemon holds the model for a `Ready` until then (docs/architecture.md, "Ready and drain").
 A run of sequential requests to a ready model therefore costs at most about two casts a second,
 never one per request: the first request's start and end go out, the rest are folded into the
@@ -23,10 +27,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from types import TracebackType
 
 from ..ipc.states import ENDING_STATES
 from ..ipc.timings import ACTIVITY_INTERVAL_S
-from .errors import TooManyRequests
+from .floor.errors import TooManyRequests
 from .mirror.changes import Applied
 from .mirror.link import DaemonLink
 from .mirror.state import ModelRuntime, ProxyState
@@ -38,12 +43,54 @@ def too_many_requests() -> TooManyRequests:
     return TooManyRequests("Too many requests", headers={"Retry-After": "1"})
 
 
+class Slot:
+    """One request's place with its model (`Admission.slot`), as an `async with`: reserved on
+    entry (429 past the model's share of its limit), released on exit; in flight between `begin`
+    and `end` (a drain waits for it), and ended on exit if it still is."""
+
+    __slots__ = ("_admission", "in_flight", "rt")
+
+    def __init__(self, admission: Admission, rt: ModelRuntime) -> None:
+        self._admission = admission
+        self.rt = rt
+        self.in_flight = False
+
+    async def __aenter__(self) -> Slot:
+        self._admission.reserve(self.rt)
+        return self
+
+    async def __aexit__(
+        self,
+        kind: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.end()
+        self._admission.release(self.rt)
+
+    def begin(self, *, claim: bool = False) -> None:
+        """Served by the upstream from now on: counted in flight; `claim`: it was admitted on
+        the daemon's `Ready` (`Admission.begin`)."""
+        self.in_flight = True
+        self._admission.begin(self.rt, claim=claim)
+
+    def end(self) -> None:
+        """No longer in flight (if it was): it holds up no drain."""
+        if self.in_flight:
+            self.in_flight = False
+            self._admission.end(self.rt)
+
+
 class Admission:
     def __init__(self, state: ProxyState, link: DaemonLink) -> None:
         self._state = state
         self._link = link
         self._loop = asyncio.get_running_loop()
         state.changes.listen(self._applied)
+
+    def slot(self, rt: ModelRuntime) -> Slot:
+        """A request's place with `rt`'s model: `async with admission.slot(rt) as slot:`."""
+        return Slot(self, rt)
 
     # --- the 429 counter -------------------------------------------------------------------------
     @staticmethod

@@ -1,17 +1,13 @@
-"""The proxy's aiohttp application: the app factory, the route table and the front checks
-(`guard`), the first stage of every request (shutting down -> 503, CORS preflight, ambiguous
-credentials -> 400, another site's page or a DNS-rebinding host -> 403 (`origin_check.py`), API
-keys -> 401, `ProxyError` -> JSON error), which the one middleware,
-`front`, runs for every route and `dispatch.py` for the model routes it serves directly. The
-forwarding routes are `pipeline.py`'s."""
+"""The proxy's aiohttp application: the app factory (everything one proxy holds, made and wired
+at start-up into its context) and the route table. Its one middleware is the front checks
+(`front.py`); the forwarding routes are `pipeline.py`'s. The model routes' requests mostly come
+the faster way, `dispatch.py`, which reads its table from this router."""
 
 from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import TypeVar
 
 import zmq.asyncio
 from aiohttp import web
@@ -19,27 +15,25 @@ from aiohttp import web
 from ..ipc.client import DaemonClient
 from ..ipc.endpoints import Endpoints
 from . import pipeline
-from .account import TeeBudget
 from .admission import Admission
 from .api import events as events_api
 from .api import logs, ops, profiles, ui_routes
 from .api import models as models_list
 from .api import observe as observe_api
-from .auth import OPEN_PATHS, check_api_key, check_single_credentials
-from .context import CTX, ProxyContext, Stages
+from .context import CTX, ProxyContext
 from .dialects import llamacpp_router
 from .dialects.ollama import routes as ollama_routes
-from .errors import ProxyError, error_response
+from .dispatch import Stages
+from .floor.account import TeeBudget
+from .front import cors_answer, front
 from .mirror.link import DaemonLink
 from .mirror.state import ProxyState
 from .mirror.sync import StateSync
-from .mirror.wait import routes_of
 from .observe import events
 from .observe.access_log import AccessLines
 from .observe.activity import Recorder
 from .observe.combined_log import COMBINED_KEY, CombinedLog
 from .observe.log_hub import LogHub
-from .origin_check import CORS_ORIGIN, check_browser, cors_headers, preflight
 from .routing.model_routes import MODEL_ROUTES
 from .upstream.pool import UpstreamPool
 from .upstream.relay import Streams
@@ -47,86 +41,9 @@ from .upstream.transport import make_session
 
 log = logging.getLogger(__name__)
 
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-R = TypeVar("R", bound=web.BaseRequest)
-
 SYNC_KEY: web.AppKey[StateSync] = web.AppKey("swapd_proxy_sync", StateSync)
 # The events hub's feeds from the two logs, for the process's lifetime.
 FEEDS_KEY: web.AppKey[contextlib.ExitStack] = web.AppKey("swapd_event_feeds", contextlib.ExitStack)
-
-
-@web.middleware
-async def front(request: web.Request, handler: Handler) -> web.StreamResponse:
-    return await guard(request.app[CTX], request, handler)
-
-
-async def guard(
-    ctx: ProxyContext,
-    request: R,
-    handler: Callable[[R], Awaitable[web.StreamResponse]],
-    *,
-    model_route: bool = False,
-) -> web.StreamResponse:
-    """The front checks, then `handler`: the one first stage, whichever way a request came in
-    (the Application's middleware `front`, or `dispatch.Dispatch` for model requests).
-
-    `model_route`: the request is on one of `MODEL_ROUTES` (dispatch.py knows it by its table).
-    None of those is an open path, so that lookup is skipped for them
-    (`tests/unit/test_proxy_dispatch.py` holds the table to that)."""
-    if ctx.closing:
-        ctx.stats.refused += 1
-        response = error_response(503, "swapd is shutting down", "shutting_down")
-        response.force_close()
-        return response
-    state = ctx.state
-    if request.method == "OPTIONS":
-        try:
-            if "Origin" in request.headers and not state.synced.is_set():
-                await routes_of(ctx)  # a browser's: answered by the config's security.cors
-            return preflight(request, state.routes.table.cors)
-        except ProxyError as exc:
-            ctx.stats.refused += 1
-            return exc.response()
-    ctx.enter()
-    try:
-        check_single_credentials(request)
-        guarded = model_route or request.path not in OPEN_PATHS
-        if guarded and not state.synced.is_set():
-            # No table yet means no keys known yet: wait for it rather than let anyone in.
-            await routes_of(ctx)
-        # Before the key: another site's page is refused whatever it presents, and an allowed
-        # one can read a 401 too.
-        allowed = check_browser(request, state.routes.table.cors)
-        if allowed is not None:
-            request[CORS_ORIGIN] = allowed
-        if guarded:
-            keys = state.routes.api_keys
-            if keys:
-                check_api_key(request, keys)
-        return await handler(request)
-    except ProxyError as exc:
-        ctx.stats.refused += 1
-        return exc.response(request.headers.get("Accept", ""))
-    except web.HTTPException as exc:
-        if exc.status >= 400 and exc.text and not exc.content_type.endswith("json"):
-            # aiohttp's own 404/405 (unknown path, wrong method) in the one error shape; an
-            # `Allow` header and the like are kept.
-            kept = {
-                k: v for k, v in exc.headers.items() if k not in ("Content-Type", "Content-Length")
-            }
-            accept = request.headers.get("Accept", "")
-            return error_response(exc.status, exc.text.strip(), headers=kept, accept=accept)
-        raise
-    finally:
-        ctx.leave()
-
-
-async def _cors_answer(request: web.Request, response: web.StreamResponse) -> None:
-    """The answer to an allowed other site's request carries its CORS headers (every request
-    with an `Origin` comes the Application's way: `dispatch.py`)."""
-    origin = request.get(CORS_ORIGIN)
-    if origin is not None:
-        cors_headers(origin, request.app[CTX].state.routes.table.cors, response.headers)
 
 
 def make_app(
@@ -137,8 +54,7 @@ def make_app(
     stages: Stages | None = None,
 ) -> web.Application:
     """The proxy's application; its context is made at start-up. `stages`: a benchmark's
-    stand-ins for some stages of the pipeline (`benchmarks/pipeline_stages.py`); swapd never
-    passes any."""
+    stand-ins for some stages of the pipeline (`dispatch.Stages`); swapd never passes any."""
     stages = stages or Stages()
     # The body limit applies where a body is read (body.py), not here: passthrough bodies stream.
     app = web.Application(middlewares=[front], client_max_size=1024**4)
@@ -147,7 +63,14 @@ def make_app(
         endpoints = Endpoints(run_dir)
         context = zmq.asyncio.Context.instance()
         state = ProxyState(processes)
-        link = DaemonLink(DaemonClient(endpoints.daemon, context=context), state, proxy_id)
+        # The link tells the daemon how many clients watch the events hub, which the hub
+        # counts (read when a Hello goes out, once the hub below exists).
+        link = DaemonLink(
+            DaemonClient(endpoints.daemon, context=context),
+            state,
+            proxy_id,
+            watching=lambda: event_hub.watchers,
+        )
         hub = LogHub()
         logging.getLogger().addHandler(hub)
         tee = TeeBudget()
@@ -165,12 +88,12 @@ def make_app(
             recorder=recorder,
             lines=lines,
             streams=Streams(tee),
-            stages=stages,
+            read_model=stages.read_model,
+            upstream_headers=stages.upstream_headers,
         )
-        event_hub = app[events.HUB_KEY] = events.EventHub(state)
-        event_hub.on_cancel = recorder.cancel
-        link.watching = lambda: event_hub.watchers
-        event_hub.on_watchers = link.hello_soon
+        event_hub = app[events.HUB_KEY] = events.EventHub(
+            state, on_cancel=recorder.cancel, on_watchers=link.hello_soon
+        )
         state.changes.listen(lines.applied)
         sync = StateSync(state, link, endpoints.events, context=context)
         app[SYNC_KEY] = sync
@@ -201,7 +124,7 @@ def make_app(
 
     app.on_startup.append(startup)
     app.on_cleanup.append(cleanup)
-    app.on_response_prepare.append(_cors_answer)
+    app.on_response_prepare.append(cors_answer)
 
     router = app.router
     router.add_get("/health", ops.handle_health)
@@ -218,7 +141,7 @@ def make_app(
     router.add_post("/api/models/unload/{model:.+}", ops.handle_unload_one)
     router.add_get("/unload", ops.handle_unload_legacy)
     router.add_get("/api/events", events_api.handle_events)
-    router.add_get("/api/version", observe_api.handle_version)
+    router.add_get("/api/version", ollama_routes.handle_version)
     router.add_get("/api/inflight", observe_api.handle_inflight)
     router.add_post("/api/inflight/{id}/cancel", observe_api.handle_cancel)
     router.add_get("/api/metrics/activity", observe_api.handle_activity)

@@ -14,7 +14,7 @@ import hmac
 
 from aiohttp import web
 
-from .errors import BadRequest, Unauthorized
+from .floor.errors import BadRequest, Unauthorized
 
 REALM = 'Basic realm="swapd"'
 # What answers without a key (and to any site's page: `origin_check.py`).

@@ -51,7 +51,7 @@ from typing import Any
 
 from aiohttp import StreamReader, http_exceptions, web
 
-from .errors import error_response
+from .floor.errors import error_response
 from .mirror.state import ProxyState
 from .observe.stats import Stats
 

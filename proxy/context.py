@@ -1,6 +1,5 @@
 """The per-process objects every handler needs, stored on the app under `CTX`: everything a
-proxy holds lives here (made by `app.make_app` at start-up), none of it in module globals; and
-`Stages`, the stand-ins a benchmark may put in place of some of the pipeline's stages.
+proxy holds lives here (made by `app.make_app` at start-up), none of it in module globals.
 
 Route handlers get it with `request.app[CTX]`; the pipeline is handed it (`pipeline.py`).
 """
@@ -11,7 +10,6 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol, TypeVar
 
 import aiohttp
 from aiohttp import web
@@ -23,51 +21,13 @@ from .observe.access_log import AccessLines
 from .observe.activity import Recorder
 from .observe.log_hub import LogHub
 from .observe.stats import Stats
-from .routing.body import RequestModel, read_model
-from .upstream.forward import HeaderLines, upstream_headers
+from .routing.body import RequestModel
+from .upstream.forward import HeaderLines
 from .upstream.pool import UpstreamPool
 from .upstream.relay import Streams
 from .upstream.transport import AiohttpTransport, LeanTransport
 
-R = TypeVar("R", bound=web.BaseRequest)
-
-
-class Guard(Protocol):
-    """The front checks, then `handler` (`app.guard`)."""
-
-    async def __call__(
-        self,
-        ctx: ProxyContext,
-        request: R,
-        handler: Callable[[R], Awaitable[web.StreamResponse]],
-        *,
-        model_route: bool = ...,
-    ) -> web.StreamResponse: ...
-
-
-@dataclass(frozen=True, slots=True)
-class Stages:
-    """Stand-ins for stages of the pipeline, for measuring what each one costs
-    (`benchmarks/harness/pipeline_stages.py`, which `benchmarks/pipeline_cost.py` runs row by row).
-
-    swapd itself never sets one: a field left at its default is swapd's own stage. Each is read
-    once, at start-up, into the place that calls it (`ProxyContext`, `dispatch.Dispatch`,
-    `observe/access_log.AccessLines`), so a stand-in costs a request nothing, and the hooks are
-    typed: a stage renamed or reshaped fails the type check and the benchmark's start, never
-    silently."""
-
-    # The front checks of the model routes `dispatch.py` serves (`app.guard`'s signature).
-    front: Guard | None = None
-    # Finding the model a request names (`routing.body.read_model`).
-    read_model: Callable[[web.BaseRequest], Awaitable[RequestModel]] | None = None
-    # The header lines that go upstream (`upstream.forward.upstream_headers`).
-    upstream_headers: HeaderLines | None = None
-    # The whole pipeline of the model routes `dispatch.py` serves (`pipeline.serve_model`).
-    model_route: Callable[[ProxyContext, web.BaseRequest], Awaitable[web.StreamResponse]] | None = (
-        None
-    )
-    # Access lines at all, whatever the config's `logLevel` says.
-    access_lines: bool = True
+ModelReader = Callable[[web.BaseRequest], Awaitable[RequestModel]]
 
 
 @dataclass(slots=True)
@@ -85,12 +45,11 @@ class ProxyContext:
     lines: AccessLines
     # The responses streaming now, and their capture tees' budget (the recorder's too).
     streams: Streams
+    # Two stages the pipeline calls through the context: finding the model a request names and
+    # the header lines that go upstream (`dispatch.Stages`: swapd's own, or a benchmark's).
+    read_model: ModelReader
+    upstream_headers: HeaderLines
     stats: Stats = field(default_factory=Stats)
-    # What a benchmark puts in place of some stages (`benchmarks/pipeline_stages.py`); swapd's
-    # own when not set.
-    stages: Stages = field(default_factory=Stages)
-    read_model: Callable[[web.BaseRequest], Awaitable[RequestModel]] = field(init=False)
-    upstream_headers: HeaderLines = field(init=False)
     lean: LeanTransport = field(init=False)
     aiohttp: AiohttpTransport = field(init=False)
     # Set on SIGTERM (server.py): new requests get 503 and `Connection: close`.
@@ -113,8 +72,6 @@ class ProxyContext:
     def __post_init__(self) -> None:
         self.lean = LeanTransport(self.pool)
         self.aiohttp = AiohttpTransport(self.session)
-        self.read_model = self.stages.read_model or read_model
-        self.upstream_headers = self.stages.upstream_headers or upstream_headers
 
 
 CTX: web.AppKey[ProxyContext] = web.AppKey("swapd_proxy", ProxyContext)

@@ -22,8 +22,8 @@ import logging
 
 from aiohttp import web
 
-from .account import ACCOUNT, Account
 from .connection import SwapdRequestHandler
+from .floor.account import ACCOUNT, Account
 from .mirror.changes import Applied
 from .mirror.state import ProxyState
 from .observe.stats import Stats

@@ -5,7 +5,7 @@ finishing their requests and stopping or going to sleep, the start or the wake o
 model, the health check) with the seconds elapsed (and, once the model has loaded before, about
 how long its load takes), then `Done! (X.XXs)`, and then the model's own stream in the same
 response. A dialect's stream (Ollama's chat and generate) gets the same text in its own framing
-(`dialects/way.ProgressFrames`). The upstream's status
+(`floor/progress.ProgressFrames`). The upstream's status
 and headers are lost, as in llama-swap (200 was already sent); a failure is appended as an
 OpenAI error event. Admission's 429 comes before any of it.
 """
@@ -30,8 +30,8 @@ from ..ipc.states import (
     StartStep,
 )
 from .context import ProxyContext
-from .dialects.way import PROGRESS_FRAMES, ProgressFrames
-from .errors import ProxyError, error_body
+from .floor.errors import ProxyError, error_body
+from .floor.progress import PROGRESS_FRAMES, ProgressFrames
 from .mirror.changes import Applied
 from .mirror.state import ModelRuntime
 from .routing.body import RequestModel

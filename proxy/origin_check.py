@@ -53,7 +53,7 @@ from multidict import CIMultiDict
 
 from ..ipc.routing_table import CorsPolicy
 from .auth import OPEN_PATHS
-from .errors import Forbidden
+from .floor.errors import Forbidden
 
 # What the request's answer must carry: the allowed origin it came from (`cors_headers`).
 CORS_ORIGIN = "swapd.cors_origin"

@@ -1,20 +1,21 @@
-"""The request pipeline for every route that forwards: model routes, `/upstream/`, `/comfyui/`.
+"""The request pipeline for every route that forwards: model routes, `/upstream/`, `/comfyui/`
+(stages 2 to 6 of a request's way; `dispatch.py` lists them all, the front checks before these are
+`front.guard`, and the access line after them `observe/access_log.py`).
 
-A request's way, top to bottom (the API key check and the access log, the first and last stages,
-are `app.guard` and `observe/access_log.py`, around every route):
-
-1. keys (`app.guard`)
-2. the route decision: the model named (body or query, bounded: `routing/body.py`), then
-   `routing/decide.py`, a pure function of method, path, headers, model and routing table ->
-   serve, refuse, redirect
-3. admission (`admission.py`): the per-model limit (429); a ready model is served at once with no
-   IPC, any other waits for the daemon's `Ensure` (a start, a swap, a drain) as long as the client
-   stays; ignored paths and websockets of a ready model skip admission
-4. forward (`upstream/forward.py`): the client's request, Host and body as sent, on the lean pool
-   for `http://` upstreams or aiohttp's client for the rest (`upstream/transport.py`)
+2. the route decision (`_pipeline`'s `serve`): the model named (body or query, bounded:
+   `routing/body.py`, or a dialect's reader: `Way`), then `routing/decide.py`, a pure function of
+   method, path, headers, model and routing table -> serve, refuse, redirect. What it serves
+   travels on as one record, `forwarding.Forwarding`.
+3. admission (`_serve_local`): the request's place with its model is one `async with`
+   (`admission.Slot`: the per-model limit, 429; in flight while the upstream serves it); a ready
+   model is served at once with no IPC, any other waits for the daemon's `Ensure` (`_admit`: a
+   start, a swap, a drain) as long as the client stays; ignored paths and websockets of a ready
+   model skip admission; a peer's model never counts here (`forwarding.serve_peer`)
+4. forward (`forwarding.send`, then `upstream/forward.py`): the client's request, Host and body
+   as sent, on the lean pool for `http://` upstreams or aiohttp's client for the rest
 5. relay (`upstream/relay.py`, `upstream/websocket.py`)
 6. accounting: in-flight counts and TTL activity (`admission.py`), the counters and the activity
-   recorder (`ctx.stats`, `ctx.recorder`), the access line (`observe/access_log.py`)
+   recorder (`ctx.stats`, `ctx.recorder`)
 
 Every stage is handed the proxy's context (`context.ProxyContext`) and the request as aiohttp's
 `BaseRequest`; nothing here imports the observability folder (`observe/`): what the request path
@@ -24,24 +25,25 @@ records it records through the context.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 
 from aiohttp import web
 
 from ..ipc.messages import Error
 from . import loading
-from .account import ACCOUNT, Account
+from .admission import Slot
 from .context import CTX, ProxyContext
-from .dialects.way import Reader
-from .errors import BadGateway, ProxyError, Refused, Unavailable
+from .floor.account import ACCOUNT, Account
+from .floor.errors import ProxyError, Refused, Unavailable
+from .forwarding import Forwarding, send, serve_peer
 from .mirror.state import ModelRuntime
 from .mirror.wait import routes_of
 from .routing import decide
 from .routing.body import RequestModel
 from .routing.model_routes import is_model_route
-from .routing.rewrite import outgoing_body
 from .upstream.address import UpstreamAddress
-from .upstream.forward import ReplyRewrite, forward, outgoing
-from .upstream.websocket import is_websocket, relay_websocket
+from .upstream.forward import ReplyRewrite
+from .upstream.websocket import is_websocket
 
 # How long a request that got `Ready` for a model this process still sees draining waits for
 # the mirror to show the model's new run ready (the reply and the broadcasts travel on different
@@ -69,6 +71,21 @@ def target(request: web.BaseRequest) -> tuple[str, str]:
     return path, sep + query
 
 
+@dataclass(slots=True)
+class Way:
+    """What a dialect (`dialects/`) hands the pipeline for one request, read from another API's
+    request: `found`, the model named and the body to send (`RequestModel.rewritten` when the
+    dialect wrote it); `path` and `query`, the model's own route (`?...` or ""); `reply`, the
+    rewrite of the model's answer, None to relay it as it is. The stages after the reader carry
+    them like any model request's."""
+
+    found: RequestModel
+    path: str
+    query: str = ""
+    reply: ReplyRewrite | None = None
+
+
+Reader = Callable[[web.Request], Awaitable[Way]]
 Serve = Callable[[ProxyContext, web.BaseRequest], Awaitable[web.StreamResponse]]
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -82,14 +99,15 @@ def _pipeline(
 ) -> Serve:
     """The pipeline for one kind of route: `decide_for` decides it, `route` names it in the
     activity log, `by_body`: the model is named in the body or query; `dialect`: another API's
-    request, which that dialect reads into the model's own (`dialects/way.py`). Made once per
+    request, which that dialect reads into the model's own (`Way`). Made once per
     kind (a request's way in is then one coroutine, not a wrapper around one). It is handed the
     proxy's context and never asks the request for its app: `dispatch.py` hands it requests that
     have none (aiohttp's `BaseRequest` has no `app`, so a type check holds every stage to that).
     A dialect's routes are the Application's, whose requests have one."""
 
     async def serve(ctx: ProxyContext, request: web.BaseRequest) -> web.StreamResponse:
-        # Set once here and handed down: every stage after this one gets it as an argument.
+        # Set once here and handed down: to the decision's stages as an argument, then in the
+        # request's one record (`Forwarding`).
         acc = request[ACCOUNT] = Account()
         acc.started = ctx.loop.time()
         acc.route = route
@@ -130,11 +148,13 @@ def _pipeline(
             if route == "upstream":
                 below = decision.path_qs.partition("?")[0]
                 recorder.decide(acc, is_model_route(request.method, below), request.method)
+            fwd = Forwarding(
+                request=request, ctx=ctx, acc=acc, decision=decision, found=found, rewrite=rewrite
+            )
             if decision.peer is not None:
-                return await _serve_peer(request, ctx, acc, decision, found, rewrite)
+                return await serve_peer(fwd)
             assert decision.route is not None
-            rt = runtimes[decision.route.id]
-            return await _serve_local(request, ctx, acc, rt, decision, found, rewrite)
+            return await _serve_local(fwd, runtimes[decision.route.id])
         finally:
             recorder.end(acc)
 
@@ -174,73 +194,59 @@ handle_comfyui = _handler(serve_comfyui)
 # local models
 
 
-async def _serve_local(
-    request: web.BaseRequest,
-    ctx: ProxyContext,
-    acc: Account,
-    rt: ModelRuntime,
-    decision: decide.Serve,
-    found: RequestModel | None,
-    rewrite: ReplyRewrite | None = None,
-) -> web.StreamResponse:
-    acc.model = rt.id
-    stats = ctx.stats
-    body, plain, path_qs = outgoing_body(found, decision)
-    if not decision.admitted:
-        stats.outside_admission += 1
-        return await _send(
-            request, ctx, acc, rt, rt.address, path_qs, body, plain, decision, None, rewrite
-        )
-    admission = ctx.admission
-    admission.reserve(rt)
-    progress = None
-    if not rt.hot and loading.wanted(request, rt, found):
-        progress = loading.Progress(request, ctx, rt, acc.asked or rt.id)
-    try:
-        # A ready model is admitted at once (no await); any other waits for the daemon.
-        stats.forwarded += 1
-        hot = rt.hot
-        if hot:
-            stats.served_without_ipc += 1
-            admission.begin(rt)
-            address = rt.address
-        else:
-            address = await _admit(ctx, acc, rt, progress)
-        admitted = True
+async def _serve_local(fwd: Forwarding, rt: ModelRuntime) -> web.StreamResponse:
+    fwd.acc.model = rt.id
+    ctx = fwd.ctx
+    fwd.outgoing()
+    if not fwd.decision.admitted:
+        ctx.stats.outside_admission += 1
+        return await send(fwd, rt, rt.address)
+    async with ctx.admission.slot(rt) as slot:
+        progress = None
+        if not rt.hot and loading.wanted(fwd.request, rt, fwd.found):
+            progress = loading.Progress(fwd.request, ctx, rt, fwd.acc.asked or rt.id)
         try:
-            if progress is not None:
-                await progress.done()
-            into = progress.response if progress is not None else None
-            try:
-                return await _send(
-                    request, ctx, acc, rt, address, path_qs, body, plain, decision, into, rewrite
-                )
-            except Refused:
-                # Taken as ready, and nothing listens on its port: its process is gone and the
-                # daemon's word of it has not reached this process yet. Nothing was sent: once
-                # that word comes, the request waits for the daemon as for a stopped model
-                # (which starts it again), and is sent once more.
-                if not hot:
-                    raise
-                stats.refused_ready += 1
-                admission.end(rt)  # not in flight while it waits: it holds up no drain
-                admitted = False
-                if not await _heard_stopped(ctx, rt):
-                    raise
-            address = await _admit(ctx, acc, rt)
-            admitted = True
-            return await _send(
-                request, ctx, acc, rt, address, path_qs, body, plain, decision, None, rewrite
-            )
-        finally:
-            if admitted:
-                admission.end(rt)
-    except ProxyError as exc:
-        if progress is None or progress.response is None:
+            return await _send_admitted(fwd, slot, progress)
+        except ProxyError as exc:
+            if progress is None or progress.response is None:
+                raise
+            slot.end()  # done upstream: out of flight before the error is written
+            return await progress.failed(exc)  # the stream's 200 is sent: the error goes in it
+
+
+async def _send_admitted(
+    fwd: Forwarding, slot: Slot, progress: loading.Progress | None
+) -> web.StreamResponse:
+    """Admit the request in `slot` and send it: a ready model at once, with no await; any other
+    once the daemon answers (`_admit`)."""
+    ctx, rt = fwd.ctx, slot.rt
+    stats = ctx.stats
+    stats.forwarded += 1
+    hot = rt.hot
+    if hot:
+        stats.served_without_ipc += 1
+        slot.begin()
+        address = rt.address
+    else:
+        address = await _admit(ctx, fwd.acc, slot, progress)
+    if progress is not None:
+        await progress.done()
+    into = progress.response if progress is not None else None
+    try:
+        return await send(fwd, rt, address, into)
+    except Refused:
+        # Taken as ready, and nothing listens on its port: its process is gone and the
+        # daemon's word of it has not reached this process yet. Nothing was sent: once
+        # that word comes, the request waits for the daemon as for a stopped model
+        # (which starts it again), and is sent once more.
+        if not hot:
             raise
-        return await progress.failed(exc)  # the stream's 200 is sent: the error goes in it
-    finally:
-        admission.release(rt)
+        stats.refused_ready += 1
+        slot.end()  # not in flight while it waits: it holds up no drain
+        if not await _heard_stopped(ctx, rt):
+            raise
+    address = await _admit(ctx, fwd.acc, slot)
+    return await send(fwd, rt, address)
 
 
 async def _heard_stopped(ctx: ProxyContext, rt: ModelRuntime) -> bool:
@@ -253,11 +259,12 @@ async def _heard_stopped(ctx: ProxyContext, rt: ModelRuntime) -> bool:
 async def _admit(
     ctx: ProxyContext,
     acc: Account,
-    rt: ModelRuntime,
+    slot: Slot,
     progress: loading.Progress | None = None,
 ) -> UpstreamAddress:
-    """Wait until `rt`'s model may serve and count the request in flight; the caller ends it.
-    With `progress`, the wait streams loading progress to the client."""
+    """Wait until `slot`'s model may serve and count the request in flight (`slot.begin`); the
+    slot ends it. With `progress`, the wait streams loading progress to the client."""
+    rt = slot.rt
     ctx.stats.waited_for_start += 1
     loop = ctx.loop
     started = loop.time()
@@ -291,7 +298,7 @@ async def _admit(
                 upstream = None  # the mirror's run is the one to send it to now
             # Between the check and begin() nothing can run: a Draining that arrives later sees
             # this request in flight and waits for it.
-            ctx.admission.begin(rt, claim=True)
+            slot.begin(claim=True)
             if upstream and upstream.rstrip("/") != rt.base_url:
                 return UpstreamAddress.parse(upstream)
             return rt.address
@@ -302,92 +309,3 @@ async def _admit(
         )
     finally:
         acc.waited = loop.time() - started
-
-
-async def _send(
-    request: web.BaseRequest,
-    ctx: ProxyContext,
-    acc: Account,
-    rt: ModelRuntime,
-    address: UpstreamAddress,
-    path_qs: str,
-    body: bytes | None,
-    plain: bool,
-    decision: decide.Serve,
-    into: web.StreamResponse | None = None,
-    rewrite: ReplyRewrite | None = None,
-) -> web.StreamResponse:
-    host = address.hostport if rt.route.host_header == "upstream" else None
-    if decision.websocket:
-        ctx.stats.websockets += 1
-        ignored_in = rt.ignored_ws if not decision.admitted else None
-        return await relay_websocket(
-            request,
-            ctx.session,
-            address,
-            path_qs,
-            rt.id,
-            host=host,
-            ignored_in=ignored_in,
-            changed=lambda: ctx.admission.sockets_changed(rt),
-        )
-    out = outgoing(
-        request, address, path_qs, host=host, body=body, plain=plain, lines=ctx.upstream_headers
-    )
-    out.timeouts = rt.route.timeouts
-    transport = ctx.lean if address.lean else ctx.aiohttp
-    return await forward(
-        request, acc, transport, out, rt.id, ctx.streams, into=into, rewrite=rewrite
-    )
-
-
-# --------------------------------------------------------------------------------------------------
-# peers
-
-
-async def _serve_peer(
-    request: web.BaseRequest,
-    ctx: ProxyContext,
-    acc: Account,
-    decision: decide.Serve,
-    found: RequestModel | None,
-    rewrite: ReplyRewrite | None = None,
-) -> web.StreamResponse:
-    """A peer's model: never starts, swaps or counts against anything local. The peer's
-    `apiKey` (if set) replaces both `Authorization` and `x-api-key`."""
-    target_ = decision.peer
-    assert target_ is not None
-    peer = target_.peer
-    acc.model = f"{peer.id}/{target_.model}"
-    acc.route = "peer"
-    ctx.stats.peer += 1
-    body, plain, path_qs = outgoing_body(found, decision)
-    keys = (
-        {"Authorization": f"Bearer {peer.api_key}", "x-api-key": peer.api_key}
-        if peer.api_key
-        else None
-    )
-    host = target_.address.hostport
-    label = f"peer {peer.id}"
-    if decision.websocket:
-        ctx.stats.websockets += 1
-        return await relay_websocket(
-            request, ctx.session, target_.address, path_qs, label, host=host, replace_headers=keys
-        )
-    out = outgoing(
-        request,
-        target_.address,
-        path_qs,
-        host=host,
-        body=body,
-        plain=plain,
-        replace=keys,
-        lines=ctx.upstream_headers,
-    )
-    out.timeouts = peer.timeouts
-    try:
-        return await forward(request, acc, ctx.aiohttp, out, label, ctx.streams, rewrite=rewrite)
-    except ProxyError as exc:
-        if exc.status == 502:
-            raise BadGateway(f"peer proxy error: {exc.message}") from exc
-        raise

@@ -12,7 +12,7 @@
   and is closed; an idle kept-alive connection is closed after `KEEPALIVE_S`
   (`$SWAPD_PROXY_KEEPALIVE_S`, default 75 s, nginx's).
 * Shutdown (SIGTERM), contract C2: stop accepting; new requests on kept-alive connections get
-  503 and `Connection: close` (`app.front`); requests under way run for up to the grace; then
+  503 and `Connection: close` (`front.guard`); requests under way run for up to the grace; then
   every response still streaming is ended as an upstream that broke off would end it (chunked:
   the terminating chunk, after an SSE error event for an event stream; fixed length: the
   connection closed), and the process exits 0.
@@ -31,7 +31,7 @@ from aiohttp import web
 
 from .connection import MAX_LINE, SwapdRequestHandler
 from .context import ProxyContext
-from .dispatch import Dispatch
+from .dispatch import Dispatch, Stages
 from .drain_bound import DrainBound
 from .observe.access_log import LOGGER as ACCESS_LOGGER
 from .observe.access_log import access_logger
@@ -55,9 +55,15 @@ HANDLER_ARGS: dict[str, Any] = {
 
 
 async def serve(
-    app: web.Application, ctx_of: Any, create_server: Any, stop: asyncio.Event, grace: float
+    app: web.Application,
+    ctx_of: Any,
+    create_server: Any,
+    stop: asyncio.Event,
+    grace: float,
+    stages: Stages,
 ) -> None:
-    """Run `app` on the server `create_server(factory)` makes until `stop`, then shut down."""
+    """Run `app` on the server `create_server(factory)` makes until `stop`, then shut down.
+    `stages`: what `Dispatch` runs for the model routes (swapd's own unless a benchmark's)."""
     runner = web.AppRunner(
         app, handle_signals=False, handler_cancellation=True, shutdown_timeout=1.0, **HANDLER_ARGS
     )
@@ -76,7 +82,7 @@ async def serve(
     assert manager is not None
     ctx: ProxyContext = ctx_of(app)
     # Model requests go straight to the pipeline, the rest to the Application (dispatch.py).
-    manager.request_handler = Dispatch(ctx, app, manager.request_handler)
+    manager.request_handler = Dispatch(ctx, app, manager.request_handler, stages)
     args = {
         **HANDLER_ARGS,
         "access_log_class": access_logger(ctx.stats, ctx.recorder, ctx.lines),

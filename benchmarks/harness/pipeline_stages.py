@@ -3,7 +3,7 @@
 Run as `python pipeline_stages.py STAGES -- ARGS...`: STAGES is a comma-separated list of what to
 switch off (or `-` for none), ARGS are `python -m swapd.proxy`'s. Each switch puts, in place of
 one stage, what the floor (`pipeline_floor.py`) does there, so the difference in cost is the
-stage's. The switches are the proxy's own hooks (`swapd.proxy.context.Stages`, handed to its
+stage's. The switches are the proxy's own hooks (`swapd.proxy.dispatch.Stages`, handed to its
 `main`): nothing is patched by name, and a hook renamed or reshaped fails the type check and
 this start, never silently.
 
@@ -28,7 +28,8 @@ from typing import TypeVar
 from aiohttp import web
 from multidict import CIMultiDict
 
-from swapd.proxy.context import ProxyContext, Stages
+from swapd.proxy.context import ProxyContext
+from swapd.proxy.dispatch import Stages
 from swapd.proxy.routing.body import RequestModel
 
 _HOP = {"connection", "keep-alive", "transfer-encoding", "content-length"}
@@ -84,11 +85,12 @@ def stages_off(off: set[str]) -> Stages:
     unknown = off - SWITCHES
     if unknown:
         raise ValueError(f"no such stage switch: {', '.join(sorted(unknown))}")
+    own = Stages()
     return Stages(
-        front=no_front if "front" in off else None,
-        read_model=given_model if "model" in off else None,
-        upstream_headers=floor_headers if "headers" in off else None,
-        model_route=floor_handler if "pipeline" in off else None,
+        front=no_front if "front" in off else own.front,
+        read_model=given_model if "model" in off else own.read_model,
+        upstream_headers=floor_headers if "headers" in off else own.upstream_headers,
+        model_route=floor_handler if "pipeline" in off else own.model_route,
         access_lines="access" not in off,
     )
 

@@ -25,7 +25,8 @@ def _cuda_warnings(config: Config, environ: Mapping[str, str]) -> list[str]:
     if not ids:
         return []
     # Only here: the machinery is no part of reading a config.
-    from ..machinery.cuda_backend import Unavailable, make_checkpointer
+    from ..machinery.cuda_backend import Unavailable
+    from ..machinery.cuda_choice import make_checkpointer
 
     backend = make_checkpointer(environ)
     if not isinstance(backend, Unavailable):

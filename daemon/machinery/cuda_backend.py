@@ -8,7 +8,8 @@ outside (NVIDIA driver 570 and later; CUDA driver API, "CUDA Checkpointing"), fo
   the fake GPU backend's accounting (`gpu_fake.py`);
 * `Unavailable`: neither can be used here; `reason` says why (a swap stops the model instead).
 
-Chosen as the GPU backend is (`gpu.py`): `$SWAPD_CUDA_CHECKPOINT` (`auto`, `driver`, `fake`,
+Chosen (`cuda_choice.py`, apart from this interface so that no backend imports the module that
+imports it) as the GPU backend is (`gpu.py`): `$SWAPD_CUDA_CHECKPOINT` (`auto`, `driver`, `fake`,
 `none`); `auto` takes the fake where the GPU backend is the fake (`SWAPD_GPU_BACKEND=fake`), else
 the driver. The calls are blocking C calls (a lock waits for the CUDA work in flight, a
 checkpoint copies the whole GPU memory to host RAM): callers run them in a worker thread.
@@ -16,8 +17,6 @@ checkpoint copies the whole GPU memory to host RAM): callers run them in a worke
 
 from __future__ import annotations
 
-import os
-from collections.abc import Mapping
 from enum import StrEnum
 from typing import Protocol
 
@@ -79,21 +78,3 @@ class Unavailable:
 
     def __init__(self, reason: str) -> None:
         self.reason = reason
-
-
-def make_checkpointer(environ: Mapping[str, str] | None = None) -> CheckpointBackend | Unavailable:
-    """The backend `$SWAPD_CUDA_CHECKPOINT` asks for (see the module's docstring); never raises:
-    what cannot be used is `Unavailable`."""
-    env = os.environ if environ is None else environ
-    mode = env.get(CHECKPOINT_ENV) or "auto"
-    if mode not in MODES:
-        return Unavailable(f"{CHECKPOINT_ENV}={mode!r} is none of {', '.join(MODES)}")
-    if mode == "none":
-        return Unavailable(f"{CHECKPOINT_ENV}=none")
-    if mode == "fake" or (mode == "auto" and env.get("SWAPD_GPU_BACKEND") == "fake"):
-        from .cuda_fake import FakeCheckpointer
-
-        return FakeCheckpointer.from_env(env)
-    from .cuda_driver import DriverCheckpointer
-
-    return DriverCheckpointer.open()

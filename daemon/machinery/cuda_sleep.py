@@ -31,8 +31,8 @@ from .cuda_backend import (
     ProcessState,
     Step,
     Unavailable,
-    make_checkpointer,
 )
+from .cuda_choice import make_checkpointer
 from .gpu_backend import GpuBackend
 
 log = logging.getLogger("swapd.lifecycle")

@@ -20,7 +20,7 @@ from collections import Counter
 from typing import Generic
 
 from ...ipc import exits
-from ...ipc.causes import StopCause
+from ...ipc.causes import DeferCause, StopCause
 from ...ipc.routing_table import SleepSetting
 from ...ipc.states import LOADED_STATES, ModelState
 from ...ipc.swap_record import SwapKind, SwapOutcome
@@ -31,7 +31,7 @@ from .changes import Changes
 from .claims import ReadyClaims
 from .model_table import ModelTable
 from .records import Effects, H, ModelRecord, Stop
-from .story import Began, Ended
+from .story import Began, Deferred, Ended
 from .swap_queue import SwapQueue
 
 log = logging.getLogger("swapd.scheduler")
@@ -42,6 +42,11 @@ TAKEN_BACK = "kept: requested again before its stop"
 # nor shutdown (which must be quick), nor a model whose process is gone or asleep (a sleep saved
 # them before it fell asleep).
 SAVING_CAUSES = frozenset({StopCause.SWAP, StopCause.UNLOAD, StopCause.TTL})
+# The take-downs whose drain is told only once the Readys out for the model are claimed: a swap
+# (another model's need) and a TTL (a Ready out is a request: the model is not idle after all)
+# never outrank the requests the model was just made ready for; an operator's unload or sleep,
+# and a reload, do.
+WAITS_FOR_READYS = frozenset({StopCause.SWAP, StopCause.TTL})
 
 
 class Stops(Generic[H]):
@@ -135,7 +140,7 @@ class Stops(Generic[H]):
             if drains:
                 self.models.set(rec, ModelState.DRAINING, stop.text, stop)
                 self.effects.happened(began)
-                drain = asyncio.get_running_loop().create_task(self._drain(rec.id))
+                drain = asyncio.get_running_loop().create_task(self._drain(rec.id, stop))
                 self._draining[rec.id] = drain
                 try:
                     await asyncio.wait([drain])
@@ -179,11 +184,19 @@ class Stops(Generic[H]):
                 self._to_sleep.discard(rec.id)
             self.changes.fire()
 
-    async def _drain(self, model_id: str) -> None:
+    async def _drain(self, model_id: str, stop: Stop) -> None:
         """Phase one: every proxy acked the drain, and every `Ready` handed out before it was
-        claimed. A proxy that handles such a `Ready` after its ack does not admit it (the model
-        drains there): the stop waits for that word, so that the request asks again rather than
-        meet a closed port."""
+        claimed. A proxy that handles such a `Ready` after it heard of the drain does not admit
+        it (the model drains there) and the request asks again: the stop waits for that word,
+        so that the request does not meet a closed port. For a swap or a TTL the Readys are
+        claimed first, before the drain is told (`WAITS_FOR_READYS`): else the run started or
+        woken for those requests is taken out before it serves them, a wasted start or wake,
+        whichever way the take-down got past step 11 (a TTL never asks it). An unload, a reload
+        and a sleep asked for drain at once (docs/swapping.md)."""
+        if stop.cause in WAITS_FOR_READYS and self.claims.out(model_id):
+            if stop.for_model:  # the swap's record says why it waited
+                self.effects.happened(Deferred(stop.for_model, DeferCause.UNCLAIMED_READY))
+            await self.claims.settled(model_id)
         await self.effects.drain(model_id)
         await self.claims.settled(model_id)
 

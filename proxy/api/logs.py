@@ -22,7 +22,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from ..context import CTX
-from ..errors import BadRequest
+from ..floor.errors import BadRequest
 from ..mirror.wait import routes_of
 from ..observe.backlog import Backlog, Gap, Shared
 from ..observe.combined_log import COMBINED_KEY

@@ -4,7 +4,8 @@ the daemon answers (it keeps the activity log,
 the captures and every Prometheus figure, so each proxy process gives the same answer: the proxy
 passes the query through and the daemon's document back; a bad parameter is the daemon's 400 in
 the one error shape); `GET /api/inflight` and `POST /api/inflight/{id}/cancel` from the in-flight
-table every proxy mirrors; and `GET /api/version`."""
+table every proxy mirrors. (`GET /api/version`, in llama-swap's shape or Ollama's, is
+`dialects/ollama/routes.py`'s.)"""
 
 from __future__ import annotations
 
@@ -26,9 +27,7 @@ from ...ipc.messages import (
     Request,
 )
 from ..context import CTX
-from ..dialects.ollama import values as ollama_values
-from ..errors import BadRequest, NotFound
-from ..mirror.wait import routes_of
+from ..floor.errors import BadRequest, NotFound
 from ..observe.events import HUB_KEY
 
 
@@ -79,21 +78,6 @@ _encode = msgspec.json.Encoder().encode
 
 def _json(data: object) -> web.Response:
     return web.Response(body=_encode(data), content_type="application/json")
-
-
-async def handle_version(request: web.Request) -> web.Response:
-    """llama-swap's `{version, commit, build_date}` (`ipc/build_info.py`: the commit of the
-    install or checkout, the install's date). While Ollama's API is served (`ollamaAPI`),
-    `version` is the Ollama API version swapd answers in its shapes, which Ollama's clients
-    compare with what they need, and swapd's own is `swapd_version`."""
-    from ...ipc.build_info import build_info  # here, not at start-up: the proxy's idle memory
-
-    info = build_info()
-    routes = await routes_of(request.app[CTX])
-    if routes.table.ollama_api:
-        return _json({"version": ollama_values.API_VERSION, "swapd_version": info["version"],
-                      "commit": info["commit"], "build_date": info["build_date"]})  # fmt: skip
-    return _json(info)
 
 
 async def handle_inflight(request: web.Request) -> web.Response:

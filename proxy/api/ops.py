@@ -12,7 +12,7 @@ from ...ipc.model_status import ModelStatus
 from ...ipc.routing_table import RouteModel
 from ...ipc.states import ModelState
 from ..context import CTX, ProxyContext
-from ..errors import BadGateway, BadRequest, NotFound
+from ..floor.errors import BadGateway, BadRequest, NotFound
 from ..mirror.link import answer
 from ..mirror.state import ModelRuntime, Routes
 from ..mirror.wait import routes_of

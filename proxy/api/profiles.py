@@ -12,7 +12,7 @@ from aiohttp import web
 
 from ...ipc.messages import Ok, SetProfile
 from ..context import CTX
-from ..errors import BadRequest
+from ..floor.errors import BadRequest
 from ..mirror.wait import routes_of
 from ..routing.body import read_json
 

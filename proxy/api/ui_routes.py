@@ -18,7 +18,7 @@ from aiohttp import web
 from ...ipc.messages import Document, QuerySwaps, Status, StatusReply
 from ...ipc.status_doc import status_json
 from ..context import CTX
-from ..errors import NotFound
+from ..floor.errors import NotFound
 from ..ui import assets
 
 # The page loads nothing but its own files: no CDN, no request leaving the host.

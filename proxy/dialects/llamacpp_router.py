@@ -25,10 +25,10 @@ from ...ipc.states import LOADED_STATES, SERVING_STATES
 from .. import pipeline
 from ..api import ops
 from ..context import CTX
-from ..errors import BadRequest
+from ..floor.errors import BadRequest
 from ..mirror.wait import routes_of
+from ..pipeline import Way
 from ..routing.body import RequestModel, read_json
-from .way import Way
 
 PROPS = "/props"
 _encode = msgspec.json.Encoder().encode

@@ -34,7 +34,7 @@ from ...ipc.messages import (
     Sleep,
     Unload,
 )
-from ..errors import BadGateway, ProxyError, Unavailable
+from ..floor.errors import BadGateway, ProxyError, Unavailable
 from .state import ProxyState
 
 log = logging.getLogger(__name__)
@@ -58,14 +58,19 @@ def make_proxy_id() -> str:
 
 class DaemonLink:
     def __init__(
-        self, client: DaemonClient, state: ProxyState, proxy_id: str | None = None
+        self,
+        client: DaemonClient,
+        state: ProxyState,
+        proxy_id: str | None = None,
+        *,
+        watching: Callable[[], int] = lambda: 0,
     ) -> None:
         self.client = client
         self.state = state
         self.proxy_id = proxy_id or make_proxy_id()
         self.pid = os.getpid()
         # How many `/api/events` clients this process has (the events hub's count), for Hello.
-        self.watching: Callable[[], int] = lambda: 0
+        self.watching = watching
         self._casts: set[asyncio.Task[None]] = set()
 
     # --- requests --------------------------------------------------------------------------------

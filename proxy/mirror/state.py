@@ -24,7 +24,7 @@ from ...ipc.messages import Draining, Event, SnapshotReply, StateChanged, TableC
 from ...ipc.model_status import ModelStatus
 from ...ipc.routing_table import RouteModel, RoutePeer, RouteSelector, RoutingTable
 from ...ipc.states import DOZING_STATES, SERVING_STATES, ModelState
-from ..routing.matching import compile_path_pattern
+from ..floor.matching import compile_path_pattern
 from ..upstream.address import NOWHERE, UpstreamAddress
 from .changes import Applied, Changes
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 from typing import Protocol
 
-from ..errors import Unavailable
+from ..floor.errors import Unavailable
 from .state import ProxyState, Routes
 
 FIRST_TABLE_WAIT_S = 30.0

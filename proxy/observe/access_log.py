@@ -36,7 +36,7 @@ from aiohttp.abc import AbstractAccessLogger
 from ...ipc import log_time
 from ...ipc.messages import SnapshotReply, TableChanged
 from ...ipc.routing_table import RoutingTable
-from ..account import ACCOUNT, Account
+from ..floor.account import ACCOUNT, Account
 from ..mirror.changes import Applied
 from ..mirror.state import ModelRuntime
 from .activity import Recorder
@@ -52,7 +52,7 @@ _NONE = Account()
 
 class AccessLines:
     """The access lines waiting to be written, and how they are written (the config's).
-    `enabled` False: none at all, whatever the config says (a benchmark's `stages.Stages`)."""
+    `enabled` False: none at all, whatever the config says (a benchmark's `dispatch.Stages`)."""
 
     def __init__(self, hub: LogHub | None = None, *, enabled: bool = True) -> None:
         self.hub = hub

@@ -23,7 +23,7 @@ from aiohttp import web
 
 from ...ipc.activity import FLIGHT_UPDATE_S, Finished, InFlight, RawCapture
 from ...ipc.messages import ActivityReport
-from ..account import NO_MODEL, Account, Tail, TeeBudget
+from ..floor.account import NO_MODEL, Account, Tail, TeeBudget
 from ..mirror.state import ProxyState
 from .captures import capture_of
 from .flights import flight_of, sent_bytes

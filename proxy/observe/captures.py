@@ -21,7 +21,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from ...ipc.activity import RawCapture
-from ..account import Account
+from ..floor.account import Account
 
 # (request body, response body) kept for routes whose bodies are large binary payloads;
 # everything else keeps both (llama-swap's `captureFieldsByPath`; headers are always kept).

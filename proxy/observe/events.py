@@ -107,17 +107,23 @@ class EventHub:
     """Told of every message the mirror applies (snapshots and the daemon's events: a listener
     of `state.changes`); fans out to subscribers."""
 
-    def __init__(self, state: ProxyState) -> None:
+    def __init__(
+        self,
+        state: ProxyState,
+        *,
+        on_cancel: Callable[[str], object] = lambda _id: None,
+        on_watchers: Callable[[], object] = lambda: None,
+    ) -> None:
         self.state = state
         self.subscribers: set[Subscriber] = set()
         self.in_flight: dict[str, InFlight] = {}
         # Told of `CancelRequested` (the recorder ends the request if it is this process's).
-        self.on_cancel: Callable[[str], object] = lambda _id: None
+        self.on_cancel = on_cancel
         # `/api/events` clients connected (from before their snapshot is sent), and who is told
         # when that goes from none to some or back (the daemon, which announces new activity and
         # renders in-flight frames only while some proxy has a client).
         self.watchers = 0
-        self.on_watchers: Callable[[], object] = lambda: None
+        self.on_watchers = on_watchers
         # How many events were offered, and lost to full backlogs (tests and operators).
         self.offered = 0
         self.lost = 0

@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from aiohttp import web
 
 from ...ipc.activity import InFlight
-from ..account import Account
+from ..floor.account import Account
 
 
 def header_map(pairs: Iterable[tuple[str, str]]) -> dict[str, str]:

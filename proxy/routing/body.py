@@ -32,7 +32,7 @@ from aiohttp import web
 from aiohttp.helpers import parse_mimetype
 from aiohttp.multipart import parse_content_disposition
 
-from ..errors import BadRequest, ProxyError
+from ..floor.errors import BadRequest, ProxyError
 
 MAX_BODY_BYTES = int(float(os.environ.get("SWAPD_PROXY_MAX_BODY_MB", "64")) * 1024 * 1024)
 

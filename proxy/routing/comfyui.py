@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import urllib.parse
 
-from .matching import compile_path_pattern
+from ..floor.matching import compile_path_pattern
 
 PREFIX = "/comfyui"
 IGNORED_PATH = "ignored ComfyUI paths cannot start it"

@@ -15,7 +15,7 @@ from typing import Protocol
 
 from httptools import HttpParserError, HttpParserUpgrade, HttpResponseParser
 
-from ..errors import HeadTooLarge, OutOfStep, UpstreamError
+from ..floor.errors import HeadTooLarge, OutOfStep, UpstreamError
 from .response import UpstreamResponse
 
 

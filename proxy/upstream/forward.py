@@ -20,8 +20,8 @@ from typing import Protocol
 
 from aiohttp import web
 
-from ..account import Account
-from ..errors import BadGateway, Refused, UpstreamError, UpstreamRefused
+from ..floor.account import Account
+from ..floor.errors import BadGateway, Refused, UpstreamError, UpstreamRefused
 from .address import UpstreamAddress
 from .relay import HOP_BY_HOP, Streams, relay
 from .transport import Outgoing, Reply, Transport
@@ -41,7 +41,7 @@ ReplyRewrite = Callable[[Reply, Account], Awaitable[Reply]]
 
 class HeaderLines(Protocol):
     """What makes the header lines for the upstream (`upstream_headers`; a benchmark's stand-in,
-    `stages.Stages`)."""
+    `dispatch.Stages`)."""
 
     def __call__(
         self,

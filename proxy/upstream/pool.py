@@ -38,7 +38,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from ...ipc.routing_table import Timeouts
-from ..errors import HeadTimeout, UpstreamError, UpstreamRefused
+from ..floor.errors import HeadTimeout, UpstreamError, UpstreamRefused
 from .conn import UpstreamConn
 from .response import UpstreamResponse
 from .timeouts import expired, head_within, set_keepalive

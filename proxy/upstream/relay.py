@@ -30,8 +30,8 @@ import msgspec
 from aiohttp import web
 from multidict import CIMultiDict
 
-from ..account import Account, Tail, TeeBudget
-from ..errors import BadGateway, UpstreamBroken, error_body
+from ..floor.account import Account, Tail, TeeBudget
+from ..floor.errors import BadGateway, UpstreamBroken, error_body
 from .transport import Reply
 
 log = logging.getLogger(__name__)

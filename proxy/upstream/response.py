@@ -10,7 +10,7 @@ from collections import deque
 from collections.abc import AsyncIterator
 from typing import Protocol
 
-from ..errors import UpstreamBroken
+from ..floor.errors import UpstreamBroken
 
 _HIGH_WATER = 1024 * 1024  # pause reading the upstream past this much undelivered body
 

@@ -10,7 +10,7 @@ import contextlib
 import socket
 from typing import Protocol, TypeVar
 
-from ..errors import HeadTimeout
+from ..floor.errors import HeadTimeout
 
 T = TypeVar("T")
 

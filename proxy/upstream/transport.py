@@ -24,7 +24,7 @@ from multidict import CIMultiDict
 from yarl import URL
 
 from ...ipc.routing_table import Timeouts
-from ..errors import HeadTimeout, UpstreamBroken, UpstreamError, UpstreamRefused
+from ..floor.errors import HeadTimeout, UpstreamBroken, UpstreamError, UpstreamRefused
 from .address import UpstreamAddress
 from .pool import IDEMPOTENT, UpstreamPool
 

@@ -16,7 +16,7 @@ from aiohttp import WSMsgType, web
 from multidict import CIMultiDict
 from yarl import URL
 
-from ..errors import BadGateway, ProxyError
+from ..floor.errors import BadGateway, ProxyError
 from .address import UpstreamAddress
 from .forward import upstream_headers
 

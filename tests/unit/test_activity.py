@@ -1,6 +1,7 @@
 """The activity log's pure parts: token counts from the shapes servers send
-(daemon/observe/tokens.py), the stream tail the relay keeps (proxy/account.py), what of it a proxy
-sends to be parsed (proxy/observe/activity.py), and llama-swap's histogram (activity_query.py)."""
+(daemon/observe/tokens.py), the stream tail the relay keeps (proxy/floor/account.py), what of it a
+proxy sends to be parsed (proxy/observe/activity.py), and llama-swap's histogram
+(activity_query.py)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from swapd.daemon.observe import tokens
 from swapd.daemon.observe.activity_query import histogram
 from swapd.daemon.observe.tokens import error_message, from_body, from_stream_tail
 from swapd.ipc.activity import Tokens
-from swapd.proxy.account import TAIL_BYTES, Tail
+from swapd.proxy.floor.account import TAIL_BYTES, Tail
 
 
 def _json(doc: object) -> bytes:

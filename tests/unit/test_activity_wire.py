@@ -24,7 +24,7 @@ from swapd.ipc import codec
 from swapd.ipc.activity import Finished, InFlight, RawCapture, Tokens, flight_json
 from swapd.ipc.event_frames import frame
 from swapd.ipc.messages import ActivityReport
-from swapd.proxy.account import Tail
+from swapd.proxy.floor.account import Tail
 from swapd.proxy.mirror.state import ProxyState
 from swapd.proxy.observe import events
 from swapd.proxy.observe.activity import counted_part, path_of

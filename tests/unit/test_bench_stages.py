@@ -1,5 +1,5 @@
 """benchmarks/harness/pipeline_stages.py switches stages off through the proxy's own hooks
-(`proxy/context.py`'s `Stages`), never by patching names: every switch a row of `pipeline_cost.py`
+(`proxy/dispatch.py`'s `Stages`), never by patching names: every switch a row of `pipeline_cost.py`
 names is a hook, the hooks reach the places that call them, and swapd's own stages are there when
 none is set. (A run of the benchmark shows each row measuring a stage: benchmarks/HISTORY.md.)"""
 
@@ -15,9 +15,10 @@ import pytest
 from benchmarks import pipeline_cost
 from benchmarks.harness import pipeline_stages
 from swapd.ipc.routing_table import RoutingTable
-from swapd.proxy.account import TeeBudget
 from swapd.proxy.admission import Admission
-from swapd.proxy.context import ProxyContext, Stages
+from swapd.proxy.context import ProxyContext
+from swapd.proxy.dispatch import Stages
+from swapd.proxy.floor.account import TeeBudget
 from swapd.proxy.mirror.state import ProxyState
 from swapd.proxy.observe.access_log import AccessLines
 from swapd.proxy.observe.activity import Recorder
@@ -58,7 +59,8 @@ async def _context(stages: Stages) -> ProxyContext:
         recorder=Recorder("p", None, state, tee),
         lines=AccessLines(enabled=stages.access_lines),
         streams=Streams(tee),
-        stages=stages,
+        read_model=stages.read_model,
+        upstream_headers=stages.upstream_headers,
     )
 
 

@@ -21,7 +21,7 @@ from swapd.daemon.observe.captures import Capture, CaptureCache
 from swapd.daemon.observe.request_figures import FOLD, SECONDS, SPEEDS, RequestFigures
 from swapd.ipc.activity import ActivityRecord, Tokens
 from swapd.ipc.event_frames import activity_frames, frame
-from swapd.proxy.account import TAIL_BYTES, Tail, TeeBudget
+from swapd.proxy.floor.account import TAIL_BYTES, Tail, TeeBudget
 
 
 def _record(i: int, model: str = "m", **kw: object) -> ActivityRecord:

@@ -19,11 +19,11 @@ from swapd.ipc.messages import KeepAlive
 from swapd.ipc.model_status import ModelStatus
 from swapd.ipc.routing_table import RouteModel, RoutingTable
 from swapd.ipc.states import ModelState
-from swapd.proxy.account import Account
 from swapd.proxy.dialects.ollama import listing, replies, requests, values
 from swapd.proxy.dialects.ollama.relaying import Streamed
 from swapd.proxy.dialects.ollama.streams import StreamTranslator
-from swapd.proxy.errors import ProxyError, UpstreamBroken
+from swapd.proxy.floor.account import Account
+from swapd.proxy.floor.errors import ProxyError, UpstreamBroken
 from swapd.proxy.mirror.state import ModelRuntime, Routes
 from tests.support import route_bodies
 

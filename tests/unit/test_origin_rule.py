@@ -9,7 +9,7 @@ from aiohttp.test_utils import make_mocked_request
 from multidict import CIMultiDict
 
 from swapd.ipc.routing_table import CorsPolicy
-from swapd.proxy.errors import Forbidden
+from swapd.proxy.floor.errors import Forbidden
 from swapd.proxy.origin_check import (
     check_browser,
     cors_headers,

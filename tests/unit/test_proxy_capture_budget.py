@@ -15,7 +15,7 @@ import asyncio
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from swapd.proxy.account import Account, TeeBudget
+from swapd.proxy.floor.account import Account, TeeBudget
 from swapd.proxy.upstream.address import UpstreamAddress
 from swapd.proxy.upstream.forward import forward, outgoing
 from swapd.proxy.upstream.pool import UpstreamPool

@@ -22,9 +22,9 @@ from swapd.ipc.messages import (
 from swapd.ipc.model_status import ModelStatus
 from swapd.ipc.routing_table import RouteModel, RoutingTable
 from swapd.proxy import pipeline
-from swapd.proxy.account import Account
 from swapd.proxy.admission import Admission
-from swapd.proxy.errors import Unavailable
+from swapd.proxy.floor.account import Account
+from swapd.proxy.floor.errors import Unavailable
 from swapd.proxy.mirror.changes import Applied
 from swapd.proxy.mirror.state import ProxyState
 from swapd.proxy.observe.stats import Stats
@@ -233,7 +233,7 @@ async def test_a_ready_ahead_of_the_events_is_served_when_they_come_without_anot
     link = _Link()
     ctx = _context(mirror, link)
     rt = mirror.state.runtimes["a"]
-    admitting = asyncio.ensure_future(pipeline._admit(ctx, Account(), rt))
+    admitting = asyncio.ensure_future(pipeline._admit(ctx, Account(), ctx.admission.slot(rt)))
     # The daemon's Ready came first (its reply and its events travel on different sockets); the
     # request has run up to its wait once the test runs again.
     await link.asked.wait()
@@ -268,7 +268,8 @@ async def test_a_drain_of_the_new_run_sends_the_request_to_the_daemon_again(
 
     link = _Link(daemon)
     rt = mirror.state.runtimes["a"]
-    await asyncio.wait_for(pipeline._admit(_context(mirror, link), Account(), rt), 5)
+    ctx = _context(mirror, link)
+    await asyncio.wait_for(pipeline._admit(ctx, Account(), ctx.admission.slot(rt)), 5)
     assert link.ensures == ["a", "a"] and rt.in_flight == 1
     # The stale Ready was not taken, and said so (the daemon's drain waits for that word); the
     # second was admitted.
@@ -285,7 +286,8 @@ async def test_a_mirror_that_never_catches_up_is_a_clear_503(
     rt = mirror.state.runtimes["a"]
     acc = Account()
     with pytest.raises(Unavailable) as error:
-        await asyncio.wait_for(pipeline._admit(_context(mirror, link), acc, rt), 5)
+        ctx = _context(mirror, link)
+        await asyncio.wait_for(pipeline._admit(ctx, acc, ctx.admission.slot(rt)), 5)
     assert error.value.status == 503 and error.value.code == "state_out_of_step"
     assert "retry shortly" in error.value.message
     assert link.ensures == ["a"] * pipeline._CATCH_UP_TRIES

@@ -18,8 +18,7 @@ from aiohttp import web
 
 from swapd.proxy import pipeline
 from swapd.proxy.connection import SwapdRequestHandler
-from swapd.proxy.context import Stages
-from swapd.proxy.dispatch import Dispatch
+from swapd.proxy.dispatch import Dispatch, Stages
 from swapd.proxy.observe.stats import Stats
 from swapd.proxy.server import HANDLER_ARGS
 
@@ -49,8 +48,9 @@ async def front() -> AsyncIterator[Front]:
         guarded.append(model_route)
         return await handler(request)
 
-    # The proxy's context as Dispatch reads it: the stages it takes (the benchmark's hooks).
-    ctx = SimpleNamespace(stages=Stages(front=guard, model_route=serve_model))
+    # The stages Dispatch takes (the benchmark's hooks), and a context that holds them.
+    stages = Stages(front=guard, model_route=serve_model)
+    ctx = SimpleNamespace(stages=stages)
 
     async def ok(request: web.Request) -> web.Response:
         return web.Response(text="ok")
@@ -66,7 +66,7 @@ async def front() -> AsyncIterator[Front]:
     await runner.setup()
     manager = runner.server
     assert manager is not None
-    manager.request_handler = Dispatch(ctx, app, manager.request_handler)  # type: ignore[arg-type]
+    manager.request_handler = Dispatch(ctx, app, manager.request_handler, stages)  # type: ignore[arg-type]
     loop = asyncio.get_running_loop()
     server = await loop.create_server(
         lambda: SwapdRequestHandler(

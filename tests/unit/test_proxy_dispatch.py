@@ -63,7 +63,7 @@ async def _other(request: web.Request) -> web.Response:
 
 
 def test_no_model_route_is_open() -> None:
-    """`app.guard(..., model_route=True)` skips the open-path lookup: that is right only while no
+    """`front.guard(..., model_route=True)` skips the open-path lookup: that is right only while no
     model route is an open path."""
     from swapd.proxy.auth import OPEN_PATHS
 

@@ -1,4 +1,4 @@
-"""The proxy's one error tree (proxy/errors.py): every exception class of the proxy is defined
+"""The proxy's one error tree (proxy/floor/errors.py): every exception class of the proxy is defined
 there, stands on `ipc.errors.Failure`, takes its arguments in one order (the message, then
 keywords), and the hierarchy its docstring draws is the one the classes have."""
 
@@ -14,7 +14,7 @@ import pytest
 from swapd import proxy
 from swapd.ipc.errors import Failure
 from swapd.ipc.messages import Error
-from swapd.proxy import errors
+from swapd.proxy.floor import errors
 
 
 def _proxy_modules() -> list[str]:
@@ -52,7 +52,7 @@ def test_every_exception_class_of_the_proxy_is_defined_in_errors() -> None:
         for _, cls in inspect.getmembers(module, inspect.isclass):
             if issubclass(cls, BaseException) and cls.__module__ == name:
                 elsewhere.append(f"{name}.{cls.__name__}")
-    assert [e for e in elsewhere if not e.startswith("swapd.proxy.errors.")] == []
+    assert [e for e in elsewhere if not e.startswith("swapd.proxy.floor.errors.")] == []
 
 
 def test_the_drawn_tree_is_the_classes_tree() -> None:

@@ -15,16 +15,17 @@ PROXY = REPO / "proxy"
 # What a folder's modules may import, beside the standard and third-party libraries: another
 # module of the same folder always; `ipc` is the contract both sides share.
 ALLOWED: dict[str, tuple[str, ...]] = {
-    "routing": ("ipc", "errors", "mirror"),
-    "upstream": ("ipc", "errors", "account"),
-    "mirror": ("ipc", "errors", "routing.matching", "upstream.address"),
-    "observe": ("ipc", "account", "mirror"),
-    "api": ("ipc", "context", "errors", "mirror", "observe", "routing", "ui", "dialects"),
+    # What every folder may stand on: errors, the request's account, path patterns.
+    "floor": ("ipc",),
+    "routing": ("ipc", "floor", "mirror"),
+    "upstream": ("ipc", "floor"),
+    "mirror": ("ipc", "floor", "upstream.address"),
+    "observe": ("ipc", "floor", "mirror"),
+    "api": ("ipc", "context", "floor", "mirror", "observe", "routing", "ui"),
     "dialects": (
         "ipc",
         "context",
-        "errors",
-        "account",
+        "floor",
         "mirror",
         "routing",
         "upstream",
@@ -35,7 +36,7 @@ ALLOWED: dict[str, tuple[str, ...]] = {
 }
 # The request path: what runs for every forwarded request between the front checks and the
 # accounting stage.
-REQUEST_PATH = ("pipeline", "admission", "loading", "routing", "upstream")
+REQUEST_PATH = ("pipeline", "admission", "forwarding", "loading", "routing", "upstream")
 
 
 def _name(path: Path) -> str:
@@ -116,3 +117,19 @@ def test_the_module_map_names_every_module_under_its_folder() -> None:
             missing.append(".".join(parts))
     assert missing == []
     assert set(sections) == {"", *ALLOWED}  # every folder has its section
+
+
+def test_no_folder_imports_a_top_module_that_imports_that_folder() -> None:
+    """The folders stand under the top: one that needs a top module (`context`, `pipeline`)
+    imports it only where that module needs nothing of the folder (no import runs back up)."""
+    top = {_name(path): _imports(path) for path in _modules() if "." not in _name(path)}
+    back = []
+    for path in _modules():
+        module = _name(path)
+        folder = module.split(".")[0]
+        if folder not in ALLOWED or "." not in module:
+            continue
+        for target in _imports(path):
+            if target in top and any(t.split(".")[0] == folder for t in top[target]):
+                back.append(f"{module} imports {target}, which imports {folder}/")
+    assert back == []

@@ -20,8 +20,9 @@ from swapd.ipc.causes import WaitCause
 from swapd.ipc.model_status import Waiting
 from swapd.ipc.routing_table import RouteModel, RoutePeer, RoutingTable
 from swapd.proxy.auth import check_api_key, presented_key
-from swapd.proxy.errors import (
+from swapd.proxy.floor.errors import (
     ProxyError,
+    TooManyRequests,
     UpstreamBroken,
     UpstreamError,
     UpstreamRefused,
@@ -609,6 +610,37 @@ async def test_activity_sends_the_idle_edge_at_once_and_folds_the_rest_into_one_
     rt.activity_timer = asyncio.get_running_loop().call_later(0, flush, rt)
     await asyncio.wait_for(flushed, ACTIVITY_INTERVAL_S * 5)
     assert link.casts == [("m", 1), ("m", 0), ("m", 0)]
+
+
+async def test_a_slot_owns_its_reserve_begin_end_and_release_however_the_request_ends() -> None:
+    """`admission.Slot`: one `async with` reserves (429 past the model's share), releases on exit,
+    and ends the request on exit while it is in flight, never twice (a drain's ack waits on it)."""
+    from swapd.ipc.model_status import ModelStatus
+    from swapd.proxy.admission import Admission
+    from swapd.proxy.mirror.state import ModelRuntime, ProxyState
+
+    admission = Admission(ProxyState(), _RecordingLink())  # type: ignore[arg-type]
+    route = RouteModel(id="m", upstream="http://127.0.0.1:1", concurrency_limit=1, ttl=60)
+    rt = ModelRuntime(id="m", route=route, limit=1, status=ModelStatus(model="m", state="ready"))
+
+    async with admission.slot(rt) as slot:
+        assert (rt.reserved, rt.in_flight) == (1, 0)
+        with pytest.raises(TooManyRequests):
+            async with admission.slot(rt):
+                pass
+        slot.begin()
+        assert rt.in_flight == 1
+        slot.end()
+        slot.end()  # out of flight once only
+        assert rt.in_flight == 0
+        slot.begin()
+    assert (rt.reserved, rt.in_flight) == (0, 0)  # ended and released on the way out
+
+    with pytest.raises(RuntimeError):
+        async with admission.slot(rt) as slot:
+            slot.begin()
+            raise RuntimeError("the client went away")
+    assert (rt.reserved, rt.in_flight) == (0, 0)
 
 
 async def test_an_ignored_websocket_opening_or_closing_is_told_at_once_and_is_not_use() -> None:

@@ -1,9 +1,11 @@
 """A `Ready` and the next swap's drain are ordered (docs/swapping.md, "A model made ready serves
 its waiting requests first"), with the fake Effects and a stand-in for one proxy (no processes):
-1,000 seeded random interleavings of requests for two and three models, each `Ready` delayed on
-its way to the proxy by a random number of turns of the loop, while the proxy sees every drain at
-once. No start is wasted (no run stopped before it served a request), no request is sent to a run
-already stopped or asks again, and each is answered by the model it asked for."""
+1,000 seeded random interleavings of requests for two and three models, some of them able to sleep
+(a swap puts them to sleep, a request wakes them), each `Ready` delayed on its way to the proxy by
+a random number of turns of the loop, while the proxy sees every drain at once; requests come at
+random, and some wait until a swap to their model is under way, to join it. No start or wake is
+wasted (no run stopped or put to sleep before it served a request), no request is sent to a run
+already taken out or asks again, and each is answered by the model it asked for."""
 
 from __future__ import annotations
 
@@ -13,10 +15,12 @@ from collections import Counter
 from dataclasses import dataclass
 
 from swapd.daemon.config import Config, ModelConfig
+from swapd.daemon.config.sections.sleep_fields import PRESETS
 from swapd.daemon.policy.records import Activity, ModelRecord
 from swapd.daemon.policy.scheduler import Scheduler
-from swapd.ipc.causes import DeferCause
-from swapd.ipc.states import SERVING_STATES
+from swapd.ipc.causes import DeferCause, StopCause
+from swapd.ipc.routing_table import SleepSetting
+from swapd.ipc.states import SERVING_STATES, ModelState
 from tests.support.models import Clock
 from tests.support.scheduler import FakeEffects, Handle, make_config, until
 
@@ -26,11 +30,14 @@ TRANSIT = 8  # at most this many turns of the loop between a Ready and its proxy
 SERVE = 8  # a request is served for at most this many turns
 SEND = 30  # a request is sent after at most this many turns
 START = 150  # a start takes at most this many turns (long ones outlast collation's window)
+WAKE = 40  # a wake takes at most this many turns
+SLEEPS = (PRESETS["vllm"], PRESETS["comfyui"])
+JOIN_WITHIN = 200  # a request that joins a swap waits at most this many turns for one
 
 
 @dataclass
 class Run:
-    """One start of a model (a process), and what it served."""
+    """One start or wake of a model (a process brought in), and what it served."""
 
     model: str
     served: int = 0
@@ -48,7 +55,7 @@ class OneProxy(FakeEffects):
         self.rng = rng
         self.in_flight: Counter[str] = Counter()
         self.draining: set[str] = set()
-        self.runs: dict[int, Run] = {}
+        self.runs: dict[int, Run] = {}  # by pid: its run now (a wake begins a new one)
         self.wasted: list[str] = []
 
     async def start(self, m: ModelConfig) -> Handle:
@@ -57,6 +64,20 @@ class OneProxy(FakeEffects):
             await _turns(self.rng.randrange(START))
         self.runs[handle.pid] = Run(m.id)
         return handle
+
+    async def wake(
+        self, model_id: str, handle: Handle, m: ModelConfig | None, setting: SleepSetting
+    ) -> None:
+        await super().wake(model_id, handle, m, setting)
+        if self.rng is not None:
+            await _turns(self.rng.randrange(WAKE))
+        self.runs[handle.pid] = Run(model_id)
+
+    async def sleep(
+        self, model_id: str, handle: Handle, m: ModelConfig | None, setting: SleepSetting
+    ) -> None:
+        await super().sleep(model_id, handle, m, setting)
+        self._taken_out(model_id, handle)
 
     async def drain(self, model_id: str) -> None:
         self.log.append(("drain", model_id))
@@ -73,10 +94,13 @@ class OneProxy(FakeEffects):
         save: bool = False,
     ) -> None:
         await super().stop(model_id, handle, m, start_follows=start_follows, save=save)
+        self._taken_out(model_id, handle)
+
+    def _taken_out(self, model_id: str, handle: Handle) -> None:
         run = self.runs[handle.pid]
-        run.stopped = True
-        if run.served == 0:
+        if not run.stopped and run.served == 0:
             self.wasted.append(f"{model_id} (pid {handle.pid})")
+        run.stopped = True
 
     def changed(self, record: ModelRecord[Handle], model: ModelConfig | None) -> None:
         super().changed(record, model)
@@ -93,11 +117,22 @@ async def _turns(n: int) -> None:
 
 
 async def _request(
-    sched: Scheduler[Handle], fx: OneProxy, rng: random.Random, model_id: str, out: Counter[str]
+    sched: Scheduler[Handle],
+    fx: OneProxy,
+    rng: random.Random,
+    model_id: str,
+    out: Counter[str],
+    joins: bool = False,
 ) -> None:
     """One request for `model_id`: its proxy's ensure, the Ready in transit, then admitted (or
-    not: the model drains there, or it is gone), served, done."""
+    not: the model drains there, or it is gone), served, done. One that `joins` is sent once a
+    swap to its model is under way (or after JOIN_WITHIN turns without one)."""
     await _turns(rng.randrange(SEND))
+    if joins:
+        for _ in range(JOIN_WITHIN):
+            if sched.swaps.get(model_id) is not None:
+                break
+            await asyncio.sleep(0)
     while True:
         handle = await sched.ensure(model_id, PROXY)
         await _turns(rng.randrange(TRANSIT))
@@ -121,10 +156,22 @@ async def _request(
         return
 
 
+async def _ttls(sched: Scheduler[Handle], rng: random.Random, ids: tuple[str, ...], n: int) -> None:
+    """`n` times, a ready model's TTL runs out (as the daemon's chore sees it: a ready model),
+    and it is taken out the way its setting says, asleep or stopped."""
+    for _ in range(n):
+        await _turns(rng.randrange(SEND * 2))
+        model_id = rng.choice(ids)
+        if sched.record(model_id).state == ModelState.READY:
+            await sched.idle(model_id, StopCause.TTL)
+
+
 async def _interleaving(seed: int) -> tuple[Counter[str], list[str], OneProxy]:
     rng = random.Random(seed)
     ids = ("a", "b", "c")[: rng.choice((2, 3))]
-    config = make_config(*ids)
+    # Each model may sleep (vLLM's setting, or ComfyUI's, which serves asleep), or not.
+    sleeps = {m: {"sleep": rng.choice(SLEEPS)} for m in ids if rng.random() < 0.6}
+    config = make_config(*ids, **sleeps)
     fx = OneProxy(config, rng)
     clock = Clock()
     sched: Scheduler[Handle] = Scheduler(config, fx, fx, clock=clock)
@@ -144,9 +191,14 @@ async def _interleaving(seed: int) -> tuple[Counter[str], list[str], OneProxy]:
 
     ticking = asyncio.ensure_future(time_passes())
     asks = [rng.choice(ids) for _ in range(rng.randint(2, 8))]
+    timers = rng.choice((0, 0, 1, 3))  # TTLs that run out while the requests come
     try:
         await asyncio.wait_for(
-            asyncio.gather(*(_request(sched, fx, rng, m, out) for m in asks)), 30
+            asyncio.gather(
+                *(_request(sched, fx, rng, m, out, rng.random() < 0.3) for m in asks),
+                _ttls(sched, rng, ids, timers),
+            ),
+            30,
         )
         await until(lambda: not sched.swaps.targets(), "every swap to end")
     finally:
@@ -159,14 +211,16 @@ async def _interleaving(seed: int) -> tuple[Counter[str], list[str], OneProxy]:
 
 async def test_no_start_is_wasted_and_no_ready_is_lost_in_random_interleavings() -> None:
     failures = []
-    deferred = 0
+    deferred = woken = 0
     for seed in range(INTERLEAVINGS):
         out, wasted, fx = await _interleaving(seed)
         deferred += any(why is DeferCause.UNCLAIMED_READY for _, why in fx.deferred)
+        woken += any(kind == "wake" for kind, _ in fx.log)
         if wasted or set(out) != {"ok"}:
             failures.append((seed, dict(out), wasted))
     assert not failures, f"{len(failures)} of {INTERLEAVINGS} interleavings: {failures[:5]}"
     assert deferred > 0, "no interleaving held a swap back for a Ready: the test tests nothing"
+    assert woken > 0, "no interleaving woke a model: the sleep path is not tested"
 
 
 async def test_b_started_for_a_request_serves_it_before_a_swap_takes_it_out() -> None:
@@ -206,3 +260,25 @@ async def test_b_started_for_a_request_serves_it_before_a_swap_takes_it_out() ->
         ("start", "b"),
         ("start", "a"),
     ]
+
+
+async def test_a_take_down_waits_for_the_readys_out_before_its_drain_is_told() -> None:
+    """A ComfyUI-like model (its sleep setting) made ready for a request, and its TTL runs out
+    before the proxy claimed that request's Ready: the drain is not told until the Ready is
+    claimed (so the proxy admits the request, and the run serves it)."""
+    config = make_config("a", a={"sleep": PRESETS["comfyui"]})
+    fx = OneProxy(config)
+    sched: Scheduler[Handle] = Scheduler(config, fx, fx, clock=Clock())
+    handle = await sched.ensure("a", PROXY)  # its Ready is on its way to the proxy
+    idle = asyncio.ensure_future(sched.idle("a", StopCause.TTL))
+    await until(lambda: sched.record("a").state == ModelState.DRAINING, "the take-down")
+    await _turns(20)
+    assert ("drain", "a") not in fx.log and "a" not in fx.draining
+    fx.in_flight["a"] += 1  # admitted: the proxy heard of no drain
+    sched.claimed("a", PROXY)
+    fx.runs[handle.pid].served += 1
+    await until(lambda: ("drain", "a") in fx.log, "the drain to be told")
+    assert not idle.done()  # the drain waits for the request in flight
+    fx.in_flight["a"] -= 1
+    await asyncio.wait_for(idle, 5)
+    assert sched.record("a").state == ModelState.ASLEEP and fx.wasted == []

@@ -22,8 +22,8 @@ from swapd.daemon.machinery.cuda_backend import (
     ProcessState,
     Step,
     Unavailable,
-    make_checkpointer,
 )
+from swapd.daemon.machinery.cuda_choice import make_checkpointer
 from swapd.daemon.machinery.cuda_fake import FakeCheckpointer
 from swapd.daemon.machinery.cuda_sleep import mem_available
 from swapd.daemon.machinery.gpu_fake import FakeBackend, fake_uuid

@@ -19,7 +19,7 @@ from collections.abc import AsyncIterator, Callable
 import pytest
 
 from swapd.ipc.routing_table import Timeouts
-from swapd.proxy.errors import HeadTimeout, UpstreamBroken, UpstreamError, UpstreamRefused
+from swapd.proxy.floor.errors import HeadTimeout, UpstreamBroken, UpstreamError, UpstreamRefused
 from swapd.proxy.upstream.address import UpstreamAddress
 from swapd.proxy.upstream.pool import UpstreamPool
 from swapd.proxy.upstream.transport import (

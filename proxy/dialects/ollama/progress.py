@@ -9,7 +9,7 @@ from typing import Any
 
 import msgspec
 
-from ...errors import ProxyError
+from ...floor.errors import ProxyError
 from . import values
 from .relaying import NDJSON
 
@@ -17,7 +17,7 @@ _encode = msgspec.json.Encoder().encode
 
 
 class OllamaFrames:
-    """`dialects.way.ProgressFrames` for a chat's or a generate's stream; `asked`: the model's
+    """`floor.progress.ProgressFrames` for a chat's or a generate's stream; `asked`: the model's
     name as the client wrote it (every line's `model`)."""
 
     content_type = NDJSON

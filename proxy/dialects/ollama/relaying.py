@@ -14,9 +14,9 @@ from typing import Any
 import msgspec
 
 from ....ipc.messages import KeepAlive
-from ...account import Account
 from ...context import ProxyContext
-from ...errors import BadGateway, UpstreamBroken
+from ...floor.account import Account
+from ...floor.errors import BadGateway, UpstreamBroken
 from ...routing.body import MAX_BODY_BYTES
 from ...upstream.forward import ReplyRewrite
 from ...upstream.relay import broke_off

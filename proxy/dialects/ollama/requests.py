@@ -24,7 +24,7 @@ from typing import Any, Literal
 
 import msgspec
 
-from ...errors import BadRequest
+from ...floor.errors import BadRequest
 from . import values
 
 Kind = Literal["chat", "generate", "embed", "embeddings"]

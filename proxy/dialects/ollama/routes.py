@@ -7,7 +7,8 @@
   (`relaying.py`). A chat or generate with nothing to answer loads the model (Ollama's way to
   preload), or with `keep_alive: 0` unloads it. A streamed chat or generate that waits for its
   model gets the loading progress (`sendLoadingState`) as `thinking` lines (`progress.py`).
-* `/api/tags`, `/api/ps`, `/api/show`: `listing.py`. `/api/version` is `observe.py`'s.
+* `/api/tags`, `/api/ps`, `/api/show`: `listing.py`. `/api/version` (llama-swap's too, so
+  served whatever `ollamaAPI` says): `handle_version`.
 * `GET /` and `HEAD /`: "Ollama is running" (Ollama's clients check it), except to a browser
   (`Accept: text/html`), which is sent to the web UI as before.
 * Pulling, pushing, creating, copying and deleting models: 501, swapd runs what its config names.
@@ -26,17 +27,18 @@ from aiohttp import web
 from ....ipc.messages import Ready
 from ....ipc.states import LOADED_STATES
 from ... import pipeline
-from ...account import ACCOUNT
 from ...api import ops
 from ...context import CTX, ProxyContext
-from ...errors import NotFound, ProxyError
+from ...floor.account import ACCOUNT
+from ...floor.errors import NotFound, ProxyError
+from ...floor.progress import PROGRESS_FRAMES
 from ...mirror import link
 from ...mirror.state import Routes
 from ...mirror.wait import routes_of
+from ...pipeline import Reader, Way
 from ...routing import decide
 from ...routing.body import RequestModel, read_json
 from ..paths import OLLAMA_MODEL_ROUTES
-from ..way import PROGRESS_FRAMES, Reader, Way
 from . import listing, replies, requests, values
 from .progress import OllamaFrames
 from .relaying import JSON, KeepAlives, rewrite_for
@@ -104,6 +106,23 @@ async def handle_root(request: web.Request) -> web.StreamResponse:
     if not served(routes) or "text/html" in request.headers.get("Accept", ""):
         raise web.HTTPFound("/ui/")
     return web.Response(text=RUNNING)
+
+
+async def handle_version(request: web.Request) -> web.Response:
+    """llama-swap's `{version, commit, build_date}` (`ipc/build_info.py`: the commit of the
+    install or checkout, the install's date). While Ollama's API is served (`ollamaAPI`),
+    `version` is the Ollama API version swapd answers in its shapes, which Ollama's clients
+    compare with what they need, and swapd's own is `swapd_version`."""
+    from ....ipc.build_info import build_info  # here, not at start-up: the proxy's idle memory
+
+    info = build_info()
+    routes = await routes_of(request.app[CTX])
+    if served(routes):
+        answer = {"version": values.API_VERSION, "swapd_version": info["version"]}
+        return _json(
+            {**answer, "commit": info["commit"], "build_date": info["build_date"]}, request
+        )
+    return _json(info, request)
 
 
 async def handle_tags(request: web.Request) -> web.Response:

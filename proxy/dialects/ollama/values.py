@@ -8,7 +8,7 @@ import time
 from datetime import UTC, datetime
 
 from ....ipc.durations import MAX_DURATION_S, go_duration
-from ...errors import BadRequest
+from ...floor.errors import BadRequest
 from ...mirror.state import Routes
 
 # The Ollama API version whose shapes swapd answers (`GET /api/version` while `ollamaAPI` is on):

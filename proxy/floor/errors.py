@@ -16,7 +16,7 @@ and `code` its client is answered with; one argument order for all: the message,
         ├── Unavailable              503 service_unavailable
         └── BadGateway               502 bad_gateway        an upstream failed the request
             ├── Refused              nothing listens on its port: no byte of the request was
-            │                        sent, so it may be sent again (`pipeline._serve_local`)
+            │                        sent, so it may be sent again (`pipeline._send_admitted`)
             ├── UpstreamError        the transport's: nothing usable came before the response
             │   │                    head (`forward.py` words it for the client, naming the
             │   │                    upstream, as `BadGateway` or `Refused`)
@@ -40,8 +40,8 @@ from collections.abc import Mapping, Sequence
 import msgspec
 from aiohttp import web
 
-from ..ipc.errors import Failure
-from ..ipc.messages import Error
+from ...ipc.errors import Failure
+from ...ipc.messages import Error
 
 __all__ = [
     "SRC",
@@ -139,7 +139,7 @@ def error_response(
 
 
 class ProxyError(Failure):
-    """Raised anywhere below a handler; `app.guard` answers it with `response()`.
+    """Raised anywhere below a handler; `front.guard` answers it with `response()`.
 
     `status`: the class's own unless given; `code`: the class's own, else the status's default
     (`kind_of`); `headers`: set on the error response (`Retry-After`, `WWW-Authenticate`)."""
