@@ -2,7 +2,7 @@
 and wires them. The machinery (`machinery/`: circus, processes, ports, GPUs), the policy
 (`policy/`: the scheduler, eviction, TTL, the proxies' liveness) and the endpoint
 (`endpoint.py`: sockets, dispatch, publishing) know nothing of each other; this module hands each
-what it needs and answers each request type from the endpoint's dispatch table.
+what it needs; `answering.py` answers each request type from the endpoint's dispatch table.
 """
 
 from __future__ import annotations
@@ -21,39 +21,20 @@ from typing import Any
 import zmq.asyncio
 
 from ..ipc.activity import ActivityRecord
-from ..ipc.causes import StartCause
 from ..ipc.endpoints import Endpoints
 from ..ipc.messages import (
-    Activity,
-    Drained,
-    Ensure,
-    Error,
-    GaveUp,
-    Hello,
-    KeepAlive,
-    Ok,
-    Ready,
-    Reload,
-    Reply,
-    SetProfile,
-    Sleep,
-    Snapshot,
-    SnapshotReply,
     StateChanged,
-    Status,
-    StatusReply,
     TableChanged,
-    Unload,
 )
 from ..ipc.model_status import ModelStatus
 from ..ipc.states import ModelState
 from . import chores, config_watch, gpu_ledger, preloading, reloading, routing, stopping
 from .announcing import Announcer
+from .answering import Answers
 from .busy_checks import BusyChecks
 from .config import Config, ConfigSources
 from .effects import DaemonEffects, Phases, StatePublisher
 from .endpoint import Endpoint
-from .errors import DaemonError, EnsureError, error_reply
 from .machinery import gpu, ports, readiness, reconcile
 from .machinery.circus_client import CircusClient
 from .machinery.exit_watch import ExitWatch
@@ -65,7 +46,7 @@ from .observe.learning import Learning
 from .observe.metrics import Metrics
 from .observe.service import Observer
 from .observe.swap_log import SwapLog
-from .policy import names, shutdown
+from .policy import shutdown
 from .policy.eviction.choose import choose
 from .policy.proxies import ProxyRegistry
 from .policy.records import ModelRecord
@@ -193,30 +174,17 @@ class Daemon:
         self.table = routing.routing_table(config, self.generation, self.endpoints.log_dir)
         self._tasks: set[asyncio.Task[Any]] = set()
         self._stop = asyncio.Event()
-        # The Ensures under way, by connection and id: a `GaveUp` ends its wait.
-        self._ensures: dict[tuple[bytes, int], asyncio.Task[Any]] = {}
         # A reload and a profile switch replace the table: one at a time, so neither is lost.
-        self._table_lock = asyncio.Lock()
+        self.table_lock = asyncio.Lock()
         self.announcer = Announcer()
         self._register()
 
     def _register(self) -> None:
         on = self.endpoint.on
-        on(Hello, self._hello)
-        on(Activity, self._activity)
-        on(Drained, lambda _, m: self.registry.drained(m.proxy_id, m.model, m.epoch))
-        on(KeepAlive, self._keep_alive)
+        Answers(self).register(on)
         self.observer.register(on)
         self.host.register(on)
         self.swap_log.register(on)
-        on(Snapshot, self._snapshot)
-        on(Status, self._status)
-        on(Ensure, self._ensure, spawn=True)
-        on(GaveUp, self._gave_up)
-        on(Unload, self._unload, spawn=True)
-        on(Sleep, self._sleep, spawn=True)
-        on(Reload, self._reload, spawn=True)
-        on(SetProfile, self._set_profile, spawn=True)
 
     def spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
         task = asyncio.get_running_loop().create_task(coro)
@@ -253,7 +221,7 @@ class Daemon:
             lambda seq: StateChanged(instance=self.instance, seq=seq, status=st)
         )
 
-    async def _publish_table(self) -> None:
+    async def publish_table(self) -> None:
         table = self.table
         await self.endpoint.publish(
             lambda seq: TableChanged(instance=self.instance, seq=seq, table=table)
@@ -265,142 +233,15 @@ class Daemon:
         if self.scheduler.process_exited(model_id, pid, exit_code):
             self.metrics.crashes.labels(model_id).inc()
 
-    def _pid_of(self, model_id: str) -> int | None:
+    def pid_of(self, model_id: str) -> int | None:
         rec = self.scheduler.records.get(model_id)
         return rec.handle.pid if rec is not None and rec.handle is not None else None
-
-    # ---------------------------------------------------------------------------- requests
-
-    async def _hello(self, _identity: bytes, message: Hello) -> None:
-        self.registry.hello(message.proxy_id, message.pid)
-        self.observer.watching(message.proxy_id, message.watching)
-        if self.announcer.due(message.proxy_id, message.pid):
-            await self._publish_table()
-
-    def _activity(self, _identity: bytes, message: Activity) -> None:
-        # The count first: a claimed Ready that was admitted is in flight from the same message.
-        self.registry.activity(
-            message.proxy_id, message.model, message.in_flight, message.at, message.websockets
-        )
-        if message.claimed:
-            self.scheduler.claimed(message.model, message.proxy_id, message.claimed)
-
-    async def _keep_alive(self, _identity: bytes, message: KeepAlive) -> None:
-        pid = self._pid_of(message.model)
-        if pid is not None:  # not running (any more): nothing to keep
-            self.registry.keep(message.proxy_id, message.model, pid, message.seconds)
-
-    async def _snapshot(self, identity: bytes, message: Snapshot) -> None:
-        await self.endpoint.reply(
-            identity,
-            SnapshotReply(
-                id=message.id,
-                instance=self.instance,
-                seq=self.endpoint.seq,
-                table=self.table,
-                models=self.all_status(),
-                in_flight=tuple(self.observer.in_flight.values()),
-            ),
-        )
-
-    async def _status(self, identity: bytes, message: Status) -> None:
-        try:
-            live = self.scheduler.loaded()
-            devices = tuple(await gpu_ledger.gpu_devices(self.gpu_backend, self.ledger, live))
-        except Exception as exc:
-            log.warning("GPU inventory failed: %s", exc)
-            devices = ()
-        reply = StatusReply(
-            id=message.id,
-            instance=self.instance,
-            pid=os.getpid(),
-            uptime=time.time() - self.started,
-            models=self.all_status(),
-            gpus=devices,
-            gpu_backend=self.gpu_backend.name,
-            received=dict(self.endpoint.received),
-            watching=dict(self.observer.watchers),
-            performance=self.host.figures(),
-        )
-        await self.endpoint.reply(identity, reply)
-
-    def _gave_up(self, identity: bytes, message: GaveUp) -> None:
-        """The request behind an Ensure under way gave up: its wait ends here (no reply), so the
-        swap it waited for counts one waiter less."""
-        task = self._ensures.get((identity, message.id))
-        if task is not None:
-            task.cancel()
-
-    async def _ensure(self, identity: bytes, message: Ensure) -> None:
-        self.registry.seen(message.proxy_id)
-        key = (identity, message.id)
-        task = asyncio.current_task()
-        if task is not None:
-            self._ensures[key] = task
-        try:
-            await self._answer_ensure(identity, message)
-        finally:
-            self._ensures.pop(key, None)
-
-    async def _answer_ensure(self, identity: bytes, message: Ensure) -> None:
-        try:
-            # The one place a request's name becomes a model id.
-            model_id = names.resolve(self.scheduler.config, message.model).id
-            self.swap_log.wanted(model_id, StartCause(message.cause))
-            # A request's proxy claims the Ready (`Activity.claimed`); a load's admits nothing.
-            claimant = message.proxy_id if message.cause == "request" else ""
-            with self.metrics.waiting_for(model_id):
-                handle = await self.scheduler.ensure(model_id, claimant, waits=message.waits)
-        except EnsureError as exc:
-            reply: Reply = error_reply(message.id, exc)
-        except Exception as exc:
-            log.exception("ensure %s failed", message.model)
-            reply = Error(
-                id=message.id, status=500, code="internal", message=f"{type(exc).__name__}: {exc}"
-            )
-        else:
-            self.registry.served(model_id)
-            reply = Ready(id=message.id, model=model_id, upstream=handle.upstream)
-        await self.endpoint.reply(identity, reply)
-
-    async def _unload(self, identity: bytes, message: Unload) -> None:
-        try:
-            model_id = None
-            if message.model is not None:
-                model_id = names.id_of(self.scheduler.config, message.model)
-            with self.kv.skipping(message.now, model_id):
-                stopped = await self.scheduler.unload(model_id)
-        except EnsureError as exc:
-            reply: Reply = error_reply(message.id, exc, with_tail=False)
-        else:
-            text = f"unloaded {', '.join(stopped)}" if stopped else "nothing to unload"
-            reply = Ok(id=message.id, message=text)
-        await self.endpoint.reply(identity, reply)
-
-    async def _sleep(self, identity: bytes, message: Sleep) -> None:
-        try:
-            model_id = names.id_of(self.scheduler.config, message.model)
-            state = await self.scheduler.sleep(model_id)
-        except EnsureError as exc:
-            reply: Reply = error_reply(message.id, exc, with_tail=False)
-        else:
-            reply = Ok(id=message.id, message=state)
-        await self.endpoint.reply(identity, reply)
-
-    async def _reload(self, identity: bytes, message: Reload) -> None:
-        try:
-            result = await self.reload("swapd reload")
-        except DaemonError as exc:
-            await self.endpoint.reply(identity, error_reply(message.id, exc, with_tail=False))
-            return
-        text = reloading.report(self.config_path, result)
-        await self.endpoint.reply(identity, Ok(id=message.id, message=text))
 
     async def reload(self, why: str) -> reloading.Reloaded:
         """Read the config file again and switch to it (`swapd reload`, SIGHUP, --watch-config).
         Raises DaemonError, after logging the whole report, when the file cannot be used: the
         old config keeps serving."""
-        async with self._table_lock:
+        async with self.table_lock:
             result = await reloading.apply_logged(
                 self.scheduler, self.config_path, self.gpu_backend, why
             )
@@ -413,7 +254,7 @@ class Daemon:
             self.table = routing.routing_table(
                 result.config, self.generation, self.endpoints.log_dir
             )
-            await self._publish_table()
+            await self.publish_table()
             for rec in self.scheduler.states():
                 self._publish_state(rec)
             log.info(
@@ -423,21 +264,6 @@ class Daemon:
                 result.restarted,
             )
         return result
-
-    async def _set_profile(self, identity: bytes, message: SetProfile) -> None:
-        # After a reload under way (which may take as long as its stops): the switch applies to
-        # the table that reload makes, or is refused when the new config lacks the profile.
-        async with self._table_lock:
-            table = routing.with_profile(self.table, message.name, self.generation + 1)
-            if isinstance(table, str):
-                reply: Reply = Error(id=message.id, status=404, code="not_found", message=table)
-            else:
-                if table is not self.table:
-                    self.generation, self.table = table.generation, table
-                    log.info("active profile changed to %r", message.name)
-                    await self._publish_table()
-                reply = Ok(id=message.id, message=message.name or "")
-        await self.endpoint.reply(identity, reply)
 
     def _reload_soon(self, why: str) -> None:
         self.spawn(reloading.quietly(self.reload(why)))
@@ -463,7 +289,7 @@ class Daemon:
         # circusd forwards its SIGHUP here (circusd.py) instead of restarting every process.
         loop.add_signal_handler(signal.SIGHUP, self._reload_soon, "SIGHUP")
         events = self.spawn(
-            self.exits.follow_circus(self.endpoints.circus_pub, self.ctx, self._pid_of)
+            self.exits.follow_circus(self.endpoints.circus_pub, self.ctx, self.pid_of)
         )
         await reconcile.adopt(
             self.circus, self.lifecycle, self.scheduler.config, self.scheduler, self.exits.watch
@@ -476,7 +302,7 @@ class Daemon:
             len(self.scheduler.config.models),
             self.endpoints.run_dir,
         )
-        await self._publish_table()
+        await self.publish_table()
         loops = [self.spawn(self.endpoint.serve()), self.spawn(self.tick_loop()), events]
         loops.append(self.spawn(self.learning.run(self._republish)))
         loops.append(self.spawn(readiness.serve(self.registry.first_hello, self.circus)))

@@ -12,6 +12,10 @@ value is the same as leaving the key out, as when llama-swap decodes onto its de
 keys typed `Any` say why beside them: read before typing (macros, a model's `gpus`), or read in
 an order typing would change (llmsnap's keys stop at the first problem; `env`'s warnings come
 after the earlier keys').
+
+Over 400 lines on purpose: it is the declaration of every key, one field each, kept in one module
+so that the whole file's keys read as one table (issue 36's design); splitting it would only
+scatter them.
 """
 
 from __future__ import annotations

@@ -105,7 +105,7 @@ class CudaSleeper:
         lock_timeout: float,
     ) -> None:
         """Lock and checkpoint the model's processes that hold GPU memory (NVML's list, `where`
-        as `sleeping.whose` says: its pids, its GPUs, the other models' pids). `backend` None:
+        as `sleep_proof.whose` says: its pids, its GPUs, the other models' pids). `backend` None:
         no GPU inventory, so which they are is not known."""
         if backend is None:
             raise SleepFailed(

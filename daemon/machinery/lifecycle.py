@@ -1,9 +1,10 @@
 """Process machinery: start and stop one model's circus watcher. The only code with side effects
 on model processes (the scheduler decides, this module does).
 
-Start: pre-check the executable (circus answers `ok` even when the exec fails), `add` + `start`
-the watcher `model-<safe id>` (the real id, port and definition hash travel in its env), check that
-circus really started a pid, then wait for the health check while watching the pid through a pidfd.
+Start (its checks and the watcher's options are `model_start.py`'s): pre-check the executable
+(circus answers `ok` even when the exec fails) and the port, `add` + `start` the watcher
+`model-<safe id>` (the real id, port and definition hash travel in its env), check that circus
+really started a pid, then wait for the health check while watching the pid through a pidfd.
 
 Sleep and wake (`sleeping.py`): the server's own calls, the check that its GPU memory came back,
 and the health check after a wake; the process stays under circus throughout.
@@ -24,13 +25,9 @@ import contextlib
 import logging
 import os
 import shlex
-import shutil
-import signal
-import socket
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
 
 import aiohttp
 
@@ -38,8 +35,19 @@ from ...ipc.model_status import Lingering, LingeringProcess
 from ...ipc.routing_table import SleepSetting
 from ...ipc.swap_record import SwapPhase
 from ..config import Config, ModelConfig
-from ..errors import ExitedDuringStart, HealthCheckTimeout, PortStillInUse, StartFailed
-from . import cuda_sleep, health, model_log, model_stop, pid_watch, ports, process_tree, sleeping
+from ..errors import ExitedDuringStart, HealthCheckTimeout, StartFailed
+from . import (
+    cuda_sleep,
+    health,
+    model_log,
+    model_start,
+    model_stop,
+    pid_watch,
+    ports,
+    process_tree,
+    sleep_proof,
+    sleeping,
+)
 from .circus_client import CircusClient
 from .cuda_sleep import CudaSleeper
 from .gpu_backend import GpuBackend
@@ -50,7 +58,6 @@ from .model_process import (
     health_url,
     model_env,
 )
-from .model_stop import CMD_STOP_MARGIN
 from .watchers import Watchers
 
 __all__ = ["GPU_RELEASE_TIMEOUT", "Lifecycle", "Running", "StartFailed"]
@@ -66,10 +73,6 @@ def _no_phase(model_id: str, phase: SwapPhase, seconds: float) -> None:
 MEMINFO_ENV = "SWAPD_MEMINFO"
 # A stopped model's GPU memory must be back within this, else what lingers is reported.
 GPU_RELEASE_TIMEOUT = 10.0
-# The stream class circusd imports for a model's stdout and stderr (model_output.py), by its
-# installed dotted name: not imported here, as importing circus calls logging.basicConfig(), which
-# would leave the daemon's own logging set-up without effect.
-OUTPUT_STREAM = "swapd.daemon.machinery.model_output.ModelOutputStream"
 
 
 class Lifecycle:
@@ -163,38 +166,6 @@ class Lifecycle:
 
     # ----------------------------------------------------------------------------------- start
 
-    def _check_executable(self, model: ModelConfig, env: Mapping[str, str]) -> None:
-        if not model.cmd:
-            raise StartFailed(f"model {model.id}: empty cmd")
-        exe = model.cmd[0]
-        found = shutil.which(exe, path=env.get("PATH", os.defpath))
-        if found is None:
-            what = "is not executable" if os.path.exists(exe) else "not found"
-            raise StartFailed(f"model {model.id} failed to start: executable {exe!r} {what}")
-
-    async def _check_port(self, model: ModelConfig) -> None:
-        # What an earlier stop left on the port: wait for it a while, then say so.
-        lingering = self.lingering.get(model.id)
-        if lingering is not None:
-            if not await ports.wait_free(lingering.port, self.lingering_start_wait):
-                latest = await ports.report(model.id, lingering.port)
-                self.lingering[model.id] = latest
-                message = ports.start_refused(model.id, latest, self.lingering_start_wait)
-                raise PortStillInUse(message, port=lingering.port)
-            del self.lingering[model.id]
-        # Another process on the model's port would answer its health check and take its traffic.
-        if model.port is None:
-            return
-        with socket.socket() as probe:
-            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            try:
-                probe.bind(("127.0.0.1", model.port))
-            except OSError:
-                raise StartFailed(
-                    f"model {model.id} cannot start: port {model.port} is already in use by "
-                    "another process"
-                ) from None
-
     def recheck_lingering(self) -> list[str]:
         """Forget the lingering ports that are free again; returns those models' ids."""
         freed = [mid for mid, item in self.lingering.items() if not ports.listening(item.port)]
@@ -205,16 +176,10 @@ class Lifecycle:
 
     async def start(self, model: ModelConfig) -> Running:
         env = model_env(model, self._environ)
-        self._check_executable(model, env)
+        model_start.check_executable(model, env)
         self.gpu_lingering.pop(model.id, None)
-        await self._check_port(model)
-        log_path = model_log.log_path(self.log_dir, model.id)
-        log_path.parent.mkdir(parents=True, exist_ok=True)
-        model_log.rotate_log(log_path)
-        with log_path.open("a") as f:
-            offset = f.tell()
-            f.write(f"--- swapd {time.strftime('%Y-%m-%d %H:%M:%S')}: starting {model.id}: ")
-            f.write(shlex.join(model.cmd) + "\n")
+        await model_start.check_port(model, self.lingering, self.lingering_start_wait)
+        log_path, offset = model_start.open_log(self.log_dir, model)
         began = time.monotonic()
         spawn = asyncio.ensure_future(self._spawn(model, env, log_path, offset))
         try:
@@ -270,28 +235,9 @@ class Lifecycle:
         self, model: ModelConfig, env: dict[str, str], log_path: Path, offset: int
     ) -> Running:
         """`add` + `start` the watcher; the pid circus really started."""
-        # stdout and stderr are two circus streams on one file; circus's own rotation would have
-        # each of them rotate it separately, so the daemon rotates between runs instead.
-        stream = {
-            "class": OUTPUT_STREAM,
-            "filename": str(log_path),
-            "model": model.id,
-            "echo": self.echo_output,
-        }
-        options: dict[str, Any] = {
-            "env": env,
-            "copy_env": False,
-            "respawn": False,
-            "max_retry": 1,
-            # The daemon stops models itself (its own signals, cmdStop). circus's stop reaches a
-            # model only when circusd stops everything, and then the daemon lets the requests in
-            # flight finish first (the shutdown grace): so circus's signal must not stop it, and
-            # its SIGKILL comes only when the daemon failed to stop it in time.
-            "graceful_timeout": self.shutdown_grace + float(model.unload_timeout) + CMD_STOP_MARGIN,
-            "stop_signal": int(signal.SIGCONT),
-            "stdout_stream": stream,
-            "stderr_stream": dict(stream),
-        }
+        options = model_start.watcher_options(
+            model, env, log_path, echo=self.echo_output, shutdown_grace=self.shutdown_grace
+        )
         started = await self.watchers.spawn(model.id, fill_gpus(model.cmd, model), options)
         if not started:
             await self.remove_watcher(model.id)
@@ -322,7 +268,7 @@ class Lifecycle:
     ) -> float:
         """Tell the server to give its GPU memory back, and prove it did; the seconds it took.
         Raises `SleepFailed`; the process is left running either way."""
-        where = await asyncio.to_thread(sleeping.whose, running, model, self._other_pids)
+        where = await asyncio.to_thread(sleep_proof.whose, running, model, self._other_pids)
         return await self.sleeper.sleep(
             self.session,
             running.model,
@@ -338,7 +284,7 @@ class Lifecycle:
     ) -> float:
         """Tell the server to take its memory back, then wait for its health check; the seconds
         it took. Raises `WakeFailed`."""
-        where = await asyncio.to_thread(sleeping.whose, running, model, self._other_pids)
+        where = await asyncio.to_thread(sleep_proof.whose, running, model, self._other_pids)
         exited = asyncio.ensure_future(pid_watch.wait_exit(running.pid))
         try:
             return await self.sleeper.wake(

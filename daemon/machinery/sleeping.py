@@ -2,14 +2,14 @@
 of its sleep setting, the proof that its GPU memory came back, and the health check after a wake.
 The scheduler decides when (policy/stops.py, policy/starts.py); this module does it.
 
-The proof: before the sleep calls, what the model's processes hold on the GPUs is read (NVML's
-per-process memory, through the GPU backend: the fake one in tests). After them, the reading is
-repeated until it has dropped (to at most half of what it held, or to a CUDA context's worth);
-what it holds then is its residual, shown in its status. Placement by memory reads what an asleep
-model holds afresh at every decision, so a residual that shrinks a little later costs nothing.
-A server that answers its sleep calls but keeps its memory fails the sleep: the scheduler stops
-it instead. Without a GPU inventory, or with a CUDA context's worth or less held before, there is
-nothing to prove.
+The proof (`sleep_proof.py`): before the sleep calls, what the model's processes hold on the GPUs
+is read (NVML's per-process memory, through the GPU backend: the fake one in tests). After them,
+the reading is repeated until it has dropped (to at most half of what it held, or to a CUDA
+context's worth); what it holds then is its residual, shown in its status. Placement by memory
+reads what an asleep model holds afresh at every decision, so a residual that shrinks a little
+later costs nothing. A server that answers its sleep calls but keeps its memory fails the sleep:
+the scheduler stops it instead. Without a GPU inventory, or with a CUDA context's worth or less
+held before, there is nothing to prove.
 
 `sleep: cuda` sends no call: the driver locks and checkpoints the model's GPU processes
 (`cuda_sleep.py`), then the same proof follows; its wake restores and unlocks them, and NVML must
@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,22 +31,15 @@ import aiohttp
 from ...ipc import watcher_names
 from ...ipc.routing_table import HttpCall, SleepMethod, SleepSetting
 from ...ipc.swap_record import SwapPhase
-from ..config import ModelConfig, WakeProbe
+from ..config import WakeProbe
 from ..errors import GpuError, SleepFailed, WakeFailed, WakeUnverified
-from . import gpu, health, process_tree, wake_probe
+from . import health, wake_probe
 from .cuda_sleep import CudaSleeper
-from .gpu_backend import GpuBackend, GpuProcess, NullBackend
-from .model_process import Running
+from .gpu_backend import GpuBackend, NullBackend
+from .sleep_proof import CONTEXT_BYTES, memory_words, read_held, wait_released
 
 log = logging.getLogger("swapd.lifecycle")
 
-# At most this much held after a sleep needs no proof: a CUDA context and the allocator's
-# reserve (PyTorch's is 300-500 MiB), what a server that had nothing loaded holds anyway.
-CONTEXT_BYTES = 1024**3
-# The release check's polls: often at first (a synchronous sleep, vLLM's, has given its memory
-# back by the time it answers, and every poll is swap latency), then gently.
-RELEASE_POLLS = ((0.5, 0.01), (2.0, 0.05))
-RELEASE_POLL_SLOW = 0.1
 # How much of an answer's body a failure quotes.
 QUOTE = 200
 
@@ -109,108 +102,6 @@ async def send_all(
         if problem:
             return f"{what} call {index}/{len(calls)} {call.method} {call.endpoint} {problem}"
     return ""
-
-
-# ------------------------------------------------------------------------- what the GPUs hold
-
-
-def held(
-    procs: Collection[GpuProcess],
-    pids: Collection[int] | None,
-    gpus: Collection[str] | None,
-    ignore_pids: Collection[int],
-) -> dict[str, int]:
-    """GPU UUID (case-folded) -> bytes the model's processes hold there (`pids` None: any
-    process on its `gpus` but `ignore_pids`, a docker model's; `gpus` None: every GPU)."""
-    found: dict[str, int] = {}
-    for p in gpu.held_by(procs, pids, gpus, ignore_pids):
-        key = p.gpu.casefold()
-        found[key] = found.get(key, 0) + (p.used_bytes or 0)
-    return found
-
-
-async def read_held(
-    backend: GpuBackend,
-    pids: Collection[int] | None,
-    gpus: Collection[str] | None,
-    ignore_pids: Collection[int],
-) -> dict[str, int]:
-    try:
-        procs = await gpu.read_processes(backend)
-    except GpuError:
-        raise
-    except Exception as exc:
-        raise GpuError(f"reading GPU processes failed: {type(exc).__name__}: {exc}") from exc
-    return held(procs, pids, gpus, ignore_pids)
-
-
-def released(before: Mapping[str, int], now: Mapping[str, int]) -> bool:
-    """Whether what is held `now` shows the memory held `before` came back."""
-    total = sum(now.values())
-    return total <= max(CONTEXT_BYTES, sum(before.values()) // 2)
-
-
-async def wait_released(
-    backend: GpuBackend,
-    before: Mapping[str, int],
-    pids: Collection[int] | None,
-    gpus: Collection[str] | None,
-    ignore_pids: Collection[int],
-    timeout: float,
-) -> dict[str, int]:
-    """What the model holds once its memory dropped (its residual). Raises `SleepFailed` when it
-    has not dropped within `timeout` seconds."""
-    if isinstance(backend, NullBackend) or sum(before.values()) <= CONTEXT_BYTES:
-        # Nothing to prove: no inventory, or it held no more than a CUDA context.
-        return dict(await read_held(backend, pids, gpus, ignore_pids)) if before else {}
-    loop = asyncio.get_running_loop()
-    began = loop.time()
-    while True:
-        now = await read_held(backend, pids, gpus, ignore_pids)
-        if released(before, now):
-            return now
-        elapsed = loop.time() - began
-        if elapsed >= timeout:
-            raise SleepFailed(
-                f"its GPU memory did not come back within {timeout:g}s of the sleep: it holds "
-                f"{_gib(sum(now.values()))} of the {_gib(sum(before.values()))} it held before"
-            )
-        await asyncio.sleep(min(_poll(elapsed), timeout - elapsed))
-
-
-def _poll(elapsed: float) -> float:
-    for until, interval in RELEASE_POLLS:
-        if elapsed < until:
-            return interval
-    return RELEASE_POLL_SLOW
-
-
-def _gib(n: int) -> str:
-    return f"{n / 1024**3:.2f} GiB"
-
-
-NOT_MEASURED = "not measured"
-
-
-def memory_words(before: Mapping[str, int] | None, now: Mapping[str, int] | None) -> str:
-    """A sleep's figures for the log: what was read, and "not measured" for what was not (no GPU
-    inventory, or NVML failed), never a 0.00 GiB that no one read."""
-    if before is None and now is None:
-        return f"{NOT_MEASURED} (no GPU inventory)"
-    first = NOT_MEASURED if before is None else _gib(sum(before.values()))
-    second = NOT_MEASURED if now is None else _gib(sum(now.values()))
-    return f"{first} before, {second} now"
-
-
-def whose(
-    running: Running, model: ModelConfig | None, other_pids: Callable[[str], set[int]]
-) -> tuple[set[int] | None, tuple[str, ...] | None, set[int]]:
-    """Whose GPU memory is the model's: its process tree (a docker model's container is no child
-    of it: any process on its GPUs but the other models'), on its GPUs (None: every GPU)."""
-    if model is not None and model.cmd_stop and running.gpus:
-        return None, running.gpus, other_pids(running.model)
-    tree = {running.pid, *(p.pid for p in process_tree.process_tree(running.pid))}
-    return tree, running.gpus or None, set()
 
 
 # ---------------------------------------------------------------------------- sleep and wake

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from swapd.daemon.machinery import lifecycle
+from swapd.daemon.machinery import model_start
 from swapd.daemon.machinery.model_output import MAX_LINE, ModelOutputStream, StdoutEcho
 from tests.support.stack import wait_for
 
@@ -133,7 +133,7 @@ def test_circus_is_told_the_stream_class_by_a_name_it_can_import() -> None:
     from circus.stream import get_stream
 
     stream = get_stream(
-        {"class": lifecycle.OUTPUT_STREAM, "filename": os.devnull, "model": "a", "echo": False}
+        {"class": model_start.OUTPUT_STREAM, "filename": os.devnull, "model": "a", "echo": False}
     )
     assert isinstance(stream, ModelOutputStream)
     stream.close()

@@ -13,7 +13,7 @@ import pytest
 
 import swapd.proxy.ui
 from swapd.daemon.cli.operator import render_table
-from swapd.daemon.machinery.sleeping import memory_words
+from swapd.daemon.machinery.sleep_proof import memory_words
 from swapd.ipc.messages import StatusReply
 from swapd.ipc.model_status import GpuInfo, ModelStatus, SleepStatus
 from swapd.ipc.states import ModelState

@@ -13,7 +13,8 @@ from aiohttp import web
 
 from swapd.daemon.errors import SleepFailed
 from swapd.daemon.machinery.gpu_backend import GpuProcess, GpuTelemetry, NullBackend
-from swapd.daemon.machinery.sleeping import CONTEXT_BYTES, released, send_all, wait_released
+from swapd.daemon.machinery.sleep_proof import CONTEXT_BYTES, released, wait_released
+from swapd.daemon.machinery.sleeping import send_all
 from swapd.ipc.model_status import GpuInfo
 from swapd.ipc.routing_table import HttpCall
 from tests.support.loopback_app import serving

@@ -16,8 +16,6 @@ preset sleeps it (and any CUDA server) from outside, through the driver's checkp
 
 from __future__ import annotations
 
-import json
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -26,19 +24,14 @@ import msgspec
 
 from ....ipc.routing_table import HttpCall, SleepMethod, SleepSetting, WakeRule
 from ..floor.issues import Report, describe
-from ..floor.patterns import has_nested_quantifier
 from ..floor.presets import Presets
-from ..floor.schema import known_keys
 from ..floor.yaml_nodes import Path
+from .sleep_calls import read_calls, read_seconds, read_wake_rules
 
 KEY = "sleep"
 LLMSNAP_KEYS = ("sleepMode", "sleepEndpoints", "wakeEndpoints")
-# llmsnap's default for `sleepRequestTimeout` and `wakeRequestTimeout`, and its least value.
-DEFAULT_REQUEST_TIMEOUT = 10.0
+# llmsnap's least `sleepRequestTimeout` and `wakeRequestTimeout` (its default is sleep_calls.py's).
 MIN_REQUEST_TIMEOUT = 1.0
-METHODS = ("GET", "POST", "PUT", "PATCH")
-# What a `wakeOn` entry may name: a request's method, or `*` for any.
-WAKE_METHODS = ("*", "GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
 
 _COMFYUI_FREE = '{"unload_models": true, "free_memory": true}'
 
@@ -122,7 +115,6 @@ WRITTEN = Presets(
         "lockTimeout",
     ),
 )
-_CALL_KEYS = ("endpoint", "method", "body", "timeout")
 
 
 @dataclass(frozen=True)
@@ -180,7 +172,7 @@ def _mapping(
         return None
     own: dict[str, float] = {}
     for key, kind in (("sleepRequestTimeout", "sleep"), ("wakeRequestTimeout", "wake")):
-        seconds = _seconds(value.get(key), (*where, key), report, MIN_REQUEST_TIMEOUT)
+        seconds = read_seconds(value.get(key), (*where, key), report, MIN_REQUEST_TIMEOUT)
         if seconds is False:
             return None
         if seconds is not None:
@@ -188,11 +180,13 @@ def _mapping(
     timeouts = Timeouts(own.get("sleep", top.sleep), own.get("wake", top.wake))
     sleep = wake = None
     if value.get("sleepEndpoints") is not None:
-        sleep = _calls(value["sleepEndpoints"], (*where, "sleepEndpoints"), report, timeouts.sleep)
+        sleep = read_calls(
+            value["sleepEndpoints"], (*where, "sleepEndpoints"), report, timeouts.sleep
+        )
         if sleep is None:
             return None
     if value.get("wakeEndpoints") is not None:
-        wake = _calls(value["wakeEndpoints"], (*where, "wakeEndpoints"), report, timeouts.wake)
+        wake = read_calls(value["wakeEndpoints"], (*where, "wakeEndpoints"), report, timeouts.wake)
         if wake is None:
             return None
     if base is not None and base.method is SleepMethod.CUDA:
@@ -206,7 +200,7 @@ def _mapping(
     if not (sleep if sleep is not None else base.sleep if base else ()):
         report.error((*where, "sleepEndpoints"), "lists no call: nothing would put it to sleep")
         return None
-    stop_after = _seconds(value.get("stopAfter"), (*where, "stopAfter"), report, 0.0)
+    stop_after = read_seconds(value.get("stopAfter"), (*where, "stopAfter"), report, 0.0)
     serves = value.get("servesAsleep")
     if serves is not None and not isinstance(serves, bool):
         report.error((*where, "servesAsleep"), f"expected true or false, got {describe(serves)}")
@@ -218,7 +212,7 @@ def _mapping(
     serves_asleep = serves if serves is not None else start.serves_asleep
     wake_on = start.wake_on
     if value.get("wakeOn") is not None:
-        wake_on = _wake_rules(value["wakeOn"], (*where, "wakeOn"), report)
+        wake_on = read_wake_rules(value["wakeOn"], (*where, "wakeOn"), report)
         if wake_on is None:
             return None
         if not serves_asleep:
@@ -255,8 +249,8 @@ def _cuda(
                 (*where, key), "a checkpointed server serves nothing while asleep", key=True
             )
             return None
-    lock = _seconds(value.get("lockTimeout"), (*where, "lockTimeout"), report, 0.0)
-    stop_after = _seconds(value.get("stopAfter"), (*where, "stopAfter"), report, 0.0)
+    lock = read_seconds(value.get("lockTimeout"), (*where, "lockTimeout"), report, 0.0)
+    stop_after = read_seconds(value.get("stopAfter"), (*where, "stopAfter"), report, 0.0)
     if lock is False or stop_after is False:
         return None
     if lock == 0:
@@ -267,52 +261,6 @@ def _cuda(
         lock_timeout=float(lock) if lock is not None else base.lock_timeout,
         stop_after=float(stop_after) if stop_after is not None else base.stop_after,
     )
-
-
-def _wake_rules(value: Any, where: Path, report: Report) -> tuple[WakeRule, ...] | None:
-    """`wakeOn`: a list of `"METHOD /path"` (`*` for any method; the path a regular expression
-    matched against the whole path on the model's own server); None after an error."""
-    if not isinstance(value, list):
-        report.error(where, f"expected a list of 'METHOD /path' patterns, got {describe(value)}")
-        return None
-    rules: list[WakeRule] = []
-    for index, item in enumerate(value):
-        rule = _wake_rule(item, (*where, index), report)
-        if rule is None:
-            return None
-        rules.append(rule)
-    if not rules:
-        report.warn(where, "lists nothing: no request wakes it (only a load or a wake by hand)")
-    return tuple(rules)
-
-
-def _wake_rule(item: Any, where: Path, report: Report) -> WakeRule | None:
-    method, _, path = item.strip().partition(" ") if isinstance(item, str) else ("", "", "")
-    path = path.strip()
-    if not method or not path:
-        report.error(
-            where, f"expected 'METHOD /path' (e.g. 'POST /api/prompt'), got {describe(item)}"
-        )
-        return None
-    if method.upper() not in WAKE_METHODS:
-        report.error(where, f"invalid method {method!r} (must be {', '.join(WAKE_METHODS)})")
-        return None
-    if not path.startswith("/"):
-        report.error(where, f"expected a path starting with '/', got {path!r}")
-        return None
-    try:
-        re.compile(path)
-    except re.error as exc:
-        report.error(where, f"invalid regular expression {path!r}: {exc}")
-        return None
-    if has_nested_quantifier(path):
-        report.warn(
-            where,
-            f"pattern {path!r} repeats a group that itself repeats (nested quantifiers, as in "
-            "(a+)+$): on a path that almost matches it can take exponential time, and it runs "
-            "on every request to the asleep model",
-        )
-    return WakeRule(method.upper(), path)
 
 
 def _with_timeouts(
@@ -343,10 +291,10 @@ def _llmsnap(
     if mode is not None and mode not in ("enable", "disable"):
         report.error(where, f"invalid sleepMode value {describe(mode)}: must be enable or disable")
         return None
-    sleep = _calls(
+    sleep = read_calls(
         body.get("sleepEndpoints"), (*path, "sleepEndpoints"), report, timeouts.sleep, llmsnap=True
     )
-    wake = _calls(
+    wake = read_calls(
         body.get("wakeEndpoints"), (*path, "wakeEndpoints"), report, timeouts.wake, llmsnap=True
     )
     if sleep is None or wake is None:
@@ -367,93 +315,9 @@ def _llmsnap(
     return SleepSetting(sleep=sleep, wake=wake)
 
 
-def _calls(
-    value: Any, where: Path, report: Report, timeout: float | None, *, llmsnap: bool = False
-) -> tuple[HttpCall, ...] | None:
-    """A list of calls (llmsnap's items: `endpoint`, `method`, `body`, `timeout`; or a string
-    `"POST /path"`); None after an error."""
-    if value is None:
-        return ()
-    if not isinstance(value, list):
-        report.error(where, f"expected a list of calls (endpoint, ...), got {describe(value)}")
-        return None
-    calls = []
-    for index, item in enumerate(value):
-        call = _call(item, (*where, index), report, timeout, llmsnap)
-        if call is not None:
-            calls.append(call)
-    return tuple(calls) if len(calls) == len(value) else None
-
-
-def _call(
-    item: Any, where: Path, report: Report, timeout: float | None, llmsnap: bool
-) -> HttpCall | None:
-    if isinstance(item, str) and not llmsnap:
-        method, _, endpoint = item.strip().partition(" ")
-        item = {"method": method, "endpoint": endpoint.strip()}
-    if not isinstance(item, dict):
-        shape = "a mapping with endpoint" + ("" if llmsnap else ", or 'METHOD /path'")
-        report.error(where, f"expected {shape}, got {describe(item)}")
-        return None
-    if not known_keys(item, _CALL_KEYS, where, report):
-        return None
-    written = item.get("endpoint")
-    if not isinstance(written, str) or not written.strip():
-        report.error(where, "endpoint path is required", key=True)
-        return None
-    endpoint = written.strip()
-    if "://" in endpoint:
-        report.error(
-            (*where, "endpoint"),
-            f"expected a path on the model's own server (its proxy URL), got {endpoint!r}",
-        )
-        return None
-    if not endpoint.startswith("/"):
-        report.warn(
-            (*where, "endpoint"),
-            f"expected a path starting with '/', got {endpoint!r}: sent as '/{endpoint}'",
-        )
-        endpoint = "/" + endpoint
-    method = item.get("method") or "POST"
-    if not isinstance(method, str) or method.upper() not in METHODS:
-        report.error(
-            (*where, "method"),
-            f"invalid method {describe(method)} (must be {', '.join(METHODS)})",
-        )
-        return None
-    body = item.get("body")
-    if isinstance(body, dict | list):
-        body = json.dumps(body)
-    elif body is not None and not isinstance(body, str):
-        report.error((*where, "body"), f"expected the request body as text, got {describe(body)}")
-        return None
-    seconds = _seconds(item.get("timeout"), (*where, "timeout"), report, 0.0)
-    if seconds is False:
-        return None
-    if not seconds:  # llmsnap's 0: the default
-        seconds = timeout if timeout is not None else DEFAULT_REQUEST_TIMEOUT
-    return HttpCall(endpoint, method=method.upper(), body=body or "", timeout=float(seconds))
-
-
-def _seconds(value: Any, where: Path, report: Report, minimum: float) -> float | bool | None:
-    """Seconds (None: unset; False after an error)."""
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int | float) or value != value:
-        report.error(where, f"expected seconds (a number), got {describe(value)}")
-        return False
-    if value < 0 or value == float("inf"):
-        report.error(where, f"must be at least 0 seconds and finite, got {value}")
-        return False
-    if value < minimum:
-        report.warn(where, f"{value:g} is below {minimum:g}: {minimum:g} is used (llmsnap's least)")
-        return minimum
-    return float(value)
-
-
 def request_timeout(value: float | None, where: Path, report: Report) -> float | None:
     """A top-level `sleepRequestTimeout` or `wakeRequestTimeout` (None: not set)."""
-    seconds = _seconds(value, where, report, MIN_REQUEST_TIMEOUT)
+    seconds = read_seconds(value, where, report, MIN_REQUEST_TIMEOUT)
     return None if seconds is None or seconds is False else float(seconds)
 
 
