@@ -64,7 +64,7 @@ def plain_model(name: str, **fields: Any) -> dict[str, Any]:
 def config(models: dict[str, dict[str, Any]], **top: Any) -> dict[str, Any]:
     return {
         "healthCheckTimeout": 30,
-        "startPort": free_port_range(len(models)),
+        "startPort": free_port_range(max(len(models), 1)),
         **top,
         "models": models,
     }
