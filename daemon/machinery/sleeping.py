@@ -33,7 +33,7 @@ from ...ipc.routing_table import HttpCall, SleepMethod, SleepSetting
 from ...ipc.swap_record import SwapPhase
 from ..config import WakeProbe
 from ..errors import GpuError, SleepFailed, WakeFailed, WakeUnverified
-from . import health, wake_probe
+from . import health, server_call, wake_probe
 from .cuda_sleep import CudaSleeper
 from .gpu_backend import GpuBackend, NullBackend
 from .sleep_proof import CONTEXT_BYTES, memory_words, read_held, wait_released
@@ -70,26 +70,16 @@ class SleepFacts:
 
 async def send(session: aiohttp.ClientSession, base: str, call: HttpCall) -> str:
     """One call to the model's server; "" when it answered 2xx in time, else what went wrong."""
-    url = base.rstrip("/") + call.endpoint
-    headers = {"Content-Type": "application/json"} if call.body else None
     try:
-        async with session.request(
-            call.method,
-            url,
-            data=call.body.encode() if call.body else None,
-            headers=headers,
-            timeout=aiohttp.ClientTimeout(total=call.timeout),
-            allow_redirects=False,
-        ) as response:
-            text = await response.text(errors="replace")
-            if 200 <= response.status < 300:
-                return ""
-            quoted = " ".join(text.split())[:QUOTE]
-            return f"answered {response.status}" + (f": {quoted}" if quoted else "")
-    except TimeoutError:
-        return f"did not answer within {call.timeout:g}s"
-    except (aiohttp.ClientError, OSError) as exc:
-        return f"failed: {type(exc).__name__}: {exc}"
+        status, text = await server_call.call(
+            session, base, call.method, call.endpoint, call.body, call.timeout
+        )
+    except server_call.CallFailed as exc:
+        return str(exc)
+    if 200 <= status < 300:
+        return ""
+    quoted = " ".join(text.split())[:QUOTE]
+    return f"answered {status}" + (f": {quoted}" if quoted else "")
 
 
 async def send_all(

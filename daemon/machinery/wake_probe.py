@@ -21,6 +21,7 @@ import aiohttp
 
 from ..config import WakeProbe
 from ..errors import WakeUnverified
+from . import server_call
 
 log = logging.getLogger("swapd.lifecycle")
 
@@ -45,28 +46,12 @@ class ProbeFailed(Exception):
 
 async def ask(session: aiohttp.ClientSession, base: str, probe: WakeProbe) -> str:
     """The probe's answer from the server at `base`. Raises `ProbeFailed` (`ERROR`)."""
-    url = base.rstrip("/") + probe.path
-    headers = {"Content-Type": "application/json"} if probe.body else None
     try:
-        async with session.request(
-            probe.method,
-            url,
-            data=probe.body.encode() if probe.body else None,
-            headers=headers,
-            timeout=aiohttp.ClientTimeout(total=probe.timeout),
-            allow_redirects=False,
-        ) as response:
-            text = await response.text(errors="replace")
-            status = response.status
-    except TimeoutError:
-        raise ProbeFailed(
-            ProbeFault.ERROR,
-            f"{probe.method} {probe.path} did not answer within {probe.timeout:g}s",
-        ) from None
-    except (aiohttp.ClientError, OSError) as exc:
-        raise ProbeFailed(
-            ProbeFault.ERROR, f"{probe.method} {probe.path} failed: {type(exc).__name__}: {exc}"
-        ) from exc
+        status, text = await server_call.call(
+            session, base, probe.method, probe.path, probe.body, probe.timeout
+        )
+    except server_call.CallFailed as exc:
+        raise ProbeFailed(ProbeFault.ERROR, f"{probe.method} {probe.path} {exc}") from None
     if not 200 <= status < 300:
         raise ProbeFailed(
             ProbeFault.ERROR, f"{probe.method} {probe.path} answered {status}: {quote(text)}"
