@@ -24,7 +24,8 @@ from typing import Any
 from swapd.daemon.config import ConfigError, loader
 from swapd.daemon.config.render import render
 
-DATA = Path(__file__).resolve().parents[1] / "data" / "config_corpus"
+REPO = Path(__file__).resolve().parents[2]
+DATA = REPO / "tests" / "data" / "config_corpus"
 CORPUS = DATA / "texts.json"
 OUTCOMES = DATA / "outcomes.json"
 FULL = Path(tempfile.gettempdir()) / "config_corpus_outcomes.json"
@@ -72,7 +73,9 @@ class Recorder:
             ports = options.get("ports")
             entry = {
                 "text": text,
-                "source": source,
+                # A file of this checkout by its path in the repository, so the corpus reads the
+                # same in any checkout (`outcome`).
+                "source": source.removeprefix(f"{REPO}/"),
                 "environ": dict(environ),
                 "ports": None if ports is None else dict(ports),
                 "strict": bool(options.get("strict", False)),
@@ -243,11 +246,21 @@ def _pairs() -> list[str]:
 
 
 def outcome(entry: dict[str, Any]) -> dict[str, Any]:
-    """What loading `entry` gives, as plain values."""
+    """What loading `entry` gives, as plain values, the same in any checkout: a source recorded
+    relative to the repository (a file of tests/data) is read from this checkout, and this
+    checkout's path is written `<repo>` in what loading it gives (a relative `store.path` is made
+    absolute against its config file's folder)."""
+    source = entry["source"]
+    if source.startswith("tests/"):
+        source = str(REPO / source)
+    return json.loads(json.dumps(_outcome(entry, source)).replace(str(REPO), "<repo>"))
+
+
+def _outcome(entry: dict[str, Any], source: str) -> dict[str, Any]:
     try:
         loaded = loader.load_text(
             entry["text"],
-            entry["source"],
+            source,
             environ=entry["environ"],
             ports=entry["ports"],
             strict=entry["strict"],
