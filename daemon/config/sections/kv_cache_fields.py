@@ -27,11 +27,11 @@ from ..floor.issues import Report, describe
 from ..floor.presets import Presets
 from ..floor.yaml_nodes import Path
 from ..model import KvCacheSetting
+from .sleep_calls import read_method_and_body
 
 KEY = "kvCache"
 MACRO = "KV_DIR"
 DEFAULT_TIMEOUT = 30.0
-METHODS = ("GET", "POST", "PUT", "PATCH")
 _FILE_BODY = json.dumps({"filename": "{file}"})
 
 # llama-server with `--slot-save-path DIR` (tools/server/README.md, "POST /slots/{id_slot}").
@@ -163,18 +163,10 @@ def _call(item: Any, where: Path, report: Report, method: str, file: bool) -> Ht
     if not isinstance(endpoint, str) or not endpoint.strip().startswith("/"):
         report.error(where, f"expected a path on the model's own server, got {describe(endpoint)}")
         return None
-    verb = item.get("method") or method
-    if not isinstance(verb, str) or verb.upper() not in METHODS:
-        report.error(
-            (*where, "method"), f"invalid method {describe(verb)} (must be {', '.join(METHODS)})"
-        )
+    read = read_method_and_body(item, method, where, report)
+    if read is None:
         return None
-    body = item.get("body")
-    if isinstance(body, dict | list):
-        body = json.dumps(body)
-    elif body is not None and not isinstance(body, str):
-        report.error((*where, "body"), f"expected the request body as text, got {describe(body)}")
-        return None
+    verb, body = read
     if body is None and file:
         body = _FILE_BODY
     text = f"{endpoint} {body or ''}"
@@ -184,4 +176,4 @@ def _call(item: Any, where: Path, report: Report, method: str, file: bool) -> Ht
     if "{id}" not in text and file:
         report.error(where, "names no {id}: the server would not know which slot")
         return None
-    return HttpCall(endpoint.strip(), method=verb.upper(), body=body or "")
+    return HttpCall(endpoint.strip(), method=verb, body=body or "")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from typing import Any
 
 from ....ipc.routing_table import HttpCall, WakeRule
@@ -71,7 +72,25 @@ def _call(
             f"expected a path starting with '/', got {endpoint!r}: sent as '/{endpoint}'",
         )
         endpoint = "/" + endpoint
-    method = item.get("method") or "POST"
+    read = read_method_and_body(item, "POST", where, report)
+    if read is None:
+        return None
+    method, body = read
+    seconds = read_seconds(item.get("timeout"), (*where, "timeout"), report, 0.0)
+    if seconds is False:
+        return None
+    if not seconds:  # llmsnap's 0: the default
+        seconds = timeout if timeout is not None else DEFAULT_REQUEST_TIMEOUT
+    return HttpCall(endpoint, method=method, body=body or "", timeout=float(seconds))
+
+
+def read_method_and_body(
+    item: Mapping[str, Any], default: str, where: Path, report: Report
+) -> tuple[str, str | None] | None:
+    """A written-out call's `method` (`default` when unset), upper case, and its `body` (a
+    mapping or list sent as JSON; None when unset); None after an error. Shared by `sleep`'s
+    calls and `kvCache`'s."""
+    method = item.get("method") or default
     if not isinstance(method, str) or method.upper() not in METHODS:
         report.error(
             (*where, "method"),
@@ -84,12 +103,7 @@ def _call(
     elif body is not None and not isinstance(body, str):
         report.error((*where, "body"), f"expected the request body as text, got {describe(body)}")
         return None
-    seconds = read_seconds(item.get("timeout"), (*where, "timeout"), report, 0.0)
-    if seconds is False:
-        return None
-    if not seconds:  # llmsnap's 0: the default
-        seconds = timeout if timeout is not None else DEFAULT_REQUEST_TIMEOUT
-    return HttpCall(endpoint, method=method.upper(), body=body or "", timeout=float(seconds))
+    return method.upper(), body
 
 
 def read_wake_rules(value: Any, where: Path, report: Report) -> tuple[WakeRule, ...] | None:
