@@ -21,12 +21,17 @@ own constants are not scaled (the 5 s collation window among them), so a scaled 
 more than a full one does.
 
 `--new-config YAML` adds a mapping to this tree's config alone (merged key by key, under `models`
-too), for keys the older tree does not know: `--new-config '{maxWait: 4}'`. `--max-wait S` is the
+too), for keys the older tree does not know: `--new-config '{maxWait: 4}'`. `--warm` adds a
+third swapd beside them: this tree with the llama models asleep through the CUDA checkpoint
+(`sleep: cuda`, issue 39; harness/trace_files.py says what its copies cost), the warm swaps the
+older tree cannot make for a llama.cpp server. `--max-wait S` is the
 bound the p99 target allows beyond the swap-in cost (default 5: the collation window, the longest
 a queued swap waits for busy models today); set it to the `maxWait` given.
 
 Targets (benchmarks/targets.py): no wasted start on any trace; on (a) and (c), the total wait at
-most 0.6x REF's; on no trace more than 5 % above REF's; p99 wait at most `--max-wait` + the
+most 0.6x REF's (judged on the warm tree when there is one: this tree as a user runs it; the
+queue's order alone cannot shorten those traces, whose waits are swap-ins one after another); on
+no trace more than 5 % above REF's (each of this tree's runs); p99 wait at most `--max-wait` + the
 trace's largest swap-in cost (its slowest model's start, scaled).
 """
 
@@ -58,6 +63,8 @@ from .harness.trace_files import (
     swapd_config,
     trace_names,
     trace_path,
+    warm,
+    warm_env,
 )
 
 GIB = 1024**3
@@ -122,15 +129,19 @@ def run_round(name: str, args: argparse.Namespace, before: BeforeTree | None) ->
     models = read_models()
     with contextlib.ExitStack() as running:
         stacks = {}
-        for tree in ("current", "before") if before is not None else ("current",):
+        trees = ["current"] + (["warm"] if args.warm else []) + (["before"] if before else [])
+        for tree in trees:
             config = swapd_config(trace, models, args.scale, free_port_range(len(models)))
             mem = running.enter_context(tempfile.TemporaryDirectory(prefix="swapd-bench-gpu-"))
-            if tree == "current":
-                config = merged(config, args.new_config)
-                env = gpu_env(dict(os.environ), mem)
-            else:
+            if tree == "before":
                 assert before is not None
                 env = gpu_env(before.env(), mem)
+            else:
+                config = merged(config, args.new_config)
+                env = gpu_env(dict(os.environ), mem)
+            if tree == "warm":
+                config = warm(config, models)
+                env |= warm_env(mem, args.scale)
             swapd = RunningSwapd(yaml.safe_dump(config), env=env, start_timeout=60)
             stacks[tree] = running.enter_context(swapd)
         runs = asyncio.run(_side_by_side(stacks, trace, args.scale))
@@ -174,13 +185,22 @@ def judge(
     now = figures["current"]
     report.check("wasted", now.wasted, label=name)
     report.check("p99", now.p99 - (max_wait + swap_in), label=name)
+    warmed = figures.get("warm")
+    if warmed is not None:
+        report.check("wasted", warmed.wasted, label=f"{name}, warm")
+        report.check("p99", warmed.p99 - (max_wait + swap_in), label=f"{name}, warm")
     before = figures.get("before")
     if before is None:
         return
-    ratio = now.total / before.total if before.total else (1.0 if not now.total else 99.0)
+
+    def ratio(tree: Figures) -> float:
+        return tree.total / before.total if before.total else (1.0 if not tree.total else 99.0)
+
     if name in COLLATED:
-        report.check("collated", ratio, label=name)
-    report.check("no_worse", ratio, label=name)
+        report.check("collated", ratio(warmed or now), label=name)
+    report.check("no_worse", ratio(now), label=name)
+    if warmed is not None:
+        report.check("no_worse", ratio(warmed), label=f"{name}, warm")
 
 
 def main(argv: list[str], report: Report) -> int:
@@ -190,6 +210,7 @@ def main(argv: list[str], report: Report) -> int:
     parser.add_argument("--rounds", type=int, default=1, help="replays of each trace, summed")
     parser.add_argument("--traces", default=",".join(trace_names()), help="comma-separated")
     parser.add_argument("--new-config", default="{}", help="YAML added to this tree's config")
+    parser.add_argument("--warm", action="store_true", help="also this tree with `sleep: cuda`")
     parser.add_argument("--max-wait", type=float, default=5.0, help="seconds (the p99 target)")
     args = parser.parse_args(argv)
     args.new_config = yaml.safe_load(args.new_config) or {}

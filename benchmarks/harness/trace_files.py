@@ -14,6 +14,13 @@ listening after `start` seconds as llama-server does once its weights are loaded
 vllm_like.py with the `vllm` sleep preset, `start` its cold start and `wake` its wake; `comfyui`:
 comfyui_like.py as `comfyui_auto` with the `comfyui` preset, `start` before it listens, its wake a
 few ms as a real ComfyUI's /free). Every duration is multiplied by the run's `scale` (`--quick`).
+
+A `llama` model holds `GB_PER_START_S` GB of the fake GPU per second of its start (a start reads
+its weights at about that rate). `warm()` puts the llama models to sleep through the CUDA
+checkpoint stand-in (`sleep: cuda`, which a tree before issue 39 does not have), whose copies run
+at `COPY_GBPS` (PCIe 4.0 x16 as pinned copies reach it): a checkpoint or a restore then takes a
+tenth of the model's start, the ratio of a vLLM's wake to its cold start above. No GPU measured
+it here; `python -m benchmarks gpu_check` measures a real one where a GPU is lent.
 """
 
 from __future__ import annotations
@@ -30,6 +37,8 @@ from tests.support.paths import UPSTREAMS
 
 TRACES = Path(__file__).resolve().parent.parent / "traces"
 GIB = 1024**3
+GB_PER_START_S = 2.0
+COPY_GBPS = 20.0
 
 
 class Kind(StrEnum):
@@ -105,6 +114,7 @@ def _model_config(model: Model, scale: float) -> dict[str, Any]:
     config: dict[str, Any] = {"proxy": "http://127.0.0.1:${PORT}", "gpus": [0]}
     if model.server is Server.LLAMA:
         argv = [str(UPSTREAMS / "fake_model.py"), "--name", "${MODEL_ID}", "--listen-delay", start]
+        argv += ["--gpu-mem", str(int(model.start * GB_PER_START_S * 1e9))]
     elif model.server is Server.VLLM:
         argv = [str(UPSTREAMS / "vllm_like.py"), "--name", "${MODEL_ID}", "--load-delay", start]
         argv += ["--wake-delay", f"{model.wake * scale:.3f}", "--gpu-mem", str(8 * GIB)]
@@ -129,6 +139,26 @@ def swapd_config(
         "healthCheckTimeout": int(longest + 60),
         "startPort": start_port,
         "models": {name: _model_config(models[name], scale) for name in names},
+    }
+
+
+def warm(config: dict[str, Any], models: dict[str, Model]) -> dict[str, Any]:
+    """`config` with its llama models asleep through the CUDA checkpoint (`sleep: cuda`)."""
+    sleep = {
+        name: {"sleep": "cuda"} for name in config["models"] if models[name].server is Server.LLAMA
+    }
+    return merged(config, {"models": sleep})
+
+
+def warm_env(folder: str, scale: float) -> dict[str, str]:
+    """The checkpoint stand-in's folder and copy rate (faster as the run is scaled down), on a
+    host with 64 GiB of memory available (the daemon reads `SWAPD_MEMINFO` for it)."""
+    meminfo = Path(folder, "meminfo")
+    meminfo.write_text(f"MemTotal: {128 * 1024**2} kB\nMemAvailable: {64 * 1024**2} kB\n")
+    return {
+        "SWAPD_FAKE_CUDA_DIR": str(Path(folder, "cuda")),
+        "SWAPD_FAKE_CUDA_GBPS": f"{COPY_GBPS / scale:g}",
+        "SWAPD_MEMINFO": str(meminfo),
     }
 
 

@@ -12,6 +12,10 @@ GPU check's holder waits too). The calls follow the driver's state rules (a lock
 process, a checkpoint a locked one, a restore a checkpointed one, an unlock a locked one) and fail
 as the driver does otherwise, or for a process that does not exist.
 
+The copies take time when `$SWAPD_FAKE_CUDA_GBPS` is set: a checkpoint (device to host) and a
+restore (host to device) each last the process's fake GPU memory (what `gpu_fake.py` lists for it)
+over that many GB/s, as the driver's copies are bound by the bus. Unset: at once (tests).
+
 For tests, each call is appended to `$SWAPD_FAKE_CUDA_DIR/calls.log` ("lock 1234"), and a file
 `fail-<step>` there makes that step fail (`fail-lock`: the lock waits its timeout, then times out,
 the process left running, as the driver's does).
@@ -25,8 +29,10 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from .cuda_backend import CheckpointError, ProcessState, Step, Unavailable
+from .fake_footprint import declared_memory
 
 DIR_ENV = "SWAPD_FAKE_CUDA_DIR"
+RATE_ENV = "SWAPD_FAKE_CUDA_GBPS"
 CALLS = "calls.log"
 
 
@@ -45,9 +51,16 @@ def read_state(folder: str | Path, pid: int | str) -> ProcessState:
 class FakeCheckpointer:
     name = "fake"
 
-    def __init__(self, folder: Path, proc: Path = Path("/proc")) -> None:
+    def __init__(
+        self, folder: Path, proc: Path = Path("/proc"), environ: Mapping[str, str] | None = None
+    ) -> None:
         self.folder = folder
         self._proc = proc
+        self._env = dict(os.environ if environ is None else environ)
+        try:
+            self._rate = float(self._env.get(RATE_ENV, "0")) * 1e9
+        except ValueError:
+            self._rate = 0.0
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> FakeCheckpointer | Unavailable:
@@ -55,7 +68,7 @@ class FakeCheckpointer:
         if not folder:
             return Unavailable(f"the fake checkpoint backend needs {DIR_ENV} (a folder)")
         Path(folder).mkdir(parents=True, exist_ok=True)
-        return cls(Path(folder))
+        return cls(Path(folder), environ=environ)
 
     def _called(self, step: Step, pid: int) -> None:
         with (self.folder / CALLS).open("a", encoding="utf-8") as log:
@@ -87,10 +100,17 @@ class FakeCheckpointer:
         self._step(Step.LOCK, pid, ProcessState.RUNNING, ProcessState.LOCKED)
 
     def checkpoint(self, pid: int) -> None:
+        self._copy(pid)
         self._step(Step.CHECKPOINT, pid, ProcessState.LOCKED, ProcessState.CHECKPOINTED)
 
     def restore(self, pid: int) -> None:
+        self._copy(pid)
         self._step(Step.RESTORE, pid, ProcessState.CHECKPOINTED, ProcessState.LOCKED)
+
+    def _copy(self, pid: int) -> None:
+        """Takes as long as the driver's copy of the process's GPU memory (at the env's rate)."""
+        if self._rate > 0:
+            time.sleep(declared_memory(self._env, str(pid)) / self._rate)
 
     def unlock(self, pid: int) -> None:
         self._step(Step.UNLOCK, pid, ProcessState.LOCKED, ProcessState.RUNNING)

@@ -34,16 +34,14 @@ from ..errors import GpuError
 from .cuda_backend import ProcessState
 from .cuda_fake import DIR_ENV as CUDA_DIR_ENV
 from .cuda_fake import read_state
+from .fake_footprint import MEM_ENV, declared_memory
 from .gpu_backend import GpuProcess, GpuTelemetry
 
 CUDA_ENV = "CUDA_VISIBLE_DEVICES"
 GPUS_ENV = "SWAPD_FAKE_GPUS"
-MEM_ENV = "SWAPD_FAKE_GPU_MEM"
-MEM_DIR_ENV = "SWAPD_FAKE_GPU_MEM_DIR"
 SCOPE_ENV = "SWAPD_FAKE_GPU_SCOPE"
 DEFAULT_COUNT = 2
 DEFAULT_TOTAL = 80 * 1024**3
-DEFAULT_PROCESS_MEM = 1024**3
 
 
 def fake_uuid(index: int) -> str:
@@ -99,19 +97,6 @@ def _is_zombie(pid_dir: Path) -> bool:
     return stat[stat.rfind(")") + 2 :].startswith(("Z", "X"))
 
 
-def _declared(env: Mapping[str, str], pid: str) -> int:
-    folder = env.get(MEM_DIR_ENV)
-    if folder:
-        try:
-            return int(Path(folder, pid).read_text())
-        except (OSError, ValueError):
-            pass  # not declared (yet): the environment's value
-    try:
-        return int(env.get(MEM_ENV, DEFAULT_PROCESS_MEM))
-    except ValueError:
-        return DEFAULT_PROCESS_MEM
-
-
 class FakeBackend:
     name = "fake"
 
@@ -156,7 +141,7 @@ class FakeBackend:
             cuda = env.get(CUDA_DIR_ENV)
             if cuda and read_state(cuda, pid_dir.name) is ProcessState.CHECKPOINTED:
                 continue
-            used = _declared(env, pid_dir.name)
+            used = declared_memory(env, pid_dir.name)
             if CUDA_ENV in env:
                 indices = {self._device_index(s) for s in env[CUDA_ENV].split(",")}
             else:
