@@ -107,10 +107,13 @@ class FakeCheckpointer:
         self._copy(pid)
         self._step(Step.RESTORE, pid, ProcessState.CHECKPOINTED, ProcessState.LOCKED)
 
+    def copy_seconds(self, pid: int) -> float:
+        """How long the driver's copy of the process's GPU memory takes (at the env's rate)."""
+        return declared_memory(self._env, str(pid)) / self._rate if self._rate > 0 else 0.0
+
     def _copy(self, pid: int) -> None:
-        """Takes as long as the driver's copy of the process's GPU memory (at the env's rate)."""
-        if self._rate > 0:
-            time.sleep(declared_memory(self._env, str(pid)) / self._rate)
+        if seconds := self.copy_seconds(pid):
+            time.sleep(seconds)
 
     def unlock(self, pid: int) -> None:
         self._step(Step.UNLOCK, pid, ProcessState.LOCKED, ProcessState.RUNNING)

@@ -13,6 +13,10 @@ the swaps under way (`swap_queue.py`, each a `swap.Swap` in an explicit phase), 
 outside, unloads, sleeps, TTL and reload stops (`take_downs.py`). Each tells the story of what
 it does to a model as it happens (`story.py`) to the effects, for the swap log.
 
+Just over 400 lines on purpose: the decision tree below (about 65 lines) is the one written
+account of the whole policy, and it belongs beside the class that follows it (about 300 lines,
+each step's work delegated to the parts above).
+
 The decision tree. For each `ensure(model_id)` (a name is resolved to its id once, where the
 request enters the daemon):
 

@@ -189,14 +189,23 @@ async def test_stalled_readers_cost_a_bounded_amount_while_a_model_writes_20_mb(
 
 
 async def test_one_follower_for_every_reader_and_bounded_histories(stack: Stack) -> None:
-    # Both models write 150 KiB (in 100-byte lines) to their logs, one after the other.
-    for model in ("a", "b"):
-        got = stack.get_ok(f"/upstream/{model}/output?bytes=150000&line=100&end={model}-history")
-        assert got["written"] == 150000
-    wait_for(lambda: _counters(stack)["logs"]["followed"] == 2, 15, what="both followed")
-
     connector = aiohttp.TCPConnector(limit=0)
     async with aiohttp.ClientSession(connector=connector) as session:
+        # Both models write 150 KiB (in 100-byte lines) to their logs, one after the other: b
+        # only once a's last line is in the proxy's history, so b's lines come after all of a's
+        # there whenever the follower reads each file.
+        for model in ("a", "b"):
+            path = f"/upstream/{model}/output?bytes=150000&line=100&end={model}-history"
+            assert stack.get_ok(path)["written"] == 150000
+            marker = f"[{model}] {model}-history\n".encode()
+            async with session.get(stack.url + "/logs/stream/upstream") as reader:
+                text = b""
+                while marker not in text:
+                    text += await asyncio.wait_for(reader.content.read(1 << 16), 30)
+        await asyncio.to_thread(
+            wait_for, lambda: _counters(stack)["logs"]["followed"] == 2, 15, what="both followed"
+        )
+
         events = [await session.get(stack.url + "/api/events") for _ in range(100)]
         streams = [await session.get(stack.url + "/logs/stream/upstream") for _ in range(100)]
         try:

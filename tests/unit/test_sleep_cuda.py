@@ -155,6 +155,19 @@ def test_the_stand_in_follows_the_drivers_states_and_moves_the_fake_gpus_memory(
         FakeCheckpointer(tmp_path).lock(proc.pid, 1.0)
 
 
+def test_the_stand_ins_copies_take_the_processs_memory_over_the_rate_when_one_is_set(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "4242").write_text(str(3 * 10**9))
+    env = {"SWAPD_FAKE_CUDA_DIR": str(tmp_path), "SWAPD_FAKE_GPU_MEM_DIR": str(tmp_path)}
+    quick = FakeCheckpointer.from_env(env)
+    timed = FakeCheckpointer.from_env(env | {"SWAPD_FAKE_CUDA_GBPS": "20"})
+    assert isinstance(quick, FakeCheckpointer) and isinstance(timed, FakeCheckpointer)
+    assert quick.copy_seconds(4242) == 0.0
+    assert timed.copy_seconds(4242) == pytest.approx(0.15)
+    assert timed.copy_seconds(4343) == pytest.approx(GIB / 20e9)  # undeclared: the default
+
+
 _ORDER = ["checkpoint", "lock", "checkpoint", "restore", "unlock", "lock"]
 
 

@@ -21,6 +21,8 @@ from benchmarks.harness.trace_files import (
     swapd_config,
     trace_names,
     trace_path,
+    warm,
+    warm_env,
 )
 from benchmarks.traces.make_traces import TRACES, render
 
@@ -60,6 +62,24 @@ def test_new_config_is_merged_under_models_key_by_key() -> None:
         "maxWait": 4,
         "models": {"a": {"cmd": "x", "gpus": [0], "maxWait": 2}},
     }
+
+
+def test_the_warm_tree_puts_the_llama_models_to_sleep_through_cuda_and_times_their_copies(
+    tmp_path,
+) -> None:
+    models = read_models()
+    config = swapd_config(read_trace("e_day"), models, 0.5, 40000)
+    warmed = warm(config, models)
+    servers = {name: models[name].server for name in config["models"]}
+    assert Server.LLAMA in servers.values() and Server.VLLM in servers.values()
+    for name, server in servers.items():
+        if server is Server.LLAMA:
+            assert warmed["models"][name] == config["models"][name] | {"sleep": "cuda"}
+        else:
+            assert warmed["models"][name] == config["models"][name]
+    env = warm_env(str(tmp_path), 0.5)
+    assert env["SWAPD_FAKE_CUDA_GBPS"] == "40"  # twice the rate at half the time
+    assert "MemAvailable:" in (tmp_path / "meminfo").read_text()
 
 
 def test_the_before_tree_maps_the_folders_the_editable_install_maps() -> None:
