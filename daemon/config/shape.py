@@ -147,9 +147,16 @@ class Model(Section, frozen=True):
     aliases: (
         Annotated[list[Any], Expect("a list of alias names"), Key(render=show.aliases)] | None
     ) = None
-    # `NAME=value` texts, read as texts by model_fields' quirk in the order of the quirks (typed
-    # here, a number's "read as its text" warning would come before an earlier key's warnings).
-    env: Annotated[Any, Key(render=show.env)] = None
+    # `NAME=value` texts (llama-swap's `[]string`): each item read as a text (a number with a
+    # warning) and split by model_fields' quirk, whose warnings come in the order of the quirks.
+    env: (
+        Annotated[
+            list[Any],
+            Expect("a list of NAME=value strings (write `- NAME=value`)"),
+            Key(render=show.env),
+        ]
+        | None
+    ) = None
     unlisted: Annotated[bool, Key(False)] | None = None
     # Empty means unset, as in llama-swap (omitted from /v1/models, no rename upstream).
     use_model_name: Annotated[str, Key(None, unset=("",))] | None = None

@@ -241,14 +241,7 @@ def aliases_of(model_id: str, raw: list[Any] | None, report: Report) -> list[str
 
 
 @QUIRKS.read("env")
-def _env(raw: Any, where: Path, report: Report) -> dict[str, str]:
-    if raw is None:
-        return {}
-    if isinstance(raw, dict):
-        report.error(
-            where, "expected a list of NAME=value strings (write `- NAME=value`), got a mapping"
-        )
-        return {}
+def _env(raw: list[Any] | None, where: Path, report: Report) -> dict[str, str]:
     env: dict[str, str] = {}
     for index, entry in Converter(report).text_list(raw, where):
         name, sep, val = entry.partition("=")
