@@ -147,10 +147,11 @@ class Converter:
     def _setting(self, raw: dict[str, Any], kind: type[S], where: Path) -> Any:
         """A setting's mapping form: unset after an unknown key (the rest is not read), else its
         section, a wrong value in it reported and left unset."""
-        names = self._names(kind)
-        if kind.strict and not known_keys(raw, names, where, self.report):
-            self.report.wrong += [(*where, key) for key in raw if key not in names]
-            return _BAD
+        if kind.strict:
+            names = tuple(info.encode_name for info in fields(kind))
+            if not known_keys(raw, names, where, self.report):
+                self.report.wrong += [(*where, key) for key in raw if key not in names]
+                return _BAD
         return self.section(raw, kind, where)
 
     def _items(self, raw: Any, item: Any, where: Path, words: Expect | None, exact: bool) -> Any:
@@ -163,10 +164,6 @@ class Converter:
         if len(kept) < len(values):
             self.positions[where] = tuple(kept)
         return tuple(values[index] for index in kept)
-
-    @staticmethod
-    def _names(kind: type[Section]) -> tuple[str, ...]:
-        return tuple(info.encode_name for info in fields(kind))
 
     def _entries(self, raw: dict[str, Any], kind: type[S], where: Path) -> dict[str, S]:
         entries = {}

@@ -98,7 +98,7 @@ def build(
     elif "${" not in proxy:
         check_url(proxy, (*path, "proxy"), report)
     read = keys.resolve(spec, path, report, defaults.inherited, QUIRKS).fields
-    sleep = read_sleep(spec.sleep, raw, path, report, defaults.sleep_timeouts)
+    sleep = read_sleep(spec, raw, path, report, defaults.sleep_timeouts)
     kv_cache = read_kv_cache(spec.kv_cache, raw, path, report, defaults.kv_root, model_id)
     if len(report.errors) > errors_before or cmd is None or proxy is None:
         return None
