@@ -9,9 +9,13 @@ macro expansion, so a wrong type or a value out of bounds is reported in one pla
 section's module (`sections/`): those are llama-swap's quirks (`cmd` text to argv, `env` as
 `NAME=value` strings, an alias written as a mapping, `gpus` as indices or UUIDs, ...). A null
 value is the same as leaving the key out, as when llama-swap decodes onto its defaults. The few
-keys typed `Any` say why beside them: read before typing (macros, a model's `gpus`), or read in
-an order typing would change (llmsnap's keys stop at the first problem; `env`'s warnings come
-after the earlier keys').
+keys typed `Any` say why beside them: read before typing (macros, a model's `gpus`), or ignored.
+
+A setting written as a preset name or a mapping (`sleep`, `busyCheck`, `kvCache`, `wakeProbe`)
+has a strict section for its mapping form (`SleepMapping`, ...), and its calls one each
+(`SleepCall`, `KvCall`): every wrong value in it is reported with its path, all at once, as
+anywhere else in the file, and its section's quirk reads what was typed: the preset by name
+(`floor/presets.py`), a path's `/`, a least number of seconds, the rules between its keys.
 
 Over 400 lines on purpose: it is the declaration of every key, one field each, kept in one module
 so that the whole file's keys read as one table (issue 36's design); splitting it would only
@@ -29,7 +33,9 @@ from .floor.issues import Report
 from .floor.keys import (
     MAX_INT,
     Count,
+    Exact,
     Expect,
+    Falsy,
     Free,
     Ignored,
     Inherit,
@@ -108,6 +114,132 @@ SleepPreset = Literal["vllm", "vllm-level2", "sglang", "comfyui", "cuda"]
 # `kvCache`'s presets (sections/kv_cache_fields.py).
 KvCachePreset = Literal["llama.cpp", "llamacpp"]
 
+# -- The mapping forms of a model's settings (`sleep`, `busyCheck`, `kvCache`, `wakeProbe`) and of
+# their calls: strict sections (an unknown key is an error, a number is no string's text). Their
+# sections' quirks read what is typed: a preset by name, a path's '/', a least number of seconds
+# and `.inf` (in their own words), and the rules between keys.
+
+# Seconds as a setting's quirk reads them (its least, `.nan` and `.inf` are its words).
+Number = int | float
+SECONDS_WORDS = "seconds (a number)"
+# A call's method (a written-out call's `method`; llmsnap's default POST when empty).
+METHOD = Expect(message="invalid method {got} (must be GET, POST, PUT, PATCH)")
+# A request's body: a mapping or list is sent as its JSON.
+Body = Annotated[str | list[Any] | dict[str, Any], Expect("the request body as text")]
+
+
+def _preset(names: Any) -> Expect:
+    return Expect(message=f"expected a preset name ({', '.join(get_args(names))})")
+
+
+class KvCall(Section, frozen=True):
+    """A written-out call of `kvCache` (sections/kv_cache_fields.py)."""
+
+    expected: ClassVar[str] = "'METHOD /path' or a mapping with endpoint"
+    strict: ClassVar[bool] = True
+
+    endpoint: Annotated[str, Expect("a path on the model's own server")] | None = None
+    method: Annotated[str, METHOD, Falsy()] | None = None
+    body: Body | None = None
+
+
+class SleepCall(KvCall, frozen=True):
+    """A written-out call of `sleep` (llmsnap's items; sections/sleep_calls.py)."""
+
+    expected: ClassVar[str] = "a mapping with endpoint"
+
+    endpoint: Annotated[str, Expect("an endpoint path")] | None = None
+    # Seconds (llmsnap's 0: the default).
+    timeout: Annotated[Number, Expect(SECONDS_WORDS)] | None = None
+
+
+SLEEP_CALLS = "a list of calls (endpoint, ...)"
+# A `sleep` mapping's calls: each a call or `"METHOD /path"`.
+SleepCalls = Annotated[
+    tuple[Annotated[str | SleepCall, Expect("a mapping with endpoint, or 'METHOD /path'")], ...],
+    Expect(SLEEP_CALLS),
+]
+SleepSeconds = Annotated[Number, Expect(SECONDS_WORDS)]
+
+
+class SleepMapping(Section, frozen=True):
+    """`sleep` written as a mapping: a preset with some of its settings changed, or in full
+    (sections/sleep_fields.py)."""
+
+    strict: ClassVar[bool] = True
+
+    preset: Annotated[str, _preset(SleepPreset)] | None = None
+    sleep_endpoints: SleepCalls | None = None
+    wake_endpoints: SleepCalls | None = None
+    sleep_request_timeout: SleepSeconds | None = None
+    wake_request_timeout: SleepSeconds | None = None
+    stop_after: SleepSeconds | None = None
+    serves_asleep: bool | None = None
+    wake_on: (
+        Annotated[
+            tuple[Annotated[str, Expect("'METHOD /path' (e.g. 'POST /api/prompt')")], ...],
+            Expect("a list of 'METHOD /path' patterns"),
+        ]
+        | None
+    ) = None
+    lock_timeout: SleepSeconds | None = None
+
+
+class BusyCountMapping(Section, frozen=True):
+    """One of a `busyCheck`'s counts (sections/busy_check_fields.py)."""
+
+    expected: ClassVar[str] = "a mapping with json or metric, and label"
+    strict: ClassVar[bool] = True
+
+    json: Annotated[str, Expect("text")] | None = field(default=None, name="json")
+    where: Annotated[str, Expect("text")] | None = None
+    metric: Annotated[str, Expect("text")] | None = None
+    label: Annotated[str, Expect("text")] | None = None
+
+
+class BusyCheckMapping(Section, frozen=True):
+    """`busyCheck` written as a mapping (sections/busy_check_fields.py)."""
+
+    strict: ClassVar[bool] = True
+
+    preset: Annotated[str, _preset(BusyPreset)] | None = None
+    path: Annotated[str, Expect("a path starting with '/'")] | None = None
+    count: (
+        Annotated[tuple[BusyCountMapping, ...], Expect("a list of counts (json or metric, label)")]
+        | None
+    ) = None
+    interval: SleepSeconds | None = None
+    timeout: SleepSeconds | None = None
+    swap_wait: SleepSeconds | None = None
+
+
+class KvCacheMapping(Section, frozen=True):
+    """`kvCache` written as a mapping (sections/kv_cache_fields.py)."""
+
+    strict: ClassVar[bool] = True
+
+    preset: Annotated[str, _preset(KvCachePreset)] | None = None
+    list_call: Annotated[str | KvCall, Expect(KvCall.expected)] | None = field(
+        default=None, name="list"
+    )
+    save: Annotated[str | KvCall, Expect(KvCall.expected)] | None = None
+    restore: Annotated[str | KvCall, Expect(KvCall.expected)] | None = None
+    timeout: Annotated[Number, Expect("seconds above 0")] | None = None
+
+
+class WakeProbeMapping(Section, frozen=True):
+    """`wakeProbe` written as a mapping (sections/wake_probe_fields.py)."""
+
+    strict: ClassVar[bool] = True
+
+    method: Annotated[str, Expect("one of GET, POST, PUT, PATCH")] | None = None
+    path: Annotated[str, Expect("a path on the model's server")] | None = None
+    body: Body | None = None
+    expect: Annotated[str | int | float | bool, Expect("the answer as text")] | None = None
+    match: Annotated[str | int | float | bool, Expect("a regular expression")] | None = None
+    json_path: Annotated[str, Expect("a path like choices.0.text")] | None = None
+    timeout: Annotated[Number, Expect("seconds above 0")] | None = None
+
 
 def _ttl(value: int, where: Path, report: Report) -> None:
     if value < -1:
@@ -147,9 +279,16 @@ class Model(Section, frozen=True):
     aliases: (
         Annotated[list[Any], Expect("a list of alias names"), Key(render=show.aliases)] | None
     ) = None
-    # `NAME=value` texts, read as texts by model_fields' quirk in the order of the quirks (typed
-    # here, a number's "read as its text" warning would come before an earlier key's warnings).
-    env: Annotated[Any, Key(render=show.env)] = None
+    # `NAME=value` texts (llama-swap's `[]string`): each item read as a text (a number with a
+    # warning) and split by model_fields' quirk, whose warnings come in the order of the quirks.
+    env: (
+        Annotated[
+            list[Any],
+            Expect("a list of NAME=value strings (write `- NAME=value`)"),
+            Key(render=show.env),
+        ]
+        | None
+    ) = None
     unlisted: Annotated[bool, Key(False)] | None = None
     # Empty means unset, as in llama-swap (omitted from /v1/models, no rename upstream).
     use_model_name: Annotated[str, Key(None, unset=("",))] | None = None
@@ -159,10 +298,10 @@ class Model(Section, frozen=True):
     filters: Annotated[ModelFilters, Key(render=show.model_filters)] | None = None
     # One size, or one per GPU; each read in gpu_fields.vram_of.
     vram: Annotated[int | str | list[Any], Expect(SIZE_WORDS), Key(render=show.vram)] | None = None
-    # A preset name or a mapping; its own keys are checked where it is read (busy_check_fields.py).
+    # A preset name or a mapping; read in busy_check_fields.py.
     busy_check: (
         Annotated[
-            str | dict[str, Any],
+            str | BusyCheckMapping,
             Expect(f"a preset name ({', '.join(get_args(BusyPreset))}) or a mapping"),
             Key(render=show.model_busy_check),
         ]
@@ -170,24 +309,28 @@ class Model(Section, frozen=True):
     ) = None
     # A preset name or a mapping, and llmsnap's three keys; read in sleep_fields.py, after its
     # rule "sleep or llmsnap's keys, not both", which runs before typing (sleep_fields.one_form).
-    # The mapping's keys are read there in order, stopping at the first problem, as busyCheck's.
     sleep: (
         Annotated[
-            str | dict[str, Any],
+            str | SleepMapping,
             Expect(f"a preset name ({', '.join(get_args(SleepPreset))}) or a mapping"),
             Key(render=show.model_sleep),
         ]
         | None
     ) = None
-    # Read by hand in sleep_fields._llmsnap, which stops at the first problem in llmsnap's order
-    # (the mode, then the calls): typed field by field, a second wrong value would be reported too.
-    sleep_mode: Any = None
-    sleep_endpoints: Any = None
-    wake_endpoints: Any = None
+    # llmsnap's form of `sleep`: `enable` (or `disable`, checked in sleep_fields._llmsnap) and
+    # its calls.
+    sleep_mode: (
+        Annotated[
+            str, Expect(message="invalid sleepMode value {got}: must be enable or disable"), Exact()
+        ]
+        | None
+    ) = None
+    sleep_endpoints: Annotated[tuple[SleepCall, ...], Expect(SLEEP_CALLS)] | None = None
+    wake_endpoints: Annotated[tuple[SleepCall, ...], Expect(SLEEP_CALLS)] | None = None
     # `off`, or the request that verifies a wake and its answer; read in wake_probe_fields.py.
     wake_probe: (
         Annotated[
-            bool | str | dict[str, Any],
+            bool | str | WakeProbeMapping,
             Expect("off, or a mapping (path, body, expect, match, jsonPath, ...)"),
             Key(render=show.wake_probe),
         ]
@@ -196,7 +339,7 @@ class Model(Section, frozen=True):
     # A preset name (`llama.cpp`) or a mapping; its keys are read in kv_cache_fields.py.
     kv_cache: (
         Annotated[
-            str | dict[str, Any],
+            str | KvCacheMapping,
             Expect(f"a preset name ({', '.join(get_args(KvCachePreset))}) or a mapping"),
             Key(render=show.model_kv_cache),
         ]

@@ -66,6 +66,11 @@ class Report:
         self.warnings: list[ConfigIssue] = []
         # What is already listed: a file with thousands of problems costs no search per problem.
         self._seen: set[tuple[bool, ConfigIssue]] = set()
+        # Where `typed.py` reported a wrong value (or an unknown key of a strict section).
+        self.wrong: list[Path] = []
+        # For lists that lost bad items as they were typed: the index in the file of each item
+        # kept, by the list's path (`typed.Converter.indexed` reads them back).
+        self.positions: dict[Path, tuple[int, ...]] = {}
 
     def _issue(self, path: Path, message: str, key: bool, line: int | None) -> ConfigIssue:
         source = self.source
@@ -88,6 +93,11 @@ class Report:
         if (False, issue) not in self._seen:
             self._seen.add((False, issue))
             self.warnings.append(issue)
+
+    def typed_wrong(self, path: Path) -> bool:
+        """Whether `typed.py` reported the value at `path`, or a value inside it (a section's
+        quirk stops reading there, as at its own first problem)."""
+        return any(wrong[: len(path)] == path for wrong in self.wrong)
 
     def raise_if_errors(self) -> None:
         if self.errors:

@@ -39,10 +39,19 @@ class Ignored:
 
 
 class Expect:
-    """What the value must be, in the error's words, where the type alone says too little."""
+    """What the value must be, in the error's words (`expected {words}, got {value}`), where the
+    type alone says too little; `message`: the whole error instead, `{got}` standing for the value
+    (a key's own words, kept where they were llama-swap's or llmsnap's)."""
 
-    def __init__(self, words: str) -> None:
+    def __init__(self, words: str = "", *, message: str | None = None) -> None:
         self.words = words
+        self.message = message
+
+    def said(self, got: str) -> str:
+        """The error for a value shown as `got`."""
+        if self.message is not None:
+            return self.message.format(got=got)
+        return f"expected {self.words}, got {got}"
 
 
 Int = Annotated[int, Meta(le=MAX_INT)]
@@ -55,9 +64,23 @@ Free = dict[str, Any]
 
 
 class Section(msgspec.Struct, frozen=True, rename="camel"):
-    """A mapping in the file. `expected` words the error when the value is not a mapping."""
+    """A mapping in the file. `expected` words the error when the value is not a mapping.
+    `strict`: a swapd setting's mapping (a `sleep`, a `busyCheck`, one of their calls): an
+    unknown key in it is an error with a "did you mean", not a warning, and no number or boolean
+    is read as the text of one of its string keys (that is llama-swap's rule for its own keys)."""
 
     expected: ClassVar[str] = "a mapping"
+    strict: ClassVar[bool] = False
+
+
+class Exact:
+    """Marks a string key that takes no number or boolean as its text (llmsnap's `sleepMode`):
+    one is reported in the key's words. Every key of a `strict` section is exact."""
+
+
+class Falsy:
+    """Marks a key whose empty value (`0`, `[]`, `{}`, `""`) reads as unset, before it is typed,
+    as a null does: a written-out call's `method` (what the hand check's `or` always did)."""
 
 
 @dataclass(frozen=True)

@@ -10,12 +10,10 @@ nothing changes.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
-from ..floor.issues import Report, describe
+from .. import shape
+from ..floor.issues import Report
 from ..floor.presets import Presets
-from ..floor.schema import known_keys
+from ..floor.typed import Converter
 from ..floor.yaml_nodes import Path
 from ..model import BusyCheck, BusyCount
 
@@ -47,43 +45,41 @@ PRESETS: dict[str, BusyCheck] = {
     ),
 }
 
-WRITTEN = Presets(PRESETS, ("preset", "path", "count", "interval", "timeout", "swapWait"))
-_COUNT_KEYS = ("json", "where", "metric", "label")
+WRITTEN = Presets(PRESETS, shape.BusyCheckMapping)
 
 
 def read_busy_check(
-    value: str | dict[str, Any] | None, where: Path, report: Report
+    value: str | shape.BusyCheckMapping | None, where: Path, report: Report
 ) -> BusyCheck | None:
-    """The model's `busyCheck` (None when it has none, or its type was wrong: `typed.py` said
-    so); problems go to `report`."""
+    """The model's `busyCheck` (None when it has none, or after an error), its mapping's keys
+    typed by `typed.py`, which reported each wrong one: read in this order, the reading stops at
+    the first such key (as at its own first problem)."""
     if value is None:
         return None
     if isinstance(value, str):
         return WRITTEN.named(value, where, report)
-    ok, base = WRITTEN.base(value, where, report)
-    if not ok:
+    ok, base = WRITTEN.base(value.preset, where, report)
+    if not ok or report.typed_wrong((*where, "path")):
         return None
-    check_path = value.get("path", base.path if base else None)
+    check_path = value.path if value.path is not None else base.path if base else None
     if check_path is None:
         report.error(where, "needs a path (or a preset)", key=True)
         return None
-    if not isinstance(check_path, str) or not check_path.startswith("/"):
-        report.error(
-            (*where, "path"), f"expected a path starting with '/', got {describe(check_path)}"
-        )
+    if not check_path.startswith("/"):
+        report.error((*where, "path"), f"expected a path starting with '/', got {check_path!r}")
         return None
-    counts = _counts(value.get("count"), (*where, "count"), report)
+    counts = _counts(value.count, (*where, "count"), report)
     if counts is None:
-        if value.get("count") is not None:
+        if value.count is not None or report.typed_wrong((*where, "count")):
             return None
         if base is None:
             report.error(where, "needs count (what makes the model busy) or a preset", key=True)
             return None
         counts = base.counts
     start = base or BusyCheck(path=check_path, counts=counts)
-    interval = _seconds(value, where, "interval", report, MIN_INTERVAL, start.interval)
-    timeout = _seconds(value, where, "timeout", report, 0.001, start.timeout)
-    swap_wait = _seconds(value, where, "swapWait", report, 0.0, start.swap_wait)
+    interval = _seconds(value.interval, where, "interval", report, MIN_INTERVAL, start.interval)
+    timeout = _seconds(value.timeout, where, "timeout", report, 0.001, start.timeout)
+    swap_wait = _seconds(value.swap_wait, where, "swapWait", report, 0.0, start.swap_wait)
     if interval is None or timeout is None or swap_wait is None:
         return None
     return BusyCheck(
@@ -96,48 +92,32 @@ def read_busy_check(
     )
 
 
-def _counts(value: Any, where: Path, report: Report) -> tuple[BusyCount, ...] | None:
+def _counts(
+    value: tuple[shape.BusyCountMapping, ...] | None, where: Path, report: Report
+) -> tuple[BusyCount, ...] | None:
     if value is None:
         return None
-    if not isinstance(value, list) or not value:
-        report.error(
-            where, f"expected a list of counts (json or metric, label), got {describe(value)}"
-        )
+    if not value:
+        report.error(where, "expected a list of counts (json or metric, label), got a list")
         return None
     counts: list[BusyCount] = []
-    for index, item in enumerate(value):
+    for index, item in Converter(report).indexed(where, value):
         at = (*where, index)
-        if not isinstance(item, dict):
-            report.error(
-                at, f"expected a mapping with json or metric, and label, got {describe(item)}"
-            )
+        if report.typed_wrong(at):
             continue
-        if not known_keys(item, _COUNT_KEYS, at, report):
-            continue
-        texts = {k: item.get(k) for k in _COUNT_KEYS}
-        wrong = [k for k, v in texts.items() if v is not None and not isinstance(v, str)]
-        for key in wrong:
-            report.error((*at, key), f"expected text, got {describe(texts[key])}")
-        if wrong:
-            continue
-        if (texts["json"] is None) == (texts["metric"] is None):
+        if (item.json is None) == (item.metric is None):
             report.error(at, "needs exactly one of json (a path in a JSON answer) or metric")
             continue
-        if texts["where"] is not None and texts["json"] is None:
+        if item.where is not None and item.json is None:
             report.error((*at, "where"), "applies to a json count only")
             continue
-        if not texts["label"]:
+        if not item.label:
             report.error(at, "needs a label (what one of them is, such as 'running job')")
             continue
         counts.append(
-            BusyCount(
-                label=texts["label"],
-                json=texts["json"],
-                where=texts["where"],
-                metric=texts["metric"],
-            )
+            BusyCount(label=item.label, json=item.json, where=item.where, metric=item.metric)
         )
-    if len(counts) != len(value):
+    if len(counts) != len(value) or report.typed_wrong(where):
         return None
     if len({count.metric is None for count in counts}) > 1:
         report.error(where, "mixes json and metric counts; one answer is either JSON or metrics")
@@ -146,18 +126,19 @@ def _counts(value: Any, where: Path, report: Report) -> tuple[BusyCount, ...] | 
 
 
 def _seconds(
-    mapping: Mapping[str, Any],
+    value: float | None,
     where: Path,
     key: str,
     report: Report,
     minimum: float,
     default: float,
 ) -> float | None:
-    value = mapping.get(key)
+    if report.typed_wrong((*where, key)):
+        return None
     if value is None:
         return default
-    if isinstance(value, bool) or not isinstance(value, int | float) or value != value:
-        report.error((*where, key), f"expected seconds (a number), got {describe(value)}")
+    if value != value:
+        report.error((*where, key), f"expected seconds (a number), got {value}")
         return None
     if value < minimum or value == float("inf"):
         report.error((*where, key), f"must be at least {minimum:g} seconds and finite, got {value}")

@@ -23,6 +23,7 @@ from typing import Any
 
 from ....ipc.routing_table import HttpCall
 from ....ipc.watcher_names import PREFIX, watcher_name
+from .. import shape
 from ..floor.issues import Report, describe
 from ..floor.presets import Presets
 from ..floor.yaml_nodes import Path
@@ -43,8 +44,7 @@ _LLAMA_CPP = KvCacheSetting(
     preset="llama.cpp",
 )
 PRESETS: dict[str, KvCacheSetting] = {"llama.cpp": _LLAMA_CPP, "llamacpp": _LLAMA_CPP}
-WRITTEN = Presets(PRESETS, ("preset", "list", "save", "restore", "timeout"))
-_CALL_KEYS = ("endpoint", "method", "body")
+WRITTEN = Presets(PRESETS, shape.KvCacheMapping)
 
 
 def root(value: str | None, source: str, environ: Mapping[str, str]) -> str:
@@ -68,7 +68,7 @@ def model_dir(kv_root: str, model_id: str) -> str:
 
 
 def read_kv_cache(
-    value: str | dict[str, Any] | None,
+    value: str | shape.KvCacheMapping | None,
     body: Mapping[str, Any],
     path: Path,
     report: Report,
@@ -104,29 +104,30 @@ def read_kv_cache(
     )
 
 
-def _mapping(value: Mapping[str, Any], where: Path, report: Report) -> KvCacheSetting | None:
-    ok, base = WRITTEN.base(value, where, report)
-    if not ok:
+def _mapping(value: shape.KvCacheMapping, where: Path, report: Report) -> KvCacheSetting | None:
+    """The mapping form, its keys typed by `typed.py` (which reported each wrong one): read in
+    this order, the reading stops at the first such key, as at its own first problem."""
+    ok, base = WRITTEN.base(value.preset, where, report)
+    if not ok or report.typed_wrong((*where, "timeout")):
         return None
-    timeout = value.get("timeout")
-    if timeout is not None and (
-        isinstance(timeout, bool)
-        or not isinstance(timeout, int | float)
-        or not 0 < timeout < float("inf")
-    ):
+    timeout = value.timeout
+    if timeout is not None and not 0 < timeout < float("inf"):
         report.error((*where, "timeout"), f"expected seconds above 0, got {describe(timeout)}")
         return None
     seconds = float(timeout) if timeout is not None else DEFAULT_TIMEOUT
     calls: dict[str, HttpCall] = {}
+    written = {"list": value.list_call, "save": value.save, "restore": value.restore}
     for name, method in (("list", "GET"), ("save", "POST"), ("restore", "POST")):
-        written = value.get(name)
-        if written is None:
+        item = written[name]
+        if item is None and report.typed_wrong((*where, name)):
+            return None
+        if item is None:
             if base is None:
                 report.error(where, f"needs {name} (the call that {_WHAT[name]}) or a preset")
                 return None
             calls[name] = _timed(getattr(base, name), seconds)
             continue
-        call = _call(written, (*where, name), report, method, name != "list")
+        call = _call(item, (*where, name), report, method, name != "list")
         if call is None:
             return None
         calls[name] = _timed(call, seconds)
@@ -144,23 +145,16 @@ def _timed(call: HttpCall, seconds: float) -> HttpCall:
     return HttpCall(call.endpoint, method=call.method, body=call.body, timeout=seconds)
 
 
-def _call(item: Any, where: Path, report: Report, method: str, file: bool) -> HttpCall | None:
+def _call(
+    item: str | shape.KvCall, where: Path, report: Report, method: str, file: bool
+) -> HttpCall | None:
     if isinstance(item, str):
         written, _, path = item.strip().partition(" ")
-        item = {"method": written, "endpoint": path.strip()}
-    if not isinstance(item, dict):
-        report.error(
-            where, f"expected 'METHOD /path' or a mapping with endpoint, got {describe(item)}"
-        )
+        item = shape.KvCall(endpoint=path.strip(), method=written)
+    if report.typed_wrong((*where, "endpoint")):
         return None
-    unknown = [k for k in item if k not in _CALL_KEYS]
-    if unknown:
-        report.error(
-            (*where, unknown[0]), f"unknown key (expected {', '.join(_CALL_KEYS)})", key=True
-        )
-        return None
-    endpoint = item.get("endpoint")
-    if not isinstance(endpoint, str) or not endpoint.strip().startswith("/"):
+    endpoint = item.endpoint
+    if endpoint is None or not endpoint.strip().startswith("/"):
         report.error(where, f"expected a path on the model's own server, got {describe(endpoint)}")
         return None
     read = read_method_and_body(item, method, where, report)

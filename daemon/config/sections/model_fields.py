@@ -98,7 +98,7 @@ def build(
     elif "${" not in proxy:
         check_url(proxy, (*path, "proxy"), report)
     read = keys.resolve(spec, path, report, defaults.inherited, QUIRKS).fields
-    sleep = read_sleep(spec.sleep, raw, path, report, defaults.sleep_timeouts)
+    sleep = read_sleep(spec, raw, path, report, defaults.sleep_timeouts)
     kv_cache = read_kv_cache(spec.kv_cache, raw, path, report, defaults.kv_root, model_id)
     if len(report.errors) > errors_before or cmd is None or proxy is None:
         return None
@@ -241,14 +241,7 @@ def aliases_of(model_id: str, raw: list[Any] | None, report: Report) -> list[str
 
 
 @QUIRKS.read("env")
-def _env(raw: Any, where: Path, report: Report) -> dict[str, str]:
-    if raw is None:
-        return {}
-    if isinstance(raw, dict):
-        report.error(
-            where, "expected a list of NAME=value strings (write `- NAME=value`), got a mapping"
-        )
-        return {}
+def _env(raw: list[Any] | None, where: Path, report: Report) -> dict[str, str]:
     env: dict[str, str] = {}
     for index, entry in Converter(report).text_list(raw, where):
         name, sep, val = entry.partition("=")

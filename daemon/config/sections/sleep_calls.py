@@ -1,20 +1,20 @@
 """The lists a `sleep` setting writes (sleep_fields.py reads the setting): its calls (llmsnap's
 items, `endpoint`, `method`, `body`, `timeout`, or `"POST /path"`), its `wakeOn` rules
-(`"METHOD /path"`), and its seconds. Each reader reports its problems and returns None (seconds:
-False) after an error, so that the setting's reading stops at its first problem.
+(`"METHOD /path"`), and its seconds, as `typed.py` typed them (reporting each value of the wrong
+type, and each unknown key). Each reader reports its problems and returns None (seconds: False)
+after an error, or where a value it reads was reported: the setting's reading stops there.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
-from typing import Any
 
 from ....ipc.routing_table import HttpCall, WakeRule
+from .. import shape
 from ..floor.issues import Report, describe
 from ..floor.patterns import has_nested_quantifier
-from ..floor.schema import known_keys
+from ..floor.typed import Converter
 from ..floor.yaml_nodes import Path
 
 # llmsnap's default for `sleepRequestTimeout` and `wakeRequestTimeout`.
@@ -22,41 +22,35 @@ DEFAULT_REQUEST_TIMEOUT = 10.0
 METHODS = ("GET", "POST", "PUT", "PATCH")
 # What a `wakeOn` entry may name: a request's method, or `*` for any.
 WAKE_METHODS = ("*", "GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
-_CALL_KEYS = ("endpoint", "method", "body", "timeout")
 
 
 def read_calls(
-    value: Any, where: Path, report: Report, timeout: float | None, *, llmsnap: bool = False
+    value: tuple[str | shape.SleepCall, ...] | None,
+    where: Path,
+    report: Report,
+    timeout: float | None,
 ) -> tuple[HttpCall, ...] | None:
-    """A list of calls (llmsnap's items: `endpoint`, `method`, `body`, `timeout`; or a string
-    `"POST /path"`); None after an error."""
-    if value is None:
-        return ()
-    if not isinstance(value, list):
-        report.error(where, f"expected a list of calls (endpoint, ...), got {describe(value)}")
+    """A list of calls (llmsnap's items: `endpoint`, `method`, `body`, `timeout`; or, in a
+    `sleep` mapping, a string `"POST /path"`); None after an error."""
+    calls = [
+        _call(item, (*where, index), report, timeout)
+        for index, item in Converter(report).indexed(where, value)
+    ]
+    if None in calls or report.typed_wrong(where):
         return None
-    calls = []
-    for index, item in enumerate(value):
-        call = _call(item, (*where, index), report, timeout, llmsnap)
-        if call is not None:
-            calls.append(call)
-    return tuple(calls) if len(calls) == len(value) else None
+    return tuple(call for call in calls if call is not None)
 
 
 def _call(
-    item: Any, where: Path, report: Report, timeout: float | None, llmsnap: bool
+    item: str | shape.SleepCall, where: Path, report: Report, timeout: float | None
 ) -> HttpCall | None:
-    if isinstance(item, str) and not llmsnap:
+    if isinstance(item, str):
         method, _, endpoint = item.strip().partition(" ")
-        item = {"method": method, "endpoint": endpoint.strip()}
-    if not isinstance(item, dict):
-        shape = "a mapping with endpoint" + ("" if llmsnap else ", or 'METHOD /path'")
-        report.error(where, f"expected {shape}, got {describe(item)}")
+        item = shape.SleepCall(endpoint=endpoint.strip(), method=method)
+    if report.typed_wrong((*where, "endpoint")):
         return None
-    if not known_keys(item, _CALL_KEYS, where, report):
-        return None
-    written = item.get("endpoint")
-    if not isinstance(written, str) or not written.strip():
+    written = item.endpoint
+    if written is None or not written.strip():
         report.error(where, "endpoint path is required", key=True)
         return None
     endpoint = written.strip()
@@ -76,7 +70,7 @@ def _call(
     if read is None:
         return None
     method, body = read
-    seconds = read_seconds(item.get("timeout"), (*where, "timeout"), report, 0.0)
+    seconds = read_seconds(item.timeout, (*where, "timeout"), report, 0.0)
     if seconds is False:
         return None
     if not seconds:  # llmsnap's 0: the default
@@ -85,46 +79,46 @@ def _call(
 
 
 def read_method_and_body(
-    item: Mapping[str, Any], default: str, where: Path, report: Report
+    item: shape.KvCall, default: str, where: Path, report: Report
 ) -> tuple[str, str | None] | None:
     """A written-out call's `method` (`default` when unset), upper case, and its `body` (a
-    mapping or list sent as JSON; None when unset); None after an error. Shared by `sleep`'s
-    calls and `kvCache`'s."""
-    method = item.get("method") or default
-    if not isinstance(method, str) or method.upper() not in METHODS:
+    mapping or list sent as JSON; None when unset); None after an error (`typed.py` reported a
+    method or a body of the wrong type). Shared by `sleep`'s calls and `kvCache`'s."""
+    if report.typed_wrong((*where, "method")):
+        return None
+    method = item.method or default
+    if method.upper() not in METHODS:
         report.error(
             (*where, "method"),
             f"invalid method {describe(method)} (must be {', '.join(METHODS)})",
         )
         return None
-    body = item.get("body")
-    if isinstance(body, dict | list):
-        body = json.dumps(body)
-    elif body is not None and not isinstance(body, str):
-        report.error((*where, "body"), f"expected the request body as text, got {describe(body)}")
+    if report.typed_wrong((*where, "body")):
         return None
+    body = item.body if isinstance(item.body, str | None) else json.dumps(item.body)
     return method.upper(), body
 
 
-def read_wake_rules(value: Any, where: Path, report: Report) -> tuple[WakeRule, ...] | None:
+def read_wake_rules(
+    value: tuple[str, ...], where: Path, report: Report
+) -> tuple[WakeRule, ...] | None:
     """`wakeOn`: a list of `"METHOD /path"` (`*` for any method; the path a regular expression
     matched against the whole path on the model's own server); None after an error."""
-    if not isinstance(value, list):
-        report.error(where, f"expected a list of 'METHOD /path' patterns, got {describe(value)}")
-        return None
     rules: list[WakeRule] = []
-    for index, item in enumerate(value):
+    for index, item in Converter(report).indexed(where, value):
         rule = _wake_rule(item, (*where, index), report)
         if rule is None:
             return None
         rules.append(rule)
+    if report.typed_wrong(where):
+        return None
     if not rules:
         report.warn(where, "lists nothing: no request wakes it (only a load or a wake by hand)")
     return tuple(rules)
 
 
-def _wake_rule(item: Any, where: Path, report: Report) -> WakeRule | None:
-    method, _, path = item.strip().partition(" ") if isinstance(item, str) else ("", "", "")
+def _wake_rule(item: str, where: Path, report: Report) -> WakeRule | None:
+    method, _, path = item.strip().partition(" ")
     path = path.strip()
     if not method or not path:
         report.error(
@@ -152,12 +146,16 @@ def _wake_rule(item: Any, where: Path, report: Report) -> WakeRule | None:
     return WakeRule(method.upper(), path)
 
 
-def read_seconds(value: Any, where: Path, report: Report, minimum: float) -> float | bool | None:
-    """Seconds (None: unset; False after an error)."""
+def read_seconds(
+    value: float | None, where: Path, report: Report, minimum: float
+) -> float | bool | None:
+    """Seconds (None: unset; False after an error, `typed.py`'s for one that is no number)."""
+    if report.typed_wrong(where):
+        return False
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int | float) or value != value:
-        report.error(where, f"expected seconds (a number), got {describe(value)}")
+    if value != value:
+        report.error(where, f"expected seconds (a number), got {value}")
         return False
     if value < 0 or value == float("inf"):
         report.error(where, f"must be at least 0 seconds and finite, got {value}")

@@ -23,6 +23,7 @@ from typing import Any
 import msgspec
 
 from ....ipc.routing_table import HttpCall, SleepMethod, SleepSetting, WakeRule
+from .. import shape
 from ..floor.issues import Report, describe
 from ..floor.presets import Presets
 from ..floor.yaml_nodes import Path
@@ -101,20 +102,7 @@ _NEEDS: dict[str, tuple[tuple[str, str], ...]] = {
 }
 _NEEDS["vllm-level2"] = _NEEDS["vllm"]
 
-WRITTEN = Presets(
-    PRESETS,
-    (
-        "preset",
-        "sleepEndpoints",
-        "wakeEndpoints",
-        "sleepRequestTimeout",
-        "wakeRequestTimeout",
-        "stopAfter",
-        "servesAsleep",
-        "wakeOn",
-        "lockTimeout",
-    ),
-)
+WRITTEN = Presets(PRESETS, shape.SleepMapping)
 
 
 @dataclass(frozen=True)
@@ -141,57 +129,61 @@ def one_form(body: dict[str, Any], path: Path, report: Report) -> dict[str, Any]
 
 
 def read_sleep(
-    value: str | dict[str, Any] | None,
+    spec: shape.Model,
     body: Mapping[str, Any],
     path: Path,
     report: Report,
     timeouts: Timeouts,
 ) -> SleepSetting | None:
-    """The model's sleep setting (None when it has none); `value`: its typed `sleep` (None when
-    unset, or after `typed.py` reported its type), `body` for llmsnap's keys. Problems go to
-    `report`."""
+    """The model's sleep setting (None when it has none); `spec`: its typed section (its `sleep`
+    None when unset, or after `typed.py` reported it), `body` for which form it writes. Problems
+    go to `report`; a value `typed.py` reported stops the reading where it is read, as the
+    reading's own first problem does."""
     if any(body.get(k) is not None for k in LLMSNAP_KEYS):
-        setting = _llmsnap(body, path, report, timeouts)
-    elif value is None:
+        setting = _llmsnap(spec, path, report, timeouts)
+    elif spec.sleep is None:
         return None
-    elif isinstance(value, str):
-        preset = WRITTEN.named(value, (*path, KEY), report)
+    elif isinstance(spec.sleep, str):
+        preset = WRITTEN.named(spec.sleep, (*path, KEY), report)
         setting = _with_timeouts(preset, timeouts, {}) if preset is not None else None
     else:
-        setting = _mapping(value, (*path, KEY), report, timeouts)
+        setting = _mapping(spec.sleep, (*path, KEY), report, timeouts)
     if setting is not None and setting.preset in _NEEDS:
         _check_needs(setting.preset, body, path, report)
     return setting
 
 
 def _mapping(
-    value: Mapping[str, Any], where: Path, report: Report, top: Timeouts
+    value: shape.SleepMapping, where: Path, report: Report, top: Timeouts
 ) -> SleepSetting | None:
-    ok, base = WRITTEN.base(value, where, report)
+    ok, base = WRITTEN.base(value.preset, where, report)
     if not ok:
         return None
     own: dict[str, float] = {}
-    for key, kind in (("sleepRequestTimeout", "sleep"), ("wakeRequestTimeout", "wake")):
-        seconds = read_seconds(value.get(key), (*where, key), report, MIN_REQUEST_TIMEOUT)
+    for key, kind, written in (
+        ("sleepRequestTimeout", "sleep", value.sleep_request_timeout),
+        ("wakeRequestTimeout", "wake", value.wake_request_timeout),
+    ):
+        seconds = read_seconds(written, (*where, key), report, MIN_REQUEST_TIMEOUT)
         if seconds is False:
             return None
         if seconds is not None:
             own[kind] = seconds
     timeouts = Timeouts(own.get("sleep", top.sleep), own.get("wake", top.wake))
-    sleep = wake = None
-    if value.get("sleepEndpoints") is not None:
-        sleep = read_calls(
-            value["sleepEndpoints"], (*where, "sleepEndpoints"), report, timeouts.sleep
-        )
-        if sleep is None:
-            return None
-    if value.get("wakeEndpoints") is not None:
-        wake = read_calls(value["wakeEndpoints"], (*where, "wakeEndpoints"), report, timeouts.wake)
-        if wake is None:
-            return None
+    calls: dict[str, tuple[HttpCall, ...] | None] = {}
+    for key, written_calls, seconds in (
+        ("sleepEndpoints", value.sleep_endpoints, timeouts.sleep),
+        ("wakeEndpoints", value.wake_endpoints, timeouts.wake),
+    ):
+        calls[key] = None
+        if written_calls is not None or report.typed_wrong((*where, key)):
+            calls[key] = read_calls(written_calls, (*where, key), report, seconds)
+            if calls[key] is None:
+                return None
+    sleep, wake = calls["sleepEndpoints"], calls["wakeEndpoints"]
     if base is not None and base.method is SleepMethod.CUDA:
         return _cuda(value, base, where, report)
-    if value.get("lockTimeout") is not None:
+    if value.lock_timeout is not None or report.typed_wrong((*where, "lockTimeout")):
         report.error((*where, "lockTimeout"), "only preset cuda takes a lockTimeout", key=True)
         return None
     if sleep is None and base is None:
@@ -200,19 +192,17 @@ def _mapping(
     if not (sleep if sleep is not None else base.sleep if base else ()):
         report.error((*where, "sleepEndpoints"), "lists no call: nothing would put it to sleep")
         return None
-    stop_after = read_seconds(value.get("stopAfter"), (*where, "stopAfter"), report, 0.0)
-    serves = value.get("servesAsleep")
-    if serves is not None and not isinstance(serves, bool):
-        report.error((*where, "servesAsleep"), f"expected true or false, got {describe(serves)}")
-        return None
-    if stop_after is False:
+    stop_after = read_seconds(value.stop_after, (*where, "stopAfter"), report, 0.0)
+    if stop_after is False or report.typed_wrong((*where, "servesAsleep")):
         return None
     start = base if base is not None else SleepSetting(sleep=sleep or ())
     start = _with_timeouts(start, timeouts, {"sleep": sleep is not None, "wake": wake is not None})
-    serves_asleep = serves if serves is not None else start.serves_asleep
+    serves_asleep = value.serves_asleep if value.serves_asleep is not None else start.serves_asleep
     wake_on = start.wake_on
-    if value.get("wakeOn") is not None:
-        wake_on = read_wake_rules(value["wakeOn"], (*where, "wakeOn"), report)
+    if value.wake_on is None and report.typed_wrong((*where, "wakeOn")):
+        return None
+    if value.wake_on is not None:
+        wake_on = read_wake_rules(value.wake_on, (*where, "wakeOn"), report)
         if wake_on is None:
             return None
         if not serves_asleep:
@@ -233,24 +223,31 @@ def _mapping(
 
 
 def _cuda(
-    value: Mapping[str, Any], base: SleepSetting, where: Path, report: Report
+    value: shape.SleepMapping, base: SleepSetting, where: Path, report: Report
 ) -> SleepSetting | None:
     """`{preset: cuda, ...}`: no calls to change (the driver's calls are its sleep and wake),
     its `lockTimeout` and `stopAfter`."""
-    for key in ("sleepEndpoints", "wakeEndpoints", "sleepRequestTimeout", "wakeRequestTimeout"):
-        if value.get(key) is not None:
+    for key, written in (
+        ("sleepEndpoints", value.sleep_endpoints),
+        ("wakeEndpoints", value.wake_endpoints),
+        ("sleepRequestTimeout", value.sleep_request_timeout),
+        ("wakeRequestTimeout", value.wake_request_timeout),
+    ):
+        if written is not None:
             report.error(
                 (*where, key), "preset cuda sends no HTTP call: it takes no endpoints", key=True
             )
             return None
-    for key in ("servesAsleep", "wakeOn"):
-        if value.get(key):
+    for key, on in (("servesAsleep", value.serves_asleep), ("wakeOn", value.wake_on)):
+        if report.typed_wrong((*where, key)):
+            return None
+        if on:
             report.error(
                 (*where, key), "a checkpointed server serves nothing while asleep", key=True
             )
             return None
-    lock = read_seconds(value.get("lockTimeout"), (*where, "lockTimeout"), report, 0.0)
-    stop_after = read_seconds(value.get("stopAfter"), (*where, "stopAfter"), report, 0.0)
+    lock = read_seconds(value.lock_timeout, (*where, "lockTimeout"), report, 0.0)
+    stop_after = read_seconds(value.stop_after, (*where, "stopAfter"), report, 0.0)
     if lock is False or stop_after is False:
         return None
     if lock == 0:
@@ -282,21 +279,19 @@ def _with_timeouts(
 
 
 def _llmsnap(
-    body: Mapping[str, Any], path: Path, report: Report, timeouts: Timeouts
+    spec: shape.Model, path: Path, report: Report, timeouts: Timeouts
 ) -> SleepSetting | None:
     """llmsnap's form: `sleepMode: enable` (or `disable`, the default: no sleep) with
     `sleepEndpoints` and `wakeEndpoints`, both required when enabled."""
-    mode = body.get("sleepMode")
+    mode = spec.sleep_mode
     where = (*path, "sleepMode")
+    if report.typed_wrong(where):
+        return None
     if mode is not None and mode not in ("enable", "disable"):
         report.error(where, f"invalid sleepMode value {describe(mode)}: must be enable or disable")
         return None
-    sleep = read_calls(
-        body.get("sleepEndpoints"), (*path, "sleepEndpoints"), report, timeouts.sleep, llmsnap=True
-    )
-    wake = read_calls(
-        body.get("wakeEndpoints"), (*path, "wakeEndpoints"), report, timeouts.wake, llmsnap=True
-    )
+    sleep = read_calls(spec.sleep_endpoints, (*path, "sleepEndpoints"), report, timeouts.sleep)
+    wake = read_calls(spec.wake_endpoints, (*path, "wakeEndpoints"), report, timeouts.wake)
     if sleep is None or wake is None:
         return None
     if mode != "enable":

@@ -15,13 +15,12 @@ import json
 import re
 from typing import Any
 
+from .. import shape
 from ..floor.issues import Report, describe
-from ..floor.schema import known_keys
 from ..floor.yaml_nodes import Path
 from ..model import WakeProbe
 
 KEY = "wakeProbe"
-KEYS = ("method", "path", "body", "expect", "match", "jsonPath", "timeout")
 METHODS = ("GET", "POST", "PUT", "PATCH")
 DEFAULT_PATH = "/v1/chat/completions"
 # Where the default probe's answer is: the completion's text.
@@ -65,59 +64,60 @@ def for_model(probe: WakeProbe | None, model_name: str) -> WakeProbe | None:
     )
 
 
-def read_wake_probe(value: Any, where: Path, report: Report) -> WakeProbe | None:
+def read_wake_probe(
+    value: bool | str | shape.WakeProbeMapping | None, where: Path, report: Report
+) -> WakeProbe | None:
     """The key's quirk (registered in model_fields.py): its written value to the probe (None:
-    off; `DEFAULT` until `for_model` names the model)."""
+    off, or after an error; `DEFAULT` until `for_model` names the model). The mapping's keys are
+    typed (`typed.py` reported each wrong one); read in this order, the reading stops at the
+    first such key, as at its own first problem."""
     if value is None or value is True:
         return DEFAULT
     if value is False or (isinstance(value, str) and value.strip().lower() == "off"):
         return None
-    if not isinstance(value, dict):
+    if isinstance(value, str):
         report.error(where, f"expected off, or a mapping (path, body, expect, ...), got {value!r}")
         return None
-    if not known_keys(value, KEYS, where, report):
+
+    def wrong(key: str) -> bool:
+        return report.typed_wrong((*where, key))
+
+    if wrong("method"):
         return None
-    method = value.get("method", "POST")
-    if not isinstance(method, str) or method.upper() not in METHODS:
+    method = value.method if value.method is not None else "POST"
+    if method.upper() not in METHODS:
         report.error((*where, "method"), f"expected one of {', '.join(METHODS)}, got {method!r}")
         return None
-    path = value.get("path", DEFAULT_PATH)
-    if not isinstance(path, str) or not path.startswith("/") or "://" in path:
+    if wrong("path"):
+        return None
+    path = value.path if value.path is not None else DEFAULT_PATH
+    if not path.startswith("/") or "://" in path:
         report.error((*where, "path"), f"expected a path on the model's server, got {path!r}")
         return None
-    body = value.get("body")
-    if isinstance(body, dict | list):
-        body = json.dumps(body)
-    elif body is not None and not isinstance(body, str):
-        report.error((*where, "body"), f"expected the request body as text, got {describe(body)}")
+    if wrong("body") or wrong("expect"):
         return None
-    expect = value.get("expect")
-    if expect is not None and not isinstance(expect, str | int | float | bool):
-        report.error((*where, "expect"), f"expected the answer as text, got {describe(expect)}")
+    body = value.body if isinstance(value.body, str | None) else json.dumps(value.body)
+    match = value.match
+    if wrong("match"):
         return None
-    match = value.get("match")
     if match is not None:
         try:
             re.compile(str(match))
         except re.error as exc:
             report.error((*where, "match"), f"not a regular expression: {exc}")
             return None
-    json_path = value.get("jsonPath")
-    if json_path is not None and not isinstance(json_path, str):
-        report.error(
-            (*where, "jsonPath"), f"expected a path like choices.0.text, got {json_path!r}"
-        )
+    if wrong("jsonPath") or wrong("timeout"):
         return None
-    timeout = value.get("timeout", DEFAULT.timeout)
-    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not 0 < timeout < 1e6:
+    timeout = value.timeout if value.timeout is not None else DEFAULT.timeout
+    if not 0 < timeout < 1e6:
         report.error((*where, "timeout"), f"expected seconds above 0, got {describe(timeout)}")
         return None
     return WakeProbe(
         method=method.upper(),
         path=path,
         body=body or "",
-        json_path=_json_path(json_path),
-        expect=None if expect is None else _text(expect),
+        json_path=_json_path(value.json_path),
+        expect=None if value.expect is None else _text(value.expect),
         match=None if match is None else str(match),
         timeout=float(timeout),
     )
