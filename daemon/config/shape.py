@@ -571,9 +571,9 @@ class Top(Section, frozen=True):
     # and finite bound are llmsnap's words, in sleep_fields.request_timeout.
     sleep_request_timeout: Annotated[int | float, Expect("seconds (a number)")] | None = None
     wake_request_timeout: Annotated[int | float, Expect("seconds (a number)")] | None = None
-    ui: Ui | None = None
-    performance: Performance | None = None
-    learn: Learn | None = None
+    ui: Annotated[Ui, Key(render=show.ui)] | None = None
+    performance: Annotated[Performance, Key(render=show.performance)] | None = None
+    learn: Annotated[Learn, Key(render=show.learn)] | None = None
     # The folder of the models' saved conversation caches (`${KV_DIR}` is a folder of it per
     # model; read in kv_cache_fields.py) and the MB they may take, all models together.
     kv_cache_dir: Annotated[str, Key(render=show.kv_cache)] | None = None

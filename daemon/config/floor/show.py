@@ -197,6 +197,19 @@ def store(config: Any) -> dict[str, Any]:
     return {"store": {"path": config.store_path}} if config.store_path else {}
 
 
+def ui(config: Any) -> dict[str, Any]:
+    return {"ui": {"activity": {"session_id": list(config.session_headers)}}}
+
+
+def performance(config: Any) -> dict[str, Any]:
+    every = f"{config.performance_every:g}s"
+    return {"performance": {"disabled": config.performance_disabled, "every": every}}
+
+
+def learn(config: Any) -> dict[str, Any]:
+    return {"learn": {"enabled": config.learn, "prefetch": config.learn_prefetch}}
+
+
 def security(config: Any) -> dict[str, Any]:
     cors = config.cors
     return {
