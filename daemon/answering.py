@@ -33,9 +33,10 @@ from ..ipc.messages import (
     StatusReply,
     Unload,
 )
+from ..ipc.states import ModelState
 from . import gpu_ledger, reloading, routing
 from .errors import DaemonError, EnsureError, error_reply
-from .policy import names
+from .policy import names, ttl
 
 if TYPE_CHECKING:
     from .supervisor import Daemon
@@ -164,6 +165,11 @@ class Answers:
             model_id = None
             if message.model is not None:
                 model_id = names.id_of(self.daemon.scheduler.config, message.model)
+            if message.unless_in_use and model_id is not None and self._keep_zero(model_id):
+                await self.daemon.endpoint.reply(
+                    identity, Ok(id=message.id, message=f"{model_id} unloads once idle")
+                )
+                return
             with self.daemon.kv.skipping(message.now, model_id):
                 stopped = await self.daemon.scheduler.unload(model_id)
         except EnsureError as exc:
@@ -172,6 +178,19 @@ class Answers:
             text = f"unloaded {', '.join(stopped)}" if stopped else "nothing to unload"
             reply = Ok(id=message.id, message=text)
         await self.daemon.endpoint.reply(identity, reply)
+
+    def _keep_zero(self, model_id: str) -> bool:
+        """An unload nobody waits for (Ollama's `keep_alive: 0`), of a model in use: it unloads
+        once it is no longer, as a request's `keep_alive: 0` has it (True); False: not in use,
+        stopped now as any unload."""
+        rec = self.daemon.scheduler.records.get(model_id)
+        registry = self.daemon.registry
+        if rec is None or rec.handle is None or rec.state != ModelState.READY:
+            return False
+        if not ttl.in_use(rec, registry, self.daemon.busy.board.held(model_id)):
+            return False
+        registry.keep("", model_id, rec.handle.pid, 0.0)
+        return True
 
     async def _sleep(self, identity: bytes, message: Sleep) -> None:
         try:

@@ -52,11 +52,16 @@ class Ensure(_Msg, frozen=True):
 class Unload(_Msg, frozen=True):
     """Stop one model (`model` set) or every model (`model` None); the reply comes when done.
     `now` (`swapd unload --now`): a stop that must be quick, so what a model's server could hand
-    back (its conversation caches, `kvCache`) is not saved first."""
+    back (its conversation caches, `kvCache`) is not saved first. `unless_in_use` (Ollama's
+    `keep_alive: 0` with nothing to answer: an unload nobody waits for): a model in use (a
+    request in flight or served in the last 3 s, or busy by its `busyCheck`) is not stopped now
+    but unloads once it is no longer in use (as a request's `keep_alive: 0` would have it), and
+    the reply comes at once (docs/swapping.md, "No one client thrashes the GPU")."""
 
     id: int
     model: str | None = None
     now: bool = False
+    unless_in_use: bool = False
 
 
 class Sleep(_Msg, frozen=True):
