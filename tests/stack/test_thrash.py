@@ -6,7 +6,8 @@ process, and `b`, `c` wait, saying why (`unwatched`); once the chats end, the lo
 with chats for `b` and `c` that the third client abandons after 50 ms: each waits for its swap
 while its client is there (the daemon sees `a` in use between the chatting clients' requests),
 then leaves a swap nobody waits for. And a chat whose client went away while it waited counts as
-waiting no more."""
+waiting no more. Nor does Ollama's `keep_alive: 0` for `a` itself, every 100 ms, unload it under
+them: `a` unloads once it is no longer in use."""
 
 from __future__ import annotations
 
@@ -55,6 +56,18 @@ def _stream(stack: Stack, body: dict[str, Any]) -> None:
     )
     with urllib.request.urlopen(request, timeout=60) as response:
         response.read()
+
+
+def _ollama(stack: Stack, path: str, body: dict[str, Any]) -> int:
+    """An Ollama API call, answered in full; its status."""
+    request = urllib.request.Request(
+        stack.url + path,
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(request, timeout=30) as response:
+        response.read()
+        return response.status
 
 
 def _post(stack: Stack, path: str) -> int:
@@ -180,3 +193,35 @@ def test_chats_abandoned_after_50_ms_cause_no_swap_while_others_chat(
     assert not chatting.failures, chatting.failures
     assert set(answered) == {0}  # none of the thrasher's chats was served
     assert set(chatting.served) == {pid}, set(chatting.served)
+
+
+def test_ollamas_keep_alive_0_unloads_no_model_others_chat_with(
+    stack_factory, tmp_path: Path
+) -> None:
+    """A third client sends Ollama's `keep_alive: 0` for `a` every 100 ms, alternately an empty
+    generate (unload now) and a chat (unload once answered), while two clients chat with `a`:
+    an unload nobody waits for, it takes out no model in use. `a` is stopped no time while they
+    chat (counted in the swap log), every chat is served by its one process; once the chats end,
+    `a` unloads, as the keep_alive asked."""
+    stack: Stack = stack_factory(config({m: _model(m) for m in ("a", "b")}))
+    chat(stack.url, "a")
+    pid = stack.model("a")["pid"]
+    hi = [{"role": "user", "content": "hi"}]
+    with Chatting(stack) as chatting:
+        statuses = []
+        for i in range(LOADS):
+            if i % 2 == 0:
+                statuses.append(_ollama(stack, "/api/generate", {"model": "a", "keep_alive": 0}))
+            else:
+                body = {"model": "a", "messages": hi, "stream": False, "keep_alive": 0}
+                statuses.append(_ollama(stack, "/api/chat", body))
+            time.sleep(PACE)
+        _, swaps = stack.get_json("/api/swaps")
+        stops = [r for r in swaps["swaps"] if r["kind"] in ("stop", "sleep")]
+        assert stops == [], stops
+        assert stack.model("a")["pid"] == pid
+    assert not chatting.failures, chatting.failures
+    assert set(statuses) == {200}
+    assert set(chatting.served) == {pid}, set(chatting.served)
+    # Once nobody chats, the keep_alive 0 holds: a unloads.
+    stack.wait_state("a", "stopped", timeout=30)
