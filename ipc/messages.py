@@ -245,14 +245,15 @@ class Hello(_Msg, frozen=True):
 
 
 class Activity(_Msg, frozen=True):
-    """Rate-limited: at most one per model per second from each proxy, and at once when the proxy's
-    in-flight count for the model drops to zero, or when it handled a `Ready`. `in_flight` is that
-    proxy's current count; `claimed`: how many `Ready` replies for the model it handled since its
-    last report (admitted, then counted in `in_flight`, or not taken), which the daemon held the
-    model for until now (docs/architecture.md, "Ready and drain"). `websockets`: the websockets it
-    relays to the model outside admission (ignored ones, and those an asleep server serves) open
-    now, sent at once when it turns zero or non-zero: an asleep model is not stopped for its
-    `sleep.stopAfter` while one is open (an open tab)."""
+    """Rate-limited: at most one per model per second from each proxy, plus its edges: at once when
+    the proxy's in-flight count for the model turns non-zero, once it stayed zero `IDLE_EDGE_S`
+    after it dropped there (`ipc/timings.py`), and at once when it handled a `Ready`.
+    `in_flight` is that proxy's current count; `claimed`: how many `Ready` replies for the model
+    it handled since its last report (admitted, then counted in `in_flight`, or not taken), which
+    the daemon held the model for until now (docs/architecture.md, "Ready and drain").
+    `websockets`: the websockets it relays to the model outside admission (ignored ones, and those
+    an asleep server serves) open now, sent at once when it turns zero or non-zero: an asleep
+    model is not stopped for its `sleep.stopAfter` while one is open (an open tab)."""
 
     proxy_id: str
     model: str
