@@ -73,10 +73,16 @@ class Answers:
             await self.daemon.publish_table()
 
     def _activity(self, _identity: bytes, message: Activity) -> None:
+        registry = self.daemon.registry
+        busy = registry.in_flight(message.model) > 0
         # The count first: a claimed Ready that was admitted is in flight from the same message.
-        self.daemon.registry.activity(
+        registry.activity(
             message.proxy_id, message.model, message.in_flight, message.at, message.websockets
         )
+        if busy and registry.in_flight(message.model) == 0:
+            # Its last request ended: a swap that serves its queue first (collation) goes now,
+            # not at its next look.
+            self.daemon.scheduler.readings_changed()
         if message.claimed:
             self.daemon.scheduler.claimed(message.model, message.proxy_id, message.claimed)
 
