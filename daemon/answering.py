@@ -173,7 +173,7 @@ class Answers:
                 model_id = names.id_of(self.daemon.scheduler.config, message.model)
             if message.unless_in_use and model_id is not None and self._keep_zero(model_id):
                 await self.daemon.endpoint.reply(
-                    identity, Ok(id=message.id, message=f"{model_id} unloads once idle")
+                    identity, Ok(id=message.id, message=f"{model_id} is in use: left loaded")
                 )
                 return
             with self.daemon.kv.skipping(message.now, model_id):
@@ -186,12 +186,18 @@ class Answers:
         await self.daemon.endpoint.reply(identity, reply)
 
     def _keep_zero(self, model_id: str) -> bool:
-        """An unload nobody waits for (Ollama's `keep_alive: 0`), of a model in use: it unloads
-        once it is no longer, as a request's `keep_alive: 0` has it (True); False: not in use,
-        stopped now as any unload."""
+        """An unload nobody waits for (Ollama's `keep_alive: 0`), of a model in use: True when it
+        is left loaded. A ready one unloads once it is no longer in use, as a request's
+        `keep_alive: 0` has it; one starting or waking for requests that wait for it is left to
+        serve them. False: not in use, stopped now as any unload."""
         rec = self.daemon.scheduler.records.get(model_id)
+        if rec is None:
+            return False
+        if rec.state in (ModelState.STARTING, ModelState.WAKING):
+            swap = self.daemon.scheduler.swaps.get(model_id)
+            return swap is not None and swap.watchers > 0
         registry = self.daemon.registry
-        if rec is None or rec.handle is None or rec.state != ModelState.READY:
+        if rec.handle is None or rec.state != ModelState.READY:
             return False
         if not ttl.in_use(rec, registry, self.daemon.busy.board.held(model_id)):
             return False

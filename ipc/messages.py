@@ -55,8 +55,9 @@ class Unload(_Msg, frozen=True):
     back (its conversation caches, `kvCache`) is not saved first. `unless_in_use` (Ollama's
     `keep_alive: 0` with nothing to answer: an unload nobody waits for): a model in use (a
     request in flight or served in the last 3 s, or busy by its `busyCheck`) is not stopped now
-    but unloads once it is no longer in use (as a request's `keep_alive: 0` would have it), and
-    the reply comes at once (docs/swapping.md, "No one client thrashes the GPU")."""
+    but unloads once it is no longer in use (as a request's `keep_alive: 0` would have it), one
+    starting or waking for requests that wait for it is left to serve them, and the reply comes
+    at once (docs/swapping.md, "No one client thrashes the GPU")."""
 
     id: int
     model: str | None = None

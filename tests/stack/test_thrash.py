@@ -225,3 +225,33 @@ def test_ollamas_keep_alive_0_unloads_no_model_others_chat_with(
     assert set(chatting.served) == {pid}, set(chatting.served)
     # Once nobody chats, the keep_alive 0 holds: a unloads.
     stack.wait_state("a", "stopped", timeout=30)
+
+
+def test_ollamas_keep_alive_0_leaves_a_start_that_requests_wait_for(
+    stack_factory, tmp_path: Path
+) -> None:
+    """An empty generate with `keep_alive: 0` for `a` while `a` starts for a chat that waits
+    for it: answered at once, and the start goes on to serve the chat (it was aborted, and the
+    chat answered 503, before)."""
+    models = {"a": {"cmd": fake_model_cmd("a", "--health-delay", "2")}}
+    stack: Stack = stack_factory(config(models))
+    answered: list[dict[str, Any]] = []
+    failures: list[BaseException] = []
+
+    def wait_for_a() -> None:
+        try:
+            answered.append(chat(stack.url, "a"))
+        except BaseException as exc:  # reported below
+            failures.append(exc)
+
+    waiting = threading.Thread(target=wait_for_a)
+    waiting.start()
+    try:
+        stack.wait_state("a", "starting")
+        assert _ollama(stack, "/api/generate", {"model": "a", "keep_alive": 0}) == 200
+    finally:
+        waiting.join(30)
+    assert not failures, failures
+    assert len(answered) == 1
+    _, swaps = stack.get_json("/api/swaps")
+    assert [r for r in swaps["swaps"] if r["kind"] in ("stop", "sleep")] == []
