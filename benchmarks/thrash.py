@@ -9,13 +9,16 @@ as the last was answered. In alternating rounds of `--seconds` each:
 * **quiet**: only the two chatting;
 * **thrash**: the same, while a third client asks for `b` and `c` alternately every `--every`
   seconds with `POST /api/models/load/<m>?wait=false` (fire and forget; `--way abandon`: a chat
-  it abandons after 50 ms instead).
+  it abandons after 50 ms instead); or, `--way keepalive0`, asks through Ollama's API that `a`
+  itself be unloaded: alternately an empty `/api/generate` with `keep_alive: 0` (unload now) and
+  an `/api/chat` with `keep_alive: 0` (unload once answered), each waited for.
 
 Each round begins with `a` loaded and nothing queued. `--before DIR` measures an older tree
 beside this one in the same rounds (`DIR/swapd/...` first on `PYTHONPATH`; make one with
 `mkdir -p DIR/swapd && git archive REV | tar -x -C DIR/swapd`). Figures: the chatting clients'
-p50 and p95 latency in each way, their requests per second, and the swaps (starts of `b` or `c`) the
-thrashing client caused while they chatted (the swap log's records that began in the round).
+p50 and p95 latency in each way, their requests per second, and the swaps (starts of `b` or `c`;
+with `--way keepalive0`, stops of `a`) the thrashing client caused while they chatted (the swap
+log's records that began in the round).
 
 Targets (benchmarks/targets.py): the chatting clients' p50 with the thrashing client over their
 p50 without it, and the swaps it caused.
@@ -91,6 +94,8 @@ async def thrasher(
                 await resp.read()
                 if resp.status not in (200, 202):
                     raise RuntimeError(f"load {model}: HTTP {resp.status}")
+        elif way == "keepalive0":
+            await keep_alive_0(session, base, "a", unload=sent % 2 == 0)
         else:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(0.05):
@@ -98,6 +103,23 @@ async def thrasher(
         sent += 1
         await asyncio.sleep(every)  # the thrashing client's own pace
     return sent
+
+
+async def keep_alive_0(
+    session: aiohttp.ClientSession, base: str, model: str, *, unload: bool
+) -> None:
+    """Ollama's `keep_alive: 0` for `model`: an empty generate (unload it now), or a chat (unload
+    it once answered)."""
+    if unload:
+        path, body = "/api/generate", {"model": model, "keep_alive": 0}
+    else:
+        message = {"role": "user", "content": "hi"}
+        path = "/api/chat"
+        body = {"model": model, "messages": [message], "stream": False, "keep_alive": 0}
+    async with session.post(f"{base}{path}", json=body) as resp:
+        text = await resp.read()
+        if resp.status != 200:
+            raise RuntimeError(f"keep_alive 0 for {model}: HTTP {resp.status}: {text[:300]!r}")
 
 
 async def status(session: aiohttp.ClientSession, base: str) -> list[dict[str, Any]]:
@@ -130,20 +152,25 @@ async def quiet(session: aiohttp.ClientSession, base: str) -> None:
         await asyncio.sleep(0.1)
 
 
-async def swaps_to(session: aiohttp.ClientSession, base: str, since: float, before: float) -> int:
-    """Starts of b or c that began from `since` to `before` (wall clock)."""
+async def swaps_to(
+    session: aiohttp.ClientSession, base: str, since: float, before: float, way: str
+) -> int:
+    """Starts of b or c (`keepalive0`: stops of a) that began from `since` to `before` (wall
+    clock)."""
     async with session.get(f"{base}/api/swaps") as resp:
         records = (await resp.json())["swaps"]
+    if way == "keepalive0":
+        models, kinds = MODELS[:1], ("stop", "sleep")
+    else:
+        models, kinds = MODELS[1:], ("start", "swap")
     caused = [
         r
         for r in records
-        if r["model"] in MODELS[1:]
-        and r["kind"] in ("start", "swap")
-        and since <= r["began"] < before
+        if r["model"] in models and r["kind"] in kinds and since <= r["began"] < before
     ]
     for r in caused:
         print(
-            f"  swap to {r['model']} at +{r['began'] - since:.2f} s, cause {r['cause']}, "
+            f"  {r['kind']} of {r['model']} at +{r['began'] - since:.2f} s, cause {r['cause']}, "
             f"waited {r['waited']:.2f} s for {list(r['waited_for'])}"
         )
     return len(caused)
@@ -165,7 +192,7 @@ async def round_of(
         await asyncio.gather(*jobs)
     ended = time.time()
     await quiet(session, base)  # a start that began in the round has its record once it ended
-    caused = await swaps_to(session, base, began, ended)
+    caused = await swaps_to(session, base, began, ended, args.way)
     return times, sent, caused
 
 
@@ -180,7 +207,10 @@ async def measure(argv: list[str], report: Report) -> int:
     parser.add_argument("--every", type=float, default=0.1, help="the thrasher's pace (0.1 s)")
     parser.add_argument("--start", type=float, default=0.5, help="a model's start (0.5 s)")
     parser.add_argument(
-        "--way", choices=("load", "abandon"), default="load", help="how the thrasher asks"
+        "--way",
+        choices=("load", "abandon", "keepalive0"),
+        default="load",
+        help="how the thrasher asks",
     )
     parser.add_argument("--before", type=Path, help="an older tree to measure in the same rounds")
     args = parser.parse_args(argv)
@@ -203,7 +233,7 @@ async def measure(argv: list[str], report: Report) -> int:
                         figures[tree].add(way, got, sent, swaps, args.seconds)
                         print(
                             f"round {n + 1} {tree:6s} {way:6s}: {len(got)} chats, p50 "
-                            f"{statistics.median(got) * 1e3:.2f} ms, swaps to b/c {swaps}"
+                            f"{statistics.median(got) * 1e3:.2f} ms, swaps caused {swaps}"
                             + (f", {sent} asked" if way == "thrash" else "")
                         )
     load = ", ".join(f"{x:.2f}" for x in os.getloadavg())

@@ -33,9 +33,10 @@ from ..ipc.messages import (
     StatusReply,
     Unload,
 )
+from ..ipc.states import ModelState
 from . import gpu_ledger, reloading, routing
 from .errors import DaemonError, EnsureError, error_reply
-from .policy import names
+from .policy import names, ttl
 
 if TYPE_CHECKING:
     from .supervisor import Daemon
@@ -72,10 +73,16 @@ class Answers:
             await self.daemon.publish_table()
 
     def _activity(self, _identity: bytes, message: Activity) -> None:
+        registry = self.daemon.registry
+        busy = registry.in_flight(message.model) > 0
         # The count first: a claimed Ready that was admitted is in flight from the same message.
-        self.daemon.registry.activity(
+        registry.activity(
             message.proxy_id, message.model, message.in_flight, message.at, message.websockets
         )
+        if busy and registry.in_flight(message.model) == 0:
+            # Its last request ended: a swap that serves its queue first (collation) goes now,
+            # not at its next look.
+            self.daemon.scheduler.readings_changed()
         if message.claimed:
             self.daemon.scheduler.claimed(message.model, message.proxy_id, message.claimed)
 
@@ -164,6 +171,11 @@ class Answers:
             model_id = None
             if message.model is not None:
                 model_id = names.id_of(self.daemon.scheduler.config, message.model)
+            if message.unless_in_use and model_id is not None and self._keep_zero(model_id):
+                await self.daemon.endpoint.reply(
+                    identity, Ok(id=message.id, message=f"{model_id} is in use: left loaded")
+                )
+                return
             with self.daemon.kv.skipping(message.now, model_id):
                 stopped = await self.daemon.scheduler.unload(model_id)
         except EnsureError as exc:
@@ -172,6 +184,25 @@ class Answers:
             text = f"unloaded {', '.join(stopped)}" if stopped else "nothing to unload"
             reply = Ok(id=message.id, message=text)
         await self.daemon.endpoint.reply(identity, reply)
+
+    def _keep_zero(self, model_id: str) -> bool:
+        """An unload nobody waits for (Ollama's `keep_alive: 0`), of a model in use: True when it
+        is left loaded. A ready one unloads once it is no longer in use, as a request's
+        `keep_alive: 0` has it; one starting or waking for requests that wait for it is left to
+        serve them. False: not in use, stopped now as any unload."""
+        rec = self.daemon.scheduler.records.get(model_id)
+        if rec is None:
+            return False
+        if rec.state in (ModelState.STARTING, ModelState.WAKING):
+            swap = self.daemon.scheduler.swaps.get(model_id)
+            return swap is not None and swap.watchers > 0
+        registry = self.daemon.registry
+        if rec.handle is None or rec.state != ModelState.READY:
+            return False
+        if not ttl.in_use(rec, registry, self.daemon.busy.board.held(model_id)):
+            return False
+        registry.keep("", model_id, rec.handle.pid, 0.0)
+        return True
 
     async def _sleep(self, identity: bytes, message: Sleep) -> None:
         try:

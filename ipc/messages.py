@@ -52,11 +52,17 @@ class Ensure(_Msg, frozen=True):
 class Unload(_Msg, frozen=True):
     """Stop one model (`model` set) or every model (`model` None); the reply comes when done.
     `now` (`swapd unload --now`): a stop that must be quick, so what a model's server could hand
-    back (its conversation caches, `kvCache`) is not saved first."""
+    back (its conversation caches, `kvCache`) is not saved first. `unless_in_use` (Ollama's
+    `keep_alive: 0` with nothing to answer: an unload nobody waits for): a model in use (a
+    request in flight or served in the last 3 s, or busy by its `busyCheck`) is not stopped now
+    but unloads once it is no longer in use (as a request's `keep_alive: 0` would have it), one
+    starting or waking for requests that wait for it is left to serve them, and the reply comes
+    at once (docs/swapping.md, "No one client thrashes the GPU")."""
 
     id: int
     model: str | None = None
     now: bool = False
+    unless_in_use: bool = False
 
 
 class Sleep(_Msg, frozen=True):
@@ -240,14 +246,15 @@ class Hello(_Msg, frozen=True):
 
 
 class Activity(_Msg, frozen=True):
-    """Rate-limited: at most one per model per second from each proxy, and at once when the proxy's
-    in-flight count for the model drops to zero, or when it handled a `Ready`. `in_flight` is that
-    proxy's current count; `claimed`: how many `Ready` replies for the model it handled since its
-    last report (admitted, then counted in `in_flight`, or not taken), which the daemon held the
-    model for until now (docs/architecture.md, "Ready and drain"). `websockets`: the websockets it
-    relays to the model outside admission (ignored ones, and those an asleep server serves) open
-    now, sent at once when it turns zero or non-zero: an asleep model is not stopped for its
-    `sleep.stopAfter` while one is open (an open tab)."""
+    """Rate-limited: at most one per model per second from each proxy, plus its edges: at once when
+    the proxy's in-flight count for the model turns non-zero, once it stayed zero `IDLE_EDGE_S`
+    after it dropped there (`ipc/timings.py`), and at once when it handled a `Ready`.
+    `in_flight` is that proxy's current count; `claimed`: how many `Ready` replies for the model
+    it handled since its last report (admitted, then counted in `in_flight`, or not taken), which
+    the daemon held the model for until now (docs/architecture.md, "Ready and drain").
+    `websockets`: the websockets it relays to the model outside admission (ignored ones, and those
+    an asleep server serves) open now, sent at once when it turns zero or non-zero: an asleep
+    model is not stopped for its `sleep.stopAfter` while one is open (an open tab)."""
 
     proxy_id: str
     model: str

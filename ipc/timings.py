@@ -7,8 +7,13 @@ from __future__ import annotations
 
 # The proxy sends Hello this often.
 HEARTBEAT_S = 1.0
-# The proxy casts Activity at most this often per model (and at once on the busy->idle edge).
+# The proxy casts Activity at most this often per model, plus its edges: idle->busy at once, and
+# busy->idle once the model stayed idle IDLE_EDGE_S (proxy/admission.py).
 ACTIVITY_INTERVAL_S = 1.0
+# Back-to-back requests (one client sending the next as soon as it read an answer) are one busy
+# stretch to the daemon: the gap between two of them is never reported as idle, so a swap deciding
+# in it does not take the model out under them (docs/swapping.md, "No one client thrashes").
+IDLE_EDGE_S = 0.05
 
 # A proxy that sent nothing for this long is gone: its counts no longer hold a TTL or a drain.
 SILENT_AFTER = 3 * HEARTBEAT_S

@@ -12,14 +12,18 @@ A request's place with its model is one `async with` (`Admission.slot`): it rese
 and releases on exit, counts the request in flight (`begin`) and out again (`end`), and ends it on
 exit if it still is; nothing else of the request path touches the counters.
 
-Activity: one cast per model per second, plus the busy->idle edge at once whenever the last cast
-told the daemon "busy" (so `swapd status` and the TTL never see a finished request as in flight),
-and at once for each `Ready` the daemon answered an `ensure` with, once this process admitted its
-request (`Slot.begin(claim=True)`: in flight in the same cast) or did not take it (`unclaimed`):
-the daemon holds the model for a `Ready` until then (docs/architecture.md, "Ready and drain").
-A run of sequential requests to a ready model therefore costs at most about two casts a second,
-never one per request: the first request's start and end go out, the rest are folded into the
-cast at the end of that second.
+Activity: one cast per model per second, plus its edges: idle->busy at once (the daemon's view
+of a model in use is current when a swap decides whether to take it out: docs/swapping.md, "No
+one client thrashes the GPU for everyone"), and busy->idle once the model stayed idle IDLE_EDGE_S
+(50 ms), so that the gap between back-to-back requests never reads as idle (`swapd status` and
+the TTL hear of a finished request that much later, never a second later). The sockets edge (an
+ignored websocket opened or the last one closed) goes at once too, and so does each `Ready` the
+daemon answered an `ensure` with, once this process admitted its request
+(`Slot.begin(claim=True)`: in flight in the same cast) or did not take it (`unclaimed`): the
+daemon holds the model for a `Ready` until then (docs/architecture.md, "Ready and drain").
+A run of back-to-back requests to a ready model therefore costs one cast at its start, one a
+second while it lasts and one at its end, never one per request; a lone request costs two (its
+start, its end).
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ import time
 from types import TracebackType
 
 from ..ipc.states import ENDING_STATES
-from ..ipc.timings import ACTIVITY_INTERVAL_S
+from ..ipc.timings import ACTIVITY_INTERVAL_S, IDLE_EDGE_S
 from .floor.errors import TooManyRequests
 from .mirror.changes import Applied
 from .mirror.link import DaemonLink
@@ -130,22 +134,53 @@ class Admission:
         now = time.time()
         if used:
             rt.last_activity = now
+        busy_edge = rt.in_flight > 0 and rt.activity_sent_in_flight == 0
         idle_edge = rt.in_flight == 0 and rt.activity_sent_in_flight > 0
         sockets_edge = bool(rt.ignored_ws) != (rt.activity_sent_websockets > 0)
-        if claimed or idle_edge or sockets_edge or now - rt.activity_sent_at >= ACTIVITY_INTERVAL_S:
-            if rt.activity_timer is not None:
-                rt.activity_timer.cancel()
-                rt.activity_timer = None
+        if claimed or busy_edge or sockets_edge:
             self._send_activity(rt, now, claimed)
+        elif idle_edge:
+            # Told once it stays idle IDLE_EDGE_S: a request that begins by then keeps the
+            # daemon's "busy" true, and nothing goes out for the gap.
+            rt.idle_since = self._loop.time()
+            due = rt.idle_since + IDLE_EDGE_S
+            if rt.activity_timer is None or rt.activity_due > due:
+                self._flush_at(rt, due)
+        elif now - rt.activity_sent_at >= ACTIVITY_INTERVAL_S:
+            self._send_activity(rt, now)
         elif rt.activity_timer is None:
             delay = ACTIVITY_INTERVAL_S - (now - rt.activity_sent_at)
-            rt.activity_timer = self._loop.call_later(delay, self._flush_activity, rt)
+            self._flush_at(rt, self._loop.time() + delay)
+
+    def _flush_at(self, rt: ModelRuntime, when: float) -> None:
+        if rt.activity_timer is not None:
+            rt.activity_timer.cancel()
+        rt.activity_timer = self._loop.call_at(when, self._flush_activity, rt)
+        rt.activity_due = when
 
     def _flush_activity(self, rt: ModelRuntime) -> None:
         rt.activity_timer = None
-        self._send_activity(rt, time.time())
+        now = time.time()
+        told_busy = rt.activity_sent_in_flight > 0
+        if told_busy and rt.in_flight == 0:
+            # The idle edge: once the model stayed idle IDLE_EDGE_S.
+            due = rt.idle_since + IDLE_EDGE_S
+            if self._loop.time() < due:
+                self._flush_at(rt, due)
+                return
+        elif told_busy and now - rt.activity_sent_at < ACTIVITY_INTERVAL_S:
+            # Busy again before its idle edge went out: busy, as the daemon was told; the rest
+            # waits for the second's cast.
+            self._flush_at(
+                rt, self._loop.time() + ACTIVITY_INTERVAL_S - (now - rt.activity_sent_at)
+            )
+            return
+        self._send_activity(rt, now)
 
     def _send_activity(self, rt: ModelRuntime, now: float, claimed: int = 0) -> None:
+        if rt.activity_timer is not None:
+            rt.activity_timer.cancel()
+            rt.activity_timer = None
         rt.activity_sent_at = now
         rt.activity_sent_in_flight = rt.in_flight
         rt.activity_sent_websockets = len(rt.ignored_ws)

@@ -33,9 +33,10 @@ from .eviction.contract import Occupant
 from .swap import Turn
 
 OrderKey = tuple[int, int, float, int]
-# A model used this recently counts as in use: the proxies report a request that began up to a
-# report interval late, so a gap between back-to-back requests reads as idle for that long (and
-# longer on a loaded machine); nobody waits for the swap it holds back, so it errs long.
+# A model used this recently counts as in use: the proxies report a request that begins on an
+# idle model at once, and the gap between back-to-back requests not at all (`IDLE_EDGE_S`), but
+# a report may still come late on a loaded machine, and a person reads an answer before asking
+# again; nobody waits for the swap it holds back, so it errs long.
 IN_USE_FOR = 2 * REPORT_GRACE
 
 

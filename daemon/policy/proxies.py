@@ -84,8 +84,10 @@ class ProxyRegistry:
         self._notify()
 
     def keep(self, proxy_id: str, model: str, pid: int, seconds: float | None) -> None:
-        """A request asked that the run `pid` of `model` stay loaded `seconds` once idle."""
-        self._seen(proxy_id)
+        """A request asked that the run `pid` of `model` stay loaded `seconds` once idle (from
+        `proxy_id`; "": the daemon, for an unload that waits until the model is idle)."""
+        if proxy_id:
+            self._seen(proxy_id)
         if seconds is None:
             self.keep_alive.pop(model, None)
         else:

@@ -194,6 +194,7 @@ class Scheduler(Generic[H]):
             return await self.claims.join(swap.result, swap.claimants, model_id, claimant)
         swap.watchers += 1
         if swap.watchers == 1:
+            swap.watched(self.clock())
             self.changes.fire()  # a swap nobody waited for goes on as any other now
         try:
             return await self.claims.join(swap.result, swap.claimants, model_id, claimant)

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Generic
 
@@ -71,7 +71,9 @@ class Turn:
 
     priority: int
     seq: int
-    queued_at: float  # monotonic; collation's window (the target's maxWait) runs from it
+    # monotonic; collation's window (the target's maxWait) runs from it: when it was queued, or
+    # when someone waited for it again after nobody did (`Swap.watched`)
+    queued_at: float
 
 
 @dataclass
@@ -203,6 +205,15 @@ class Swap(Generic[H]):
         start, self._start = self._start, None
         if start is not None:
             start.task.cancel()
+
+    def watched(self, now: float) -> None:
+        """Someone waits for it again after nobody did (its first waiter, or one after all gave
+        up): while it is queued, collation's window (its target's `maxWait`) runs from `now`, so
+        the time nobody waited for it does not count. A client that asks and leaves, again and
+        again, never makes its swap overdue: each of its requests waits its own `maxWait` for the
+        loaded models' queues (docs/swapping.md, "No one client thrashes the GPU")."""
+        if self._phase is Phase.QUEUED:
+            self.turn = replace(self.turn, queued_at=now)
 
     def queued(self, yielded_at: float | None = None) -> None:
         """Back in the queue: a model it was stopping was taken back (`yielded_at`), the start

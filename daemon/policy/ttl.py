@@ -5,7 +5,11 @@ REPORT_GRACE of its last report or Ready reply. A model whose `busyCheck` finds 
 too: `held` is infinite while it is busy, then the time it turned idle (`policy/busy_board.py`).
 
 A request may set how long the current run stays loaded in place of `ttl` (Ollama's
-`keep_alive`, `ProxyRegistry.keep`): that many seconds, 0 as soon as it is idle, or never.
+`keep_alive`, `ProxyRegistry.keep`): that many seconds, or never, or 0: as soon as it is no longer
+in use (`in_use`: no request in flight, none begun or ended for IN_USE_FOR, 3 s, its busyCheck
+idle), so that one client's `keep_alive: 0` does not unload a model under the people chatting
+with it (docs/swapping.md, "No one client thrashes the GPU"); the same holds for Ollama's unload
+(a `keep_alive: 0` with nothing to answer) of a model in use.
 
 A model with a sleep setting goes to sleep when its TTL runs out (the daemon's chores ask the
 scheduler to `idle` it), and an asleep one is stopped once it has been asleep and unused for its
@@ -25,6 +29,7 @@ from ...ipc.states import ModelState
 from ...ipc.timings import REPORT_GRACE
 from ..config import Config, ModelConfig
 from . import keep_asleep
+from .collation import IN_USE_FOR
 from .proxies import ProxyRegistry
 from .records import H, ModelRecord
 
@@ -33,6 +38,21 @@ def last_used(rec: ModelRecord[H], registry: ProxyRegistry) -> float:
     # A model that became ready but never served counts from its ready time (llama-swap counts from
     # the epoch and unloads such a model at the first tick).
     return max(registry.last_activity.get(rec.id, 0.0), rec.since)
+
+
+def in_use(
+    rec: ModelRecord[H], registry: ProxyRegistry, held: float = 0.0, now: float | None = None
+) -> bool:
+    """Whether `rec` serves requests now: one in flight in a live proxy, busy by its busyCheck
+    (`held` infinite), or a request of this run begun or ended (or the check turned idle) within
+    IN_USE_FOR. Its start is not use: a model loaded and never asked is not in use."""
+    if registry.in_flight(rec.id) > 0 or held == math.inf:
+        return True
+    now = registry.wall() if now is None else now
+    used = registry.last_activity.get(rec.id, 0.0)
+    if used < rec.since:
+        used = 0.0  # an earlier run's
+    return now - max(used, held) < IN_USE_FOR
 
 
 def effective_ttl(
@@ -73,6 +93,8 @@ def ttl_left_of(
     ttl = effective_ttl(rec, model, registry)
     if ttl is None or registry.in_flight(rec.id) > 0 or held == math.inf:
         return None
+    if ttl == 0:
+        ttl = IN_USE_FOR  # keep_alive 0: once no longer in use, not as its last request ended
     now = registry.wall() if now is None else now
     left = ttl - (now - max(last_used(rec, registry), held))
     unreported = REPORT_GRACE - (now - registry.last_report.get(rec.id, 0.0))

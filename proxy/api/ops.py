@@ -153,9 +153,10 @@ def _asleep_item(rt: ModelRuntime, now: ModelStatus | None) -> dict[str, object]
     return item
 
 
-async def unload(ctx: ProxyContext, model: str | None) -> None:
-    """Ask the daemon to stop `model` (None: every model) and wait until it has."""
-    answer(await ctx.link.unload(model), Ok)
+async def unload(ctx: ProxyContext, model: str | None, *, unless_in_use: bool = False) -> None:
+    """Ask the daemon to stop `model` (None: every model) and wait until it has; `unless_in_use`:
+    a model in use is left to unload once it is no longer (the reply comes at once)."""
+    answer(await ctx.link.unload(model, unless_in_use=unless_in_use), Ok)
 
 
 async def handle_unload_all(request: web.Request) -> web.Response:

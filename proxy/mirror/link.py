@@ -137,8 +137,10 @@ class DaemonLink:
         self._casts.add(task)
         task.add_done_callback(self._casts.discard)
 
-    async def unload(self, model: str | None) -> Reply:
-        return await self._until_answered(lambda i: Unload(id=i, model=model))
+    async def unload(self, model: str | None, *, unless_in_use: bool = False) -> Reply:
+        return await self._until_answered(
+            lambda i: Unload(id=i, model=model, unless_in_use=unless_in_use)
+        )
 
     async def sleep(self, model: str) -> Reply:
         return await self._until_answered(lambda i: Sleep(id=i, model=model))

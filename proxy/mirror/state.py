@@ -126,7 +126,13 @@ class ModelRuntime:
     # The open ignored websockets of the last cast (they hold an asleep model's `stopAfter`).
     activity_sent_websockets: int = 0
     activity_timer: asyncio.TimerHandle | None = None
+    activity_due: float = (
+        0.0  # the loop's clock when `activity_timer` fires (uvloop's has no when())
+    )
     last_activity: float = 0.0
+    # The loop's clock when the in-flight count last fell to zero (the idle edge, told once the
+    # model stayed idle IDLE_EDGE_S).
+    idle_since: float = 0.0
 
     @property
     def base_url(self) -> str:

@@ -110,7 +110,7 @@ def test_status_table(stack_factory) -> None:
     def idle_row() -> str | None:
         table = stack.swapd("status").stdout
         row = next(line for line in table.splitlines() if line.startswith("m "))
-        # The proxy reports the busy -> idle edge at once; until then the model is in use.
+        # The proxy reports the busy -> idle edge 50 ms after it; until then the model is in use.
         return row if "in flight" not in row else None
 
     row = wait_for(idle_row, timeout=5, what="the request to be reported finished")

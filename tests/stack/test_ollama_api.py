@@ -395,6 +395,19 @@ def test_keep_alive_zero_unloads_the_model_after_its_answer(
     assert all(m.model != "alpha:latest" for m in client.ps().models)
 
 
+def test_keep_alive_0_right_after_ones_own_chat_unloads_once_the_model_is_idle(
+    client: ollama.Client, stack: Stack
+) -> None:
+    """One user alone: an empty generate with `keep_alive: 0` just after its own chat (so the
+    model was in use in the last 3 s) is answered at once, and the model unloads once it is no
+    longer in use (docs/swapping.md, "No one client thrashes the GPU")."""
+    client.chat(model="al", messages=[{"role": "user", "content": "hi"}])
+    unloaded = client.generate(model="al", keep_alive=0)
+    assert (unloaded.done_reason, unloaded.response) == ("unload", "")
+    wait_for(lambda: stack.model("alpha")["state"] == "stopped", 15, what="alpha to unload")
+    assert all(m.model != "alpha:latest" for m in client.ps().models)
+
+
 def test_an_empty_generate_loads_and_with_keep_alive_0_unloads(
     client: ollama.Client, stack: Stack
 ) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import configparser
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from swapd.daemon.cli import circus_config
 from swapd.daemon.config import Config, ModelConfig
 from swapd.daemon.machinery.circus_events import parse
 from swapd.daemon.policy import ttl
+from swapd.daemon.policy.collation import IN_USE_FOR
 from swapd.daemon.policy.proxies import ProxyRegistry
 from swapd.daemon.policy.records import ModelRecord
 from swapd.ipc import watcher_names
@@ -246,8 +248,9 @@ class _Handle:
 
 
 def test_a_requests_keep_alive_replaces_the_ttl_for_that_run_only() -> None:
-    """Ollama's keep_alive (`KeepAlive`): seconds in place of `ttl`, 0 due once idle past the
-    report grace, negative never; tied to the process it was asked for."""
+    """Ollama's keep_alive (`KeepAlive`): seconds in place of `ttl`, 0 due once no longer in use
+    (nothing in flight, nothing begun or ended for IN_USE_FOR), negative never; tied to the process
+    it was asked for."""
     config = Config(models={"m": _model(10)})
     wall = Clock()
     registry = ProxyRegistry(clock=Clock(), wall=wall)
@@ -261,13 +264,37 @@ def test_a_requests_keep_alive_replaces_the_ttl_for_that_run_only() -> None:
     wall.now = 1000.5
     registry.keep("p", "m", 41, 0.0)
     registry.activity("p", "m", in_flight=0, at=1000.5)
-    assert ttl.due([rec], config, registry, now=1000.5 + REPORT_GRACE - 0.1) == []
-    assert ttl.due([rec], config, registry, now=1000.5 + REPORT_GRACE) == ["m"]
+    assert ttl.due([rec], config, registry, now=1000.5 + IN_USE_FOR - 0.1) == []
+    assert ttl.due([rec], config, registry, now=1000.5 + IN_USE_FOR) == ["m"]
+    registry.activity("p", "m", in_flight=1, at=1000.5)  # in flight: held, however long
+    assert ttl.due([rec], config, registry, now=1100.0) == []
+    registry.activity("p", "m", in_flight=0, at=1000.5)
     # A model with no ttl at all still honours keep_alive 0.
-    assert ttl.due([rec], Config(models={"m": _model(0)}), registry, now=1003.0) == ["m"]
+    assert ttl.due([rec], Config(models={"m": _model(0)}), registry, now=1004.0) == ["m"]
     # The next run of the model (another process) starts from its ttl.
     rec.handle = _Handle(42)
     assert registry.kept("m", 42) is None
     assert ttl.effective_ttl(rec, config.models["m"], registry) == 10.0
     registry.keep("p", "m", 42, None)  # back to ttl
     assert "m" not in registry.keep_alive
+
+
+def test_in_use_is_a_request_in_flight_or_of_this_run_lately_or_a_busy_check() -> None:
+    """`ttl.in_use` (Ollama's unload of a model in use waits for it): in flight, busy by its
+    busyCheck, or a request of this run begun or ended within IN_USE_FOR; its start, or a
+    request of an earlier run, is not use."""
+    wall = Clock()
+    wall.now = 1000.0
+    registry = ProxyRegistry(clock=Clock(), wall=wall)
+    rec: ModelRecord[_Handle] = ModelRecord("m", state="ready", since=1000.0, handle=_Handle(41))
+    assert not ttl.in_use(rec, registry)  # loaded, never asked
+    registry.activity("p", "m", in_flight=0, at=999.0)  # an earlier run's
+    assert not ttl.in_use(rec, registry)
+    wall.now = 1001.0
+    registry.activity("p", "m", in_flight=1, at=1001.0)
+    assert ttl.in_use(rec, registry, now=1100.0)
+    registry.activity("p", "m", in_flight=0, at=1001.0)
+    assert ttl.in_use(rec, registry, now=1001.0 + IN_USE_FOR - 0.1)
+    assert not ttl.in_use(rec, registry, now=1001.0 + IN_USE_FOR)
+    assert ttl.in_use(rec, registry, held=math.inf, now=1100.0)
+    assert ttl.in_use(rec, registry, held=1099.0, now=1100.0)

@@ -12,6 +12,7 @@ import socket
 import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
 
 import pytest
 from multidict import CIMultiDict
@@ -553,7 +554,7 @@ async def test_reading_pauses_past_the_high_water_mark(monkeypatch: pytest.Monke
 
 
 # ------------------------------------------------------------------------------------------------
-# activity casts (admission.py): rate-limited, but the busy->idle edge is never held back
+# activity casts (admission.py): rate-limited, the idle->busy edge at once, busy->idle once idle
 
 
 class _RecordingLink:
@@ -577,9 +578,22 @@ class _RecordingLink:
         pass
 
 
-async def test_activity_sends_the_idle_edge_at_once_and_folds_the_rest_into_one_cast() -> None:
+async def _flushed(rt: Any) -> None:
+    """Until the pending cast for `rt` went out (or found nothing to send); polled, for 10 s."""
+    assert rt.activity_timer is not None
+    deadline = time.monotonic() + 10
+    while rt.activity_timer is not None:
+        assert time.monotonic() < deadline, "the pending activity cast never went out"
+        await asyncio.sleep(0.01)
+
+
+async def test_activity_tells_busy_at_once_idle_once_idle_and_folds_the_rest() -> None:
+    """The daemon's view of a model in use is current when a swap decides (docs/swapping.md, "No
+    one client thrashes"): a request that begins on an idle model is told at once; its end once
+    the model stayed idle IDLE_EDGE_S, so back-to-back requests are one busy stretch with no cast
+    of their own."""
     from swapd.ipc.model_status import ModelStatus
-    from swapd.ipc.timings import ACTIVITY_INTERVAL_S
+    from swapd.ipc.timings import IDLE_EDGE_S
     from swapd.proxy.admission import Admission
     from swapd.proxy.mirror.state import ModelRuntime, ProxyState
 
@@ -589,27 +603,31 @@ async def test_activity_sends_the_idle_edge_at_once_and_folds_the_rest_into_one_
     rt = ModelRuntime(id="m", route=route, limit=10, status=ModelStatus(model="m", state="ready"))
 
     admission.begin(rt)
+    assert link.casts == [("m", 1)]  # idle -> busy: at once, not at the second's end
     admission.end(rt)
-    # The daemon heard "busy", so "idle" follows at once rather than up to a second later.
-    assert link.casts == [("m", 1), ("m", 0)]
+    assert link.casts == [("m", 1)]  # busy -> idle: not yet
+    assert rt.activity_timer is not None
+    loop = asyncio.get_running_loop()
+    assert rt.activity_due <= loop.time() + IDLE_EDGE_S
 
-    for _ in range(50):  # a burst of sequential requests inside the same second
+    for _ in range(50):  # a burst of back-to-back requests: the daemon hears "busy" throughout
         admission.begin(rt)
         admission.end(rt)
+    assert link.casts == [("m", 1)]
+    await _flushed(rt)  # idle since the burst's last request: told once
     assert link.casts == [("m", 1), ("m", 0)]
-    assert rt.activity_timer is not None  # the burst goes out in one cast at the second's end
 
-    flushed = asyncio.get_running_loop().create_future()
-    original = admission._flush_activity
-
-    def flush(runtime: ModelRuntime) -> None:
-        original(runtime)
-        flushed.set_result(None)
-
-    rt.activity_timer.cancel()
-    rt.activity_timer = asyncio.get_running_loop().call_later(0, flush, rt)
-    await asyncio.wait_for(flushed, ACTIVITY_INTERVAL_S * 5)
-    assert link.casts == [("m", 1), ("m", 0), ("m", 0)]
+    # A request that begins again before the idle edge went out: nothing to tell but the
+    # second's cast (the daemon was told busy, and busy it is).
+    admission.begin(rt)
+    assert link.casts == [("m", 1), ("m", 0), ("m", 1)]
+    admission.end(rt)
+    admission.begin(rt)
+    await _flushed(rt)
+    assert link.casts[-1] == ("m", 1) and len(link.casts) <= 4
+    admission.end(rt)
+    await _flushed(rt)
+    assert link.casts[-1] == ("m", 0)
 
 
 async def test_a_slot_owns_its_reserve_begin_end_and_release_however_the_request_ends() -> None:

@@ -170,6 +170,10 @@ async def test_a_load_nobody_waits_for_becomes_a_swap_once_someone_waits() -> No
     await until(lambda: any(p.cause is WaitCause.UNWATCHED for _, p in fx.parks), "b to yield to a")
     assert starts(fx) == ["a"]
     wanted = asyncio.create_task(sched.ensure("b"))  # a request waits for b now
+    # Its own maxWait, from now: the time nobody waited for the swap does not count.
+    await until(lambda: fx.parks[-1][1].cause is WaitCause.COLLATION, "b to serve a's queue")
+    assert starts(fx) == ["a"]
+    clock.now += sched.config.models["b"].max_wait
     await asyncio.wait_for(asyncio.gather(load, wanted), 5)
     assert starts(fx) == ["a", "b"]
 
@@ -186,3 +190,30 @@ async def test_a_request_that_gave_up_leaves_a_swap_nobody_waits_for() -> None:
     assert starts(fx) == ["a"]
     fx.busy_models.clear()
     await until(lambda: sched.record("b").state == "ready", "b loaded once a is idle")
+
+
+async def test_requests_that_each_give_up_never_make_their_swap_overdue() -> None:
+    """The thrash lever (docs/swapping.md, "No one client thrashes the GPU"): a client asks for b
+    and leaves, again and again, past b's maxWait. Each request serves a's queue for its own
+    maxWait (the time nobody waited does not count), so the swap it left behind never becomes
+    overdue and takes out no model in use."""
+    sched, fx, clock = build(make_config("a", "b"))
+    await sched.ensure("a")
+    fx.busy_models.add("a")
+    max_wait = sched.config.models["b"].max_wait
+    for _ in range(4):
+        asked = asyncio.create_task(sched.ensure("b"))
+        await until(
+            lambda: (
+                fx.parks
+                and fx.parks[-1] == ("b", Parked(WaitCause.COLLATION, ("a",), clock.now + max_wait))
+            ),
+            "b to serve a's queue for its own maxWait",
+        )
+        asked.cancel()  # its client went away (the daemon's `GaveUp`)
+        clock.now += max_wait
+        await until(lambda: fx.parks[-1][1].cause is WaitCause.UNWATCHED, "b to yield to a")
+    assert starts(fx) == ["a"]
+    fx.busy_models.clear()  # once a is idle, the swap nobody waits for goes
+    await until(lambda: sched.record("b").state == "ready", "b loaded once a is idle")
+    assert starts(fx) == ["a", "b"]

@@ -5,9 +5,10 @@ A policy names the models it must stop; this decides whether the swap stops them
 
 1. Collation (llama-swap's, so that A, B, A is answered A A B with one swap): for
    `collate_window` (the target's `maxWait`) after the swap was queued, a model with requests
-   in flight is not stopped; the swap looks again every BUSY_POLL seconds (the proxies' in-flight
-   reports do not wake the scheduler). Right after a request took back a model the swap was
-   draining, it first waits RECLAIM_PAUSE, so that the proxies' reports include that request.
+   in flight is not stopped; the swap looks again every BUSY_POLL seconds, and at once when the
+   proxies report a model's last request ended (the daemon's `Activity` handler). Right after a
+   request took back a model the swap was draining, it first waits RECLAIM_PAUSE, so that the
+   proxies' reports include that request.
    After the window it stops what it must, busy or not: llama-swap has no such bound, and steady
    traffic starves a swap.
 2. `busyCheck` (opt-in, per model): a model with a check is read once more before the swap relies

@@ -212,7 +212,9 @@ async def _load_or_unload(
     request: web.Request, ctx: ProxyContext, routes: Routes, translated: Translated
 ) -> web.Response:
     """Ollama's chat or generate with nothing to answer: load the model (and keep it as
-    `keep_alive` says), or with `keep_alive: 0` unload it."""
+    `keep_alive` says), or with `keep_alive: 0` unload it: an unload nobody waits for, so a model
+    in use (by anyone) unloads once it is no longer, as Ollama's own does (docs/swapping.md, "No
+    one client thrashes the GPU")."""
     ask = decide.Ask("POST", requests.CHAT_PATH, "", False, translated.name, ctx.state.runtimes)
     decision = decide.for_model(ask, routes, ctx.state.ready)
     if isinstance(decision, decide.Refuse):
@@ -223,7 +225,7 @@ async def _load_or_unload(
     if route is not None and unload:
         rt = ctx.state.runtimes.get(route.id)
         if rt is not None and rt.state in LOADED_STATES:
-            await ops.unload(ctx, route.id)
+            await ops.unload(ctx, route.id, unless_in_use=True)
     elif route is not None:
         link.answer(await ctx.link.ensure(route.id, cause="load"), Ready)
         request.app[KEEPS].answered(ctx, route.id, translated)
