@@ -37,7 +37,11 @@ async def test_ttl_left_counts_down_and_agrees_with_swapd_status(
         stack.url + "/v1/chat/completions", json={"model": "alpha"}, headers=AUTH
     ) as resp:
         assert resp.status == 200
-    first = (await _running(session, stack))["alpha"]["ttl_left"]
+    # In use (no TTL running) until the daemon hears the model went idle: the proxy tells that
+    # edge once it stayed idle IDLE_EDGE_S (ipc/timings.py). Poll, with a deadline.
+    deadline = time.monotonic() + 10
+    while (first := (await _running(session, stack))["alpha"]["ttl_left"]) is None:
+        assert time.monotonic() < deadline, "alpha still counted in use"
     assert isinstance(first, float) and 50 < first <= 60
     # Idle, the TTL runs out: a later look shows less left (poll; no fixed sleep).
     deadline = time.monotonic() + 10
