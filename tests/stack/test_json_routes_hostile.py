@@ -144,11 +144,18 @@ def test_an_ollama_image_request_costs_about_what_an_openai_one_does(stack: Stac
             {"role": "user", "content": "see", "images": [image]}]}),
     ):  # fmt: skip
         data = json.dumps(body).encode()
-        before = proxy.memory_info().rss
-        reset_peak_rss(proxy)
-        status, answer = send(stack, "POST", route, data)
-        assert status == 200, answer[:300]
-        grew[route] = (peak_rss(proxy) - before) / len(data)
+        # The least of three tries: what the request path must hold. One try's peak RSS counts
+        # one body more now and then, on the OpenAI route and this one alike (2 of 4 single runs
+        # of this test failed so on e04754c, where it was written): the process's memory, not
+        # the path's copies, which the least of three shows.
+        tries = []
+        for _ in range(3):
+            before = proxy.memory_info().rss
+            reset_peak_rss(proxy)
+            status, answer = send(stack, "POST", route, data)
+            assert status == 200, answer[:300]
+            tries.append((peak_rss(proxy) - before) / len(data))
+        grew[route] = min(tries)
     # Measured: 3.96x before; after, 1.0x to 2.0x (the body read as it arrives, then joined, as
     # aiohttp's own read does for the OpenAI route: 2.0x).
     assert grew["/api/chat"] < 3.0, grew
