@@ -146,7 +146,7 @@ def test_an_ollama_image_request_costs_about_what_an_openai_one_does(stack: Stac
         data = json.dumps(body).encode()
         # The least of three tries: what the request path must hold. One try's peak RSS counted
         # one body more now and then (2 of 4 single runs of this test failed so on e04754c,
-        # where it was written; no try of the regression it guards came under 3.9x).
+        # where it was written; the regression it guards measured 3.96x).
         tries = []
         for _ in range(3):
             before = proxy.memory_info().rss
