@@ -7,42 +7,27 @@ figures the daemon puts in `/api/status`."""
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
-from pathlib import Path
 from typing import Any
 
 import msgspec
-import pytest
 
-import swapd.proxy.ui
 from swapd.daemon.cli.operator import learned_note
 from swapd.ipc.model_status import Follower, Learned, ModelStatus, PageCache
 from swapd.ipc.states import ModelState
-
-STATIC = Path(swapd.proxy.ui.__file__).parent / "static"
-NODE = shutil.which("node")
+from tests.support.ui_modules import evaluate, module_url, needs_node
 
 
 def _words(status: ModelStatus) -> list[list[str]]:
     entry: Any = msgspec.to_builtins(status)
     script = (
-        f"import * as m from {json.dumps((STATIC / 'learned.js').as_uri())};"
+        f"import * as m from {module_url('learned.js')};"
         f"console.log(JSON.stringify(m.learnedWords({json.dumps(entry)})));"
     )
-    assert NODE is not None
-    done = subprocess.run(
-        [NODE, "--input-type=module", "-e", script],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    )
-    words: list[list[str]] = json.loads(done.stdout)
+    words: list[list[str]] = evaluate(script)
     return words
 
 
-@pytest.mark.skipif(NODE is None, reason="node is not installed")
+@needs_node
 def test_the_learned_panels_words() -> None:
     learned = Learned(
         followers=(Follower("b", 3.0, 0.75, 2.5),),

@@ -4,23 +4,14 @@ show it (the stack test, tests/stack/test_not_measured.py, holds the surfaces en
 
 from __future__ import annotations
 
-import json
-import shutil
-import subprocess
-from pathlib import Path
-
-import pytest
-
-import swapd.proxy.ui
 from swapd.daemon.cli.operator import render_table
 from swapd.daemon.machinery.sleep_proof import memory_words
 from swapd.ipc.messages import StatusReply
 from swapd.ipc.model_status import GpuInfo, ModelStatus, SleepStatus
 from swapd.ipc.states import ModelState
+from tests.support.ui_modules import evaluate, module_url, needs_node
 
 GIB = 1024**3
-STATIC = Path(swapd.proxy.ui.__file__).parent / "static"
-NODE = shutil.which("node")
 
 
 def test_the_sleeps_log_line_says_what_was_not_measured() -> None:
@@ -62,24 +53,16 @@ def test_swapd_status_shows_what_nvml_read() -> None:
     assert "GPUs: none (fake)" in reply({}, (), "fake")
 
 
-@pytest.mark.skipif(NODE is None, reason="node is not installed")
+@needs_node
 def test_the_uis_words_for_a_figure_not_measured() -> None:
     script = (
-        f"import * as m from {json.dumps((STATIC / 'measured.js').as_uri())};"
+        f"import * as m from {module_url('measured.js')};"
         "const show = (held) => 'shown';"
         "console.log(JSON.stringify([m.heldWords(null, show), m.heldWords({}, show),"
         " m.heldWords({g: 5}, show), m.noGpuWords('none'), m.noGpuWords(''),"
         " m.noGpuWords('fake')]));"
     )
-    assert NODE is not None
-    done = subprocess.run(
-        [NODE, "--input-type=module", "-e", script],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    )
-    assert json.loads(done.stdout) == [
+    assert evaluate(script) == [
         "not measured (no GPU inventory)",
         "nothing on the GPUs",
         "shown",

@@ -5,34 +5,18 @@ server's vector holds (issue 40, item 10: a non-number threw, and the view showe
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
-from pathlib import Path
 
-import pytest
+from tests.support.ui_modules import evaluate, module_url, needs_node
 
-import swapd.proxy.ui
-
-STATIC = Path(swapd.proxy.ui.__file__).parent / "static"
-NODE = shutil.which("node")
-
-pytestmark = pytest.mark.skipif(NODE is None, reason="node is not installed")
+pytestmark = needs_node
 
 
 def summaries(*vectors: object) -> list[dict[str, object]]:
     script = (
-        f"import {{ vectorSummary }} from {json.dumps((STATIC / 'playground_tools.js').as_uri())};"
+        f"import {{ vectorSummary }} from {module_url('playground_tools.js')};"
         f"console.log(JSON.stringify({json.dumps(vectors)}.map(vectorSummary)));"
     )
-    assert NODE is not None
-    done = subprocess.run(
-        [NODE, "--input-type=module", "-e", script],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    )
-    result: list[dict[str, object]] = json.loads(done.stdout)
+    result: list[dict[str, object]] = evaluate(script)
     return result
 
 
