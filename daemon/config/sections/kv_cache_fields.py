@@ -28,7 +28,7 @@ from ..floor.issues import Report, describe
 from ..floor.presets import Presets
 from ..floor.yaml_nodes import Path
 from ..model import KvCacheSetting
-from .sleep_calls import read_method_and_body
+from .sleep_calls import read_method_and_body, written_out
 
 KEY = "kvCache"
 MACRO = "KV_DIR"
@@ -148,9 +148,7 @@ def _timed(call: HttpCall, seconds: float) -> HttpCall:
 def _call(
     item: str | shape.KvCall, where: Path, report: Report, method: str, file: bool
 ) -> HttpCall | None:
-    if isinstance(item, str):
-        written, _, path = item.strip().partition(" ")
-        item = shape.KvCall(endpoint=path.strip(), method=written)
+    item = written_out(item, shape.KvCall)
     if report.typed_wrong((*where, "endpoint")):
         return None
     endpoint = item.endpoint

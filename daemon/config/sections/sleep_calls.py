@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+from typing import TypeVar
 
 from ....ipc.routing_table import HttpCall, WakeRule
 from .. import shape
@@ -16,6 +17,8 @@ from ..floor.issues import Report, describe
 from ..floor.patterns import has_nested_quantifier
 from ..floor.typed import Converter
 from ..floor.yaml_nodes import Path
+
+C = TypeVar("C", bound=shape.KvCall)
 
 # llmsnap's default for `sleepRequestTimeout` and `wakeRequestTimeout`.
 DEFAULT_REQUEST_TIMEOUT = 10.0
@@ -44,9 +47,7 @@ def read_calls(
 def _call(
     item: str | shape.SleepCall, where: Path, report: Report, timeout: float | None
 ) -> HttpCall | None:
-    if isinstance(item, str):
-        method, _, endpoint = item.strip().partition(" ")
-        item = shape.SleepCall(endpoint=endpoint.strip(), method=method)
+    item = written_out(item, shape.SleepCall)
     if report.typed_wrong((*where, "endpoint")):
         return None
     written = item.endpoint
@@ -76,6 +77,15 @@ def _call(
     if not seconds:  # llmsnap's 0: the default
         seconds = timeout if timeout is not None else DEFAULT_REQUEST_TIMEOUT
     return HttpCall(endpoint, method=method, body=body or "", timeout=float(seconds))
+
+
+def written_out(item: str | C, kind: type[C]) -> C:
+    """A call written as `"METHOD /path"`, as the mapping it stands for (`sleep`'s calls and
+    `kvCache`'s); a mapping as it is."""
+    if isinstance(item, str):
+        method, _, endpoint = item.strip().partition(" ")
+        return kind(endpoint=endpoint.strip(), method=method)
+    return item
 
 
 def read_method_and_body(
